@@ -1,0 +1,98 @@
+"""``hookbus up``: run the bus on one machine.
+
+Starts the embedded nats-server (JetStream, store in the workspace) unless
+``--nats-url``/``$NATS_URL`` names an existing one, serves Prometheus metrics,
+runs the workers of the workspace, prints where everything listens, and stops
+all of it cleanly on Ctrl-C or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import sys
+from contextlib import AsyncExitStack
+from pathlib import Path
+
+from prometheus_client import start_http_server
+
+from bus.cli.common import add_nats_url
+from bus.client import Bus
+from bus.connection import URL_ENV
+from bus.errors import ConfigError, ServerError
+from bus.server import NatsServer
+
+DEFAULT_PORT = 4222
+DEFAULT_HTTP_PORT = 8477
+DEFAULT_METRICS_PORT = 9477
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "up",
+        help="run the bus on this machine (embedded NATS, metrics, workers)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--workspace", type=Path, default=Path(".hookbus"), help="workspace directory (default: ./.hookbus)")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"embedded NATS client port (default: {DEFAULT_PORT}; 0: any free port)")
+    parser.add_argument("--host", default="127.0.0.1", help="address the embedded NATS and HTTP servers bind (default: 127.0.0.1)")
+    parser.add_argument("--http-port", type=int, default=DEFAULT_HTTP_PORT, help=f"hooks HTTP API port (default: {DEFAULT_HTTP_PORT})")
+    parser.add_argument("--metrics-port", type=int, default=DEFAULT_METRICS_PORT, help=f"Prometheus /metrics port (default: {DEFAULT_METRICS_PORT}; -1: off)")
+    add_nats_url(parser)
+    parser.set_defaults(func=run)
+
+
+def _check_port(name: str, port: int, allow_off: bool = False) -> None:
+    low = -1 if allow_off else 0
+    if not low <= port <= 65535:
+        raise ConfigError(f"--{name} {port} is not a port number (0-65535{', or -1 for off' if allow_off else ''})")
+
+
+async def run(args: argparse.Namespace) -> int:
+    _check_port("port", args.port)
+    _check_port("http-port", args.http_port)
+    _check_port("metrics-port", args.metrics_port, allow_off=True)
+    workspace: Path = args.workspace.resolve()
+    workspace.mkdir(parents=True, exist_ok=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+
+    async with AsyncExitStack() as stack:
+        server = None
+        nats_url = args.nats_url or os.environ.get(URL_ENV)
+        if not nats_url:
+            server = NatsServer(port=args.port, host=args.host, store_dir=workspace / "jetstream")
+            stack.callback(server.cleanup)
+            await asyncio.to_thread(server.start)
+            nats_url = server.url
+        bus = await stack.enter_async_context(Bus(nats_url, name="hookbus-up", connect_timeout=args.connect_timeout))
+        lines = [f"hookbus up: workspace {workspace}"]
+        where = f"{server.url} (embedded, JetStream store {server.store_dir})" if server else f"{nats_url} (external)"
+        lines.append(f"  nats     {where}")
+        if args.metrics_port >= 0:
+            httpd, thread = start_http_server(args.metrics_port, addr=args.host)
+            stack.callback(thread.join, 5)
+            stack.callback(httpd.shutdown)
+            lines.append(f"  metrics  http://{args.host}:{httpd.server_port}/metrics")
+        lines.append(f"ready (pid {os.getpid()}); Ctrl-C or SIGTERM stops everything")
+        print("\n".join(lines), flush=True)
+        await _wait(stop, server)
+        del bus
+    print("hookbus up: stopped", flush=True)
+    return 0
+
+
+async def _wait(stop: asyncio.Event, server: NatsServer | None) -> None:
+    """Wait for a stop signal; fail if the embedded server dies under us."""
+    while not stop.is_set():
+        try:
+            await asyncio.wait_for(stop.wait(), timeout=1.0)
+        except TimeoutError:
+            if server is not None and not server.running():
+                print("hookbus up: the embedded nats-server exited; stopping", file=sys.stderr, flush=True)
+                raise ServerError(f"nats-server exited; see {server.log_path}") from None

@@ -1,0 +1,384 @@
+"""The Bus: connect, emit events, subscribe to them.
+
+``emit`` is fire-and-forget on the agent's hot path: it raises at once for
+caller bugs (bad subject, payload not JSON, too large) and never for transport
+trouble, which it counts as a drop. ``subscribe`` hands decoded events to a
+handler with the recursion depth set, and survives malformed messages and
+failing handlers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from types import TracebackType
+from typing import Any, Final
+
+import nats.errors
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription as NatsSubscription
+
+from bus import depth as _depth
+from bus.catalog import check_strict
+from bus.connection import open_connection, resolve_servers
+from bus.eager import start_eager
+from bus.envelope import DEFAULT_MAX_BYTES, Encoder, Event, decode
+from bus.errors import BusClosedError, ConfigError, EnvelopeError, SubjectError
+from bus.publisher import Publisher
+from bus.ratelog import RateLimitedLog
+from bus.server import NatsServer
+from bus.stats import COLLECTOR, BusStats
+from bus.subjects import TOKEN_RE, normalise_pattern
+
+log = logging.getLogger("hookbus.bus")
+
+#: An event handler: called with each decoded event; may be sync or async.
+Handler = Callable[[Event], Awaitable[None] | None]
+
+#: Handlers of one subscription running at once, unless the caller says otherwise.
+DEFAULT_CONCURRENCY: Final = 64
+#: Messages (and bytes) a subscription holds before NATS-side drops begin.
+DEFAULT_PENDING_MSGS: Final = 20_000
+DEFAULT_PENDING_BYTES: Final = 64 * 1024 * 1024
+#: How long close() waits for in-flight handlers before cancelling them.
+DEFAULT_CLOSE_TIMEOUT: Final = 5.0
+
+_EMPTY: Final[Mapping[str, Any]] = {}
+
+
+class BusState(enum.Enum):
+    """A Bus opens once and closes once; it is never reopened."""
+
+    UNOPENED = "unopened"
+    OPEN = "open"
+    CLOSED = "closed"
+
+
+class Subscription:
+    """One handler on one pattern: decodes, sets depth, bounds concurrency."""
+
+    def __init__(self, bus: Bus, pattern: str, queue: str | None, handler: Handler, concurrency: int) -> None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, not {concurrency}")
+        self.bus = bus
+        self.pattern = pattern
+        self.queue = queue
+        self.handler = handler
+        self.concurrency = concurrency
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._slot_free: asyncio.Future[None] | None = None
+        self._nats: NatsSubscription | None = None
+        self._malformed_log = RateLimitedLog(log)
+        self._error_log = RateLimitedLog(log)
+
+    @property
+    def in_flight(self) -> int:
+        """Handlers started and not yet finished."""
+        return len(self._tasks)
+
+    async def _on_msg(self, msg: Msg) -> None:
+        stats = self.bus.stats
+        try:
+            event = decode(msg.subject, msg.data)
+        except EnvelopeError as exc:
+            stats.dropped.add("malformed")
+            self._malformed_log.warning("%s (subscription %r); message skipped", exc, self.pattern)
+            return
+        while len(self._tasks) >= self.concurrency:
+            self._slot_free = asyncio.get_running_loop().create_future()
+            await self._slot_free
+        delivered = stats.delivered
+        if event.subject in delivered:
+            delivered[event.subject] += 1
+        else:
+            delivered.add(event.subject)
+        token = _depth._current.set(event.depth + 1)
+        try:
+            result = self.handler(event)
+            if result is not None:
+                task = start_eager(result)  # type: ignore[arg-type]
+                if task is not None:
+                    self._tasks.add(task)
+                    task.add_done_callback(self._finished)
+        except Exception:
+            self._handler_failed(event)
+        finally:
+            _depth._current.reset(token)
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if self._slot_free is not None and not self._slot_free.done():
+            self._slot_free.set_result(None)
+        if not task.cancelled() and task.exception() is not None:
+            self.bus.stats.handler_errors.add(self.pattern)
+            exc = task.exception()
+            self._error_log.warning(
+                "handler %s on %r raised %r", _name(self.handler), self.pattern, exc, exc_info=False
+            )
+
+    def _handler_failed(self, event: Event) -> None:
+        self.bus.stats.handler_errors.add(self.pattern)
+        self._error_log.warning(
+            "handler %s raised on %s (id %s)", _name(self.handler), event.subject, event.id, exc_info=True
+        )
+
+    async def unsubscribe(self, timeout: float = DEFAULT_CLOSE_TIMEOUT) -> None:
+        """Stop receiving; let in-flight handlers finish within ``timeout``, then cancel them."""
+        sub, self._nats = self._nats, None
+        if sub is not None:
+            try:
+                await sub.unsubscribe()
+            except nats.errors.Error:
+                pass  # connection already gone: nothing more will arrive anyway
+        self.bus._subs.discard(self)
+        await _settle(self._tasks, timeout, f"handlers of {self.pattern!r}")
+
+
+async def _settle(tasks: set[asyncio.Task[None]], timeout: float, what: str) -> None:
+    """Wait for ``tasks`` up to ``timeout``; cancel and log what is left."""
+    if not tasks:
+        return
+    _, pending = await asyncio.wait(set(tasks), timeout=timeout)
+    if pending:
+        log.warning("%d %s still running after %.1fs: cancelled", len(pending), what, timeout)
+        for task in pending:
+            task.cancel()
+        await asyncio.wait(pending, timeout=1.0)
+
+
+def _name(handler: object) -> str:
+    return getattr(handler, "__qualname__", None) or repr(handler)
+
+
+class Bus:
+    """A connection to the hookbus: emit events, subscribe to them.
+
+    ``Bus()`` connects to ``$NATS_URL``, else ``nats://127.0.0.1:4222`` (where
+    ``hookbus up`` listens). ``Bus(embedded=True)`` starts a private nats-server
+    for this Bus alone, for tests and notebooks.
+    """
+
+    def __init__(
+        self,
+        servers: str | list[str] | None = None,
+        *,
+        name: str = "hookbus",
+        embedded: bool = False,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        max_depth: int = _depth.DEFAULT_MAX_DEPTH,
+        strict: bool = False,
+        connect_timeout: float = 10.0,
+        close_timeout: float = DEFAULT_CLOSE_TIMEOUT,
+        source: str | None = None,
+        nats_options: dict[str, Any] | None = None,
+    ) -> None:
+        if embedded and servers is not None:
+            raise ValueError("give either servers or embedded=True, not both")
+        if max_depth < 1:
+            raise ValueError(f"max_depth must be at least 1, not {max_depth}")
+        self.name = name
+        self.max_depth = max_depth
+        self.strict = strict
+        self.stats = BusStats()
+        self._servers = None if embedded else resolve_servers(servers)
+        self._embedded: NatsServer | None = NatsServer() if embedded else None
+        self._encoder = Encoder(max_bytes, source)
+        self._connect_timeout = connect_timeout
+        self._close_timeout = close_timeout
+        self._nats_options = nats_options
+        self._nc: Client | None = None
+        self._publisher: Publisher | None = None
+        self._subs: set[Subscription] = set()
+        self._state = BusState.UNOPENED
+        self._warned_disconnected = False
+
+    @property
+    def servers(self) -> list[str]:
+        """The NATS URLs this Bus connects to."""
+        if self._embedded is not None:
+            return [self._embedded.url]
+        assert self._servers is not None
+        return self._servers
+
+    @property
+    def state(self) -> BusState:
+        return self._state
+
+    @property
+    def nc(self) -> Client:
+        """The underlying nats-py client (for request/reply and JetStream)."""
+        if self._nc is None:
+            raise BusClosedError(f"Bus is {self._state.value}: no NATS connection")
+        return self._nc
+
+    @property
+    def connected(self) -> bool:
+        return self._nc is not None and self._nc.is_connected
+
+    @property
+    def max_bytes(self) -> int:
+        return self._encoder.max_bytes
+
+    async def start(self) -> Bus:
+        """Connect (starting the embedded server first if asked for one)."""
+        if self._state is not BusState.UNOPENED:
+            raise BusClosedError(f"Bus is {self._state.value}: a Bus is opened once")
+        if self._embedded is not None:
+            await asyncio.to_thread(self._embedded.start)
+        try:
+            self._nc = await open_connection(
+                self.servers,
+                name=self.name,
+                connect_budget=self._connect_timeout,
+                on_error=self._on_error,
+                on_disconnect=self._on_disconnect,
+                on_reconnect=self._on_reconnect,
+                options=self._nats_options,
+            )
+        except BaseException:
+            if self._embedded is not None:
+                await asyncio.to_thread(self._embedded.cleanup)
+            raise
+        if self._nc.max_payload < self._encoder.max_bytes:
+            await self._abandon()
+            raise ConfigError(
+                f"max_bytes={self._encoder.max_bytes} is over the server's max_payload ({self._nc.max_payload})"
+            )
+        self._publisher = Publisher(self._nc)
+        self._state = BusState.OPEN
+        COLLECTOR.track(self.stats)
+        return self
+
+    async def close(self) -> None:
+        """Unsubscribe, let handlers finish (bounded), flush, disconnect."""
+        if self._state is not BusState.OPEN:
+            self._state = BusState.CLOSED
+            return
+        self._state = BusState.CLOSED
+        for sub in list(self._subs):
+            await sub.unsubscribe(self._close_timeout)
+        nc, self._nc, self._publisher = self._nc, None, None
+        if nc is not None:
+            try:
+                await asyncio.wait_for(nc.flush(), timeout=self._close_timeout)
+            except (nats.errors.Error, asyncio.TimeoutError):
+                log.warning("could not flush pending events to NATS while closing")
+            await nc.close()
+        COLLECTOR.retire(self.stats)
+        if self._embedded is not None:
+            await asyncio.to_thread(self._embedded.cleanup)
+
+    async def _abandon(self) -> None:
+        nc, self._nc = self._nc, None
+        if nc is not None:
+            await nc.close()
+        if self._embedded is not None:
+            await asyncio.to_thread(self._embedded.cleanup)
+
+    async def __aenter__(self) -> Bus:
+        return await self.start()
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def emit(
+        self, subject: str, payload: Mapping[str, Any] | None = None, session_id: str | None = None
+    ) -> bool:
+        """Publish an event; True if it went out (or was buffered), False if dropped.
+
+        Raises SubjectError, PayloadError (NotSerializableError, PayloadTooLarge)
+        for caller bugs and BusClosedError on a closed Bus; never for transport
+        trouble. At the recursion limit the event is dropped silently and counted.
+        """
+        depth = _depth._current.get()
+        if self.strict:
+            check_strict(subject, payload or _EMPTY)
+        data, truncated = self._encoder.encode(subject, _EMPTY if payload is None else payload, session_id, depth)
+        stats = self.stats
+        if depth >= self.max_depth:
+            stats.dropped.add("depth")
+            return False
+        if truncated:
+            stats.truncated += 1
+        publisher = self._publisher
+        if publisher is None:
+            raise BusClosedError(f"emit on a Bus that is {self._state.value}")
+        try:
+            waiting = publisher.push(subject, data)
+            if waiting is not None:
+                await waiting
+        except nats.errors.OutboundBufferLimitError:
+            stats.dropped.add("disconnected")
+            return False
+        except (nats.errors.ConnectionClosedError, nats.errors.ConnectionDrainingError):
+            stats.dropped.add("closed")
+            return False
+        emitted = stats.emitted
+        if subject in emitted:
+            emitted[subject] += 1
+        else:
+            emitted.add(subject)
+        return True
+
+    async def publish_raw(self, subject: str, data: bytes) -> None:
+        """Publish bytes as they are (tools and tests; no envelope, no checks)."""
+        await self.nc.publish(subject, data)
+
+    async def subscribe(
+        self,
+        pattern: str,
+        handler: Handler,
+        queue: str | None = None,
+        *,
+        concurrency: int = DEFAULT_CONCURRENCY,
+        pending_msgs: int = DEFAULT_PENDING_MSGS,
+        pending_bytes: int = DEFAULT_PENDING_BYTES,
+    ) -> Subscription:
+        """Call ``handler(event)`` for each event matching ``pattern``.
+
+        ``pattern`` is a NATS pattern or a PRX-style one (see
+        :func:`bus.subjects.normalise_pattern`). Subscribers sharing a ``queue``
+        name share the events: each goes to one of them.
+        """
+        nats_pattern = normalise_pattern(pattern)
+        if queue is not None and not TOKEN_RE.fullmatch(queue):
+            raise SubjectError(queue, "a queue group name must match [A-Za-z0-9_-]+")
+        nc = self.nc
+        sub = Subscription(self, nats_pattern, queue, handler, concurrency)
+        sub._nats = await nc.subscribe(
+            nats_pattern,
+            queue=queue or "",
+            cb=sub._on_msg,
+            pending_msgs_limit=pending_msgs,
+            pending_bytes_limit=pending_bytes,
+        )
+        self._subs.add(sub)
+        return sub
+
+    async def flush(self, timeout: float = 5.0) -> None:
+        """Wait until everything emitted so far reached the server."""
+        await self.nc.flush(timeout=int(timeout) or 1)
+
+    async def _on_error(self, exc: Exception) -> None:
+        if isinstance(exc, nats.errors.SlowConsumerError):
+            self.stats.dropped.add("slow_consumer")
+            return
+        if isinstance(exc, OSError | nats.errors.UnexpectedEOF | nats.errors.StaleConnectionError):
+            log.debug("NATS connection trouble: %r", exc)
+            return
+        log.warning("NATS error: %r", exc)
+
+    async def _on_disconnect(self) -> None:
+        if self._state is BusState.OPEN:
+            self.stats.disconnects += 1
+            log.warning("disconnected from NATS (%s); reconnecting", ", ".join(self.servers))
+
+    async def _on_reconnect(self) -> None:
+        self.stats.reconnects += 1
+        url = self._nc.connected_url.netloc if self._nc and self._nc.connected_url else "?"
+        log.warning("reconnected to NATS at %s", url)

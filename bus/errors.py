@@ -1,0 +1,95 @@
+"""Errors raised by hookbus.
+
+The tree::
+
+    HookbusError
+    ├── ConfigError            a setting, flag or config file is wrong
+    ├── ConnectError           the bus could not be reached (names the URL)
+    ├── BusClosedError         the Bus was used after close(), or before start
+    ├── ServerError            the embedded nats-server would not start
+    ├── SubjectError           a subject or pattern breaks the subject rules (also ValueError)
+    ├── PayloadError           a payload cannot be sent (also ValueError)
+    │   ├── NotSerializableError   not JSON-serialisable
+    │   ├── PayloadTooLarge        over the size limit even after truncation
+    │   └── CatalogError           strict mode: does not match the event catalog
+    └── EnvelopeError          bytes from the bus are not a valid event envelope
+
+Transport trouble during ``emit`` is never raised: it is counted as a drop.
+Errors carry the context they are about (subject, size, URL) as attributes.
+"""
+
+from __future__ import annotations
+
+
+class HookbusError(Exception):
+    """Base class of every error hookbus raises on purpose."""
+
+
+class ConfigError(HookbusError):
+    """A setting, command-line flag or configuration file is invalid."""
+
+
+class ConnectError(HookbusError):
+    """The NATS server could not be reached within the retry budget."""
+
+    def __init__(self, servers: list[str], cause: BaseException | None = None) -> None:
+        self.servers = servers
+        self.cause = cause
+        detail = f": {cause}" if cause is not None and str(cause) else ""
+        kind = f" ({type(cause).__name__})" if cause is not None else ""
+        super().__init__(f"cannot connect to NATS at {', '.join(servers)}{kind}{detail}")
+
+
+class BusClosedError(HookbusError):
+    """The Bus is not open: it was closed, or never started."""
+
+
+class ServerError(HookbusError):
+    """The embedded nats-server could not be started."""
+
+
+class SubjectError(HookbusError, ValueError):
+    """A subject or subscription pattern does not follow the subject rules."""
+
+    def __init__(self, subject: object, reason: str) -> None:
+        self.subject = subject
+        self.reason = reason
+        super().__init__(f"invalid subject {subject!r}: {reason}")
+
+
+class PayloadError(HookbusError, ValueError):
+    """A payload cannot be turned into an event."""
+
+    def __init__(self, subject: str, reason: str) -> None:
+        self.subject = subject
+        self.reason = reason
+        super().__init__(f"payload for {subject!r}: {reason}")
+
+
+class NotSerializableError(PayloadError):
+    """The payload (or session id) cannot be encoded as JSON."""
+
+
+class PayloadTooLarge(PayloadError):
+    """The encoded event exceeds the size limit even after truncation."""
+
+    def __init__(self, subject: str, size: int, limit: int) -> None:
+        self.size = size
+        self.limit = limit
+        super().__init__(
+            subject,
+            f"encoded event is {size} bytes after truncating strings, over the {limit}-byte limit",
+        )
+
+
+class CatalogError(PayloadError):
+    """Strict mode: a catalogued event's payload lacks a field or has a wrong type."""
+
+
+class EnvelopeError(HookbusError):
+    """Bytes received from the bus are not a valid event envelope."""
+
+    def __init__(self, subject: str, reason: str) -> None:
+        self.subject = subject
+        self.reason = reason
+        super().__init__(f"malformed event on {subject!r}: {reason}")

@@ -1,0 +1,64 @@
+"""Publishing envelope bytes with as little work per message as possible.
+
+nats-py's ``publish`` re-checks what hookbus already guarantees (subject shape,
+size) and goes through three coroutine layers per message; on the agent's hot
+path that costs as much as building the envelope. When connected, this module
+builds the ``PUB`` command itself and hands it to the client's outgoing buffer
+the way ``publish`` ends (append to the pending buffer, kick the flusher), so buffering, flow
+control and flushing stay nats-py's. It is checked against the installed
+nats-py when a Bus connects (and by the test suite); if the internals it needs
+are missing, or while disconnected, it falls back to ``publish``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from typing import Any, Final
+
+from nats.aio.client import Client
+
+_NEEDED: Final = ("_pending", "_pending_data_size", "_max_pending_size", "_flush_queue", "_flush_pending", "stats")
+
+
+def fast_path_available(nc: Client) -> bool:
+    """Whether the installed nats-py client has the internals the fast path uses."""
+    return all(hasattr(nc, name) for name in _NEEDED)
+
+
+class Publisher:
+    """Publishes pre-encoded event bytes on one nats-py client."""
+
+    def __init__(self, nc: Client) -> None:
+        self._nc = nc
+        self.fast = fast_path_available(nc)
+        self._stats: dict[str, Any] = nc.stats
+        self._prefixes: dict[str, bytes] = {}
+
+    def push(self, subject: str, data: bytes) -> Awaitable[None] | None:
+        """Publish ``data`` on a subject that bus.subjects has validated.
+
+        Returns None when the message is in the outgoing buffer, or an awaitable
+        the caller must await (a flush to kick, or the plain publish fallback),
+        so the common case costs no coroutine.
+        """
+        nc = self._nc
+        if not (self.fast and nc.is_connected):
+            return nc.publish(subject, data)
+        prefix = self._prefixes.get(subject)
+        if prefix is None:
+            if len(self._prefixes) >= 4096:
+                self._prefixes.clear()
+            prefix = self._prefixes[subject] = b"PUB %s " % subject.encode()
+        size = len(data)
+        command = b"%s%d\r\n%s\r\n" % (prefix, size, data)
+        nc._pending.append(command)
+        nc._pending_data_size += len(command)
+        stats = self._stats
+        stats["out_msgs"] += 1
+        stats["out_bytes"] += size
+        if nc._pending_data_size > nc._max_pending_size:
+            return nc._flush_pending(force_flush=True)
+        queue = nc._flush_queue
+        if queue is not None and queue.empty():
+            return nc._flush_pending()
+        return None

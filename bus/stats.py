@@ -1,0 +1,122 @@
+"""Counters of one Bus, and their export to Prometheus.
+
+The counters are plain integers in dicts so that ``emit`` and message delivery
+pay a dict update, not a metric lock. A process-wide collector reads every live
+Bus (plus the totals of closed ones, so counters never go down) at scrape time.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from typing import Final
+
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import REGISTRY, Collector, CollectorRegistry
+
+PREFIX: Final = "hookbus"
+#: Label values kept per counter before new ones fold into "other".
+MAX_LABELS: Final = 256
+OTHER: Final = "other"
+
+#: Why an event did not reach the wire or a handler.
+DROP_REASONS: Final = ("depth", "oversize", "disconnected", "malformed", "slow_consumer", "closed")
+
+
+class LabelledCounter(Counter[str]):
+    """A Counter whose set of labels is capped; extra labels count as ``other``."""
+
+    def add(self, label: str, amount: int = 1) -> None:
+        if label in self or len(self) < MAX_LABELS:
+            self[label] += amount
+        else:
+            self[OTHER] += amount
+
+
+class BusStats:
+    """What one Bus did: emitted, delivered, dropped (by reason), failed."""
+
+    def __init__(self) -> None:
+        self.emitted = LabelledCounter()
+        self.delivered = LabelledCounter()
+        self.dropped = LabelledCounter()
+        self.handler_errors = LabelledCounter()
+        self.truncated = 0
+        self.disconnects = 0
+        self.reconnects = 0
+
+    def merge(self, other: BusStats) -> None:
+        """Add ``other``'s counts to these."""
+        for mine, theirs in self._counters(other):
+            for label, value in theirs.items():
+                mine.add(label, value)
+        self.truncated += other.truncated
+        self.disconnects += other.disconnects
+        self.reconnects += other.reconnects
+
+    def _counters(self, other: BusStats) -> Iterator[tuple[LabelledCounter, LabelledCounter]]:
+        yield self.emitted, other.emitted
+        yield self.delivered, other.delivered
+        yield self.dropped, other.dropped
+        yield self.handler_errors, other.handler_errors
+
+
+class _BusCollector(Collector):
+    """Sums the stats of every Bus in the process at scrape time."""
+
+    def __init__(self) -> None:
+        self._live: weakref.WeakSet[BusStats] = weakref.WeakSet()
+        self._retired = BusStats()
+        self._lock = threading.Lock()
+
+    def track(self, stats: BusStats) -> None:
+        with self._lock:
+            self._live.add(stats)
+
+    def retire(self, stats: BusStats) -> None:
+        with self._lock:
+            if stats in self._live:
+                self._live.discard(stats)
+                self._retired.merge(stats)
+
+    def total(self) -> BusStats:
+        total = BusStats()
+        with self._lock:
+            total.merge(self._retired)
+            for stats in list(self._live):
+                total.merge(stats)
+        return total
+
+    def collect(self) -> Iterable[CounterMetricFamily]:
+        total = self.total()
+        yield _family("events_emitted", "Events published by emit, by subject.", "subject", total.emitted)
+        yield _family("events_delivered", "Events handed to a subscriber handler, by subject.", "subject", total.delivered)
+        yield _family("events_dropped", "Events not published or not delivered, by reason.", "reason", total.dropped)
+        yield _family("handler_errors", "Subscriber handlers that raised, by subject.", "subject", total.handler_errors)
+        yield _plain("events_truncated", "Oversized events whose strings were cut to fit.", total.truncated)
+        yield _plain("nats_disconnects", "Times a client lost its NATS connection.", total.disconnects)
+        yield _plain("nats_reconnects", "Times a client reconnected to NATS.", total.reconnects)
+
+
+def _family(name: str, doc: str, label: str, values: Counter[str]) -> CounterMetricFamily:
+    family = CounterMetricFamily(f"{PREFIX}_{name}", doc, labels=[label])
+    for value, count in sorted(values.items()):
+        family.add_metric([value], count)
+    return family
+
+
+def _plain(name: str, doc: str, count: int) -> CounterMetricFamily:
+    return CounterMetricFamily(f"{PREFIX}_{name}", doc, value=count)
+
+
+COLLECTOR: Final = _BusCollector()
+
+
+def register(registry: CollectorRegistry = REGISTRY) -> None:
+    """Expose the bus counters on ``registry`` (done once for the default one)."""
+    registry.register(COLLECTOR)
+
+
+register()
