@@ -34,6 +34,8 @@ async def _drive(coro: Coroutine[Any, Any, Any], yielded: Any) -> None:
             if yielded is None:  # a bare yield, as in asyncio.sleep(0)
                 await asyncio.sleep(0)
             elif getattr(yielded, "_asyncio_future_blocking", None) is not None:
+                # The handler's yield set this flag for a Task to take; take it, as a Task does.
+                yielded._asyncio_future_blocking = False
                 await yielded
             else:
                 yielded = coro.throw(RuntimeError(f"handler yielded a non-future: {yielded!r}"))

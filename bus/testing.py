@@ -21,16 +21,21 @@ from bus.server import NatsServer
 
 def docker_engine_answers() -> bool:
     """Whether a Docker engine is reachable (the testcontainers path)."""
+    if not os.environ.get("DOCKER_HOST") and not os.path.exists("/var/run/docker.sock"):
+        return False
     try:
         import docker  # type: ignore[import-untyped]  # noqa: PLC0415 - optional, only with testcontainers
     except ImportError:
         return False
+    client = None
     try:
         client = docker.from_env(timeout=2)
         client.ping()
-        client.close()
     except Exception:
         return False
+    finally:
+        if client is not None:
+            client.close()
     return True
 
 

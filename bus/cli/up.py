@@ -13,7 +13,9 @@ import asyncio
 import os
 import signal
 import sys
-from contextlib import AsyncExitStack
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from prometheus_client import start_http_server
@@ -27,6 +29,28 @@ from bus.server import NatsServer
 DEFAULT_PORT = 4222
 DEFAULT_HTTP_PORT = 8477
 DEFAULT_METRICS_PORT = 9477
+
+
+@dataclass
+class UpContext:
+    """What a service started by ``hookbus up`` gets: the bus, the workspace, the flags."""
+
+    bus: Bus
+    workspace: Path
+    nats_url: str
+    args: argparse.Namespace
+    #: Lines printed once everything is up ("  name  where it listens").
+    lines: list[str] = field(default_factory=list)
+
+
+#: A service of ``hookbus up``: an async context manager that runs while the bus is up.
+Service = Callable[[UpContext], AbstractAsyncContextManager[None]]
+
+
+def services() -> list[Service]:
+    """The workers ``hookbus up`` runs, in start order (imported here, not at module load)."""
+    found: list[Service] = []
+    return found
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -79,10 +103,12 @@ async def run(args: argparse.Namespace) -> int:
             stack.callback(thread.join, 5)
             stack.callback(httpd.shutdown)
             lines.append(f"  metrics  http://{args.host}:{httpd.server_port}/metrics")
+        ctx = UpContext(bus=bus, workspace=workspace, nats_url=nats_url, args=args, lines=lines)
+        for service in services():
+            await stack.enter_async_context(service(ctx))
         lines.append(f"ready (pid {os.getpid()}); Ctrl-C or SIGTERM stops everything")
         print("\n".join(lines), flush=True)
         await _wait(stop, server)
-        del bus
     print("hookbus up: stopped", flush=True)
     return 0
 
