@@ -60,11 +60,27 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--workspace", type=Path, default=Path(".hookbus"), help="workspace directory (default: ./.hookbus)")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"embedded NATS client port (default: {DEFAULT_PORT}; 0: any free port)")
-    parser.add_argument("--host", default="127.0.0.1", help="address the embedded NATS and HTTP servers bind (default: 127.0.0.1)")
-    parser.add_argument("--http-port", type=int, default=DEFAULT_HTTP_PORT, help=f"hooks HTTP API port (default: {DEFAULT_HTTP_PORT})")
-    parser.add_argument("--metrics-port", type=int, default=DEFAULT_METRICS_PORT, help=f"Prometheus /metrics port (default: {DEFAULT_METRICS_PORT}; -1: off)")
+    parser.add_argument(
+        "--workspace", type=Path, default=Path(".hookbus"), help="workspace directory (default: ./.hookbus)"
+    )
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=DEFAULT_PORT,
+        help=f"embedded NATS client port (default: {DEFAULT_PORT}; 0: any free port)",
+    )
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="address the embedded NATS and HTTP servers bind (default: 127.0.0.1)"
+    )
+    parser.add_argument(
+        "--http-port", type=int, default=DEFAULT_HTTP_PORT, help=f"hooks HTTP API port (default: {DEFAULT_HTTP_PORT})"
+    )
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=DEFAULT_METRICS_PORT,
+        help=f"Prometheus /metrics port (default: {DEFAULT_METRICS_PORT}; -1: off)",
+    )
     add_nats_url(parser)
     parser.set_defaults(func=run)
 
@@ -80,7 +96,7 @@ async def run(args: argparse.Namespace) -> int:
     _check_port("http-port", args.http_port)
     _check_port("metrics-port", args.metrics_port, allow_off=True)
     workspace: Path = args.workspace.resolve()
-    workspace.mkdir(parents=True, exist_ok=True)
+    workspace.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - once, before anything runs
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
