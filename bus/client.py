@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import enum
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any, Final
 
@@ -25,14 +25,17 @@ from nats.aio.subscription import Subscription as NatsSubscription
 from bus import depth as _depth
 from bus.catalog import check_strict
 from bus.connection import open_connection, resolve_servers
+from bus.decisions import Decision
 from bus.eager import start_eager
 from bus.envelope import DEFAULT_MAX_BYTES, Encoder, Event, decode
 from bus.errors import BusClosedError, ConfigError, EnvelopeError, SubjectError
+from bus.intercept import Interceptor, MiddlewareOptions
 from bus.publisher import Publisher
 from bus.ratelog import RateLimitedLog
 from bus.server import NatsServer
 from bus.stats import COLLECTOR, BusStats
 from bus.subjects import TOKEN_RE, normalise_pattern
+from bus.trust import Managed
 
 log = logging.getLogger("hookbus.bus")
 
@@ -153,11 +156,16 @@ def _name(handler: object) -> str:
 
 
 class Bus:
-    """A connection to the hookbus: emit events, subscribe to them.
+    """A connection to the hookbus: emit events, subscribe to them, run middleware chains.
 
     ``Bus()`` connects to ``$NATS_URL``, else ``nats://127.0.0.1:4222`` (where
     ``hookbus up`` listens). ``Bus(embedded=True)`` starts a private nats-server
     for this Bus alone, for tests and notebooks.
+
+    Middleware (``intercept``): ``trust_new=True`` approves handlers never seen
+    before on first sight (development); ``managed`` names handlers or modules
+    of the operator's config that run without approval; ``middleware`` holds
+    the rest (tool aliases, output drain, shutdown clamp).
     """
 
     def __init__(
@@ -173,6 +181,9 @@ class Bus:
         close_timeout: float = DEFAULT_CLOSE_TIMEOUT,
         source: str | None = None,
         nats_options: dict[str, Any] | None = None,
+        trust_new: bool = False,
+        managed: Iterable[str] = (),
+        middleware: MiddlewareOptions | None = None,
     ) -> None:
         if embedded and servers is not None:
             raise ValueError("give either servers or embedded=True, not both")
@@ -193,6 +204,9 @@ class Bus:
         self._subs: set[Subscription] = set()
         self._state = BusState.UNOPENED
         self._warned_disconnected = False
+        self.middleware = Interceptor(
+            self, managed=Managed.of(managed), trust_new=trust_new, options=middleware or MiddlewareOptions()
+        )
 
     @property
     def servers(self) -> list[str]:
@@ -257,6 +271,7 @@ class Bus:
             self._state = BusState.CLOSED
             return
         self._state = BusState.CLOSED
+        await self.middleware.close()
         for sub in list(self._subs):
             await sub.unsubscribe(self._close_timeout)
         nc, self._nc, self._publisher = self._nc, None, None
@@ -325,6 +340,28 @@ class Bus:
     async def publish_raw(self, subject: str, data: bytes) -> None:
         """Publish bytes as they are (tools and tests; no envelope, no checks)."""
         await self.nc.publish(subject, data)
+
+    async def publish_journal(self, subject: str, data: bytes) -> None:
+        """Publish a journal entry on the fast path; transport trouble drops it (counted), as emit does."""
+        publisher = self._publisher
+        if publisher is None:
+            self.stats.dropped.add("closed")
+            return
+        try:
+            waiting = publisher.push(subject, data)
+            if waiting is not None:
+                await waiting
+        except nats.errors.Error:
+            self.stats.dropped.add("disconnected")
+
+    async def intercept(self, stage: str, payload: dict[str, Any], ctx: Mapping[str, Any] | None = None) -> Decision:
+        """Run the middleware chain of ``stage``; return Continue(), Cancel(reason) or Patch(payload).
+
+        A stage nobody declared returns Continue() without touching the
+        network. ``ctx`` may carry ``session`` and ``agent``; the recursion
+        depth is the current one (:mod:`bus.depth`). See :mod:`bus.intercept`.
+        """
+        return await self.middleware.intercept(stage, payload, ctx)
 
     async def subscribe(
         self,

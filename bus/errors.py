@@ -12,7 +12,12 @@ The tree::
     │   ├── NotSerializableError   not JSON-serialisable
     │   ├── PayloadTooLarge        over the size limit even after truncation
     │   └── CatalogError           strict mode: does not match the event catalog
-    └── EnvelopeError          bytes from the bus are not a valid event envelope
+    ├── EnvelopeError          bytes from the bus are not a valid event envelope
+    └── MiddlewareError        the middleware could not do what was asked
+        ├── StageError             a stage name breaks the stage rules (also ValueError)
+        ├── DeclarationError       a handler declaration is invalid (also ValueError)
+        ├── DecisionError          a reply is not a valid decision (names who sent it)
+        └── RegistryError          the registry/trust store (JetStream KV) is unavailable
 
 Transport trouble during ``emit`` is never raised: it is counted as a drop.
 Errors carry the context they are about (subject, size, URL) as attributes.
@@ -93,3 +98,38 @@ class EnvelopeError(HookbusError):
         self.subject = subject
         self.reason = reason
         super().__init__(f"malformed event on {subject!r}: {reason}")
+
+
+class MiddlewareError(HookbusError):
+    """The middleware (handlers, registry, trust) could not do what was asked."""
+
+
+class StageError(MiddlewareError, ValueError):
+    """A stage name does not follow the stage rules."""
+
+    def __init__(self, stage: object, reason: str) -> None:
+        self.stage = stage
+        self.reason = reason
+        super().__init__(f"invalid stage {stage!r}: {reason}")
+
+
+class DeclarationError(MiddlewareError, ValueError):
+    """A handler declaration (name, timeout, before/after, matcher) is invalid."""
+
+    def __init__(self, handler: str, reason: str) -> None:
+        self.handler = handler
+        self.reason = reason
+        super().__init__(f"handler {handler!r}: {reason}")
+
+
+class DecisionError(MiddlewareError):
+    """A handler's answer is not a valid decision."""
+
+    def __init__(self, where: str, reason: str) -> None:
+        self.where = where
+        self.reason = reason
+        super().__init__(f"invalid decision from {where}: {reason}")
+
+
+class RegistryError(MiddlewareError):
+    """The handler registry or trust store (JetStream KV) cannot be used."""

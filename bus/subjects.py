@@ -120,3 +120,19 @@ def matches(pattern: str, subject: str) -> bool:
         if index >= len(stoks) or (ptok != "*" and ptok != stoks[index]):
             return False
     return len(ptoks) == len(stoks)
+
+
+#: Middleware requests to a module go to ``hookbus.mw.<module>`` (queue group of the same name).
+MIDDLEWARE_PREFIX = "hookbus.mw"
+#: Every middleware reaction is published here as a journal entry.
+JOURNAL_MIDDLEWARE = "hookbus.journal.middleware"
+#: Published when a stage's chain is disabled (cycle, dangling reference), and when it works again.
+BROKEN_SET = "eva.broken.set"
+BROKEN_CLEARED = "eva.broken.cleared"
+
+
+def module_subject(module: str) -> str:
+    """The request subject (and queue group) of a middleware module."""
+    if not TOKEN_RE.fullmatch(module):
+        raise SubjectError(module, "a module name must match [A-Za-z0-9_-]+")
+    return f"{MIDDLEWARE_PREFIX}.{module}"

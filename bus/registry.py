@@ -1,0 +1,161 @@
+"""The handler registry and trust store on JetStream KV: the handshake of the middleware.
+
+Two buckets:
+
+- ``hookbus_modules``: one key per serving process, ``<module>.<instance>``,
+  whose value is the module's announcement (its declarations, its request
+  subject, its heartbeat). A module re-puts it every heartbeat and deletes it
+  when it stops; the kernel drops an instance it has not heard from for
+  ``LIVENESS_FACTOR`` heartbeats, so a killed module stops being called within
+  a bounded time.
+- ``hookbus_trust``: one key per handler, ``<module>.<handler>``, holding the
+  approved identity (see :mod:`bus.trust`).
+
+The kernel watches both and keeps a local view; ``Bus.intercept`` reads only
+that view, so an undeclared stage costs a dict lookup.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+import nats.errors
+import nats.js.errors
+import orjson
+from nats.aio.client import Client
+from nats.js.kv import KeyValue
+
+from bus.declaration import Declaration, from_wire
+from bus.errors import RegistryError
+from bus.subjects import module_subject
+
+if TYPE_CHECKING:
+    from bus.module import Module
+
+log = logging.getLogger("hookbus.registry")
+
+MODULES_BUCKET: Final = "hookbus_modules"
+TRUST_BUCKET: Final = "hookbus_trust"
+PROTOCOL: Final = 1
+#: An instance unheard of for this many heartbeats is taken as dead.
+LIVENESS_FACTOR: Final = 3
+#: The modules bucket forgets keys this old (long-dead instances that never deleted themselves).
+MODULES_MAX_AGE: Final = 300.0
+
+
+async def open_bucket(nc: Client, bucket: str) -> KeyValue:
+    """Bind to a bucket, creating it on first use; RegistryError when JetStream is off."""
+    js = nc.jetstream()
+    try:
+        return await js.key_value(bucket)
+    except nats.js.errors.BucketNotFoundError:
+        pass
+    except (nats.errors.NoRespondersError, nats.errors.TimeoutError) as exc:
+        raise RegistryError(
+            f"JetStream is not available on this server ({type(exc).__name__}); run nats-server with -js"
+        ) from None
+    max_age = MODULES_MAX_AGE if bucket == MODULES_BUCKET else None
+    try:
+        return await js.create_key_value(bucket=bucket, history=1, ttl=max_age)
+    except nats.js.errors.BadRequestError:
+        return await js.key_value(bucket)  # created by someone else meanwhile
+
+
+@dataclass(frozen=True, slots=True)
+class Announcement:
+    """One serving process of a module, as it announced itself."""
+
+    module: str
+    instance: str
+    subject: str
+    heartbeat: float
+    batch: bool
+    declarations: tuple[Declaration, ...]
+
+    @property
+    def key(self) -> str:
+        return f"{self.module}.{self.instance}"
+
+    def to_bytes(self) -> bytes:
+        return orjson.dumps(
+            {
+                "protocol": PROTOCOL,
+                "module": self.module,
+                "instance": self.instance,
+                "subject": self.subject,
+                "heartbeat": self.heartbeat,
+                "batch": self.batch,
+                "handlers": [decl.to_wire() for decl in self.declarations],
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "at": time.time(),
+            }
+        )
+
+
+def parse_announcement(data: bytes) -> Announcement:
+    """Decode an announcement; raises ValueError/KeyError/TypeError (and hookbus errors) if malformed."""
+    obj: dict[str, Any] = orjson.loads(data)
+    decls = tuple(from_wire(item) for item in obj["handlers"])
+    if any(decl.module != obj["module"] for decl in decls):
+        raise ValueError("a handler names another module")
+    return Announcement(
+        module=obj["module"],
+        instance=str(obj["instance"]),
+        subject=str(obj.get("subject") or module_subject(obj["module"])),
+        heartbeat=float(obj.get("heartbeat", 1.0)),
+        batch=bool(obj.get("batch", False)),
+        declarations=decls,
+    )
+
+
+def announcement_of(module: Module) -> Announcement:
+    return Announcement(
+        module=module.name,
+        instance=uuid.uuid4().hex[:12],
+        subject=module_subject(module.name),
+        heartbeat=module.heartbeat,
+        batch=True,
+        declarations=tuple(module.declarations),
+    )
+
+
+class Watch:
+    """Follows one bucket: calls ``on_change(key, value or None)`` for each put or delete."""
+
+    def __init__(self, kv: KeyValue, on_change: Callable[[str, bytes | None], None]) -> None:
+        self._kv = kv
+        self._on_change = on_change
+        self._task: asyncio.Task[None] | None = None
+        self.loaded = asyncio.Event()
+
+    async def start(self) -> None:
+        watcher = await self._kv.watchall()
+        self._task = asyncio.get_running_loop().create_task(self._follow(watcher))
+        await self.loaded.wait()
+
+    async def _follow(self, watcher: KeyValue.KeyWatcher) -> None:
+        try:
+            async for entry in watcher:
+                if entry is None:  # the end of what was stored when the watch began
+                    self.loaded.set()
+                    continue
+                deleted = entry.operation in ("DEL", "PURGE") or not entry.value
+                self._on_change(entry.key, None if deleted else entry.value)
+                if entry.delta == 0:
+                    self.loaded.set()
+        finally:
+            await watcher.stop()  # type: ignore[no-untyped-call]  # nats-py leaves it unannotated
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)

@@ -1,0 +1,102 @@
+"""Request/reply for the kernel side, with every pending request reachable.
+
+Like nats-py's ``request`` (one wildcard inbox subscription, a future per
+request) but with a timer instead of ``asyncio.wait_for`` (which costs a task
+per call on Python 3.11), and with :meth:`Requester.abort_all` so that a
+closing Bus can end every pending request at once instead of hanging on them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+from typing import Final
+
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+
+_STATUS: Final = "Status"
+_NO_RESPONDERS: Final = "503"
+
+
+class NoResponders(Exception):
+    """Nobody subscribes to the subject: the module is not running."""
+
+
+class RequestTimeout(Exception):
+    """No reply within the timeout."""
+
+
+class Aborted(Exception):
+    """The requester was closed while the request was pending."""
+
+
+class Requester:
+    """Sends requests on one client and routes replies back by token."""
+
+    def __init__(self, nc: Client) -> None:
+        self._nc = nc
+        self._prefix = ""
+        self._tokens = itertools.count()
+        self._pending: dict[str, asyncio.Future[bytes]] = {}
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    async def start(self) -> None:
+        self._prefix = self._nc.new_inbox() + "."
+        await self._nc.subscribe(self._prefix + "*", cb=self._on_reply)
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    async def _on_reply(self, msg: Msg) -> None:
+        future = self._pending.get(msg.subject[len(self._prefix) :])
+        if future is None or future.done():
+            return
+        headers = msg.headers
+        if headers and headers.get(_STATUS) == _NO_RESPONDERS and not msg.data:
+            future.set_exception(NoResponders())
+        else:
+            future.set_result(msg.data)
+
+    async def request(self, subject: str, data: bytes, timeout: float) -> bytes:
+        """Send ``data`` to ``subject``; return the reply's bytes.
+
+        Raises NoResponders, RequestTimeout or Aborted.
+        """
+        token = str(next(self._tokens))
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[bytes] = loop.create_future()
+        self._pending[token] = future
+        self._idle.clear()
+        timer = loop.call_later(timeout, _expire, future)
+        try:
+            await self._nc.publish(subject, data, reply=self._prefix + token)
+            return await future
+        finally:
+            timer.cancel()
+            del self._pending[token]
+            if not self._pending:
+                self._idle.set()
+
+    async def wait_idle(self, within: float) -> None:
+        """Wait until no request is pending, for at most ``within`` seconds."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(within):
+                await self._idle.wait()
+
+    def abort_all(self) -> int:
+        """Fail every pending request with Aborted; return how many there were."""
+        count = 0
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(Aborted())
+                count += 1
+        return count
+
+
+def _expire(future: asyncio.Future[bytes]) -> None:
+    if not future.done():
+        future.set_exception(RequestTimeout())

@@ -1,0 +1,96 @@
+"""Serving a Module: the request subscription, the announcement heartbeat, a bounded shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import TYPE_CHECKING, Any, Final
+
+import nats.errors
+import orjson
+from nats.aio.msg import Msg
+
+from bus.errors import RegistryError
+from bus.registry import MODULES_BUCKET, announcement_of, open_bucket
+
+if TYPE_CHECKING:
+    from bus.client import Bus
+    from bus.module import Module
+
+log = logging.getLogger("hookbus.module")
+
+#: How long a stopping module lets its in-flight handlers finish before cancelling them.
+STOP_GRACE: Final = 2.0
+
+
+class ModuleServer:
+    """Runs one Module on one Bus until cancelled."""
+
+    def __init__(self, module: Module, bus: Bus) -> None:
+        self.module = module
+        self.bus = bus
+        self.announcement = announcement_of(module)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._slot_free: asyncio.Future[None] | None = None
+
+    async def run(self, ready: asyncio.Event | None = None) -> None:
+        nc = self.bus.nc
+        kv = await open_bucket(nc, MODULES_BUCKET)
+        subject = self.announcement.subject
+        sub = await nc.subscribe(subject, queue=subject, cb=self._on_msg, pending_msgs_limit=100_000)
+        await nc.flush()
+        key, data = self.announcement.key, self.announcement.to_bytes()
+        try:
+            await kv.put(key, data)
+            log.info("module %s serving on %s (instance %s)", self.module.name, subject, self.announcement.instance)
+            if ready is not None:
+                ready.set()
+            while True:
+                await asyncio.sleep(self.module.heartbeat)
+                await self._beat(kv, key)
+        finally:
+            await self._stop(sub, kv, key)
+
+    async def _beat(self, kv: Any, key: str) -> None:
+        try:
+            await kv.put(key, self.announcement.to_bytes())
+        except (nats.errors.Error, RegistryError) as exc:
+            log.warning("module %s: heartbeat failed (%s); retrying", self.module.name, exc)
+
+    async def _stop(self, sub: Any, kv: Any, key: str) -> None:
+        with contextlib.suppress(nats.errors.Error, asyncio.TimeoutError):
+            await asyncio.wait_for(kv.delete(key), STOP_GRACE)
+        with contextlib.suppress(nats.errors.Error):
+            await sub.unsubscribe()
+        if self._tasks:
+            _, pending = await asyncio.wait(set(self._tasks), timeout=STOP_GRACE)
+            for task in pending:
+                task.cancel()
+            if pending:
+                log.warning("module %s: %d requests still running at stop: cancelled", self.module.name, len(pending))
+
+    async def _on_msg(self, msg: Msg) -> None:
+        while len(self._tasks) >= self.module.concurrency:
+            self._slot_free = asyncio.get_running_loop().create_future()
+            await self._slot_free
+        task = asyncio.get_running_loop().create_task(self._answer(msg))
+        self._tasks.add(task)
+        task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if self._slot_free is not None and not self._slot_free.done():
+            self._slot_free.set_result(None)
+
+    async def _answer(self, msg: Msg) -> None:
+        try:
+            request = orjson.loads(msg.data)
+            if not isinstance(request, dict):
+                raise TypeError("the request is not a JSON object")
+            reply = await self.module.handle(request, self.bus)
+        except (orjson.JSONDecodeError, TypeError, ValueError) as exc:
+            reply = {"error": f"malformed request: {exc}"}
+        if msg.reply:
+            with contextlib.suppress(nats.errors.Error):
+                await msg.respond(orjson.dumps(reply))

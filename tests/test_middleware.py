@@ -1,0 +1,186 @@
+"""Middleware against a real server: decisions, chain order, fail modes, matchers, typed payloads."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+import pytest
+
+from bus import Bus, Cancel, Continue, Module, Patch, Stage, StageCtx, ToolCall
+from bus.testing import JournalRecorder, serving, wait_for_chain
+
+
+def unique(prefix: str) -> str:
+    """Module names are unique per test: trust records outlive a test on the shared server."""
+    return f"{prefix}{uuid.uuid4().hex[:6]}"
+
+
+@pytest.fixture
+async def kernel(nats_url: str) -> AsyncIterator[Bus]:
+    async with Bus(nats_url, name="kernel", trust_new=True) as bus:
+        await bus.middleware.start()
+        yield bus
+
+
+async def test_undeclared_stage_continues(kernel: Bus) -> None:
+    assert await kernel.intercept("nobody.declared.this", {"x": 1}) == Continue()
+
+
+async def test_each_decision_kind(kernel: Bus, nats_url: str) -> None:
+    mod = Module(unique("kinds"))
+
+    @mod.stage(Stage.TOOL_CALL)
+    async def judge(stage: str, payload: dict[str, Any]) -> Continue | Cancel | Patch:
+        command = payload["input"]["command"]
+        if "rm -rf" in command:
+            return Cancel("only by hand")
+        if command == "ls":
+            return Patch({**payload, "input": {"command": "ls -la"}})
+        return Continue()
+
+    async with serving(mod, nats_url):
+        await wait_for_chain(kernel, "tool.call", [f"{mod.name}.judge"])
+        call = {"name": "shell", "input": {"command": "ls"}}
+        assert await kernel.intercept(Stage.TOOL_CALL, call) == Patch({"name": "shell", "input": {"command": "ls -la"}})
+        denied = await kernel.intercept("tool.call", {"name": "shell", "input": {"command": "rm -rf /"}})
+        assert denied == Cancel("only by hand", f"{mod.name}.judge")
+        assert await kernel.intercept("tool.call", {"name": "shell", "input": {"command": "pwd"}}) == Continue()
+
+
+async def test_patches_compose_in_reference_order_and_journal_follows(kernel: Bus, nats_url: str) -> None:
+    first, second, third = Module(unique("c")), Module(unique("a")), Module(unique("b"))
+    stage = f"custom.{unique('s')}"
+
+    # Declared so that registration order and name order both disagree with the references.
+    @third.stage(stage, after=[f"{second.name}.two"])
+    async def three(stage: str, payload: dict[str, Any]) -> Patch:
+        return Patch({**payload, "seen": [*payload["seen"], "three"]})
+
+    @second.stage(stage, after=[f"{first.name}.one"], before=[f"{third.name}.three"])
+    async def two(stage: str, payload: dict[str, Any]) -> Patch:
+        return Patch({**payload, "seen": [*payload["seen"], "two"]})
+
+    @first.stage(stage)
+    async def one(stage: str, payload: dict[str, Any]) -> Patch:
+        return Patch({**payload, "seen": [*payload["seen"], "one"]})
+
+    journal = await JournalRecorder().attach(kernel)
+    async with serving(third, nats_url), serving(second, nats_url), serving(first, nats_url):
+        order = [f"{first.name}.one", f"{second.name}.two", f"{third.name}.three"]
+        await wait_for_chain(kernel, stage, order)
+        decision = await kernel.intercept(stage, {"seen": []})
+        assert decision == Patch({"seen": ["one", "two", "three"]})
+        entries = await journal.wait_for(3)
+        assert [e["handler"] for e in entries] == order
+        assert {e["decision"] for e in entries} == {"patch"}
+
+
+async def test_cancel_short_circuits(kernel: Bus, nats_url: str) -> None:
+    mod = Module(unique("short"))
+    called: list[str] = []
+
+    @mod.stage("memory.save")
+    async def deny(stage: str, payload: dict[str, Any]) -> Cancel:
+        called.append("deny")
+        return Cancel("secret inside")
+
+    @mod.stage("memory.save", after="deny")
+    async def later(stage: str, payload: dict[str, Any]) -> Continue:
+        called.append("later")
+        return Continue()
+
+    async with serving(mod, nats_url):
+        await wait_for_chain(kernel, "memory.save", [f"{mod.name}.deny", f"{mod.name}.later"])
+        decision = await kernel.intercept(Stage.MEMORY_SAVE, {"key": "k", "content": "token=abc"})
+        assert isinstance(decision, Cancel)
+        assert decision.reason == "secret inside"
+        assert called == ["deny"]
+
+
+async def test_matcher_runs_once_with_canonical_name(nats_url: str) -> None:
+    mod = Module(unique("match"))
+    seen: list[str] = []
+
+    @mod.stage(Stage.TOOL_CALL, match="write_file|apply_patch|edit")
+    async def writes(stage: str, payload: dict[str, Any]) -> Continue:
+        seen.append(payload["name"])
+        return Continue()
+
+    options = {"tool_aliases": {"edit": "apply_patch"}}
+    from bus import MiddlewareOptions
+
+    async with Bus(nats_url, trust_new=True, middleware=MiddlewareOptions(**options)) as kernel, serving(mod, nats_url):
+        await wait_for_chain(kernel, "tool.call", [f"{mod.name}.writes"])
+        await kernel.intercept("tool.call", {"name": "edit", "input": {}})
+        await kernel.intercept("tool.call", {"name": "shell", "input": {}})
+        await kernel.intercept("tool.call", {"name": "write_file", "input": {}})
+        assert seen == ["apply_patch", "write_file"]
+
+
+async def test_typed_patch_keeps_unknown_fields(kernel: Bus, nats_url: str) -> None:
+    mod = Module(unique("typed"))
+
+    @mod.stage(Stage.TOOL_CALL)
+    async def quote(stage: str, call: ToolCall) -> Patch:
+        call.input = {**call.input, "command": f"echo {call.input['command']}"}
+        return Patch(call)
+
+    async with serving(mod, nats_url):
+        await wait_for_chain(kernel, "tool.call", [f"{mod.name}.quote"])
+        payload = {"name": "shell", "input": {"command": "ls"}, "call_id": "c-1", "future": {"nested": [1, 2]}}
+        decision = await kernel.intercept("tool.call", payload)
+        assert decision == Patch(
+            {"name": "shell", "input": {"command": "echo ls"}, "call_id": "c-1", "future": {"nested": [1, 2]}}
+        )
+
+
+async def test_stage_ctx_carries_context_and_depth(kernel: Bus, nats_url: str) -> None:
+    mod = Module(unique("ctx"))
+    got: list[StageCtx] = []
+    inner_depths: list[int] = []
+
+    @mod.stage("llm.request")
+    async def look(stage: str, payload: dict[str, Any], ctx: StageCtx) -> Continue:
+        got.append(ctx)
+        from bus import depth
+
+        inner_depths.append(depth.current_depth())
+        assert ctx.bus is not None
+        await ctx.bus.emit("eva.custom.seen", {"by": ctx.handler})
+        return Continue()
+
+    events: list[Any] = []
+    await kernel.subscribe("eva.custom.seen", events.append)
+    await kernel.flush()
+    async with serving(mod, nats_url):
+        await wait_for_chain(kernel, "llm.request", [f"{mod.name}.look"])
+        await kernel.intercept("llm.request", {"model": "m"}, {"session": "s1", "agent": "eva"})
+        [ctx] = got
+        assert (ctx.session, ctx.agent, ctx.depth, ctx.stage) == ("s1", "eva", 0, "llm.request")
+        assert inner_depths == [1]
+        async with asyncio.timeout(5):
+            while not events:
+                await asyncio.sleep(0.01)
+        assert events[0].depth == 1
+
+
+async def test_fifty_concurrent_intercepts_all_answered(kernel: Bus, nats_url: str) -> None:
+    mod = Module(unique("many"))
+
+    @mod.stage("custom.many")
+    async def slow(stage: str, payload: dict[str, Any]) -> Patch:
+        await asyncio.sleep(0.05)  # overlapping calls must not queue behind each other
+        return Patch({"n": payload["n"] * 2})
+
+    async with serving(mod, nats_url):
+        await wait_for_chain(kernel, "custom.many", [f"{mod.name}.slow"])
+        decisions = await asyncio.gather(*(kernel.intercept("custom.many", {"n": n}) for n in range(50)))
+        assert decisions == [Patch({"n": n * 2}) for n in range(50)]
+
+
+def test_wire_reply_is_plain_json() -> None:
+    assert orjson.loads(orjson.dumps(Cancel("x").to_wire())) == {"decision": "cancel", "reason": "x"}
