@@ -14,6 +14,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Final
 
 import nats.errors
 import nats.js.errors
@@ -35,6 +36,9 @@ from bus.registry import (
 from bus.trust import Managed, TrustState, approved_identity, record, state_of, trust_key
 
 log = logging.getLogger("hookbus.middleware")
+
+#: Longest pause between liveness checks (shorter when a module beats faster).
+SWEEP_EVERY: Final = 0.5
 
 #: Called with (stage, reason) when a chain breaks and (stage, None) when it works again.
 BrokenCallback = Callable[[str, str | None], None]
@@ -133,8 +137,8 @@ class View:
     async def _sweep(self) -> None:
         """Drop instances that stopped beating; a killed module leaves the chain within a bound."""
         while True:
-            beats = [ann.heartbeat for ann, _ in self.instances.values()] or [1.0]
-            await asyncio.sleep(min(beats))
+            beats = [ann.heartbeat for ann, _ in self.instances.values()]
+            await asyncio.sleep(min([SWEEP_EVERY, *beats]))
             now = time.monotonic()
             dead = [key for key, (ann, seen) in self.instances.items() if now - seen > LIVENESS_FACTOR * ann.heartbeat]
             for key in dead:
@@ -200,6 +204,11 @@ class View:
             if self._on_broken is not None:
                 self._on_broken(stage, None)
         self._broken = now_broken
+
+    async def approve(self, decl: Declaration, how: str = "approved") -> None:
+        """Write ``decl``'s current identity to the trust store (what ``hookbus approve`` does)."""
+        assert self._trust_kv is not None
+        await self._trust_kv.put(trust_key(decl), record(decl, how))
 
     async def _approve_new(self, decl: Declaration) -> None:
         """trust_new: approve a never-seen handler (create fails if someone approved meanwhile)."""

@@ -14,10 +14,10 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from bus.cli import emit, events, tail, up
+from bus.cli import approvals, approve, chain, emit, events, intercept, tail, up
 from bus.errors import HookbusError
 
-_COMMANDS = (up, emit, tail, events)
+_COMMANDS = (up, emit, tail, events, chain, intercept, approvals, approve)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,47 @@
+"""The approval queue: live handlers that may not run yet, and approving them by name."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bus.declaration import Declaration
+from bus.errors import MiddlewareError
+from bus.trust import TrustState
+from bus.view import View
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """A declared handler waiting for approval."""
+
+    decl: Declaration
+    state: TrustState  # Untrusted (never approved) or Modified (changed since approval)
+
+
+def queue(view: View) -> list[Waiting]:
+    """Every live handler that is Untrusted or Modified, by name."""
+    out = []
+    live = view.declarations()
+    for qualname in sorted(live):
+        decl = live[qualname][0]
+        state = view.trust_of(decl)
+        if not state.runs:
+            out.append(Waiting(decl, state))
+    return out
+
+
+def select(view: View, name: str) -> list[Declaration]:
+    """The waiting handlers ``name`` designates: ``module.handler``, or ``module`` for all of its handlers."""
+    chosen = [w.decl for w in queue(view) if name in (w.decl.qualname, w.decl.module)]
+    if not chosen:
+        known = ", ".join(w.decl.qualname for w in queue(view)) or "none"
+        raise MiddlewareError(f"no handler named {name!r} is waiting for approval (waiting: {known})")
+    return chosen
+
+
+async def approve(view: View, name: str) -> list[Declaration]:
+    """Approve the handlers ``name`` designates as they are declared now; return them."""
+    chosen = select(view, name)
+    for decl in chosen:
+        await view.approve(decl)
+    return chosen

@@ -1,0 +1,29 @@
+"""``hookbus approve NAME``: approve a waiting handler (``module.handler``) or all of a module's."""
+
+from __future__ import annotations
+
+import argparse
+
+from bus.approvals import approve
+from bus.cli.middleware import add_options, open_view
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "approve",
+        help="approve a middleware handler as it is declared now",
+        description=(
+            "Approve NAME (module.handler, or a module for all its waiting handlers) as it is declared now. "
+            "The approval lives on the bus (JetStream KV), so any machine reaching NATS can approve."
+        ),
+    )
+    parser.add_argument("name")
+    add_options(parser)
+    parser.set_defaults(func=run)
+
+
+async def run(args: argparse.Namespace) -> int:
+    async with open_view(args, "hookbus-approve") as (_, view):
+        for decl in await approve(view, args.name):
+            print(f"approved {decl.qualname} (stage {decl.stage}, identity {decl.identity()[:12]})")
+    return 0

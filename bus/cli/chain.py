@@ -1,0 +1,32 @@
+"""``hookbus chain [STAGE]``: each stage's chain in order, with trust state and fail mode."""
+
+from __future__ import annotations
+
+import argparse
+
+from bus.cli.middleware import add_options, describe_chain, open_view
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "chain",
+        help="show middleware chains in call order, with trust state and fail mode",
+        description="Show each stage's middleware chain in the order the kernel calls it.",
+    )
+    parser.add_argument("stage", nargs="?", default=None, help="only this stage (default: every declared stage)")
+    add_options(parser, trust=True)
+    parser.set_defaults(func=run)
+
+
+async def run(args: argparse.Namespace) -> int:
+    async with open_view(args, "hookbus-chain") as (_, view):
+        stages = [args.stage] if args.stage else sorted(view.chains)
+        if not stages:
+            print("no middleware handler is declared")
+        for stage in stages:
+            chain = view.chains.get(stage)
+            if chain is None:
+                print(f"{stage}  (no handler declared: intercepts continue without a network call)")
+                continue
+            print("\n".join(describe_chain(chain, view)))
+    return 0

@@ -1,0 +1,44 @@
+"""``hookbus intercept STAGE [JSON]``: run a stage's chain once and print the decision."""
+
+from __future__ import annotations
+
+import argparse
+
+import orjson
+
+from bus.cli.common import read_json_object
+from bus.cli.middleware import add_options, open_view
+from bus.decisions import Cancel, Patch
+from bus.stages import validate_stage
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "intercept",
+        help="run a stage's middleware chain on a payload and print the decision",
+        description=(
+            "Run the chain of STAGE (tool.call, tool.result, llm.request, memory.save or any declared stage) "
+            "on the JSON payload (argument or stdin) and print the decision as JSON. Exit status 0 whatever "
+            "the decision; 1 for errors."
+        ),
+    )
+    parser.add_argument("stage")
+    parser.add_argument("payload", nargs="?", default=None, help="a JSON object; '-' or absent: read stdin")
+    parser.add_argument("--session", default=None, help="session id passed to handlers")
+    parser.add_argument("--agent", default=None, help="agent name passed to handlers")
+    add_options(parser, trust=True)
+    parser.set_defaults(func=run)
+
+
+async def run(args: argparse.Namespace) -> int:
+    stage = validate_stage(args.stage)
+    payload = read_json_object(args.payload, "the payload")
+    async with open_view(args, "hookbus-intercept") as (bus, _):
+        decision = await bus.intercept(stage, payload, {"session": args.session, "agent": args.agent})
+    out = decision.to_wire()
+    if isinstance(decision, Cancel) and decision.handler:
+        out["handler"] = decision.handler
+    if isinstance(decision, Patch):
+        out["payload"] = decision.payload
+    print(orjson.dumps(out).decode())
+    return 0
