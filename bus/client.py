@@ -341,18 +341,25 @@ class Bus:
         """Publish bytes as they are (tools and tests; no envelope, no checks)."""
         await self.nc.publish(subject, data)
 
-    async def publish_journal(self, subject: str, data: bytes) -> None:
-        """Publish a journal entry on the fast path; transport trouble drops it (counted), as emit does."""
+    async def push(self, subject: str, data: bytes, reply: str = "") -> None:
+        """Publish bytes on the fast path (middleware requests, replies, journal entries; no envelope).
+
+        Transport trouble drops the message (counted), as emit does.
+        """
         publisher = self._publisher
         if publisher is None:
             self.stats.dropped.add("closed")
             return
         try:
-            waiting = publisher.push(subject, data)
+            waiting = publisher.push(subject, data, reply)
             if waiting is not None:
                 await waiting
         except nats.errors.Error:
             self.stats.dropped.add("disconnected")
+
+    def new_id(self) -> str:
+        """A unique id (the one generator of event ids; middleware calls use it too)."""
+        return self._encoder.new_id()
 
     async def intercept(self, stage: str, payload: dict[str, Any], ctx: Mapping[str, Any] | None = None) -> Decision:
         """Run the middleware chain of ``stage``; return Continue(), Cancel(reason) or Patch(payload).

@@ -14,7 +14,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 
-def start_eager(coro: Coroutine[Any, Any, Any]) -> asyncio.Task[None] | None:
+def start_eager(coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any] | None:
     """Run ``coro`` until it first waits; then hand the rest to a new task.
 
     Returns None when the coroutine finished inline (its exception, if any, is
@@ -27,8 +27,20 @@ def start_eager(coro: Coroutine[Any, Any, Any]) -> asyncio.Task[None] | None:
     return asyncio.get_running_loop().create_task(_drive(coro, yielded))
 
 
-async def _drive(coro: Coroutine[Any, Any, Any], yielded: Any) -> None:
-    """Go on where :func:`start_eager` stopped, as an asyncio Task would."""
+def run_eager(coro: Coroutine[Any, Any, Any]) -> tuple[bool, Any]:
+    """Like :func:`start_eager`, keeping the result: ``(True, value)`` if ``coro``
+    finished inline, else ``(False, task)`` with the task that drives the rest
+    (its result is the coroutine's value). The middleware's handlers use it.
+    """
+    try:
+        yielded = coro.send(None)
+    except StopIteration as stop:
+        return True, stop.value
+    return False, asyncio.get_running_loop().create_task(_drive(coro, yielded))
+
+
+async def _drive(coro: Coroutine[Any, Any, Any], yielded: Any) -> Any:
+    """Go on where :func:`start_eager` stopped, as an asyncio Task would; return the coroutine's value."""
     while True:
         try:
             if yielded is None:  # a bare yield, as in asyncio.sleep(0)
@@ -46,12 +58,12 @@ async def _drive(coro: Coroutine[Any, Any, Any], yielded: Any) -> None:
                 # pass the cancellation into the handler ourselves.
                 try:
                     yielded = coro.throw(exc)
-                except StopIteration:
-                    return
+                except StopIteration as stop:
+                    return stop.value
                 continue
         except BaseException:  # noqa: S110 - the handler reads the future's outcome itself below
             pass
         try:
             yielded = coro.send(None)
-        except StopIteration:
-            return
+        except StopIteration as stop:
+            return stop.value

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -85,7 +84,7 @@ class Interceptor:
         self._starting = asyncio.get_running_loop().create_future()
         try:
             nc = self._bus.nc
-            requester = Requester(nc)
+            requester = Requester(nc, self._bus.push)
             await requester.start()
             view = View(
                 nc, managed=self._managed, trust_new=self._trust_new, aliases=self._aliases, on_broken=self._broken
@@ -114,7 +113,7 @@ class Interceptor:
     async def _run(self, chain: StageChain, payload: dict[str, Any], ctx: Mapping[str, Any]) -> Decision:
         stage = chain.stage
         depth = _depth.current_depth()
-        rid = uuid.uuid4().hex[:16]
+        rid = self._bus.new_id()
         wire_ctx = {
             "session": ctx.get("session"),
             "agent": ctx.get("agent"),
@@ -312,7 +311,7 @@ class _Journal:
 
     async def flush(self) -> None:
         for data in self._entries:
-            await self._bus.publish_journal(JOURNAL_MIDDLEWARE, data)
+            await self._bus.push(JOURNAL_MIDDLEWARE, data)
 
 
 def _log_failure(task: asyncio.Task[Any]) -> None:

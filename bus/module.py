@@ -16,13 +16,14 @@ import hashlib
 import inspect
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, TypeVar, cast, get_type_hints
 
 from bus import depth as _depth
 from bus.decisions import Cancel, Continue, Decision, Patch
 from bus.declaration import DEFAULT_TIMEOUT, Declaration, declare
+from bus.eager import run_eager
 from bus.errors import DeclarationError
 from bus.faults import Outcome, fault_decision
 from bus.payloads import from_dict, is_typed, to_dict
@@ -37,7 +38,7 @@ log = logging.getLogger("hookbus.module")
 DEFAULT_CONCURRENCY: Final = 64
 
 #: A stage handler: ``async def h(stage, payload[, ctx])`` returning a decision.
-StageHandler = Callable[..., Awaitable[Decision]]
+StageHandler = Callable[..., Coroutine[Any, Any, Decision]]
 F = TypeVar("F", bound=StageHandler)
 
 
@@ -182,10 +183,11 @@ class Module:
         args: list[Any] = [stage, from_dict(handler.payload_type, payload) if handler.payload_type else payload]
         kwargs = {"ctx": _stage_ctx(decl, wire_ctx, depth, bus)} if handler.wants_ctx else {}
         started = time.perf_counter()
-        token = _depth._current.set(_depth.child_depth(depth))
+        outer = _depth.current_depth()
+        # Set and restored without a token: a handler that waits goes on in a task of its own context.
+        _depth.set_depth(_depth.child_depth(depth))
         try:
-            async with asyncio.timeout(decl.timeout):
-                result: object = await handler.func(*args, **kwargs)
+            result = await _call(handler.func(*args, **kwargs), decl.timeout)
             outcome, cause = _check(result)
         except TimeoutError:
             outcome, cause = Outcome.TIMEOUT, f"no answer within {decl.timeout:g}s"
@@ -193,7 +195,7 @@ class Module:
             log.warning("handler %s raised on %s", decl.qualname, stage, exc_info=True)
             outcome, cause = Outcome.FAILED, f"raised {type(exc).__name__}: {exc}"
         finally:
-            _depth._current.reset(token)
+            _depth.set_depth(outer)
         elapsed = (time.perf_counter() - started) * 1000
         if outcome is not Outcome.OK:
             return Reaction(
@@ -222,6 +224,19 @@ class Module:
             return
         async with Bus(servers, name=f"hookbus-module-{self.name}") as own:
             await ModuleServer(self, own).run(ready)
+
+
+async def _call(coro: Coroutine[Any, Any, object], timeout: float) -> object:
+    """Run a handler: inline while it does not wait (most do not), under ``timeout`` once it does.
+
+    A timer per call costs more than a typical handler, so only a handler
+    that actually waits gets one.
+    """
+    finished, value = run_eager(coro)
+    if finished:
+        return value
+    async with asyncio.timeout(timeout):
+        return await value
 
 
 def _check(result: object) -> tuple[Outcome, str | None]:

@@ -34,8 +34,8 @@ class Publisher:
         self._stats: dict[str, Any] = nc.stats
         self._prefixes: dict[str, bytes] = {}
 
-    def push(self, subject: str, data: bytes) -> Awaitable[None] | None:
-        """Publish ``data`` on a subject that bus.subjects has validated.
+    def push(self, subject: str, data: bytes, reply: str = "") -> Awaitable[None] | None:
+        """Publish ``data`` on a subject that bus.subjects has validated (``reply``: an inbox, for requests).
 
         Returns None when the message is in the outgoing buffer, or an awaitable
         the caller must await (a flush to kick, or the plain publish fallback),
@@ -43,8 +43,8 @@ class Publisher:
         """
         nc = self._nc
         if not (self.fast and nc.is_connected):
-            return nc.publish(subject, data)
-        prefix = self._prefixes.get(subject)
+            return nc.publish(subject, data, reply=reply)
+        prefix = self._prefixes.get(subject) if not reply else b"PUB %s %s " % (subject.encode(), reply.encode())
         if prefix is None:
             if len(self._prefixes) >= 4096:
                 self._prefixes.clear()

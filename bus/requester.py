@@ -11,10 +11,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+from collections.abc import Awaitable, Callable
 from typing import Final
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
+
+#: Publishes (subject, data, reply inbox): the Bus's fast path.
+Publish = Callable[[str, bytes, str], Awaitable[None]]
 
 _STATUS: Final = "Status"
 _NO_RESPONDERS: Final = "503"
@@ -35,8 +39,9 @@ class Aborted(Exception):
 class Requester:
     """Sends requests on one client and routes replies back by token."""
 
-    def __init__(self, nc: Client) -> None:
+    def __init__(self, nc: Client, publish: Publish) -> None:
         self._nc = nc
+        self._publish = publish
         self._prefix = ""
         self._tokens = itertools.count()
         self._pending: dict[str, asyncio.Future[bytes]] = {}
@@ -73,7 +78,7 @@ class Requester:
         self._idle.clear()
         timer = loop.call_later(timeout, _expire, future)
         try:
-            await self._nc.publish(subject, data, reply=self._prefix + token)
+            await self._publish(subject, data, self._prefix + token)
             return await future
         finally:
             timer.cancel()

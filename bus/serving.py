@@ -11,6 +11,7 @@ import nats.errors
 import orjson
 from nats.aio.msg import Msg
 
+from bus.eager import start_eager
 from bus.errors import RegistryError
 from bus.registry import MODULES_BUCKET, announcement_of, open_bucket
 
@@ -31,7 +32,7 @@ class ModuleServer:
         self.module = module
         self.bus = bus
         self.announcement = announcement_of(module)
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
         self._slot_free: asyncio.Future[None] | None = None
 
     async def run(self, ready: asyncio.Event | None = None) -> None:
@@ -74,11 +75,16 @@ class ModuleServer:
         while len(self._tasks) >= self.module.concurrency:
             self._slot_free = asyncio.get_running_loop().create_future()
             await self._slot_free
-        task = asyncio.get_running_loop().create_task(self._answer(msg))
-        self._tasks.add(task)
-        task.add_done_callback(self._finished)
+        try:
+            task = start_eager(self._answer(msg))  # most answers never wait: no task for them
+        except Exception:
+            log.exception("module %s: answering a request failed", self.module.name)
+            return
+        if task is not None:
+            self._tasks.add(task)
+            task.add_done_callback(self._finished)
 
-    def _finished(self, task: asyncio.Task[None]) -> None:
+    def _finished(self, task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)
         if self._slot_free is not None and not self._slot_free.done():
             self._slot_free.set_result(None)
@@ -92,5 +98,4 @@ class ModuleServer:
         except (orjson.JSONDecodeError, TypeError, ValueError) as exc:
             reply = {"error": f"malformed request: {exc}"}
         if msg.reply:
-            with contextlib.suppress(nats.errors.Error):
-                await msg.respond(orjson.dumps(reply))
+            await self.bus.push(msg.reply, orjson.dumps(reply))
