@@ -8,6 +8,7 @@ declaration, and its SHA-256 is the handler's identity for trust.
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final
@@ -17,6 +18,8 @@ import orjson
 from bus.errors import DeclarationError
 from bus.stages import validate_stage
 from bus.subjects import TOKEN_RE
+
+log = logging.getLogger("hookbus.middleware")
 
 #: Seconds a handler gets when it does not say.
 DEFAULT_TIMEOUT: Final = 2.0
@@ -80,6 +83,11 @@ def declare(
             raise DeclarationError(where, f"the {what} must match [A-Za-z0-9_-]+")
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
         raise DeclarationError(where, f"timeout must be a positive number of seconds, not {timeout!r}")
+    if timeout > MAX_TIMEOUT:
+        log.warning(
+            "handler %s: timeout %gs clamped to %gs: no handler may hold an action longer", where, timeout, MAX_TIMEOUT
+        )
+        timeout = MAX_TIMEOUT
     return Declaration(
         module=module,
         name=name,

@@ -235,8 +235,9 @@ async def _call(coro: Coroutine[Any, Any, object], timeout: float) -> object:
     finished, value = run_eager(coro)
     if finished:
         return value
-    async with asyncio.timeout(timeout):
-        return await value
+    # Not asyncio.timeout: this may run inline in the subscription's task (bus.eager), which
+    # asyncio.timeout would cancel; wait_for cancels only the handler's own task.
+    return await asyncio.wait_for(value, timeout)
 
 
 def _check(result: object) -> tuple[Outcome, str | None]:

@@ -24,7 +24,7 @@ import socket
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 import nats.errors
@@ -79,6 +79,8 @@ class Announcement:
     heartbeat: float
     batch: bool
     declarations: tuple[Declaration, ...]
+    #: Unix time of the announcement by the module's clock (compare=False: a heartbeat is no change).
+    at: float = field(default=0.0, compare=False)
 
     @property
     def key(self) -> str:
@@ -114,6 +116,7 @@ def parse_announcement(data: bytes) -> Announcement:
         heartbeat=float(obj.get("heartbeat", 1.0)),
         batch=bool(obj.get("batch", False)),
         declarations=decls,
+        at=float(obj.get("at", 0.0)),
     )
 
 

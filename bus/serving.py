@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 from typing import TYPE_CHECKING, Any, Final
@@ -23,6 +24,9 @@ log = logging.getLogger("hookbus.module")
 
 #: How long a stopping module lets its in-flight handlers finish before cancelling them.
 STOP_GRACE: Final = 2.0
+#: Requests from agents queued while every slot is busy; beyond this they are dropped (the kernel's
+#: timeout then applies the fail mode).
+MAX_WAITING: Final = 10_000
 
 
 class ModuleServer:
@@ -33,7 +37,7 @@ class ModuleServer:
         self.bus = bus
         self.announcement = announcement_of(module)
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._slot_free: asyncio.Future[None] | None = None
+        self._waiting: collections.deque[tuple[str, dict[str, Any]]] = collections.deque()
 
     async def run(self, ready: asyncio.Event | None = None) -> None:
         nc = self.bus.nc
@@ -72,11 +76,27 @@ class ModuleServer:
                 log.warning("module %s: %d requests still running at stop: cancelled", self.module.name, len(pending))
 
     async def _on_msg(self, msg: Msg) -> None:
-        while len(self._tasks) >= self.module.concurrency:
-            self._slot_free = asyncio.get_running_loop().create_future()
-            await self._slot_free
         try:
-            task = start_eager(self._answer(msg))  # most answers never wait: no task for them
+            request = orjson.loads(msg.data)
+            if not isinstance(request, dict):
+                raise TypeError("the request is not a JSON object")
+            nested = _depth_of(request) > 0
+        except (orjson.JSONDecodeError, TypeError, ValueError) as exc:
+            await self._reply(msg.reply, {"error": f"malformed request: {exc}"})
+            return
+        # Only calls from an agent (depth 0) wait for a slot, in a queue of our own (never by
+        # blocking this callback: the calls behind it would wait too). A call made while handling
+        # one (A -> B -> A) is always admitted, or full slots would wait on each other for ever.
+        if nested or len(self._tasks) < self.module.concurrency:
+            self._start(msg.reply, request)
+        elif len(self._waiting) < MAX_WAITING:
+            self._waiting.append((msg.reply, request))
+        else:
+            log.warning("module %s: %d requests waiting; one dropped", self.module.name, len(self._waiting))
+
+    def _start(self, inbox: str, request: dict[str, Any]) -> None:
+        try:
+            task = start_eager(self._answer(inbox, request))  # most answers never wait: no task for them
         except Exception:
             log.exception("module %s: answering a request failed", self.module.name)
             return
@@ -86,16 +106,22 @@ class ModuleServer:
 
     def _finished(self, task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)
-        if self._slot_free is not None and not self._slot_free.done():
-            self._slot_free.set_result(None)
+        while self._waiting and len(self._tasks) < self.module.concurrency:
+            self._start(*self._waiting.popleft())
 
-    async def _answer(self, msg: Msg) -> None:
+    async def _answer(self, inbox: str, request: dict[str, Any]) -> None:
         try:
-            request = orjson.loads(msg.data)
-            if not isinstance(request, dict):
-                raise TypeError("the request is not a JSON object")
             reply = await self.module.handle(request, self.bus)
-        except (orjson.JSONDecodeError, TypeError, ValueError) as exc:
+        except (TypeError, ValueError) as exc:
             reply = {"error": f"malformed request: {exc}"}
-        if msg.reply:
-            await self.bus.push(msg.reply, orjson.dumps(reply))
+        await self._reply(inbox, reply)
+
+    async def _reply(self, inbox: str, reply: dict[str, Any]) -> None:
+        if inbox:
+            await self.bus.push(inbox, orjson.dumps(reply))
+
+
+def _depth_of(request: dict[str, Any]) -> int:
+    ctx = request.get("ctx")
+    depth = ctx.get("depth", 0) if isinstance(ctx, dict) else 0
+    return depth if isinstance(depth, int) else 0

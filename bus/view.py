@@ -27,6 +27,7 @@ from bus.errors import HookbusError
 from bus.registry import (
     LIVENESS_FACTOR,
     MODULES_BUCKET,
+    MODULES_MAX_AGE,
     TRUST_BUCKET,
     Announcement,
     Watch,
@@ -96,6 +97,7 @@ class View:
         for watch in self._watches:
             await watch.start()
         self._started = True
+        self._drop_dead()
         self._rebuild()
         self._spawn(self._sweep())
 
@@ -122,9 +124,17 @@ class View:
         except (ValueError, KeyError, TypeError, HookbusError) as exc:
             log.warning("registry entry %s is malformed (%s): ignored", key, exc)
             return
-        self.instances[key] = (ann, time.monotonic())
+        self.instances[key] = (ann, self._seen(ann))
         if known is None or known[0] != ann:
             self._rebuild()
+
+    def _seen(self, ann: Announcement) -> float:
+        """When the instance was last heard of: now, or for what was stored before the watch began,
+        back-dated by the announcement's age, so long-dead instances are not called at start-up."""
+        now = time.monotonic()
+        if self._started or not ann.at:
+            return now
+        return now - min(max(0.0, time.time() - ann.at), MODULES_MAX_AGE)
 
     def _on_trust(self, key: str, data: bytes | None) -> None:
         identity = approved_identity(data)
@@ -139,13 +149,16 @@ class View:
         while True:
             beats = [ann.heartbeat for ann, _ in self.instances.values()]
             await asyncio.sleep(min([SWEEP_EVERY, *beats]))
-            now = time.monotonic()
-            dead = [key for key, (ann, seen) in self.instances.items() if now - seen > LIVENESS_FACTOR * ann.heartbeat]
-            for key in dead:
-                log.warning("module instance %s stopped beating: no longer called", key)
-                del self.instances[key]
-            if dead:
+            if self._drop_dead():
                 self._rebuild()
+
+    def _drop_dead(self) -> bool:
+        now = time.monotonic()
+        dead = [key for key, (ann, seen) in self.instances.items() if now - seen > LIVENESS_FACTOR * ann.heartbeat]
+        for key in dead:
+            log.info("module instance %s stopped beating: no longer called", key)
+            del self.instances[key]
+        return bool(dead)
 
     def declarations(self) -> dict[str, tuple[Declaration, Announcement]]:
         """Every live handler by qualified name (the newest announcement wins between replicas)."""

@@ -10,7 +10,8 @@ from typing import Any
 import orjson
 import pytest
 
-from bus import Bus, Cancel, Continue, Module, Patch, Stage, StageCtx, ToolCall
+from bus import Bus, Cancel, Continue, Decision, Module, Patch, Stage, StageCtx, ToolCall
+from bus.declaration import MAX_TIMEOUT
 from bus.testing import JournalRecorder, serving, wait_for_chain
 
 
@@ -184,3 +185,50 @@ async def test_fifty_concurrent_intercepts_all_answered(kernel: Bus, nats_url: s
 
 def test_wire_reply_is_plain_json() -> None:
     assert orjson.loads(orjson.dumps(Cancel("x").to_wire())) == {"decision": "cancel", "reason": "x"}
+
+
+async def test_reentry_a_b_a_does_not_deadlock(nats_url: str) -> None:
+    a, b = Module(unique("ra"), concurrency=2), Module(unique("rb"), concurrency=2)
+    s1, s2, s3 = (f"custom.{unique('re')}" for _ in range(3))
+
+    @a.stage(s1)
+    async def outer(stage: str, payload: dict[str, Any], ctx: StageCtx) -> Decision:
+        assert ctx.bus is not None
+        return await ctx.bus.intercept(s2, payload)  # A -> B
+
+    @b.stage(s2)
+    async def middle(stage: str, payload: dict[str, Any], ctx: StageCtx) -> Decision:
+        assert ctx.bus is not None
+        return await ctx.bus.intercept(s3, payload)  # B -> A again
+
+    @a.stage(s3)
+    async def inner(stage: str, payload: dict[str, Any], ctx: StageCtx) -> Patch:
+        return Patch({"depth": ctx.depth})
+
+    async with (
+        Bus(nats_url, trust_new=True) as kernel,
+        Bus(nats_url, trust_new=True) as bus_a,
+        Bus(nats_url, trust_new=True) as bus_b,
+    ):
+        tasks = [asyncio.ensure_future(a.serve(bus=bus_a)), asyncio.ensure_future(b.serve(bus=bus_b))]
+        try:
+            for bus in (kernel, bus_a, bus_b):
+                await wait_for_chain(bus, s3, [f"{a.name}.inner"])
+                await wait_for_chain(bus, s2, [f"{b.name}.middle"])
+            await wait_for_chain(kernel, s1, [f"{a.name}.outer"])
+            decisions = await asyncio.gather(*(kernel.intercept(s1, {}) for _ in range(4)))
+            assert decisions == [Patch({"depth": 2})] * 4
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def test_handler_timeouts_are_clamped() -> None:
+    mod = Module("clamp")
+
+    @mod.stage("tool.call", timeout=3600)
+    async def slow(stage: str, payload: dict[str, Any]) -> Continue:
+        return Continue()
+
+    assert mod.declarations[0].timeout == MAX_TIMEOUT
