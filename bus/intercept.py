@@ -276,7 +276,7 @@ class _Journal:
         self._stage = stage
         self._phase = phase(stage)
         self._ctx = wire_ctx
-        self._entries: list[bytes] = []
+        self._entries: list[dict[str, Any]] = []
 
     def add(self, handler: str, outcome: Outcome, decision: Decision, duration_ms: float, cause: str | None) -> None:
         self._entries.append(
@@ -289,7 +289,7 @@ class _Journal:
                 decision=decision,
                 duration_ms=duration_ms,
                 cause=cause,
-                context=self._ctx,
+                agent=self._ctx["agent"],
             )
         )
 
@@ -304,14 +304,15 @@ class _Journal:
                 decision=str(item.get("decision", "?")),
                 duration_ms=float(item.get("duration_ms") or 0.0),
                 cause=item.get("cause"),
-                context=self._ctx,
+                agent=self._ctx["agent"],
                 reason=item.get("reason") if isinstance(item.get("reason"), str) else None,
             )
         )
 
     async def flush(self) -> None:
-        for data in self._entries:
-            await self._bus.push(JOURNAL_MIDDLEWARE, data)
+        session = self._ctx["session"]
+        for payload in self._entries:
+            await self._bus.emit(JOURNAL_MIDDLEWARE, payload, session_id=session)
 
 
 def _log_failure(task: asyncio.Task[Any]) -> None:

@@ -1,15 +1,14 @@
-"""Journal entries of middleware reactions, published on ``hookbus.journal.middleware``.
+"""Journal entries of middleware reactions: hookbus events on ``hookbus.journal.middleware``.
 
-One entry per reaction, in chain order, so that a handler that was absent,
+One event per reaction, in chain order, so that a handler that was absent,
 failed, timed out, was denied by trust, or cancelled can be told apart later.
+The envelope carries the timestamp, session and depth; the payload is built
+here.
 """
 
 from __future__ import annotations
 
-import time
 from typing import Any
-
-import orjson
 
 from bus.decisions import Decision
 
@@ -24,14 +23,13 @@ def entry(
     decision: Decision | str,
     duration_ms: float,
     cause: str | None,
-    context: dict[str, Any],
+    agent: str | None,
     reason: str | None = None,
-) -> bytes:
-    """Encode one journal entry."""
+) -> dict[str, Any]:
+    """The payload of one journal entry."""
     kind = decision if isinstance(decision, str) else decision.to_wire()["decision"]
     body: dict[str, Any] = {
         "id": request_id,
-        "ts": time.time(),
         "stage": stage,
         "phase": phase,
         "handler": handler,
@@ -39,11 +37,9 @@ def entry(
         "decision": kind,
         "duration_ms": round(duration_ms, 3),
         "cause": cause,
-        "session": context.get("session"),
-        "agent": context.get("agent"),
-        "depth": context.get("depth", 0),
+        "agent": agent,
     }
     reason = reason if reason is not None else getattr(decision, "reason", None)
     if reason is not None:
         body["reason"] = reason
-    return orjson.dumps(body)
+    return body

@@ -16,9 +16,6 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
-import orjson
-from nats.aio.msg import Msg
-
 from bus.client import Bus
 from bus.connection import URL_ENV
 from bus.envelope import Event
@@ -134,12 +131,12 @@ class JournalRecorder:
         self._changed = asyncio.Event()
 
     async def attach(self, bus: Bus) -> JournalRecorder:
-        await bus.nc.subscribe(JOURNAL_MIDDLEWARE, cb=self._on_msg)
-        await bus.nc.flush()
+        await bus.subscribe(JOURNAL_MIDDLEWARE, self._on_event)
+        await bus.flush()
         return self
 
-    async def _on_msg(self, msg: Msg) -> None:
-        self.entries.append(orjson.loads(msg.data))
+    def _on_event(self, event: Event) -> None:
+        self.entries.append({**event.payload, "session": event.session_id, "depth": event.depth})
         self._changed.set()
 
     async def wait_for(self, count: int, timeout: float = 10.0) -> list[dict[str, Any]]:
