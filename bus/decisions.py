@@ -10,7 +10,7 @@ parser of that form and names what is wrong with anything else.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Final, TypeAlias
+from typing import Any, ClassVar, Final, TypeAlias
 
 from bus.errors import DecisionError
 
@@ -18,6 +18,8 @@ from bus.errors import DecisionError
 @dataclass(frozen=True, slots=True)
 class Continue:
     """Let the action pass unchanged."""
+
+    kind: ClassVar[str] = "continue"
 
     def to_wire(self) -> dict[str, Any]:
         return {"decision": "continue"}
@@ -32,6 +34,7 @@ class Cancel:
     sees is replaced by a note carrying the reason.
     """
 
+    kind: ClassVar[str] = "cancel"
     reason: str
     handler: str | None = None
     payload: dict[str, Any] | None = field(default=None, compare=False)
@@ -47,6 +50,7 @@ class Patch:
     ``payload`` may be a dict or a typed payload (see :mod:`bus.payloads`).
     """
 
+    kind: ClassVar[str] = "patch"
     payload: Any
 
     def to_wire(self) -> dict[str, Any]:

@@ -27,7 +27,7 @@ def entry(
     reason: str | None = None,
 ) -> dict[str, Any]:
     """The payload of one journal entry."""
-    kind = decision if isinstance(decision, str) else decision.to_wire()["decision"]
+    kind = decision if isinstance(decision, str) else decision.kind
     body: dict[str, Any] = {
         "id": request_id,
         "stage": stage,

@@ -82,8 +82,8 @@ class Reaction:
         wire = {
             "handler": self.handler,
             "outcome": self.outcome.value,
-            "decision": self.decision.to_wire()["decision"],
-            "duration_ms": round(self.duration_ms, 3),
+            "decision": self.decision.kind,
+            "duration_ms": self.duration_ms,
             "cause": self.cause,
         }
         if isinstance(self.decision, Cancel):
@@ -187,7 +187,12 @@ class Module:
         # Set and restored without a token: a handler that waits goes on in a task of its own context.
         _depth.set_depth(_depth.child_depth(depth))
         try:
-            result = await _call(handler.func(*args, **kwargs), decl.timeout)
+            # Inline while the handler does not wait (most do not); a timer only once it does.
+            # Not asyncio.timeout: this may run inline in the subscription's task (bus.eager),
+            # which asyncio.timeout would cancel; wait_for cancels only the handler's own task.
+            finished, result = run_eager(handler.func(*args, **kwargs))
+            if not finished:
+                result = await asyncio.wait_for(result, decl.timeout)
             outcome, cause = _check(result)
         except TimeoutError:
             outcome, cause = Outcome.TIMEOUT, f"no answer within {decl.timeout:g}s"
@@ -205,7 +210,6 @@ class Module:
                 elapsed,
                 cause,
             )
-        assert isinstance(result, Continue | Cancel | Patch)
         return Reaction(decl.qualname, outcome, result, elapsed)
 
     async def serve(
@@ -224,20 +228,6 @@ class Module:
             return
         async with Bus(servers, name=f"hookbus-module-{self.name}") as own:
             await ModuleServer(self, own).run(ready)
-
-
-async def _call(coro: Coroutine[Any, Any, object], timeout: float) -> object:
-    """Run a handler: inline while it does not wait (most do not), under ``timeout`` once it does.
-
-    A timer per call costs more than a typical handler, so only a handler
-    that actually waits gets one.
-    """
-    finished, value = run_eager(coro)
-    if finished:
-        return value
-    # Not asyncio.timeout: this may run inline in the subscription's task (bus.eager), which
-    # asyncio.timeout would cancel; wait_for cancels only the handler's own task.
-    return await asyncio.wait_for(value, timeout)
 
 
 def _check(result: object) -> tuple[Outcome, str | None]:
