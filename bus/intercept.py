@@ -25,11 +25,11 @@ from bus.decisions import CONTINUE, Cancel, Decision, Patch, from_wire
 from bus.drain import DEFAULT_BUDGET, Drain
 from bus.errors import BusClosedError, DecisionError
 from bus.faults import Outcome, fault_decision
-from bus.journal import entry
+from bus.journal import JournalSink, entry
 from bus.requester import Aborted, NoResponders, Requester, RequestTimeout
 from bus.results import apply_patch, hide_output
 from bus.stages import Stage, match_field, phase
-from bus.subjects import BROKEN_CLEARED, BROKEN_SET, JOURNAL_MIDDLEWARE
+from bus.subjects import BROKEN_CLEARED, BROKEN_SET
 from bus.trust import Managed
 from bus.view import Link, StageChain, View
 
@@ -69,6 +69,7 @@ class Interceptor:
             Drain(options.drain_dir, options.drain_budget) if options.drain_dir else Drain(budget=options.drain_budget)
         )
         self.view: View | None = None
+        self._journal = JournalSink(bus)
         self._requester: Requester | None = None
         self._starting: asyncio.Future[None] | None = None
         self._closing = False
@@ -120,12 +121,12 @@ class Interceptor:
             "depth": depth,
             "id": rid,
         }
-        journal = _Journal(self._bus, stage, wire_ctx)
+        journal = _Journal(self._journal, stage, wire_ctx)
         if depth >= self._bus.max_depth:
             return CONTINUE  # the recursion limit: nothing runs at or past it
         if chain.broken:
             journal.add("*", Outcome.BROKEN, CONTINUE, 0.0, chain.broken)
-            await journal.flush()
+            journal.flush()
             return CONTINUE
         current = self._canonical(stage, payload)
         links = [link for link in chain.links if _wants(link, stage, current)]
@@ -145,7 +146,7 @@ class Interceptor:
                 break
             if isinstance(decision, Patch):
                 current, patched = decision.payload, True
-        await journal.flush()
+        journal.flush()
         return self._final(stage, decision, current, patched, rid)
 
     def _canonical(self, stage: str, payload: dict[str, Any]) -> dict[str, Any]:
@@ -215,6 +216,7 @@ class Interceptor:
             if aborted:
                 log.warning("%d intercepts still waiting after the %.1fs shutdown clamp: ended", aborted, clamp)
                 await asyncio.sleep(0)  # let them journal and return
+        await self._journal.drain()
         if view is not None:
             await view.stop()
 
@@ -271,8 +273,8 @@ def _answered(
 class _Journal:
     """Collects one intercept's reactions and publishes them in chain order."""
 
-    def __init__(self, bus: Bus, stage: str, wire_ctx: dict[str, Any]) -> None:
-        self._bus = bus
+    def __init__(self, sink: JournalSink, stage: str, wire_ctx: dict[str, Any]) -> None:
+        self._sink = sink
         self._stage = stage
         self._phase = phase(stage)
         self._ctx = wire_ctx
@@ -289,7 +291,9 @@ class _Journal:
                 decision=decision,
                 duration_ms=duration_ms,
                 cause=cause,
+                session=self._ctx["session"],
                 agent=self._ctx["agent"],
+                depth=self._ctx["depth"],
             )
         )
 
@@ -304,15 +308,16 @@ class _Journal:
                 decision=str(item.get("decision", "?")),
                 duration_ms=float(item.get("duration_ms") or 0.0),
                 cause=item.get("cause"),
+                session=self._ctx["session"],
                 agent=self._ctx["agent"],
+                depth=self._ctx["depth"],
                 reason=item.get("reason") if isinstance(item.get("reason"), str) else None,
             )
         )
 
-    async def flush(self) -> None:
-        session = self._ctx["session"]
-        for payload in self._entries:
-            await self._bus.emit(JOURNAL_MIDDLEWARE, payload, session_id=session)
+    def flush(self) -> None:
+        if self._entries:
+            self._sink.publish(self._entries)
 
 
 def _log_failure(task: asyncio.Task[Any]) -> None:

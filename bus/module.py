@@ -168,20 +168,26 @@ class Module:
             reactions.append(reaction)
             decision = reaction.decision
             if isinstance(decision, Cancel):
-                return {**decision.to_wire(), "handler": reaction.handler, "reactions": _wire(reactions)}
+                reactions_wire = _wire(reactions)
+                return {
+                    "decision": "cancel",
+                    "reason": decision.reason,
+                    "handler": reaction.handler,
+                    "reactions": reactions_wire,
+                }
             if isinstance(decision, Patch):
                 current = apply_patch(stage, to_dict(decision.payload), reaction.handler)
                 patched = True
-        reply = {"decision": "patch", "payload": current} if patched else {"decision": "continue"}
-        return {**reply, "reactions": _wire(reactions)}
+        if patched:
+            return {"decision": "patch", "payload": current, "reactions": _wire(reactions)}
+        return {"decision": "continue", "reactions": _wire(reactions)}
 
     async def _run(
         self, handler: _Handler, stage: str, payload: dict[str, Any], wire_ctx: dict[str, Any], bus: Bus | None
     ) -> Reaction:
         decl = handler.decl
         depth = int(wire_ctx.get("depth", 0))
-        args: list[Any] = [stage, from_dict(handler.payload_type, payload) if handler.payload_type else payload]
-        kwargs = {"ctx": _stage_ctx(decl, wire_ctx, depth, bus)} if handler.wants_ctx else {}
+        arg = from_dict(handler.payload_type, payload) if handler.payload_type else payload
         started = time.perf_counter()
         outer = _depth.current_depth()
         # Set and restored without a token: a handler that waits goes on in a task of its own context.
@@ -190,7 +196,11 @@ class Module:
             # Inline while the handler does not wait (most do not); a timer only once it does.
             # Not asyncio.timeout: this may run inline in the subscription's task (bus.eager),
             # which asyncio.timeout would cancel; wait_for cancels only the handler's own task.
-            finished, result = run_eager(handler.func(*args, **kwargs))
+            if handler.wants_ctx:
+                coro = handler.func(stage, arg, ctx=_stage_ctx(decl, wire_ctx, depth, bus))
+            else:
+                coro = handler.func(stage, arg)
+            finished, result = run_eager(coro)
             if not finished:
                 result = await asyncio.wait_for(result, decl.timeout)
             outcome, cause = _check(result)

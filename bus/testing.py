@@ -136,7 +136,7 @@ class JournalRecorder:
         return self
 
     def _on_event(self, event: Event) -> None:
-        self.entries.append({**event.payload, "session": event.session_id, "depth": event.depth})
+        self.entries.extend(event.payload.get("entries", []))
         self._changed.set()
 
     async def wait_for(self, count: int, timeout: float = 10.0) -> list[dict[str, Any]]:
