@@ -102,9 +102,9 @@ class Interceptor:
 
     async def intercept(self, stage: str, payload: dict[str, Any], ctx: Mapping[str, Any] | None = None) -> Decision:
         view = self.view
-        if view is None:
+        if view is None or self._closing:
             if self._closing:
-                raise BusClosedError("intercept on a closing Bus")
+                raise BusClosedError("intercept on a closed Bus")
             view = await self.start()
         chain = view.chains.get(stage)
         if chain is None:

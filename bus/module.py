@@ -28,6 +28,7 @@ from bus.errors import DeclarationError
 from bus.faults import Outcome, fault_decision
 from bus.payloads import from_dict, is_typed, to_dict
 from bus.results import apply_patch
+from bus.subjects import TOKEN_RE
 
 if TYPE_CHECKING:
     from bus.client import Bus
@@ -95,7 +96,8 @@ class Module:
     """A named set of stage handlers, served as one middleware module."""
 
     def __init__(self, name: str, *, concurrency: int = DEFAULT_CONCURRENCY, heartbeat: float = 1.0) -> None:
-        declare(name, "probe", "probe")  # validates the module name the one way names are validated
+        if not isinstance(name, str) or not TOKEN_RE.fullmatch(name):
+            raise DeclarationError(str(name), "a module name must match [A-Za-z0-9_-]+")
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, not {concurrency}")
         self.name = name

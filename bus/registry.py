@@ -58,7 +58,7 @@ async def open_bucket(nc: Client, bucket: str) -> KeyValue:
         return await js.key_value(bucket)
     except nats.js.errors.BucketNotFoundError:
         pass
-    except (nats.errors.NoRespondersError, nats.errors.TimeoutError) as exc:
+    except (nats.js.errors.ServiceUnavailableError, nats.errors.NoRespondersError, nats.errors.TimeoutError) as exc:
         raise RegistryError(
             f"JetStream is not available on this server ({type(exc).__name__}); run nats-server with -js"
         ) from None

@@ -10,7 +10,21 @@ from typing import Any
 import orjson
 import pytest
 
-from bus import Bus, Cancel, Continue, Decision, Module, Patch, Stage, StageCtx, ToolCall
+from bus import (
+    Bus,
+    BusClosedError,
+    Cancel,
+    Continue,
+    Decision,
+    DeclarationError,
+    Module,
+    NatsServer,
+    Patch,
+    RegistryError,
+    Stage,
+    StageCtx,
+    ToolCall,
+)
 from bus.declaration import MAX_TIMEOUT
 from bus.testing import JournalRecorder, serving, wait_for_chain
 
@@ -232,3 +246,29 @@ def test_handler_timeouts_are_clamped() -> None:
         return Continue()
 
     assert mod.declarations[0].timeout == MAX_TIMEOUT
+
+
+async def test_intercept_after_close_raises(nats_url: str) -> None:
+    bus = await Bus(nats_url, trust_new=True).start()
+    await bus.middleware.start()
+    await bus.close()
+    with pytest.raises(BusClosedError):
+        await bus.intercept("tool.call", {})
+
+
+async def test_no_jetstream_is_a_clear_error() -> None:
+    with NatsServer(jetstream=False) as server:
+        async with Bus(server.url) as bus:
+            with pytest.raises(RegistryError, match="JetStream"):
+                await bus.intercept("tool.call", {})
+
+
+def test_bad_names_are_declaration_errors() -> None:
+    with pytest.raises(DeclarationError):
+        Module("bad name")
+    mod = Module("ok")
+    with pytest.raises(DeclarationError, match="reference"):
+
+        @mod.stage("tool.call", before="a.b.c")
+        async def h(stage: str, payload: dict[str, Any]) -> Continue:
+            return Continue()
