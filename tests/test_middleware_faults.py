@@ -114,3 +114,19 @@ async def test_dead_module_leaves_the_chain(kernel: Bus, nats_url: str) -> None:
         proc.wait(10)
         await wait_for_chain(kernel, stage, [], timeout=10)  # dropped after missed heartbeats
     assert await kernel.intercept(stage, {}) == Continue()
+
+
+@pytest.mark.parametrize("fail_closed", FAIL_MODES)
+async def test_silent_responder_times_out(kernel: Bus, fail_closed: bool) -> None:
+    name, stage = unique("silent"), f"custom.{unique('q')}"
+
+    async def say_nothing(msg: Msg) -> None:
+        return None
+
+    await kernel.nc.subscribe(f"hookbus.mw.{name}", cb=say_nothing)
+    await announce_without_serving(kernel, name, stage, fail_closed)  # handler timeout 0.5 s
+    await wait_for_chain(kernel, stage, [f"{name}.h"])
+    journal = await JournalRecorder().attach(kernel)
+    expect(await kernel.intercept(stage, {}), fail_closed, "timeout")
+    [entry] = await journal.wait_for(1)
+    assert entry["outcome"] == "timeout"
