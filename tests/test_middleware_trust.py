@@ -35,10 +35,16 @@ async def cli(nats_url: str, *args: str) -> str:
     return done.stdout
 
 
-def guard(name: str, stage: str, timeout: float = 2.0) -> Module:
+def guard(name: str, stage: str, reordered: bool = False) -> Module:
+    """A guard; ``reordered``: the same code, now declared to run after a new handler."""
     mod = Module(name)
+    if reordered:
 
-    @mod.stage(stage, timeout=timeout)
+        @mod.stage(stage)
+        async def first(stage: str, payload: dict[str, Any]) -> Continue:
+            return Continue()
+
+    @mod.stage(stage, after=["first"] if reordered else [])
     async def deny(stage: str, payload: dict[str, Any]) -> Cancel:
         return Cancel("guarded")
 
@@ -76,15 +82,15 @@ async def test_new_and_modified_handlers_wait_for_approval(nats_url: str) -> Non
             assert f"approved {qualname}" in await cli(nats_url, "approve", qualname)
             await wait_for_chain(kernel, stage, [qualname])
             assert isinstance(await kernel.intercept(stage, {}), Cancel)
-        async with serving(guard(name, stage, timeout=3.0), nats_url):  # changed declaration
+        async with serving(guard(name, stage, reordered=True), nats_url):  # only its ordering changed
             await wait_declared(kernel, qualname, TrustState.MODIFIED)
             assert await kernel.intercept(stage, {}) == Continue()
             listing = await cli(nats_url, "approvals")
             assert f"{qualname}  modified" in listing
             chain = await cli(nats_url, "chain", stage)
             assert "modified" in chain and "fail-open" in chain
-            await cli(nats_url, "approve", name)
-            await wait_for_chain(kernel, stage, [qualname])
+            await cli(nats_url, "approve", name)  # the module: both its waiting handlers
+            await wait_for_chain(kernel, stage, [f"{name}.first", qualname])
             assert isinstance(await kernel.intercept(stage, {}), Cancel)
 
 
