@@ -22,6 +22,7 @@ class Outcome(enum.StrEnum):
     INVALID = "invalid"  # its answer was not a decision
     UNTRUSTED = "untrusted"  # not approved: not called (denied by trust)
     SHUTDOWN = "shutdown"  # the kernel was closing and stopped waiting
+    OVERSIZE = "oversize"  # the request or reply is over the server's max_payload: it could not be sent
     BROKEN = "broken"  # the stage's chain is disabled (cycle or dangling reference): nothing called
 
 

@@ -172,8 +172,13 @@ class Interceptor:
         }
         started = time.perf_counter()
         subject = batch[0].subject
+        data = orjson.dumps(request)
+        limit = self._bus.nc.max_payload
+        if len(data) > limit:
+            cause = f"request of {len(data)} bytes is over the server's max_payload ({limit})"
+            return _faulted(batch, Outcome.OVERSIZE, cause, started, journal)
         try:
-            raw = await self._requester.request(subject, orjson.dumps(request), timeout)
+            raw = await self._requester.request(subject, data, timeout)
         except NoResponders:
             return _faulted(batch, Outcome.ABSENT, "no responders: the module is not running", started, journal)
         except RequestTimeout:

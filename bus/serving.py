@@ -117,8 +117,13 @@ class ModuleServer:
         await self._reply(inbox, reply)
 
     async def _reply(self, inbox: str, reply: dict[str, Any]) -> None:
-        if inbox:
-            await self.bus.push(inbox, orjson.dumps(reply))
+        if not inbox:
+            return
+        data = orjson.dumps(reply)
+        limit = self.bus.nc.max_payload
+        if len(data) > limit:  # the server would drop the connection for it: say so instead
+            data = orjson.dumps({"error": f"reply of {len(data)} bytes is over the server's max_payload ({limit})"})
+        await self.bus.push(inbox, data)
 
 
 def _depth_of(request: dict[str, Any]) -> int:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from nats.aio.msg import Msg
 
-from bus import Bus, Cancel, Continue, Module
+from bus import Bus, Cancel, Continue, Module, Patch
 from bus.declaration import declare
 from bus.registry import MODULES_BUCKET, Announcement, open_bucket
 from bus.testing import JournalRecorder, serving, wait_for_chain
@@ -130,3 +130,21 @@ async def test_silent_responder_times_out(kernel: Bus, fail_closed: bool) -> Non
     expect(await kernel.intercept(stage, {}), fail_closed, "timeout")
     [entry] = await journal.wait_for(1)
     assert entry["outcome"] == "timeout"
+
+
+@pytest.mark.parametrize("fail_closed", FAIL_MODES)
+async def test_oversized_request_and_reply_are_faults_not_disconnects(
+    kernel: Bus, nats_url: str, fail_closed: bool
+) -> None:
+    mod = Module(unique("big"))
+
+    @mod.stage("custom.big", fail_closed=fail_closed)
+    async def inflate(stage: str, payload: dict[str, Any]) -> Patch:
+        return Patch({"blob": "x" * (kernel.nc.max_payload + 10)})
+
+    async with serving(mod, nats_url):
+        await wait_for_chain(kernel, "custom.big", [f"{mod.name}.inflate"])
+        too_big = {"blob": "y" * (kernel.nc.max_payload + 10)}
+        expect(await kernel.intercept("custom.big", too_big), fail_closed, "oversize")
+        expect(await kernel.intercept("custom.big", {}), fail_closed, "invalid")
+        assert kernel.connected
