@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 import orjson
 
@@ -33,8 +34,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 async def run(args: argparse.Namespace) -> int:
     stage = validate_stage(args.stage)
     payload = read_json_object(args.payload, "the payload")
-    async with open_view(args, "hookbus-intercept") as (bus, _):
+    async with open_view(args, "hookbus-intercept") as (bus, view):
         decision = await bus.intercept(stage, payload, {"session": args.session, "agent": args.agent})
+        chain = view.chains.get(stage)
+        for link in chain.links if chain else ():
+            if not link.trust.runs:
+                name = link.decl.qualname
+                print(f"hookbus: {name} not called: {link.trust.value} (hookbus approve {name})", file=sys.stderr)
+        if chain is not None and chain.broken:
+            print(f"hookbus: the chain of {stage} is broken, nothing called: {chain.broken}", file=sys.stderr)
     out = decision.to_wire()
     if isinstance(decision, Cancel) and decision.handler:
         out["handler"] = decision.handler
