@@ -5,14 +5,16 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import logging
+from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, Final
 
 import nats.errors
 import orjson
 from nats.aio.msg import Msg
 
-from bus.eager import start_eager
+from bus.eager import run_eager
 from bus.errors import RegistryError
 from bus.registry import MODULES_BUCKET, announcement_of, open_bucket
 
@@ -88,33 +90,46 @@ class ModuleServer:
         # blocking this callback: the calls behind it would wait too). A call made while handling
         # one (A -> B -> A) is always admitted, or full slots would wait on each other for ever.
         if nested or len(self._tasks) < self.module.concurrency:
-            self._start(msg.reply, request)
+            replying = self._start(msg.reply, request)
+            if replying is not None:
+                await replying
         elif len(self._waiting) < MAX_WAITING:
             self._waiting.append((msg.reply, request))
         else:
             log.warning("module %s: %d requests waiting; one dropped", self.module.name, len(self._waiting))
 
-    def _start(self, inbox: str, request: dict[str, Any]) -> None:
-        try:
-            task = start_eager(self._answer(inbox, request))  # most answers never wait: no task for them
-        except Exception:
-            log.exception("module %s: answering a request failed", self.module.name)
-            return
-        if task is not None:
-            self._tasks.add(task)
-            task.add_done_callback(self._finished)
+    def _start(self, inbox: str, request: dict[str, Any]) -> Coroutine[Any, Any, None] | None:
+        """Run the handlers inline as far as they go (most never wait: no task for them).
 
-    def _finished(self, task: asyncio.Task[Any]) -> None:
+        Returns the reply to send if they finished, else None (a task answers later).
+        """
+        try:
+            finished, value = run_eager(self.module.handle(request, self.bus))
+        except Exception as exc:  # handler faults are caught in handle(): this is a malformed request
+            return self._reply(inbox, {"error": f"malformed request: {exc!r}"})
+        if finished:
+            return self._reply(inbox, value)
+        self._tasks.add(value)
+        value.add_done_callback(functools.partial(self._finished, inbox))
+        return None
+
+    def _finished(self, inbox: str, task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)
+        if not task.cancelled():
+            failed = task.exception()
+            reply = {"error": f"request failed: {failed!r}"} if failed is not None else task.result()
+            self._send_later(self._reply(inbox, reply))
         while self._waiting and len(self._tasks) < self.module.concurrency:
-            self._start(*self._waiting.popleft())
+            replying = self._start(*self._waiting.popleft())
+            if replying is not None:
+                self._send_later(replying)
 
-    async def _answer(self, inbox: str, request: dict[str, Any]) -> None:
-        try:
-            reply = await self.module.handle(request, self.bus)
-        except (TypeError, ValueError) as exc:
-            reply = {"error": f"malformed request: {exc}"}
-        await self._reply(inbox, reply)
+    def _send_later(self, replying: Coroutine[Any, Any, None]) -> None:
+        """Send a reply from synchronous code: inline, or in a task if the send must wait."""
+        finished, task = run_eager(replying)
+        if not finished:
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
     async def _reply(self, inbox: str, reply: dict[str, Any]) -> None:
         if not inbox:
