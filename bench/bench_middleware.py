@@ -131,10 +131,10 @@ async def measure(url: str, calls: int, concurrent: int) -> None:
         )
 
         raw_t, one_t, five_t = [], [], []
-        for _ in range(3):  # interleaved rounds so drift hits both sides alike
-            raw_t += await timed(calls // 3, raw)
-            one_t += await timed(calls // 3, one)
-            five_t += await timed(calls // 3, five)
+        for _ in range(5):  # interleaved rounds so drift hits both sides alike
+            raw_t += await timed(calls // 5, raw)
+            one_t += await timed(calls // 5, one)
+            five_t += await timed(calls // 5, five)
         for name, pct, target in (("p50", 0.5, 1.2), ("p99", 0.99, 1.5)):
             base, ours = percentile(raw_t, pct), percentile(one_t, pct)
             rows.append(
@@ -157,7 +157,7 @@ async def measure(url: str, calls: int, concurrent: int) -> None:
             ]
         )
         raw_runs, our_runs = [], []
-        for _ in range(3):  # interleaved, the median of three each
+        for _ in range(5):  # interleaved, the median of five each
             raw_runs.append(await throughput(calls, concurrent, raw))
             our_runs.append(await throughput(calls, concurrent, one))
         raw_tp, our_tp = median(raw_runs), median(our_runs)
@@ -178,7 +178,7 @@ async def measure(url: str, calls: int, concurrent: int) -> None:
 
 async def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--calls", type=int, default=3000)
+    parser.add_argument("--calls", type=int, default=5000)
     parser.add_argument("--concurrent", type=int, default=50)
     parser.add_argument("--serve", metavar="URL", help=argparse.SUPPRESS)
     args = parser.parse_args()
