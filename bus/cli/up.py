@@ -49,8 +49,9 @@ Service = Callable[[UpContext], AbstractAsyncContextManager[None]]
 
 def services() -> list[Service]:
     """The workers ``hookbus up`` runs, in start order (imported here, not at module load)."""
-    found: list[Service] = []
-    return found
+    from subscribers import journal_sink
+
+    return [journal_sink.service]
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
