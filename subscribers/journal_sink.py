@@ -51,7 +51,11 @@ class JournalSink:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Store entries until ``stop`` is set."""
-        await ensure_stream(self.bus)
+        try:
+            await ensure_stream(self.bus)
+        except (nats.errors.Error, nats.js.errors.Error) as exc:
+            log.error("journal sink disabled: JetStream is not available on %s (%r)", ", ".join(self.bus.servers), exc)
+            return
         js = self.bus.nc.jetstream()
         config = ConsumerConfig(
             durable_name=self.durable,
