@@ -15,6 +15,7 @@ import sys
 from collections.abc import Sequence
 
 from bus.cli import emit, events, journal, tail, up
+from bus.cli.common import apply_auth_flags
 from bus.errors import HookbusError
 
 _COMMANDS = (up, emit, tail, events, journal)
@@ -43,6 +44,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``hookbus`` console script."""
     args = build_parser().parse_args(argv)
     _configure_logging(args.verbose)
+    apply_auth_flags(args)
     try:
         code: int = asyncio.run(args.func(args))
     except HookbusError as exc:
