@@ -25,7 +25,7 @@ from bus.decisions import CONTINUE, Cancel, Decision, Patch, from_wire
 from bus.drain import DEFAULT_BUDGET, Drain
 from bus.errors import BusClosedError, DecisionError
 from bus.faults import Outcome, fault_decision
-from bus.journal import JournalSink, entry
+from bus.journal import JournalEntry, JournalSink
 from bus.requester import Aborted, NoResponders, Requester, RequestTimeout
 from bus.results import apply_patch, hide_output
 from bus.stages import Stage, match_field, phase
@@ -125,7 +125,7 @@ class Interceptor:
         if depth >= self._bus.max_depth:
             return CONTINUE  # the recursion limit: nothing runs at or past it
         if chain.broken:
-            journal.add("*", Outcome.BROKEN, CONTINUE, 0.0, chain.broken)
+            journal.add(None, Outcome.BROKEN, CONTINUE, 0.0, chain.broken)
             journal.flush()
             return CONTINUE
         current = self._canonical(stage, payload)
@@ -136,7 +136,7 @@ class Interceptor:
         while index < len(links):
             link = links[index]
             if not link.trust.runs:
-                journal.add(link.decl.qualname, Outcome.UNTRUSTED, CONTINUE, 0.0, f"{link.trust.value}: not approved")
+                journal.add(link, Outcome.UNTRUSTED, CONTINUE, 0.0, f"{link.trust.value}: not approved")
                 index += 1
                 continue
             batch = _batch(links, index)
@@ -251,7 +251,7 @@ def _faulted(batch: Sequence[Link], outcome: Outcome, cause: str, started: float
     for link in batch:
         decl = link.decl
         decision = fault_decision(decl.fail_closed, decl.qualname, outcome, cause)
-        journal.add(decl.qualname, outcome, decision, elapsed, cause)
+        journal.add(link, outcome, decision, elapsed, cause)
         if isinstance(decision, Cancel):
             return decision
     return CONTINUE
@@ -265,9 +265,9 @@ def _answered(
     if isinstance(reactions, list) and reactions:
         for item in reactions:
             if isinstance(item, dict):
-                journal.add_wire(item)
+                journal.add_wire(item, batch)
     else:
-        journal.add(first, Outcome.OK, decision, (time.perf_counter() - started) * 1000, None)
+        journal.add(batch[0], Outcome.OK, decision, (time.perf_counter() - started) * 1000, None)
     if isinstance(decision, Cancel):
         return Cancel(decision.reason, decision.handler or first)
     if isinstance(decision, Patch):
@@ -276,53 +276,77 @@ def _answered(
 
 
 class _Journal:
-    """Collects one intercept's reactions and publishes them in chain order."""
+    """Collects one call's reactions as shared-journal entries (kind ``middleware``), in chain order."""
 
     def __init__(self, sink: JournalSink, stage: str, wire_ctx: dict[str, Any]) -> None:
         self._sink = sink
         self._stage = stage
         self._phase = phase(stage)
         self._ctx = wire_ctx
-        self._entries: list[dict[str, Any]] = []
+        self._entries: list[JournalEntry] = []
 
-    def add(self, handler: str, outcome: Outcome, decision: Decision, duration_ms: float, cause: str | None) -> None:
-        self._entries.append(
-            entry(
-                request_id=self._ctx["id"],
-                stage=self._stage,
-                phase=self._phase,
-                handler=handler,
-                outcome=outcome.value,
-                decision=decision,
-                duration_ms=duration_ms,
-                cause=cause,
-                session=self._ctx["session"],
-                agent=self._ctx["agent"],
-                depth=self._ctx["depth"],
-            )
+    def add(
+        self, link: Link | None, outcome: Outcome, decision: Decision, duration_ms: float, cause: str | None
+    ) -> None:
+        reason = decision.reason if isinstance(decision, Cancel) else None
+        self._add(
+            link.decl.qualname if link else "*",
+            link.identity if link else None,
+            outcome.value,
+            decision.kind,
+            reason,
+            cause,
+            duration_ms,
         )
 
-    def add_wire(self, item: dict[str, Any]) -> None:
+    def add_wire(self, item: dict[str, Any], batch: Sequence[Link]) -> None:
+        """A reaction as the module reported it."""
+        who = str(item.get("handler"))
+        identity = next((link.identity for link in batch if link.decl.qualname == who), None)
+        reason = item.get("reason")
+        self._add(
+            who,
+            identity,
+            str(item.get("outcome", "ok")),
+            str(item.get("decision", "?")),
+            reason if isinstance(reason, str) else None,
+            item.get("cause"),
+            item.get("duration_ms"),
+        )
+
+    def _add(
+        self, who: str, identity: str | None, outcome: str, kind: str, reason: str | None, cause: Any, ms: Any
+    ) -> None:
+        if outcome == Outcome.OK:
+            verdict, why = kind, reason
+        elif outcome == Outcome.UNTRUSTED:
+            verdict, why = "denied", cause
+        else:  # a fault: the outcome, and what it read as
+            verdict = outcome
+            why = f"{cause}; read as {kind} ({'fail-closed' if kind == 'cancel' else 'fail-open'})"
+            if outcome == Outcome.BROKEN:
+                why = cause
+        ctx = self._ctx
         self._entries.append(
-            entry(
-                request_id=self._ctx["id"],
-                stage=self._stage,
+            JournalEntry(
+                kind="middleware",
+                point=self._stage,
                 phase=self._phase,
-                handler=str(item.get("handler")),
-                outcome=str(item.get("outcome", "ok")),
-                decision=str(item.get("decision", "?")),
-                duration_ms=float(item.get("duration_ms") or 0.0),
-                cause=item.get("cause"),
-                session=self._ctx["session"],
-                agent=self._ctx["agent"],
-                depth=self._ctx["depth"],
-                reason=item.get("reason") if isinstance(item.get("reason"), str) else None,
+                who=who,
+                decision=verdict,
+                cause=why if isinstance(why, str) else None,
+                duration_ms=float(ms) if isinstance(ms, int | float) else None,
+                session=ctx["session"],
+                agent=ctx["agent"],
+                depth=ctx["depth"],
+                trace_id=ctx["id"],
+                identity=identity,
             )
         )
 
     def flush(self) -> None:
         if self._entries:
-            self._sink.publish(self._entries)
+            self._sink.add(self._entries)
 
 
 def _log_failure(task: asyncio.Task[Any]) -> None:

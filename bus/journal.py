@@ -1,117 +1,216 @@
-"""Journal entries of middleware reactions, published as hookbus events on ``hookbus.journal.middleware``.
+"""The shared journal: one entry format for everything that intervened or reacted.
 
-One entry per reaction, in chain order, so that a handler that was absent,
-failed, timed out, was denied by trust, or cancelled can be told apart later.
-Entries are batched: everything journaled within ``WINDOW`` seconds goes out
-as one event ``{"entries": [...]}``, in order, off the caller's path.
-Measured (bench/bench_middleware.py): one event per reaction cost the kernel
-about as much CPU as the rest of the call and added a fifth to a call's
-latency, since each is one more write and one more message for the server.
+Middleware reactions, shell-hook runs, subscriber errors and trigger firings
+all become a :class:`JournalEntry`, published on ``hookbus.journal.<kind>``.
+A JetStream stream captures that subject space, so a sink that was down writes
+every entry once it is back (see ``subscribers.journal_sink``).
+
+Entries record what a hook *did*, never the payload it saw: a redacting hook
+must not have its secret written to the journal by the journal.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import logging
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
-from bus.decisions import Decision
+import nats.errors
+import nats.js.errors
+import orjson
+from nats.js.api import RetentionPolicy, StorageType, StreamConfig
+
 from bus.eager import run_eager
-from bus.subjects import JOURNAL_MIDDLEWARE
+from bus.envelope import Encoder, format_timestamp
+from bus.errors import BusClosedError, HookbusError
+from bus.subjects import TOKEN_RE
 
 if TYPE_CHECKING:
     from bus.client import Bus
 
-log = logging.getLogger("hookbus.middleware")
+log = logging.getLogger("hookbus.journal")
 
-#: Entries per journal event at most (a full batch goes out at once).
-MAX_BATCH: Final = 200
-#: Seconds entries wait for company before they go out.
-WINDOW: Final = 0.005
+SUBJECT_PREFIX: Final = "hookbus.journal"
+STREAM: Final = "HOOKBUS_JOURNAL"
+#: The kinds of entry; each is the last token of its subject.
+KINDS: Final = ("middleware", "shell_hook", "subscriber", "trigger")
+#: How long the stream keeps entries a sink has not taken yet, and how much of them.
+STREAM_MAX_AGE_S: Final = 7 * 24 * 3600
+STREAM_MAX_BYTES: Final = 1024 * 1024 * 1024
+
+_ids = Encoder()  # only for its unique-id generator
+PROCESS: Final = f"{socket.gethostname()}:{os.getpid()}"
 
 
-def entry(
-    *,
-    request_id: str,
-    stage: str,
-    phase: str,
-    handler: str,
-    outcome: str,
-    decision: Decision | str,
-    duration_ms: float,
-    cause: str | None,
-    session: str | None,
-    agent: str | None,
-    depth: int,
-    reason: str | None = None,
-) -> dict[str, Any]:
-    """The payload of one journal entry."""
-    kind = decision if isinstance(decision, str) else decision.kind
-    body: dict[str, Any] = {
-        "id": request_id,
-        "stage": stage,
-        "phase": phase,
-        "handler": handler,
-        "outcome": outcome,
-        "decision": kind,
-        "duration_ms": round(duration_ms, 3),
-        "cause": cause,
-        "session": session,
-        "agent": agent,
-        "depth": depth,
-    }
-    reason = reason if reason is not None else getattr(decision, "reason", None)
-    if reason is not None:
-        body["reason"] = reason
-    return body
+class JournalError(HookbusError):
+    """Bytes on a journal subject are not a valid entry."""
+
+
+@dataclass(slots=True)
+class JournalEntry:
+    """One intervention or reaction.
+
+    ``point`` is the stage (``tool.call``) or the subject; ``phase`` says where
+    in the point's life it happened (``request``, ``result``, ``run``, ``fire``);
+    ``who`` names the handler, hook or trigger and ``identity`` its identity
+    hash where it has one; ``decision`` is the outcome (``continue``,
+    ``cancel``, ``patch``, ``absent``, ``failed``, ``timeout``, ``denied``,
+    ``ok``, ``exit_nonzero``, ``refused``, ``fired``, ``suppressed`` ...) and
+    ``cause`` why.
+    """
+
+    kind: str
+    point: str
+    phase: str
+    who: str
+    decision: str
+    cause: str | None = None
+    duration_ms: float | None = None
+    session: str | None = None
+    agent: str | None = None
+    depth: int = 0
+    trace_id: str | None = None
+    identity: str | None = None
+    process: str = PROCESS
+    time: str = ""
+    id: str = field(default_factory=_ids.new_id)
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise JournalError(f"journal kind {self.kind!r} is not one of {', '.join(KINDS)}")
+        if not self.time:
+            self.time = now_timestamp()
+
+    @property
+    def subject(self) -> str:
+        return f"{SUBJECT_PREFIX}.{self.kind}"
+
+    def encode(self) -> bytes:
+        return orjson.dumps(self)  # orjson encodes dataclasses itself: as asdict(), several times faster
+
+
+def now_timestamp() -> str:
+    return format_timestamp(time.time_ns() // 1_000_000)
+
+
+def canonical_time(text: str) -> str:
+    """An RFC 3339 time (any offset, optional fraction, or a bare date) in the journal's own form."""
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise JournalError(f"{text!r} is not an RFC 3339 time such as 2026-11-30T10:00:00Z") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return format_timestamp(int(moment.timestamp() * 1000))
+
+
+async def record(bus: Bus, entry: JournalEntry) -> bool:
+    """Publish ``entry`` (fire-and-forget, like emit); False if it could not be sent."""
+    try:
+        await bus.publish_raw(entry.subject, entry.encode())
+    except (BusClosedError, nats.errors.Error):
+        bus.stats.dropped.add("journal")
+        return False
+    return True
 
 
 class JournalSink:
-    """Collects entries and publishes them once per pass of the event loop."""
+    """Publishes entries off the caller's path: each waits up to ``window`` seconds for company.
 
-    def __init__(self, bus: Bus) -> None:
+    For hot paths (middleware records a reaction per handler per call):
+    awaiting one publish per entry added a write to every call and about a
+    fifth to its latency (bench/bench_middleware.py). Entries still go out one
+    message each, in the order they were given, on the fast publisher.
+    """
+
+    def __init__(self, bus: Bus, window: float = 0.005, max_batch: int = 200) -> None:
         self._bus = bus
-        self._pending: list[dict[str, Any]] = []
+        self._window = window
+        self._max_batch = max_batch
+        self._pending: list[JournalEntry] = []
         self._timer: asyncio.TimerHandle | None = None
         self._sending: set[asyncio.Task[Any]] = set()
 
-    def publish(self, entries: list[dict[str, Any]]) -> None:
-        """Queue one call's entries (kept together and in order)."""
+    def add(self, entries: list[JournalEntry]) -> None:
+        """Queue entries (kept together and in order)."""
         self._pending.extend(entries)
-        if len(self._pending) >= MAX_BATCH:
-            self._flush()
+        if len(self._pending) >= self._max_batch:
+            self.flush()
         elif self._timer is None:
-            self._timer = asyncio.get_running_loop().call_later(WINDOW, self._flush)
+            self._timer = asyncio.get_running_loop().call_later(self._window, self.flush)
 
-    def _flush(self) -> None:
+    def flush(self) -> None:
+        """Publish what is queued now."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         pending, self._pending = self._pending, []
-        # An empty context: the journal is the kernel's record, not an emit at the caller's depth.
-        contextvars.Context().run(self._send, pending)
-
-    def _send(self, pending: list[dict[str, Any]]) -> None:
-        for start in range(0, len(pending), MAX_BATCH):
-            emitting = self._bus.emit(JOURNAL_MIDDLEWARE, {"entries": pending[start : start + MAX_BATCH]})
+        for entry in pending:
             try:
-                finished, task = run_eager(emitting)  # emit rarely waits: no task for it then
+                finished, task = run_eager(self._bus.push(entry.subject, entry.encode()))  # rarely waits
             except Exception as exc:
-                log.warning("journal entries not published: %r", exc)
+                log.warning("journal entry not published: %r", exc)
                 continue
             if not finished:
                 self._sending.add(task)
-                task.add_done_callback(self._sent)
+                task.add_done_callback(self._sending.discard)
 
-    def _sent(self, task: asyncio.Task[Any]) -> None:
-        self._sending.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.warning("journal entries not published: %r", task.exception())
-
-    async def drain(self) -> None:
-        """Publish what is queued now and wait until it went out (closing)."""
-        if self._pending:
-            self._flush()
+    async def drain(self, timeout: float = 2.0) -> None:
+        """Publish what is queued and wait (bounded) until it went out: for closing."""
+        self.flush()
         if self._sending:
-            await asyncio.wait(set(self._sending), timeout=2.0)
+            await asyncio.wait(set(self._sending), timeout=timeout)
+
+
+async def ensure_stream(bus: Bus, replicas: int = 1) -> None:
+    """Create (or update) the JetStream stream that captures every journal entry."""
+    config = StreamConfig(
+        name=STREAM,
+        subjects=[f"{SUBJECT_PREFIX}.>"],
+        retention=RetentionPolicy.LIMITS,
+        storage=StorageType.FILE,
+        max_age=STREAM_MAX_AGE_S,
+        max_bytes=STREAM_MAX_BYTES,
+        num_replicas=replicas,
+        duplicate_window=120,
+    )
+    js = bus.nc.jetstream()
+    try:
+        await js.add_stream(config)
+    except nats.js.errors.BadRequestError:
+        await js.update_stream(config)
+
+
+_TEXT_FIELDS: Final = ("kind", "point", "phase", "who", "decision", "process", "time", "id")
+_OPTIONAL_TEXT: Final = ("cause", "session", "agent", "trace_id", "identity")
+
+
+def decode_entry(data: bytes) -> JournalEntry:
+    """Decode a journal entry, naming what is wrong if it is not one."""
+    try:
+        obj: Any = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise JournalError(f"journal entry is not JSON ({exc})") from None
+    if not isinstance(obj, dict):
+        raise JournalError(f"journal entry must be a JSON object, not {type(obj).__name__}")
+    for name in _TEXT_FIELDS:
+        if not isinstance(obj.get(name), str) or not obj[name]:
+            raise JournalError(f"journal entry field {name!r} must be a non-empty string")
+    for name in _OPTIONAL_TEXT:
+        if obj.get(name) is not None and not isinstance(obj[name], str):
+            raise JournalError(f"journal entry field {name!r} must be a string or null")
+    duration = obj.get("duration_ms")
+    if duration is not None and (isinstance(duration, bool) or not isinstance(duration, int | float)):
+        raise JournalError("journal entry field 'duration_ms' must be a number or null")
+    depth = obj.get("depth", 0)
+    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
+        raise JournalError("journal entry field 'depth' must be a non-negative integer")
+    if obj["kind"] not in KINDS or not TOKEN_RE.fullmatch(obj["kind"]):
+        raise JournalError(f"journal entry kind {obj['kind']!r} is not one of {', '.join(KINDS)}")
+    known: dict[str, Any] = {name: obj[name] for name in JournalEntry.__dataclass_fields__ if name in obj}
+    return JournalEntry(**known)

@@ -2,8 +2,9 @@
 
 A stage name is dotted (``tool.call``); the four Eva stages are typed members
 of :class:`Stage`, and any other valid name works too (a user-declared stage).
-Each stage has a phase (``before`` an action, or ``after`` it) and a field a
-handler's matcher is compared with.
+Each stage has a phase (the journal's ``request``, before the action, or
+``result``, judging a done one) and a field a handler's matcher is compared
+with.
 """
 
 from __future__ import annotations
@@ -42,8 +43,8 @@ def validate_stage(stage: object) -> str:
 
 
 def phase(stage: str) -> str:
-    """``after`` for stages that judge a done action (tool.result), else ``before``."""
-    return "after" if stage in _AFTER else "before"
+    """``result`` for stages that judge a done action (tool.result), else ``request``."""
+    return "result" if stage in _AFTER else "request"
 
 
 def match_field(stage: str) -> str:

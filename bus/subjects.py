@@ -124,8 +124,6 @@ def matches(pattern: str, subject: str) -> bool:
 
 #: Middleware requests to a module go to ``hookbus.mw.<module>`` (queue group of the same name).
 MIDDLEWARE_PREFIX = "hookbus.mw"
-#: Every middleware reaction is published here as a journal entry.
-JOURNAL_MIDDLEWARE = "hookbus.journal.middleware"
 #: Published when a stage's chain is disabled (cycle, dangling reference), and when it works again.
 BROKEN_SET = "eva.broken.set"
 BROKEN_CLEARED = "eva.broken.cleared"

@@ -12,16 +12,19 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any
+
+from nats.aio.msg import Msg
 
 from bus.client import Bus
 from bus.connection import URL_ENV
 from bus.envelope import Event
+from bus.journal import SUBJECT_PREFIX, JournalEntry, decode_entry
 from bus.module import Module
 from bus.server import NatsServer
-from bus.subjects import JOURNAL_MIDDLEWARE
 
 
 def docker_engine_answers() -> bool:
@@ -127,19 +130,19 @@ class JournalRecorder:
     """Keeps the middleware journal entries published on the bus; ``await wait_for(n)``."""
 
     def __init__(self) -> None:
-        self.entries: list[dict[str, Any]] = []
+        self.entries: list[JournalEntry] = []
         self._changed = asyncio.Event()
 
     async def attach(self, bus: Bus) -> JournalRecorder:
-        await bus.subscribe(JOURNAL_MIDDLEWARE, self._on_event)
+        await bus.nc.subscribe(f"{SUBJECT_PREFIX}.middleware", cb=self._on_msg)
         await bus.flush()
         return self
 
-    def _on_event(self, event: Event) -> None:
-        self.entries.extend(event.payload.get("entries", []))
+    async def _on_msg(self, msg: Msg) -> None:
+        self.entries.append(decode_entry(msg.data))
         self._changed.set()
 
-    async def wait_for(self, count: int, timeout: float = 10.0) -> list[dict[str, Any]]:
+    async def wait_for(self, count: int, timeout: float = 10.0) -> list[JournalEntry]:
         """Wait until ``count`` entries arrived; raise TimeoutError naming how many did."""
         try:
             async with asyncio.timeout(timeout):
@@ -149,3 +152,70 @@ class JournalRecorder:
         except TimeoutError:
             raise TimeoutError(f"expected {count} journal entries, got {len(self.entries)}") from None
         return self.entries
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nobody listens on right now (for configs that need ports up front)."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+class NatsCluster:
+    """A NATS cluster of real ``nats-server`` processes on loopback, with JetStream.
+
+    Every node routes to every other; ``urls`` lists the client URLs. Nodes can
+    be killed and restarted (same ports, same store) to test failover.
+    """
+
+    def __init__(self, size: int = 3, name: str = "hookbus") -> None:
+        cluster_ports = [free_port() for _ in range(size)]
+        routes = ",".join(f"nats://127.0.0.1:{port}" for port in cluster_ports)
+        self.nodes = [
+            NatsServer(
+                name=f"{name}-{index + 1}",
+                extra_args=("--cluster", f"nats://127.0.0.1:{port}", "--routes", routes, "--cluster_name", name),
+            )
+            for index, port in enumerate(cluster_ports)
+        ]
+
+    @property
+    def urls(self) -> list[str]:
+        return [node.url for node in self.nodes]
+
+    def start(self, timeout: float = 30.0) -> NatsCluster:
+        """Start every node, then wait until JetStream has a leader (it answers API requests)."""
+        with ThreadPoolExecutor(len(self.nodes)) as pool:
+            list(pool.map(lambda node: node.start(), self.nodes))
+        # In a thread of its own, so that this works from inside an event loop too.
+        with ThreadPoolExecutor(1) as pool:
+            pool.submit(asyncio.run, _wait_for_jetstream(self.urls, timeout)).result()
+        return self
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.cleanup()
+
+    def __enter__(self) -> NatsCluster:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+async def _wait_for_jetstream(urls: list[str], timeout: float) -> None:
+    import nats
+
+    nc = await nats.connect(urls)
+    try:
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            try:
+                await nc.jetstream().account_info()
+                return
+            except Exception:
+                if asyncio.get_running_loop().time() > deadline:
+                    raise
+                await asyncio.sleep(0.2)
+    finally:
+        await nc.close()

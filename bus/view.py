@@ -54,6 +54,7 @@ class Link:
     batch: bool
     trust: TrustState
     match: frozenset[str] | None  # canonical names the handler wants; None: every call
+    identity: str  # the declaration's hash (trust, journal)
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,7 +203,7 @@ class View:
                 self._spawn(self._approve_new(decl))
             match = frozenset(self.aliases.get(name, name) for name in decl.match) if decl.match else None
             ann = anns[decl.qualname]
-            links.append(Link(decl, ann.subject, ann.batch, trust, match))
+            links.append(Link(decl, ann.subject, ann.batch, trust, match, decl.identity()))
         return StageChain(stage, tuple(links))
 
     def _report_broken(self, chains: dict[str, StageChain]) -> None:

@@ -90,8 +90,10 @@ async def test_patches_compose_in_reference_order_and_journal_follows(kernel: Bu
         decision = await kernel.intercept(stage, {"seen": []})
         assert decision == Patch({"seen": ["one", "two", "three"]})
         entries = await journal.wait_for(3)
-        assert [e["handler"] for e in entries] == order
-        assert {e["decision"] for e in entries} == {"patch"}
+        assert [e.who for e in entries] == order
+        assert {(e.kind, e.point, e.phase, e.decision) for e in entries} == {("middleware", stage, "request", "patch")}
+        assert len({e.trace_id for e in entries}) == 1
+        assert all(e.identity for e in entries)
 
 
 async def test_cancel_short_circuits(kernel: Bus, nats_url: str) -> None:

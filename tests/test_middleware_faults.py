@@ -57,8 +57,9 @@ async def test_in_process_faults(kernel: Bus, nats_url: str, fail_closed: bool, 
         await wait_for_chain(kernel, "custom.fault", [f"{mod.name}.misbehave"])
         expect(await kernel.intercept("custom.fault", {"kind": kind}), fail_closed, outcome)
         [entry] = await journal.wait_for(1)
-        assert entry["outcome"] == outcome
-        assert entry["decision"] == ("cancel" if fail_closed else "continue")
+        assert entry.decision == outcome
+        assert entry.cause is not None
+        assert entry.cause.endswith("read as cancel (fail-closed)" if fail_closed else "read as continue (fail-open)")
 
 
 async def announce_without_serving(kernel: Bus, module: str, stage: str, fail_closed: bool) -> None:
@@ -77,7 +78,7 @@ async def test_never_started(kernel: Bus, fail_closed: bool) -> None:
     await wait_for_chain(kernel, stage, [f"{name}.h"])
     expect(await kernel.intercept(stage, {}), fail_closed, "absent")
     [entry] = await journal.wait_for(1)
-    assert entry["outcome"] == "absent"
+    assert entry.decision == "absent"
 
 
 @pytest.mark.parametrize("fail_closed", FAIL_MODES)
@@ -129,7 +130,7 @@ async def test_silent_responder_times_out(kernel: Bus, fail_closed: bool) -> Non
     journal = await JournalRecorder().attach(kernel)
     expect(await kernel.intercept(stage, {}), fail_closed, "timeout")
     [entry] = await journal.wait_for(1)
-    assert entry["outcome"] == "timeout"
+    assert entry.decision == "timeout"
 
 
 @pytest.mark.parametrize("fail_closed", FAIL_MODES)

@@ -77,7 +77,8 @@ async def test_new_and_modified_handlers_wait_for_approval(nats_url: str) -> Non
             await wait_declared(kernel, qualname, TrustState.UNTRUSTED)
             assert await kernel.intercept(stage, {}) == Continue()  # not executed before approval
             [entry] = await journal.wait_for(1)
-            assert entry["outcome"] == "untrusted"
+            assert entry.decision == "denied"
+            assert entry.cause == "untrusted: not approved"
             assert qualname in await cli(nats_url, "approvals")
             assert f"approved {qualname}" in await cli(nats_url, "approve", qualname)
             await wait_for_chain(kernel, stage, [qualname])
@@ -242,4 +243,4 @@ async def test_shutdown_is_clamped(nats_url: str) -> None:
         await asyncio.wait_for(closing, 10)
         release.set()
         assert isinstance(decision, Cancel) and "shutdown" in decision.reason
-        assert not journal.entries or journal.entries[0]["outcome"] == "shutdown"
+        assert not journal.entries or journal.entries[0].decision == "shutdown"

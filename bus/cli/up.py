@@ -49,8 +49,10 @@ Service = Callable[[UpContext], AbstractAsyncContextManager[None]]
 
 def services() -> list[Service]:
     """The workers ``hookbus up`` runs, in start order (imported here, not at module load)."""
-    found: list[Service] = []
-    return found
+    # Imported here: bus/ must not import the workers when it is loaded.
+    from subscribers import agent_metrics, journal_sink
+
+    return [journal_sink.service, agent_metrics.service]
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -117,6 +119,7 @@ async def run(args: argparse.Namespace) -> int:
         if args.metrics_port >= 0:
             httpd, thread = start_http_server(args.metrics_port, addr=args.host)
             stack.callback(thread.join, 5)
+            stack.callback(httpd.server_close)
             stack.callback(httpd.shutdown)
             lines.append(f"  metrics  http://{args.host}:{httpd.server_port}/metrics")
         ctx = UpContext(bus=bus, workspace=workspace, nats_url=nats_url, args=args, lines=lines)
