@@ -95,7 +95,13 @@ class JournalEntry:
 
 
 def now_timestamp() -> str:
-    return format_timestamp(time.time_ns() // 1_000_000)
+    seconds, millis = divmod(time.time_ns() // 1_000_000, 1000)
+    if seconds != _second[0]:  # formatting the date and time costs more than a journal entry's rest
+        _second[:] = [seconds, format_timestamp(seconds * 1000)[:-5]]
+    return f"{_second[1]}.{millis:03d}Z"
+
+
+_second: list[Any] = [-1, ""]
 
 
 def canonical_time(text: str) -> str:
