@@ -17,6 +17,7 @@ from bus.errors import (
     SubjectError,
 )
 from bus.server import NatsServer
+from bus.turns import TurnRequest, TurnResult
 
 __all__ = [
     "Bus",
@@ -38,4 +39,6 @@ __all__ = [
     "ServerError",
     "SubjectError",
     "Subscription",
+    "TurnRequest",
+    "TurnResult",
 ]

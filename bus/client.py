@@ -33,6 +33,7 @@ from bus.ratelog import RateLimitedLog
 from bus.server import NatsServer
 from bus.stats import COLLECTOR, BusStats
 from bus.subjects import TOKEN_RE, normalise_pattern
+from bus.turns import TurnHandler, TurnRequest, TurnServer
 
 log = logging.getLogger("hookbus.bus")
 
@@ -191,6 +192,7 @@ class Bus:
         self._nc: Client | None = None
         self._publisher: Publisher | None = None
         self._subs: set[Subscription] = set()
+        self._turn_servers: list[TurnServer] = []
         self._state = BusState.UNOPENED
         self._warned_disconnected = False
 
@@ -257,6 +259,8 @@ class Bus:
             self._state = BusState.CLOSED
             return
         self._state = BusState.CLOSED
+        for server in self._turn_servers:
+            await server.stop(self._close_timeout)
         for sub in list(self._subs):
             await sub.unsubscribe(self._close_timeout)
         nc, self._nc, self._publisher = self._nc, None, None
@@ -356,6 +360,25 @@ class Bus:
         )
         self._subs.add(sub)
         return sub
+
+    async def serve_turns(self, agent: str, handler: TurnHandler, *, concurrency: int = 4) -> TurnServer:
+        """Run ``handler`` for each turn request to ``agent`` (replicas share them).
+
+        Inside the handler the recursion depth is the request's, so everything
+        the turn emits or intercepts carries it.
+        """
+        server = await TurnServer(self, agent, handler, concurrency).start()
+        self._turn_servers.append(server)
+        return server
+
+    async def request_turn(self, request: TurnRequest, reply: str = "") -> bool:
+        """Ask an agent to start a turn (fire-and-forget; ``reply`` gets a TurnResult)."""
+        try:
+            await self.nc.publish(request.subject, request.encode(), reply=reply)
+        except nats.errors.Error:
+            self.stats.dropped.add("disconnected")
+            return False
+        return True
 
     async def flush(self, timeout: float = 5.0) -> None:
         """Wait until everything emitted so far reached the server."""

@@ -51,8 +51,9 @@ def services() -> list[Service]:
     """The workers ``hookbus up`` runs, in start order (imported here, not at module load)."""
     # Imported here: bus/ must not import the workers when it is loaded.
     from subscribers import agent_metrics, journal_sink
+    from triggers import service as triggers
 
-    return [journal_sink.service, agent_metrics.service]
+    return [journal_sink.service, agent_metrics.service, triggers.service]
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
