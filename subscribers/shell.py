@@ -1,0 +1,239 @@
+"""Run one shell hook process, exactly as the PRX document describes.
+
+The event's envelope JSON reaches the process through three channels at once:
+``ZERO_HOOK_PAYLOAD`` (unless it exceeds 8 KB), a temporary file named by
+``ZERO_HOOK_PAYLOAD_FILE`` (removed when the process ends) and, with
+``stdin_json``, standard input. The environment is rebuilt from nothing: a safe
+PATH, the ``ZERO_HOOK_*`` variables, ``HOOKBUS_DEPTH`` (event depth + 1, so that
+``hookbus emit`` inside the hook carries the recursion counter), ``NATS_URL``,
+then the action's ``env`` minus the blocked variables.
+
+The process leads its own process group: a timeout sends SIGTERM to the whole
+group, then SIGKILL after a grace period. Output (stdout and stderr merged) is
+read to the end but only its first bytes are kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import os
+import signal
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from bus.depth import DEPTH_ENV, child_depth
+from bus.envelope import Event
+from subscribers.hook_security import is_blocked_env, resolve_command, resolve_cwd, safe_path
+from subscribers.hooks_config import HookEntry
+
+#: Above this many bytes the payload is not put in ZERO_HOOK_PAYLOAD (PRX: 8 KB).
+ENV_PAYLOAD_LIMIT: Final = 8 * 1024
+#: Seconds between SIGTERM and SIGKILL on a timeout (PRX: 5 s).
+DEFAULT_KILL_GRACE: Final = 5.0
+#: Bytes of a hook's output kept for the log; the rest is read and discarded.
+DEFAULT_OUTPUT_LIMIT: Final = 4096
+#: How long to keep reading output after the process exits (background children may hold the pipe).
+_OUTPUT_LINGER: Final = 0.5
+_READ_CHUNK: Final = 65536
+
+
+class Outcome(enum.Enum):
+    """How a hook run ended."""
+
+    OK = "ok"
+    FAILED = "failed"  # non-zero exit, killed by a signal, or could not start
+    TIMEOUT = "timeout"
+    REFUSED = "refused"  # security rules: never started
+
+
+@dataclass(frozen=True, slots=True)
+class HookResult:
+    """What one hook run did."""
+
+    hook_id: str
+    event: str
+    outcome: Outcome
+    exit_code: int | None = None
+    duration: float = 0.0
+    output: bytes = b""
+    output_bytes: int = 0
+    reason: str | None = None
+    #: True when the timeout had to escalate to SIGKILL.
+    killed: bool = False
+
+
+class ShellRunner:
+    """Starts hook processes for one workspace and keeps track of the running ones."""
+
+    def __init__(
+        self,
+        workspace: Path,
+        *,
+        nats_url: str | None = None,
+        kill_grace: float = DEFAULT_KILL_GRACE,
+        output_limit: int = DEFAULT_OUTPUT_LIMIT,
+    ) -> None:
+        self.workspace = workspace.resolve()
+        self.nats_url = nats_url
+        self.kill_grace = kill_grace
+        self.output_limit = output_limit
+        self._path = safe_path()
+        #: Process-group ids of hooks running now (killed on shutdown).
+        self.running: set[int] = set()
+
+    def environment(self, entry: HookEntry, event: Event, payload_file: str) -> dict[str, str]:
+        """The sanitised environment of one hook process."""
+        env = {key: value for key, value in entry.action.env.items() if not is_blocked_env(key)}
+        if self.nats_url:
+            env.setdefault("NATS_URL", self.nats_url)
+        env["PATH"] = self._path
+        env["ZERO_HOOK_EVENT"] = event.event
+        env["ZERO_HOOK_SESSION"] = event.session_id or ""
+        env["ZERO_HOOK_TIMESTAMP"] = event.timestamp
+        env["ZERO_HOOK_PAYLOAD_FILE"] = payload_file
+        env.pop("ZERO_HOOK_PAYLOAD", None)
+        if len(event.raw) <= ENV_PAYLOAD_LIMIT:
+            env["ZERO_HOOK_PAYLOAD"] = event.raw.decode()
+        env[DEPTH_ENV] = str(child_depth(event.depth))
+        return env
+
+    async def run(self, entry: HookEntry, event: Event) -> HookResult:
+        """Run ``entry`` for ``event``; never raises for the hook's own trouble."""
+        if entry.refused is not None:
+            return HookResult(entry.id, entry.event, Outcome.REFUSED, reason=entry.refused)
+        cwd, problem = resolve_cwd(entry.action.cwd, self.workspace)
+        if cwd is None:
+            return HookResult(entry.id, entry.event, Outcome.REFUSED, reason=problem)
+        fd, payload_file = tempfile.mkstemp(prefix="hookbus-hook-", suffix=".json")
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(event.raw)
+            return await self._spawn(entry, event, cwd, payload_file)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(payload_file)
+
+    async def _spawn(self, entry: HookEntry, event: Event, cwd: Path, payload_file: str) -> HookResult:
+        action = entry.action
+        command = resolve_command(action.command, self.workspace)
+        started = time.monotonic()
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                command,
+                *action.args,
+                stdin=asyncio.subprocess.PIPE if action.stdin_json else asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                cwd=cwd,
+                env=self.environment(entry, event, payload_file),
+                start_new_session=True,
+            )
+        except OSError as exc:
+            reason = f"cannot start {command!r}: {exc.strerror or exc}"
+            return HookResult(entry.id, entry.event, Outcome.FAILED, duration=time.monotonic() - started, reason=reason)
+        self.running.add(proc.pid)
+        try:
+            return await self._supervise(entry, event, proc, started)
+        finally:
+            self.running.discard(proc.pid)
+
+    async def _supervise(
+        self, entry: HookEntry, event: Event, proc: asyncio.subprocess.Process, started: float
+    ) -> HookResult:
+        reader = asyncio.ensure_future(self._read_output(proc))
+        feeder = asyncio.ensure_future(_feed(proc.stdin, event.raw)) if proc.stdin is not None else None
+        timed_out = killed = False
+        try:
+            await asyncio.wait_for(proc.wait(), entry.action.timeout_ms / 1000)
+        except TimeoutError:
+            timed_out = True
+            killed = await self._terminate(proc)
+        except BaseException:  # cancelled (worker shutdown): leave nothing running
+            kill_group(proc.pid, signal.SIGKILL)
+            reader.cancel()
+            raise
+        finally:
+            if feeder is not None:
+                feeder.cancel()
+        duration = time.monotonic() - started
+        output, total = await _collect(reader)
+        code = proc.returncode
+        if timed_out:
+            outcome = Outcome.TIMEOUT
+            reason = f"timed out after {entry.action.timeout_ms} ms" + ("; SIGKILL after grace" if killed else "")
+        else:
+            outcome = Outcome.OK if code == 0 else Outcome.FAILED
+            reason = None if code == 0 else _exit_reason(code)
+        return HookResult(entry.id, entry.event, outcome, code, duration, output, total, reason, killed)
+
+    async def _terminate(self, proc: asyncio.subprocess.Process) -> bool:
+        """SIGTERM the group, SIGKILL it after the grace; True if SIGKILL was needed."""
+        kill_group(proc.pid, signal.SIGTERM)
+        try:
+            await asyncio.wait_for(proc.wait(), self.kill_grace)
+        except TimeoutError:
+            kill_group(proc.pid, signal.SIGKILL)
+            await proc.wait()
+            return True
+        kill_group(proc.pid, signal.SIGKILL)  # stragglers in the group that ignored TERM
+        return False
+
+    async def _read_output(self, proc: asyncio.subprocess.Process) -> tuple[bytes, int]:
+        assert proc.stdout is not None
+        kept = bytearray()
+        total = 0
+        while chunk := await proc.stdout.read(_READ_CHUNK):
+            total += len(chunk)
+            room = self.output_limit - len(kept)
+            if room > 0:
+                kept += chunk[:room]
+        return bytes(kept), total
+
+    def kill_all(self) -> int:
+        """SIGKILL the process group of every running hook (worker shutdown); how many."""
+        groups = list(self.running)
+        for pgid in groups:
+            kill_group(pgid, signal.SIGKILL)
+        return len(groups)
+
+
+def kill_group(pgid: int, sig: signal.Signals) -> None:
+    """Signal a whole process group; a group already gone is fine."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+async def _feed(stdin: asyncio.StreamWriter, data: bytes) -> None:
+    """Write the payload to the hook's stdin and close it; a hook that does not read is fine."""
+    try:
+        stdin.write(data)
+        await stdin.drain()
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    finally:
+        stdin.close()
+
+
+async def _collect(reader: asyncio.Future[tuple[bytes, int]]) -> tuple[bytes, int]:
+    """The output read so far; stop waiting for children that hold the pipe open."""
+    try:
+        return await asyncio.wait_for(asyncio.shield(reader), _OUTPUT_LINGER)
+    except TimeoutError:
+        reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reader
+        return b"[output abandoned: a background process kept it open]", 0
+
+
+def _exit_reason(code: int | None) -> str:
+    if code is not None and code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
