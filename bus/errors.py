@@ -37,7 +37,9 @@ class HookConfigError(ConfigError, ValueError):
     (``hooks.tool_call[0]``) and ``field`` the offending field, when known.
     """
 
-    def __init__(self, reason: str, *, file: str | None = None, entry: str | None = None, field: str | None = None) -> None:
+    def __init__(
+        self, reason: str, *, file: str | None = None, entry: str | None = None, field: str | None = None
+    ) -> None:
         self.reason = reason
         self.file = file
         self.entry = entry

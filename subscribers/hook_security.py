@@ -18,7 +18,9 @@ from typing import Final
 #: Characters refused in ``command`` (``$(`` is checked as a pair).
 METACHARACTERS: Final = frozenset(";|&`<>\n\r")
 #: Variables removed from the hook's environment and ignored in ``env``.
-BLOCKED_ENV: Final = frozenset({"LD_PRELOAD", "LD_LIBRARY_PATH", "DYLD_INSERT_LIBRARIES", "DYLD_LIBRARY_PATH", "PATH", "HOME"})
+BLOCKED_ENV: Final = frozenset(
+    {"LD_PRELOAD", "LD_LIBRARY_PATH", "DYLD_INSERT_LIBRARIES", "DYLD_LIBRARY_PATH", "PATH", "HOME"}
+)
 #: The system part of the hook's PATH.
 SYSTEM_PATH: Final = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 

@@ -173,7 +173,9 @@ def parse_action(obj: object, *, allowed_extra: tuple[str, ...] = (), **where: s
         raise HookConfigError(f"a hook action must be an object, got {_type_name(obj)}", **where)
     for name in obj:
         if name not in ACTION_FIELDS and name not in allowed_extra:
-            raise HookConfigError(f"unknown field (allowed: {', '.join(ACTION_FIELDS + allowed_extra)})", field=name, **where)
+            raise HookConfigError(
+                f"unknown field (allowed: {', '.join(ACTION_FIELDS + allowed_extra)})", field=name, **where
+            )
     if "command" not in obj:
         raise HookConfigError("required field is missing", field="command", **where)
     command = _expect(obj, "command", str, "a string", where)
@@ -184,7 +186,9 @@ def parse_action(obj: object, *, allowed_extra: tuple[str, ...] = (), **where: s
     if "timeout_ms" in obj:
         timeout_ms = _expect(obj, "timeout_ms", int, "a whole number of milliseconds", where)
         if not 0 < timeout_ms <= MAX_TIMEOUT_MS:
-            raise HookConfigError(f"must be between 1 and {MAX_TIMEOUT_MS}, got {timeout_ms}", field="timeout_ms", **where)
+            raise HookConfigError(
+                f"must be between 1 and {MAX_TIMEOUT_MS}, got {timeout_ms}", field="timeout_ms", **where
+            )
     stdin_json = _expect(obj, "stdin_json", bool, "true or false", where) if "stdin_json" in obj else False
     return HookAction(command, args, env, cwd, timeout_ms, stdin_json)
 
@@ -245,12 +249,16 @@ def parse_config(data: bytes, file: str) -> HooksConfig:
             raise HookConfigError("unknown top-level field (only 'hooks' is allowed)", file=file, field=name)
     hooks = top.get("hooks", {})
     if not isinstance(hooks, dict):
-        raise HookConfigError(f"expected an object of event -> actions, got {_type_name(hooks)}", file=file, field="hooks")
+        raise HookConfigError(
+            f"expected an object of event -> actions, got {_type_name(hooks)}", file=file, field="hooks"
+        )
     entries: list[HookEntry] = []
     for key, actions in hooks.items():
         pattern = parse_event_key(key, file=file, entry=f"hooks.{key}")
         if not isinstance(actions, list):
-            raise HookConfigError(f"expected a list of actions, got {_type_name(actions)}", file=file, entry=f"hooks.{key}")
+            raise HookConfigError(
+                f"expected a list of actions, got {_type_name(actions)}", file=file, entry=f"hooks.{key}"
+            )
         for index, obj in enumerate(actions):
             entries.append(parse_entry(key, pattern, obj, file=file, entry=f"hooks.{key}[{index}]"))
     return HooksConfig(_unique_ids(entries, file))

@@ -19,7 +19,9 @@ _LABELS: Final = ("hook", "event")
 _BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 RUNS: Final = Counter(f"{_NS}_hook_runs", "Hook processes started.", _LABELS)
-FAILURES: Final = Counter(f"{_NS}_hook_failures", "Hook runs that failed (non-zero exit, signal, or could not start).", _LABELS)
+FAILURES: Final = Counter(
+    f"{_NS}_hook_failures", "Hook runs that failed (non-zero exit, signal, or could not start).", _LABELS
+)
 TIMEOUTS: Final = Counter(f"{_NS}_hook_timeouts", "Hook runs stopped at their timeout.", _LABELS)
 REFUSALS: Final = Counter(f"{_NS}_hook_refusals", "Hook runs refused by the security rules (never started).", _LABELS)
 DURATION: Final = Histogram(f"{_NS}_hook_duration_seconds", "Wall time of hook runs.", _LABELS, buckets=_BUCKETS)

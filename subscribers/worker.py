@@ -189,7 +189,9 @@ class ShellWorker:
         elif result.outcome is Outcome.OK:
             log.info("%s exit 0 in %.0f ms%s", what, result.duration * 1000, f": {output}" if output else "")
         else:
-            log.warning("%s %s after %.0f ms%s", what, result.reason, result.duration * 1000, f": {output}" if output else "")
+            log.warning(
+                "%s %s after %.0f ms%s", what, result.reason, result.duration * 1000, f": {output}" if output else ""
+            )
 
     async def stop(self) -> None:
         """Stop taking events, let running hooks finish within the drain bound, then kill their groups."""
@@ -220,7 +222,9 @@ class ShellWorker:
         _, pending = await asyncio.wait(tasks, timeout=self.drain_timeout)
         if pending:
             killed = self.runner.kill_all()
-            log.warning("%d hooks still running after %.1fs; killed %d process groups", len(pending), self.drain_timeout, killed)
+            log.warning(
+                "%d hooks still running after %.1fs; killed %d process groups", len(pending), self.drain_timeout, killed
+            )
             for task in pending:
                 task.cancel()
             await asyncio.wait(pending, timeout=2.0)

@@ -14,10 +14,10 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from bus.cli import emit, events, tail, up
+from bus.cli import emit, events, hooks, tail, up, worker
 from bus.errors import HookbusError
 
-_COMMANDS = (up, emit, tail, events)
+_COMMANDS = (up, worker, emit, tail, events, hooks)
 
 
 def build_parser() -> argparse.ArgumentParser:

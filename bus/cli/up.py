@@ -21,6 +21,7 @@ from pathlib import Path
 from prometheus_client import start_http_server
 
 from bus.cli.common import add_nats_url
+from subscribers.worker_options import add_worker_options
 from bus.client import Bus
 from bus.connection import URL_ENV
 from bus.errors import ConfigError, ServerError
@@ -49,7 +50,9 @@ Service = Callable[[UpContext], AbstractAsyncContextManager[None]]
 
 def services() -> list[Service]:
     """The workers ``hookbus up`` runs, in start order (imported here, not at module load)."""
-    found: list[Service] = []
+    from subscribers.services import shell_hooks  # noqa: PLC0415 - workers load only when the bus comes up
+
+    found: list[Service] = [shell_hooks]
     return found
 
 
@@ -60,12 +63,29 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--workspace", type=Path, default=Path(".hookbus"), help="workspace directory (default: ./.hookbus)")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"embedded NATS client port (default: {DEFAULT_PORT}; 0: any free port)")
-    parser.add_argument("--host", default="127.0.0.1", help="address the embedded NATS and HTTP servers bind (default: 127.0.0.1)")
-    parser.add_argument("--http-port", type=int, default=DEFAULT_HTTP_PORT, help=f"hooks HTTP API port (default: {DEFAULT_HTTP_PORT})")
-    parser.add_argument("--metrics-port", type=int, default=DEFAULT_METRICS_PORT, help=f"Prometheus /metrics port (default: {DEFAULT_METRICS_PORT}; -1: off)")
+    parser.add_argument(
+        "--workspace", type=Path, default=Path(".hookbus"), help="workspace directory (default: ./.hookbus)"
+    )
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=DEFAULT_PORT,
+        help=f"embedded NATS client port (default: {DEFAULT_PORT}; 0: any free port)",
+    )
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="address the embedded NATS and HTTP servers bind (default: 127.0.0.1)"
+    )
+    parser.add_argument(
+        "--http-port", type=int, default=DEFAULT_HTTP_PORT, help=f"hooks HTTP API port (default: {DEFAULT_HTTP_PORT})"
+    )
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=DEFAULT_METRICS_PORT,
+        help=f"Prometheus /metrics port (default: {DEFAULT_METRICS_PORT}; -1: off)",
+    )
     add_nats_url(parser)
+    add_worker_options(parser)
     parser.set_defaults(func=run)
 
 
