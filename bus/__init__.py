@@ -1,6 +1,6 @@
 """hookbus: an event bus and middleware bus for AI-agent lifecycle hooks, on NATS."""
 
-from bus.catalog import CATALOG, EventSpec
+from bus.catalog import EventSpec
 from bus.client import Bus, BusState, Handler, Subscription
 from bus.envelope import Event, EventDict
 from bus.errors import (
@@ -19,7 +19,6 @@ from bus.errors import (
 from bus.server import NatsServer
 
 __all__ = [
-    "CATALOG",
     "Bus",
     "BusClosedError",
     "BusState",

@@ -83,7 +83,9 @@ _EVA = {
 }
 
 CATALOG: dict[str, EventSpec] = {
-    **{f"{PRX_DOMAIN}.{name}": EventSpec(f"{PRX_DOMAIN}.{name}", desc, fields) for name, (desc, fields) in _PRX.items()},
+    **{
+        f"{PRX_DOMAIN}.{name}": EventSpec(f"{PRX_DOMAIN}.{name}", desc, fields) for name, (desc, fields) in _PRX.items()
+    },
     **{f"{EVA_DOMAIN}.{name}": EventSpec(f"{EVA_DOMAIN}.{name}", desc) for name, desc in _EVA.items()},
 }
 

@@ -10,6 +10,7 @@ failing handlers.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import logging
 from collections.abc import Awaitable, Callable, Mapping
@@ -129,10 +130,8 @@ class Subscription:
         """Stop receiving; let in-flight handlers finish within ``timeout``, then cancel them."""
         sub, self._nats = self._nats, None
         if sub is not None:
-            try:
+            with contextlib.suppress(nats.errors.Error):  # connection gone: nothing more will arrive
                 await sub.unsubscribe()
-            except nats.errors.Error:
-                pass  # connection already gone: nothing more will arrive anyway
         self.bus._subs.discard(self)
         await _settle(self._tasks, timeout, f"handlers of {self.pattern!r}")
 
@@ -264,7 +263,7 @@ class Bus:
         if nc is not None:
             try:
                 await asyncio.wait_for(nc.flush(), timeout=self._close_timeout)
-            except (nats.errors.Error, asyncio.TimeoutError):
+            except (TimeoutError, nats.errors.Error):
                 log.warning("could not flush pending events to NATS while closing")
             await nc.close()
         COLLECTOR.retire(self.stats)
@@ -286,9 +285,7 @@ class Bus:
     ) -> None:
         await self.close()
 
-    async def emit(
-        self, subject: str, payload: Mapping[str, Any] | None = None, session_id: str | None = None
-    ) -> bool:
+    async def emit(self, subject: str, payload: Mapping[str, Any] | None = None, session_id: str | None = None) -> bool:
         """Publish an event; True if it went out (or was buffered), False if dropped.
 
         Raises SubjectError, PayloadError (NotSerializableError, PayloadTooLarge)

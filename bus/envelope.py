@@ -122,7 +122,7 @@ class Encoder:
 
     def new_id(self) -> str:
         """A unique event id: random per-process prefix plus a counter."""
-        return "%s%x" % (self._id_prefix.decode(), self._counter())
+        return f"{self._id_prefix.decode()}{self._counter():x}"
 
     def _refresh_timestamp(self, now: float) -> None:
         epoch_ms = int(now * 1000)
@@ -280,7 +280,13 @@ def decode(subject: str, data: bytes) -> Event:
         raise EnvelopeError(subject, f"expected a JSON object, got {type(obj).__name__}")
     get = obj.get
     name, stamp, session, payload, ident, depth, source = (
-        get("event"), get("timestamp"), get("session_id"), get("payload"), get("id"), get("depth"), get("source")
+        get("event"),
+        get("timestamp"),
+        get("session_id"),
+        get("payload"),
+        get("id"),
+        get("depth"),
+        get("source"),
     )
     if (
         type(name) is str

@@ -92,7 +92,9 @@ class _BusCollector(Collector):
     def collect(self) -> Iterable[CounterMetricFamily]:
         total = self.total()
         yield _family("events_emitted", "Events published by emit, by subject.", "subject", total.emitted)
-        yield _family("events_delivered", "Events handed to a subscriber handler, by subject.", "subject", total.delivered)
+        yield _family(
+            "events_delivered", "Events handed to a subscriber handler, by subject.", "subject", total.delivered
+        )
         yield _family("events_dropped", "Events not published or not delivered, by reason.", "reason", total.dropped)
         yield _family("handler_errors", "Subscriber handlers that raised, by subject.", "subject", total.handler_errors)
         yield _plain("events_truncated", "Oversized events whose strings were cut to fit.", total.truncated)

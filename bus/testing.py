@@ -24,7 +24,7 @@ def docker_engine_answers() -> bool:
     if not os.environ.get("DOCKER_HOST") and not os.path.exists("/var/run/docker.sock"):
         return False
     try:
-        import docker  # type: ignore[import-untyped]  # noqa: PLC0415 - optional, only with testcontainers
+        import docker  # type: ignore[import-untyped]
     except ImportError:
         return False
     client = None
@@ -47,7 +47,7 @@ def nats_for_tests() -> Iterator[str]:
         yield url
         return
     if docker_engine_answers():
-        from testcontainers.community.nats import NatsContainer  # noqa: PLC0415 - only where Docker exists
+        from testcontainers.community.nats import NatsContainer
 
         with NatsContainer("nats:2.15", jetstream=True) as container:
             yield container.nats_uri()
@@ -71,6 +71,7 @@ class EventRecorder:
 
     async def wait_for(self, count: int, timeout: float = 10.0) -> list[Event]:
         """Wait until ``count`` events arrived; raise TimeoutError naming how many did."""
+
         async def _until() -> None:
             while len(self.events) < count:
                 self._changed.clear()

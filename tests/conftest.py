@@ -53,7 +53,9 @@ def hookbus_cmd() -> list[str]:
     return [sys.executable, "-m", "bus.cli"]
 
 
-def run_cli(*args: str, env: dict[str, str] | None = None, input: str | None = None, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    *args: str, env: dict[str, str] | None = None, input: str | None = None, timeout: float = 30
+) -> subprocess.CompletedProcess[str]:
     """Run ``hookbus ARGS`` as a real process and return what it did."""
     full_env = {**os.environ, **(env or {})}
     return subprocess.run(

@@ -17,7 +17,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 async def run(args: argparse.Namespace) -> int:
     if args.json:
-        listing = {subject: {"description": spec.description, "fields": dict(spec.fields)} for subject, spec in CATALOG.items()}
+        listing = {
+            subject: {"description": spec.description, "fields": dict(spec.fields)} for subject, spec in CATALOG.items()
+        }
         print(orjson.dumps({"events": listing, "families": FAMILIES}, option=orjson.OPT_INDENT_2).decode())
         return 0
     width = max(len(subject) for subject in [*CATALOG, *FAMILIES])

@@ -100,7 +100,7 @@ async def run(args: argparse.Namespace) -> int:
     _check_port("http-port", args.http_port)
     _check_port("metrics-port", args.metrics_port, allow_off=True)
     workspace: Path = args.workspace.resolve()
-    workspace.mkdir(parents=True, exist_ok=True)
+    workspace.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - once, before anything runs
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -1,0 +1,211 @@
+"""Bus core benchmark: emit and delivery against raw nats-py, memory under a flood.
+
+    python bench/bench_core.py [--events 200000] [--rounds 5]
+
+Prints ratios (hookbus / raw nats-py, same server, same run) and RSS figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nats
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import median, print_table, rss_mib, verdict  # noqa: E402
+from bus import Bus, NatsServer  # noqa: E402
+
+SUBJECT = "prx.lifecycle.tool_call"
+PAYLOAD = {"tool": "shell", "success": True, "output": "total 0\n" * 30}
+
+PUBLISHER = r"""
+import asyncio, sys, nats
+async def main():
+    nc = await nats.connect(sys.argv[1])
+    data = open(sys.argv[2], "rb").read()
+    for _ in range(int(sys.argv[3])):
+        await nc.publish(sys.argv[4], data)
+    await nc.flush()
+    await nc.close()
+asyncio.run(main())
+"""
+
+
+async def emit_round(url: str, events: int) -> tuple[float, float]:
+    """Seconds for `events` raw publishes of the encoded bytes, then for `events` emits."""
+    async with Bus(url, name="bench") as bus:
+        raw = await nats.connect(url)
+        data, _ = bus._encoder.encode(SUBJECT, PAYLOAD, "s1", 0)
+        start = time.perf_counter()
+        for _ in range(events):
+            await raw.publish(SUBJECT, data)
+        await raw.flush()
+        raw_s = time.perf_counter() - start
+        start = time.perf_counter()
+        for _ in range(events):
+            await bus.emit(SUBJECT, PAYLOAD, session_id="s1")
+        await bus.flush()
+        bus_s = time.perf_counter() - start
+        await raw.close()
+    return raw_s, bus_s
+
+
+async def _publish_from_child(url: str, datafile: Path, events: int) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(sys.executable, "-c", PUBLISHER, url, str(datafile), str(events), SUBJECT)
+
+
+async def deliver_round(url: str, events: int, datafile: Path, kind: str) -> float:
+    """Events per second received by one subscriber while a child process floods it."""
+    got = 0
+    first = 0.0
+    done = asyncio.Event()
+
+    def count() -> None:
+        nonlocal got, first
+        got += 1
+        if got == 1:
+            first = time.perf_counter()
+        if got == events:
+            done.set()
+
+    if kind == "raw":
+        nc = await nats.connect(url)
+
+        async def cb(msg: nats.aio.msg.Msg) -> None:
+            orjson.loads(msg.data)
+            count()
+
+        await nc.subscribe("prx.lifecycle.*", cb=cb, pending_msgs_limit=events)
+        await nc.flush()
+        closer = nc.close
+    else:
+        bus = await Bus(url, name="bench").start()
+        await bus.subscribe("prx.lifecycle.*", lambda event: count(), pending_msgs=events)
+        await bus.flush()
+        closer = bus.close
+    child = await _publish_from_child(url, datafile, events)
+    try:
+        await asyncio.wait_for(done.wait(), 120)
+    finally:
+        elapsed = time.perf_counter() - first
+        await child.wait()
+        await closer()
+    return (got - 1) / elapsed
+
+
+FLOOD_SUBSCRIBER = r"""
+import asyncio, sys, time
+sys.path.insert(0, sys.argv[3])
+from bus import Bus
+from bench.common import rss_mib
+async def main():
+    async with Bus(sys.argv[1]) as bus:
+        async def slow(event):
+            await asyncio.sleep(0.002)
+        await bus.subscribe("prx.lifecycle.*", slow, pending_msgs=int(sys.argv[2]))
+        await bus.flush()
+        print("ready", flush=True)
+        sys.stdin.readline()
+        await asyncio.sleep(0.5)
+        s = bus.stats
+        print(f"{rss_mib()[1]:.1f} {sum(s.delivered.values())} {s.dropped['slow_consumer']}", flush=True)
+asyncio.run(main())
+"""
+
+
+async def flood_memory(url: str, events: int, datafile: Path, pending: int) -> tuple[float, int, int]:
+    """Peak RSS (MiB), delivered and dropped counts of a slow subscriber flooded with `events`."""
+    root = str(Path(__file__).resolve().parent.parent)
+    sub = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", FLOOD_SUBSCRIBER, url, str(pending), root,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    )
+    assert sub.stdout is not None and sub.stdin is not None
+    await sub.stdout.readline()
+    child = await _publish_from_child(url, datafile, events)
+    await child.wait()
+    sub.stdin.write(b"go\n")
+    await sub.stdin.drain()
+    line = (await sub.stdout.readline()).decode().split()
+    await sub.wait()
+    return float(line[0]), int(line[1]), int(line[2])
+
+
+def idle_up_rss() -> float:
+    """RSS (MiB) of an idle `hookbus up`, its nats-server excluded."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bus.cli", "up", "--workspace", "/tmp/hookbus-bench-ws", "--port", "0", "--metrics-port", "0"],
+        stdout=subprocess.PIPE, text=True, env={k: v for k, v in os.environ.items() if k != "NATS_URL"},
+    )
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith("ready"):
+                break
+        time.sleep(1.0)
+        return rss_mib(proc.pid)[0]
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=20)
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--events", type=int, default=200_000)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    with NatsServer() as server:
+        async with Bus(server.url) as probe:
+            data, _ = probe._encoder.encode(SUBJECT, PAYLOAD, "s1", 0)
+        datafile = Path(server._own_dir) / "event.json"
+        datafile.write_bytes(data)
+
+        emit_ratios, raw_rates, bus_rates = [], [], []
+        for _ in range(args.rounds):
+            raw_s, bus_s = await emit_round(server.url, args.events)
+            emit_ratios.append(raw_s / bus_s)
+            raw_rates.append(args.events / raw_s)
+            bus_rates.append(args.events / bus_s)
+
+        deliver = args.events // 2
+        d_ratios, d_raw, d_bus = [], [], []
+        for _ in range(args.rounds):
+            raw_rate = await deliver_round(server.url, deliver, datafile, "raw")
+            bus_rate = await deliver_round(server.url, deliver, datafile, "bus")
+            d_ratios.append(bus_rate / raw_rate)
+            d_raw.append(raw_rate)
+            d_bus.append(bus_rate)
+
+        peak, delivered, dropped = await flood_memory(server.url, 100_000, datafile, pending=20_000)
+    idle = idle_up_rss()
+
+    rows = [
+        ["emit vs raw nc.publish (same bytes, no headers)", f"{median(raw_rates):,.0f}/s", f"{median(bus_rates):,.0f}/s",
+         f"{median(emit_ratios):.2f}", verdict(median(emit_ratios), 0.8)],
+        ["delivery via subscribe vs raw callback + orjson.loads", f"{median(d_raw):,.0f}/s", f"{median(d_bus):,.0f}/s",
+         f"{median(d_ratios):.2f}", verdict(median(d_ratios), 0.8)],
+    ]
+    print(f"events {len(data)} B each; {args.rounds} rounds; medians; ratio = hookbus / raw (higher is better)")
+    print_table("throughput", rows, ["what", "raw nats-py", "hookbus", "ratio", "target"])
+    print_table(
+        "memory",
+        [
+            ["slow subscriber (2 ms/event, 64 in flight, 20k pending) flooded with 100k events",
+             f"peak RSS {peak:.1f} MiB", f"delivered {delivered:,}, dropped as slow consumer {dropped:,}",
+             f"accounted {delivered + dropped:,} of 100,000"],
+            ["idle `hookbus up` (nats-server excluded)", f"RSS {idle:.1f} MiB", "", ""],
+        ],
+        ["what", "memory", "events", "accounting"],
+    )
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

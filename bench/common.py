@@ -1,0 +1,45 @@
+"""Shared by the benchmarks: a table printer, rounds, RSS readings.
+
+Every benchmark compares hookbus against a baseline measured in the same run on
+the same server (raw nats-py, or a bare loop) and prints ratios; absolute times
+move from run to run and machine to machine.
+"""
+
+from __future__ import annotations
+
+import resource
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+
+
+def rss_mib(pid: int | str = "self") -> tuple[float, float]:
+    """(current RSS, peak RSS) of a process in MiB, from /proc."""
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        fields[key] = value.strip()
+    return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
+
+
+def peak_rss_mib_self() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values)
+
+
+def print_table(title: str, rows: Sequence[Sequence[str]], header: Sequence[str]) -> None:
+    widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
+    print(f"\n## {title}\n")
+    print("| " + " | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)) + " |")
+    print("| " + " | ".join("-" * w for w in widths) + " |")
+    for row in rows:
+        print("| " + " | ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)) + " |")
+
+
+def verdict(ratio: float, target: float, higher_is_better: bool = True) -> str:
+    ok = ratio >= target if higher_is_better else ratio <= target
+    sign = ">=" if higher_is_better else "<="
+    return f"{'meets' if ok else 'MISSES'} target {sign} {target}"

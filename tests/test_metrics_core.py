@@ -1,0 +1,58 @@
+"""Bus counters reach Prometheus: emits, deliveries, drops by reason, handler errors."""
+
+from __future__ import annotations
+
+import asyncio
+
+from prometheus_client import REGISTRY, generate_latest
+
+from bus import Bus, Event
+from bus.publisher import fast_path_available
+from bus.testing import EventRecorder
+
+
+def sample(name: str, labels: dict[str, str] | None = None) -> float:
+    return REGISTRY.get_sample_value(name, labels or {}) or 0.0
+
+
+async def test_counters_are_exported(nats_url: str) -> None:
+    async with Bus(nats_url) as bus:
+        rec = EventRecorder()
+
+        def fails(event: Event) -> None:
+            raise RuntimeError("x")
+
+        await bus.subscribe("eva.custom.metric", rec)
+        await bus.subscribe("eva.custom.metric", fails)
+        await bus.flush()
+        emitted = sample("hookbus_events_emitted_total", {"subject": "eva.custom.metric"})
+        delivered = sample("hookbus_events_delivered_total", {"subject": "eva.custom.metric"})
+        malformed = sample("hookbus_events_dropped_total", {"reason": "malformed"})
+        errors = sample("hookbus_handler_errors_total", {"subject": "eva.custom.metric"})
+        for _ in range(3):
+            await bus.emit("eva.custom.metric", {})
+        await bus.publish_raw("eva.custom.metric", b"junk")
+        await rec.wait_for(3)
+        await asyncio.sleep(0.05)
+        assert sample("hookbus_events_emitted_total", {"subject": "eva.custom.metric"}) == emitted + 3
+        assert sample("hookbus_events_delivered_total", {"subject": "eva.custom.metric"}) == delivered + 6
+        assert sample("hookbus_events_dropped_total", {"reason": "malformed"}) == malformed + 2
+        assert sample("hookbus_handler_errors_total", {"subject": "eva.custom.metric"}) == errors + 3
+    # closing a bus keeps its counts: counters never go down
+    assert sample("hookbus_events_emitted_total", {"subject": "eva.custom.metric"}) == emitted + 3
+    assert b"hookbus_nats_reconnects_total" in generate_latest(REGISTRY)
+
+
+async def test_label_cardinality_is_capped(nats_url: str) -> None:
+    async with Bus(nats_url) as bus:
+        for i in range(300):
+            await bus.emit(f"eva.custom.n{i}", {})
+        assert len(bus.stats.emitted) == 257  # 256 distinct subjects + "other"
+        assert bus.stats.emitted["other"] == 44
+
+
+async def test_fast_publish_path_is_in_use(bus: Bus) -> None:
+    # If a nats-py upgrade removes the internals the fast path uses, this fails
+    # (emit still works through the fallback, but slower).
+    assert fast_path_available(bus.nc)
+    assert bus._publisher is not None and bus._publisher.fast
