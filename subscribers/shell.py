@@ -163,6 +163,7 @@ class ShellRunner:
         duration = time.monotonic() - started
         output, total = await _collect(reader)
         code = proc.returncode
+        reason: str | None
         if timed_out:
             outcome = Outcome.TIMEOUT
             reason = f"timed out after {entry.action.timeout_ms} ms" + ("; SIGKILL after grace" if killed else "")

@@ -37,9 +37,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 async def run(args: argparse.Namespace) -> int:
-    from bus.subjects import subject_for  # noqa: PLC0415
-    from subscribers.hook_test import describe, make_event, run_matching  # noqa: PLC0415
-    from subscribers.shell import Outcome, ShellRunner  # noqa: PLC0415
+    from bus.subjects import subject_for
+    from subscribers.hook_test import describe, make_event, run_matching
+    from subscribers.shell import Outcome, ShellRunner
 
     payload = read_json_object(args.payload if args.payload is not None else "{}", "the payload")
     event = make_event(subject_for(args.event), payload, args.session)

@@ -21,11 +21,11 @@ from pathlib import Path
 from prometheus_client import start_http_server
 
 from bus.cli.common import add_nats_url
-from subscribers.worker_options import add_worker_options
 from bus.client import Bus
 from bus.connection import URL_ENV
 from bus.errors import ConfigError, ServerError
 from bus.server import NatsServer
+from subscribers.worker_options import add_worker_options
 
 DEFAULT_PORT = 4222
 DEFAULT_HTTP_PORT = 8477
@@ -50,7 +50,7 @@ Service = Callable[[UpContext], AbstractAsyncContextManager[None]]
 
 def services() -> list[Service]:
     """The workers ``hookbus up`` runs, in start order (imported here, not at module load)."""
-    from subscribers.services import shell_hooks  # noqa: PLC0415 - workers load only when the bus comes up
+    from subscribers.services import shell_hooks  # the shell-hook worker and the hooks HTTP API
 
     found: list[Service] = [shell_hooks]
     return found

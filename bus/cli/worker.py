@@ -15,7 +15,7 @@ from bus.cli.common import add_nats_url
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from subscribers.worker_options import add_worker_options  # noqa: PLC0415 - subscribers load on use
+    from subscribers.worker_options import add_worker_options
 
     parser = subparsers.add_parser(
         "worker",
@@ -32,9 +32,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 async def run(args: argparse.Namespace) -> int:
-    from bus.client import Bus  # noqa: PLC0415
-    from subscribers.worker import ShellWorker  # noqa: PLC0415
-    from subscribers.worker_options import worker_kwargs  # noqa: PLC0415
+    from bus.client import Bus
+    from subscribers.worker import ShellWorker
+    from subscribers.worker_options import worker_kwargs
 
     workspace: Path = args.workspace.resolve()
     kwargs = worker_kwargs(args)
@@ -42,13 +42,12 @@ async def run(args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    async with Bus(args.nats_url, name="hookbus-worker", connect_timeout=args.connect_timeout) as bus:
-        async with ShellWorker(bus, workspace, **kwargs) as worker:
-            print(
-                f"hookbus worker: {worker.hooks.path} ({len(worker.config.entries)} hooks) on {', '.join(bus.servers)}, "
-                f"queue group {worker.queue or '-'}; ready",
-                flush=True,
-            )
-            await stop.wait()
+    bus = Bus(args.nats_url, name="hookbus-worker", connect_timeout=args.connect_timeout)
+    async with bus, ShellWorker(bus, workspace, **kwargs) as worker:
+        hooks = f"{worker.hooks.path} ({len(worker.config.entries)} hooks)"
+        print(
+            f"hookbus worker: {hooks} on {', '.join(bus.servers)}, queue group {worker.queue or '-'}; ready", flush=True
+        )
+        await stop.wait()
     print("hookbus worker: stopped", flush=True)
     return 0
