@@ -25,7 +25,19 @@ class UpProcess:
 
     def __init__(self, workspace: Path, *extra: str) -> None:
         self.proc = subprocess.Popen(
-            [*hookbus_cmd(), "up", "--workspace", str(workspace), "--port", "0", "--metrics-port", "0", *extra],
+            [
+                *hookbus_cmd(),
+                "up",
+                "--workspace",
+                str(workspace),
+                "--port",
+                "0",
+                "--metrics-port",
+                "0",
+                "--http-port",
+                "0",
+                *extra,
+            ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
