@@ -111,8 +111,10 @@ class ShellRunner:
             return HookResult(entry.id, entry.event, Outcome.REFUSED, reason=problem)
         fd, payload_file = tempfile.mkstemp(prefix="hookbus-hook-", suffix=".json")
         try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(event.raw)
+            try:
+                os.write(fd, event.raw)  # at most the 64 KiB event limit: one write
+            finally:
+                os.close(fd)
             return await self._spawn(entry, event, cwd, payload_file)
         finally:
             with contextlib.suppress(FileNotFoundError):
@@ -147,42 +149,28 @@ class ShellRunner:
     ) -> HookResult:
         reader = asyncio.ensure_future(self._read_output(proc))
         feeder = asyncio.ensure_future(_feed(proc.stdin, event.raw)) if proc.stdin is not None else None
-        timed_out = killed = False
+        deadline = _Deadline(proc.pid, entry.action.timeout_ms / 1000, self.kill_grace)
         try:
-            await asyncio.wait_for(proc.wait(), entry.action.timeout_ms / 1000)
-        except TimeoutError:
-            timed_out = True
-            killed = await self._terminate(proc)
+            await proc.wait()
         except BaseException:  # cancelled (worker shutdown): leave nothing running
             kill_group(proc.pid, signal.SIGKILL)
             reader.cancel()
             raise
         finally:
+            deadline.cancel()
             if feeder is not None:
                 feeder.cancel()
         duration = time.monotonic() - started
         output, total = await _collect(reader)
         code = proc.returncode
         reason: str | None
-        if timed_out:
+        if deadline.expired:
             outcome = Outcome.TIMEOUT
-            reason = f"timed out after {entry.action.timeout_ms} ms" + ("; SIGKILL after grace" if killed else "")
+            reason = f"timed out after {entry.action.timeout_ms} ms" + ("; SIGKILL after grace" if deadline.killed else "")
         else:
             outcome = Outcome.OK if code == 0 else Outcome.FAILED
             reason = None if code == 0 else _exit_reason(code)
-        return HookResult(entry.id, entry.event, outcome, code, duration, output, total, reason, killed)
-
-    async def _terminate(self, proc: asyncio.subprocess.Process) -> bool:
-        """SIGTERM the group, SIGKILL it after the grace; True if SIGKILL was needed."""
-        kill_group(proc.pid, signal.SIGTERM)
-        try:
-            await asyncio.wait_for(proc.wait(), self.kill_grace)
-        except TimeoutError:
-            kill_group(proc.pid, signal.SIGKILL)
-            await proc.wait()
-            return True
-        kill_group(proc.pid, signal.SIGKILL)  # stragglers in the group that ignored TERM
-        return False
+        return HookResult(entry.id, entry.event, outcome, code, duration, output, total, reason, deadline.killed)
 
     async def _read_output(self, proc: asyncio.subprocess.Process) -> tuple[bytes, int]:
         assert proc.stdout is not None
@@ -201,6 +189,40 @@ class ShellRunner:
         for pgid in groups:
             kill_group(pgid, signal.SIGKILL)
         return len(groups)
+
+
+class _Deadline:
+    """A hook's timeout: SIGTERM to its group when it expires, SIGKILL after the grace.
+
+    Timers on the loop rather than a task per run: the common case (the hook
+    ends in time) costs one cancelled timer handle.
+    """
+
+    def __init__(self, pgid: int, timeout: float, grace: float) -> None:
+        self.pgid = pgid
+        self.grace = grace
+        self.expired = False
+        self.killed = False
+        self._loop = asyncio.get_running_loop()
+        self._timer: asyncio.TimerHandle | None = self._loop.call_later(timeout, self._expire)
+
+    def _expire(self) -> None:
+        self.expired = True
+        kill_group(self.pgid, signal.SIGTERM)
+        self._timer = self._loop.call_later(self.grace, self._kill)
+
+    def _kill(self) -> None:
+        self.killed = True
+        self._timer = None
+        kill_group(self.pgid, signal.SIGKILL)
+
+    def cancel(self) -> None:
+        """The leader exited: stop the timers; after a timeout, SIGKILL group members that ignored TERM."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self.expired and not self.killed:
+            kill_group(self.pgid, signal.SIGKILL)
 
 
 def kill_group(pgid: int, sig: signal.Signals) -> None:
@@ -222,6 +244,8 @@ async def _feed(stdin: asyncio.StreamWriter, data: bytes) -> None:
 
 async def _collect(reader: asyncio.Future[tuple[bytes, int]]) -> tuple[bytes, int]:
     """The output read so far; stop waiting for children that hold the pipe open."""
+    if reader.done():
+        return reader.result()
     try:
         return await asyncio.wait_for(asyncio.shield(reader), _OUTPUT_LINGER)
     except TimeoutError:

@@ -180,6 +180,8 @@ class ShellWorker:
         self._log(result, event)
 
     def _log(self, result: HookResult, event: Event) -> None:
+        if result.outcome is Outcome.OK and not log.isEnabledFor(logging.INFO):
+            return
         output = result.output.decode(errors="replace").rstrip()
         if result.output_bytes > len(result.output):
             output += f" [... {result.output_bytes - len(result.output)} more bytes not logged]"
