@@ -30,6 +30,7 @@ from bus.depth import DEPTH_ENV, child_depth
 from bus.envelope import Event
 from subscribers.hook_security import is_blocked_env, resolve_command, resolve_cwd, safe_path
 from subscribers.hooks_config import HookEntry
+from subscribers.process import HookProcess, spawn
 
 #: Above this many bytes the payload is not put in ZERO_HOOK_PAYLOAD (PRX: 8 KB).
 ENV_PAYLOAD_LIMIT: Final = 8 * 1024
@@ -39,7 +40,7 @@ DEFAULT_KILL_GRACE: Final = 5.0
 DEFAULT_OUTPUT_LIMIT: Final = 4096
 #: How long to keep reading output after the process exits (background children may hold the pipe).
 _OUTPUT_LINGER: Final = 0.5
-_READ_CHUNK: Final = 65536
+_ABANDONED: Final = b"\n[output cut short: a background process of the hook kept the pipe open]"
 
 
 class Outcome(enum.Enum):
@@ -125,63 +126,45 @@ class ShellRunner:
         command = resolve_command(action.command, self.workspace)
         started = time.monotonic()
         try:
-            proc = await asyncio.create_subprocess_exec(
-                command,
-                *action.args,
-                stdin=asyncio.subprocess.PIPE if action.stdin_json else asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT,
-                cwd=cwd,
+            proc = spawn(
+                [command, *action.args],
                 env=self.environment(entry, event, payload_file),
-                start_new_session=True,
+                cwd=cwd,
+                stdin_data=event.raw if action.stdin_json else None,
+                output_limit=self.output_limit,
             )
         except OSError as exc:
             reason = f"cannot start {command!r}: {exc.strerror or exc}"
             return HookResult(entry.id, entry.event, Outcome.FAILED, duration=time.monotonic() - started, reason=reason)
         self.running.add(proc.pid)
         try:
-            return await self._supervise(entry, event, proc, started)
+            return await self._supervise(entry, proc, started)
         finally:
             self.running.discard(proc.pid)
+            proc.close()
 
-    async def _supervise(
-        self, entry: HookEntry, event: Event, proc: asyncio.subprocess.Process, started: float
-    ) -> HookResult:
-        reader = asyncio.ensure_future(self._read_output(proc))
-        feeder = asyncio.ensure_future(_feed(proc.stdin, event.raw)) if proc.stdin is not None else None
+    async def _supervise(self, entry: HookEntry, proc: HookProcess, started: float) -> HookResult:
         deadline = _Deadline(proc.pid, entry.action.timeout_ms / 1000, self.kill_grace)
         try:
-            await proc.wait()
+            code = await proc.wait()
         except BaseException:  # cancelled (worker shutdown): leave nothing running
             kill_group(proc.pid, signal.SIGKILL)
-            reader.cancel()
             raise
         finally:
             deadline.cancel()
-            if feeder is not None:
-                feeder.cancel()
         duration = time.monotonic() - started
-        output, total = await _collect(reader)
-        code = proc.returncode
+        complete = await proc.finish_output(_OUTPUT_LINGER)
+        output = bytes(proc.output) if complete else bytes(proc.output) + _ABANDONED
         reason: str | None
         if deadline.expired:
             outcome = Outcome.TIMEOUT
-            reason = f"timed out after {entry.action.timeout_ms} ms" + ("; SIGKILL after grace" if deadline.killed else "")
+            escalated = "; SIGKILL after grace" if deadline.killed else ""
+            reason = f"timed out after {entry.action.timeout_ms} ms{escalated}"
         else:
             outcome = Outcome.OK if code == 0 else Outcome.FAILED
             reason = None if code == 0 else _exit_reason(code)
+        total = proc.output_bytes
         return HookResult(entry.id, entry.event, outcome, code, duration, output, total, reason, deadline.killed)
-
-    async def _read_output(self, proc: asyncio.subprocess.Process) -> tuple[bytes, int]:
-        assert proc.stdout is not None
-        kept = bytearray()
-        total = 0
-        while chunk := await proc.stdout.read(_READ_CHUNK):
-            total += len(chunk)
-            room = self.output_limit - len(kept)
-            if room > 0:
-                kept += chunk[:room]
-        return bytes(kept), total
 
     def kill_all(self) -> int:
         """SIGKILL the process group of every running hook (worker shutdown); how many."""
@@ -229,30 +212,6 @@ def kill_group(pgid: int, sig: signal.Signals) -> None:
     """Signal a whole process group; a group already gone is fine."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
-
-
-async def _feed(stdin: asyncio.StreamWriter, data: bytes) -> None:
-    """Write the payload to the hook's stdin and close it; a hook that does not read is fine."""
-    try:
-        stdin.write(data)
-        await stdin.drain()
-    except (BrokenPipeError, ConnectionResetError):
-        pass
-    finally:
-        stdin.close()
-
-
-async def _collect(reader: asyncio.Future[tuple[bytes, int]]) -> tuple[bytes, int]:
-    """The output read so far; stop waiting for children that hold the pipe open."""
-    if reader.done():
-        return reader.result()
-    try:
-        return await asyncio.wait_for(asyncio.shield(reader), _OUTPUT_LINGER)
-    except TimeoutError:
-        reader.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await reader
-        return b"[output abandoned: a background process kept it open]", 0
 
 
 def _exit_reason(code: int | None) -> str:
