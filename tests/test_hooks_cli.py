@@ -72,4 +72,7 @@ def test_hooks_test_reports_a_broken_file_in_one_line(workspace: Path) -> None:
     (workspace / "hooks.json").write_text('{"hooks": {"tool_call": [{"command": "x", "cwd": 3}]}}')
     done = run_cli("hooks", "test", "tool_call", "--workspace", str(workspace))
     assert done.returncode == 1
-    assert done.stderr.strip() == f"hookbus: error: {workspace / 'hooks.json'}: hooks.tool_call[0].cwd: expected a string, got int"
+    assert (
+        done.stderr.strip()
+        == f"hookbus: error: {workspace / 'hooks.json'}: hooks.tool_call[0].cwd: expected a string, got int"
+    )

@@ -13,7 +13,11 @@ from subscribers.hooks_config import HooksConfig, parse_api_hook, parse_config
 PRX_EXAMPLE = {
     "hooks": {
         "agent_start": [
-            {"command": "/usr/local/bin/notify", "args": ["--channel", "ops", "--title", "Agent Started"], "timeout_ms": 3000}
+            {
+                "command": "/usr/local/bin/notify",
+                "args": ["--channel", "ops", "--title", "Agent Started"],
+                "timeout_ms": 3000,
+            }
         ],
         "llm_response": [
             {"command": "python3", "args": ["/opt/hooks/log_latency.py"], "stdin_json": True, "timeout_ms": 2000}
