@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import nats
@@ -20,8 +21,8 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import median, print_table, rss_mib, verdict  # noqa: E402
-from bus import Bus, NatsServer  # noqa: E402
+from bench.common import median, print_table, rss_mib, verdict
+from bus import Bus, NatsServer
 
 SUBJECT = "prx.lifecycle.tool_call"
 PAYLOAD = {"tool": "shell", "success": True, "output": "total 0\n" * 30}
@@ -59,7 +60,9 @@ async def emit_round(url: str, events: int) -> tuple[float, float]:
 
 
 async def _publish_from_child(url: str, datafile: Path, events: int) -> asyncio.subprocess.Process:
-    return await asyncio.create_subprocess_exec(sys.executable, "-c", PUBLISHER, url, str(datafile), str(events), SUBJECT)
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-c", PUBLISHER, url, str(datafile), str(events), SUBJECT
+    )
 
 
 async def deliver_round(url: str, events: int, datafile: Path, kind: str) -> float:
@@ -114,7 +117,9 @@ async def main():
         await bus.flush()
         print("ready", flush=True)
         sys.stdin.readline()
-        await asyncio.sleep(0.5)
+        [sub] = list(bus._subs)
+        while sub._nats is not None and (sub._nats.pending_msgs or sub.in_flight):
+            await asyncio.sleep(0.05)
         s = bus.stats
         print(f"{rss_mib()[1]:.1f} {sum(s.delivered.values())} {s.dropped['slow_consumer']}", flush=True)
 asyncio.run(main())
@@ -125,10 +130,17 @@ async def flood_memory(url: str, events: int, datafile: Path, pending: int) -> t
     """Peak RSS (MiB), delivered and dropped counts of a slow subscriber flooded with `events`."""
     root = str(Path(__file__).resolve().parent.parent)
     sub = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", FLOOD_SUBSCRIBER, url, str(pending), root,
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        sys.executable,
+        "-c",
+        FLOOD_SUBSCRIBER,
+        url,
+        str(pending),
+        root,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
     )
-    assert sub.stdout is not None and sub.stdin is not None
+    assert sub.stdout is not None
+    assert sub.stdin is not None
     await sub.stdout.readline()
     child = await _publish_from_child(url, datafile, events)
     await child.wait()
@@ -139,11 +151,30 @@ async def flood_memory(url: str, events: int, datafile: Path, pending: int) -> t
     return float(line[0]), int(line[1]), int(line[2])
 
 
+def server_slow_consumer_cuts(server: NatsServer) -> int:
+    """Times nats-server cut a client off as a slow consumer (its /varz); what it held is lost."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.http_port}/varz", timeout=5) as reply:
+        return int(orjson.loads(reply.read()).get("slow_consumers", 0))
+
+
 def idle_up_rss() -> float:
     """RSS (MiB) of an idle `hookbus up`, its nats-server excluded."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "bus.cli", "up", "--workspace", "/tmp/hookbus-bench-ws", "--port", "0", "--metrics-port", "0"],
-        stdout=subprocess.PIPE, text=True, env={k: v for k, v in os.environ.items() if k != "NATS_URL"},
+        [
+            sys.executable,
+            "-m",
+            "bus.cli",
+            "up",
+            "--workspace",
+            "/tmp/hookbus-bench-ws",
+            "--port",
+            "0",
+            "--metrics-port",
+            "0",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={k: v for k, v in os.environ.items() if k != "NATS_URL"},
     )
     try:
         assert proc.stdout is not None
@@ -162,7 +193,7 @@ async def main() -> None:
     parser.add_argument("--events", type=int, default=200_000)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
-    with NatsServer() as server:
+    with NatsServer(http_port=0) as server:
         async with Bus(server.url) as probe:
             data, _ = probe._encoder.encode(SUBJECT, PAYLOAD, "s1", 0)
         datafile = Path(server._own_dir) / "event.json"
@@ -185,22 +216,36 @@ async def main() -> None:
             d_bus.append(bus_rate)
 
         peak, delivered, dropped = await flood_memory(server.url, 100_000, datafile, pending=20_000)
+        server_cuts = await asyncio.to_thread(server_slow_consumer_cuts, server)
     idle = idle_up_rss()
 
     rows = [
-        ["emit vs raw nc.publish (same bytes, no headers)", f"{median(raw_rates):,.0f}/s", f"{median(bus_rates):,.0f}/s",
-         f"{median(emit_ratios):.2f}", verdict(median(emit_ratios), 0.8)],
-        ["delivery via subscribe vs raw callback + orjson.loads", f"{median(d_raw):,.0f}/s", f"{median(d_bus):,.0f}/s",
-         f"{median(d_ratios):.2f}", verdict(median(d_ratios), 0.8)],
+        [
+            "emit vs raw nc.publish (same bytes, no headers)",
+            f"{median(raw_rates):,.0f}/s",
+            f"{median(bus_rates):,.0f}/s",
+            f"{median(emit_ratios):.2f}",
+            verdict(median(emit_ratios), 0.8),
+        ],
+        [
+            "delivery via subscribe vs raw callback + orjson.loads",
+            f"{median(d_raw):,.0f}/s",
+            f"{median(d_bus):,.0f}/s",
+            f"{median(d_ratios):.2f}",
+            verdict(median(d_ratios), 0.8),
+        ],
     ]
     print(f"events {len(data)} B each; {args.rounds} rounds; medians; ratio = hookbus / raw (higher is better)")
     print_table("throughput", rows, ["what", "raw nats-py", "hookbus", "ratio", "target"])
     print_table(
         "memory",
         [
-            ["slow subscriber (2 ms/event, 64 in flight, 20k pending) flooded with 100k events",
-             f"peak RSS {peak:.1f} MiB", f"delivered {delivered:,}, dropped as slow consumer {dropped:,}",
-             f"accounted {delivered + dropped:,} of 100,000"],
+            [
+                "slow subscriber (2 ms/event, 64 in flight, 20k pending) flooded with 100k events",
+                f"peak RSS {peak:.1f} MiB",
+                f"delivered {delivered:,}, dropped as slow consumer {dropped:,}",
+                f"{100_000 - delivered - dropped:,} lost at nats-server ({server_cuts} slow-consumer cut-offs)",
+            ],
             ["idle `hookbus up` (nats-server excluded)", f"RSS {idle:.1f} MiB", "", ""],
         ],
         ["what", "memory", "events", "accounting"],
