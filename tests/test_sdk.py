@@ -113,3 +113,21 @@ def test_bad_patterns_and_sync_handlers_fail_at_decoration() -> None:
         app.on("bad pattern!")
     with pytest.raises(TypeError, match="async"):
         app.on("tool_call")(lambda event, bus: None)  # type: ignore[arg-type,return-value]
+
+
+async def test_serve_runs_until_cancelled(nats_url: str, bus: Bus) -> None:
+    app = Subscriber("served", queue="served")
+    got = asyncio.Event()
+
+    @app.on("eva.custom.served")
+    async def handle(event: Event, out: Bus) -> None:
+        got.set()
+
+    task = asyncio.create_task(app.serve(nats_url))
+    await wait_until(lambda: len(app._subs) == 1, what="the subscription")
+    await bus.emit("eva.custom.served", {})
+    await asyncio.wait_for(got.wait(), 10)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert app._subs == []

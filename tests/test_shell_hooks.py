@@ -11,6 +11,7 @@ from typing import Any
 
 import orjson
 import pytest
+from prometheus_client import REGISTRY
 
 from bus import Bus
 from bus.testing import EventRecorder
@@ -360,3 +361,36 @@ async def test_a_hook_that_re_emits_its_event_stops_at_depth_8(
     assert [event.depth for event in recorder.events] == list(range(8))
     assert worker.stats.failures == 0
     assert worker.stats.runs == 8
+
+
+async def test_per_hook_metrics(bus: Bus, workspace: Path, start_worker: StartWorker) -> None:
+    script(workspace, "fail.sh", "exit 2\n")
+    script(workspace, "slow.sh", "sleep 5\n")
+    hooks = [
+        {"id": "m_ok", "command": "/bin/true"},
+        {"id": "m_fail", "command": "./fail.sh"},
+        {"id": "m_slow", "command": "./slow.sh", "timeout_ms": 50},
+        {"id": "m_bad", "command": "a|b"},
+    ]
+    write_hooks(workspace, {"eva.custom.metrics": hooks})
+
+    def value(name: str, hook: str) -> float:
+        return (
+            REGISTRY.get_sample_value(f"hookbus_shell_hook_{name}", {"hook": hook, "event": "eva.custom.metrics"}) or 0
+        )
+
+    before = {(n, h): value(n, h) for n in METRICS for h in ("m_ok", "m_fail", "m_slow", "m_bad")}
+    worker = await start_worker(kill_grace=0.1)
+    await bus.emit("eva.custom.metrics", {})
+    await wait_until(lambda: worker.stats.runs == 3 and worker.stats.refusals == 1, what="four outcomes")
+    delta = {key: value(*key) - start for key, start in before.items()}
+    assert delta[("runs_total", "m_ok")] == 1
+    assert delta[("duration_seconds_count", "m_ok")] == 1
+    assert delta[("failures_total", "m_fail")] == 1
+    assert delta[("timeouts_total", "m_slow")] == 1
+    assert delta[("failures_total", "m_slow")] == 0
+    assert delta[("refusals_total", "m_bad")] == 1
+    assert delta[("runs_total", "m_bad")] == 0
+
+
+METRICS = ("runs_total", "failures_total", "timeouts_total", "refusals_total", "duration_seconds_count")
