@@ -25,7 +25,7 @@ from typing import Any, Final
 import orjson
 from aiohttp import web
 
-from bus.errors import HookConfigError
+from bus.errors import ConfigError, HookConfigError
 from subscribers.api_token import token_matches
 from subscribers.hooks_store import HookNotFound, HooksStore
 
@@ -130,7 +130,10 @@ async def serve(app: web.Application, host: str, port: int) -> AsyncIterator[str
     await runner.setup()
     try:
         site = web.TCPSite(runner, host, port)
-        await site.start()
+        try:
+            await site.start()
+        except OSError as exc:
+            raise ConfigError(f"cannot serve the hooks API on {host}:{port}: {exc.strerror or exc}") from None
         bound_host, bound_port = runner.addresses[0][:2]
         yield f"http://{bound_host}:{bound_port}"
     finally:

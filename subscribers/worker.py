@@ -97,6 +97,7 @@ class ShellWorker:
         self._groups: dict[str, tuple[HookEntry, ...]] = {}
         self._subs: dict[str, Subscription] = {}
         self._sync_lock = asyncio.Lock()
+        self._stopping = False
         self._tasks: set[asyncio.Task[None]] = set()
         self._dispatcher: asyncio.Task[None] | None = None
         self._refusal_log = RateLimitedLog(log, interval=5.0)
@@ -134,6 +135,8 @@ class ShellWorker:
     async def _sync_subscriptions(self) -> None:
         """Subscribe to new patterns, unsubscribe from gone ones."""
         async with self._sync_lock:
+            if self._stopping:
+                return
             wanted = set(self._groups)
             for pattern in sorted(set(self._subs) - wanted):
                 await self._subs.pop(pattern).unsubscribe(timeout=1.0)
@@ -199,6 +202,7 @@ class ShellWorker:
         """Stop taking events, let running hooks finish within the drain bound, then kill their groups."""
         await self.hooks.stop()
         async with self._sync_lock:
+            self._stopping = True
             for sub in self._subs.values():
                 await sub.unsubscribe(timeout=1.0)
             self._subs.clear()

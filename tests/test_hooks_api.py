@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import socket
 import stat
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 
 from bus import Bus
 
+from .conftest import run_cli
 from .hooks_support import script, wait_for_file, write_hooks
 from .test_cli import UpProcess
 
@@ -172,3 +174,17 @@ async def test_token_from_the_environment(workspace: Path, monkeypatch: pytest.M
             assert (await Api(up, session, "from-env-token").call("GET"))[0] == 200
     finally:
         up.close()
+
+
+def test_a_busy_http_port_is_one_line_and_leaves_nothing_running(workspace: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = str(busy.getsockname()[1])
+        done = run_cli(
+            "up", "--workspace", str(workspace), "--port", "0", "--metrics-port", "-1", "--http-port", port,
+            env={"NATS_URL": ""},
+        )  # fmt: skip
+    assert done.returncode == 1
+    assert done.stderr.startswith(f"hookbus: error: cannot serve the hooks API on 127.0.0.1:{port}")
+    assert "Traceback" not in done.stderr
