@@ -16,7 +16,7 @@ import pytest
 from bus import Bus
 
 from .conftest import run_cli
-from .hooks_support import script, wait_for_file, write_hooks
+from .hooks_support import script, wait_for_file, wait_until, write_hooks
 from .test_cli import UpProcess
 
 
@@ -110,8 +110,6 @@ async def test_crud_and_toggle_take_effect_in_the_running_worker(api: Api, up: U
 
 
 async def wait_for_file_lines(path: Path, count: int) -> None:
-    from .hooks_support import wait_until
-
     await wait_until(lambda: len(path.read_text().split()) >= count, what=f"{count} lines in {path}")
 
 
