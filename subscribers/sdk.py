@@ -79,11 +79,12 @@ class Subscriber:
         return decorate
 
     async def start(self, bus: Bus) -> None:
-        """Subscribe every route on ``bus`` (an open Bus)."""
+        """Subscribe every route on ``bus`` (an open Bus); events published after this returns reach them."""
         for route in self.routes:
             self._subs.append(
                 await bus.subscribe(route.pattern, _bind(route.handler, bus), self.queue, concurrency=self.concurrency)
             )
+        await bus.flush()  # the server has the subscriptions when start() returns
 
     async def stop(self) -> None:
         """Stop taking events; in-flight handlers get ``drain_timeout`` seconds, then are cancelled."""

@@ -140,9 +140,12 @@ class ShellWorker:
             wanted = set(self._groups)
             for pattern in sorted(set(self._subs) - wanted):
                 await self._subs.pop(pattern).unsubscribe(timeout=1.0)
-            for pattern in sorted(wanted - set(self._subs)):
+            added = sorted(wanted - set(self._subs))
+            for pattern in added:
                 handler = _Enqueue(self, pattern)
                 self._subs[pattern] = await self.bus.subscribe(pattern, handler, self.queue)
+            if added:
+                await self.bus.flush()  # the server has the subscriptions: "started" means receiving
 
     def enqueue(self, pattern: str, event: Event) -> None:
         """The NATS callback: queue the event with the hooks of its pattern, or shed it."""
