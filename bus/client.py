@@ -24,7 +24,7 @@ from nats.aio.subscription import Subscription as NatsSubscription
 
 from bus import depth as _depth
 from bus.catalog import check_strict
-from bus.connection import open_connection, resolve_servers
+from bus.connection import auth_options, open_connection, resolve_servers
 from bus.eager import start_eager
 from bus.envelope import DEFAULT_MAX_BYTES, Encoder, Event, decode
 from bus.errors import BusClosedError, ConfigError, EnvelopeError, SubjectError
@@ -187,7 +187,7 @@ class Bus:
         self._encoder = Encoder(max_bytes, source)
         self._connect_timeout = connect_timeout
         self._close_timeout = close_timeout
-        self._nats_options = nats_options
+        self._nats_options = {**auth_options(), **(nats_options or {})}
         self._nc: Client | None = None
         self._publisher: Publisher | None = None
         self._subs: set[Subscription] = set()
@@ -362,6 +362,9 @@ class Bus:
         await self.nc.flush(timeout=int(timeout) or 1)
 
     async def _on_error(self, exc: Exception) -> None:
+        if self._state is BusState.UNOPENED:
+            log.debug("NATS connect attempt failed: %r", exc)  # the first connect reports as a whole
+            return
         if isinstance(exc, nats.errors.SlowConsumerError):
             self.stats.dropped.add("slow_consumer")
             return

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Awaitable, Callable
+import ssl
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
 import nats
@@ -17,7 +18,7 @@ import nats.errors
 from nats.aio.client import Client
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_exponential
 
-from bus.errors import ConnectError
+from bus.errors import ConfigError, ConnectError
 
 log = logging.getLogger("hookbus.connection")
 
@@ -41,11 +42,66 @@ def resolve_servers(servers: str | list[str] | None) -> list[str]:
     return list(servers)
 
 
+def is_auth_failure(exc: BaseException) -> bool:
+    """Whether the server refused our credentials (retrying cannot help)."""
+    if isinstance(exc, nats.errors.AuthorizationError):
+        return True
+    text = str(exc).lower()
+    return "authorization violation" in text or "authentication" in text or "user authentication expired" in text
+
+
 def _transient(exc: BaseException) -> bool:
     """Network trouble is worth retrying; a refused credential or bad TLS setup is not."""
-    if isinstance(exc, nats.errors.AuthorizationError | nats.errors.SecureConnRequiredError):
+    if is_auth_failure(exc) or isinstance(exc, nats.errors.SecureConnRequiredError | ssl.SSLError):
         return False
     return isinstance(exc, OSError | TimeoutError | nats.errors.NoServersError | nats.errors.Error)
+
+
+#: Environment variables for credentials and TLS, and the nats-py option each sets.
+AUTH_ENV: Final = {
+    "HOOKBUS_NATS_USER": "user",
+    "HOOKBUS_NATS_PASSWORD": "password",
+    "HOOKBUS_NATS_TOKEN": "token",
+    "HOOKBUS_NATS_CREDS": "user_credentials",
+    "HOOKBUS_NATS_NKEY_SEED": "nkeys_seed",
+}
+TLS_ENV: Final = ("HOOKBUS_NATS_TLS_CA", "HOOKBUS_NATS_TLS_CERT", "HOOKBUS_NATS_TLS_KEY")
+
+
+def auth_options(
+    environ: Mapping[str, str] | None = None, overrides: Mapping[str, str | None] | None = None
+) -> dict[str, Any]:
+    """nats-py options for credentials and TLS, from ``HOOKBUS_NATS_*`` variables and flags.
+
+    ``overrides`` uses the environment variable names as keys (flags win over the
+    environment). Files named must exist: a typo is a ConfigError, not a hang.
+    """
+    source = {**(os.environ if environ is None else environ)}
+    source.update({k: v for k, v in (overrides or {}).items() if v})
+    options: dict[str, Any] = {}
+    for variable, option in AUTH_ENV.items():
+        value = source.get(variable)
+        if value:
+            if option in ("user_credentials", "nkeys_seed") and not os.path.isfile(value):
+                raise ConfigError(f"{variable}={value!r}: no such file")
+            options[option] = value
+    ca, cert, key = (source.get(name) for name in TLS_ENV)
+    if ca or cert or key:
+        options["tls"] = tls_context(ca, cert, key)
+    return options
+
+
+def tls_context(ca: str | None, cert: str | None, key: str | None) -> ssl.SSLContext:
+    """A client TLS context: verify the server against ``ca`` (or the system store), optional client cert."""
+    for name, path in (("CA", ca), ("certificate", cert), ("key", key)):
+        if path and not os.path.isfile(path):
+            raise ConfigError(f"TLS {name} file {path!r} does not exist")
+    if bool(cert) != bool(key):
+        raise ConfigError("a TLS client certificate needs its key, and a key its certificate")
+    context = ssl.create_default_context(cafile=ca) if ca else ssl.create_default_context()
+    if cert and key:
+        context.load_cert_chain(cert, key)
+    return context
 
 
 async def open_connection(

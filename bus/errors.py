@@ -57,7 +57,10 @@ class ConnectError(HookbusError):
         self.cause = cause
         detail = f": {cause}" if cause is not None and str(cause) else ""
         kind = f" ({type(cause).__name__})" if cause is not None else ""
-        super().__init__(f"cannot connect to NATS at {', '.join(servers)}{kind}{detail}")
+        hint = ""
+        if cause is not None and "authorization violation" in str(cause).lower():
+            hint = " (the server refused the credentials: check user/password, token, nkey or creds file)"
+        super().__init__(f"cannot connect to NATS at {', '.join(servers)}{kind}{detail}{hint}")
 
 
 class BusClosedError(HookbusError):

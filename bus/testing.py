@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 from bus.connection import URL_ENV
@@ -86,3 +88,70 @@ class EventRecorder:
     @property
     def subjects(self) -> list[str]:
         return [event.subject for event in self.events]
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nobody listens on right now (for configs that need ports up front)."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+class NatsCluster:
+    """A NATS cluster of real ``nats-server`` processes on loopback, with JetStream.
+
+    Every node routes to every other; ``urls`` lists the client URLs. Nodes can
+    be killed and restarted (same ports, same store) to test failover.
+    """
+
+    def __init__(self, size: int = 3, name: str = "hookbus") -> None:
+        cluster_ports = [free_port() for _ in range(size)]
+        routes = ",".join(f"nats://127.0.0.1:{port}" for port in cluster_ports)
+        self.nodes = [
+            NatsServer(
+                name=f"{name}-{index + 1}",
+                extra_args=("--cluster", f"nats://127.0.0.1:{port}", "--routes", routes, "--cluster_name", name),
+            )
+            for index, port in enumerate(cluster_ports)
+        ]
+
+    @property
+    def urls(self) -> list[str]:
+        return [node.url for node in self.nodes]
+
+    def start(self, timeout: float = 30.0) -> NatsCluster:
+        """Start every node, then wait until JetStream has a leader (it answers API requests)."""
+        with ThreadPoolExecutor(len(self.nodes)) as pool:
+            list(pool.map(lambda node: node.start(), self.nodes))
+        # In a thread of its own, so that this works from inside an event loop too.
+        with ThreadPoolExecutor(1) as pool:
+            pool.submit(asyncio.run, _wait_for_jetstream(self.urls, timeout)).result()
+        return self
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.cleanup()
+
+    def __enter__(self) -> NatsCluster:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+async def _wait_for_jetstream(urls: list[str], timeout: float) -> None:
+    import nats
+
+    nc = await nats.connect(urls)
+    try:
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            try:
+                await nc.jetstream().account_info()
+                return
+            except Exception:
+                if asyncio.get_running_loop().time() > deadline:
+                    raise
+                await asyncio.sleep(0.2)
+    finally:
+        await nc.close()

@@ -30,12 +30,11 @@ from bus.depth import DEPTH_ENV, child_depth
 from bus.envelope import Event
 from subscribers.hook_security import is_blocked_env, resolve_command, resolve_cwd, safe_path
 from subscribers.hooks_config import HookEntry
+from subscribers.limits import DEFAULT_KILL_GRACE
 from subscribers.process import HookProcess, spawn
 
 #: Above this many bytes the payload is not put in ZERO_HOOK_PAYLOAD (PRX: 8 KB).
 ENV_PAYLOAD_LIMIT: Final = 8 * 1024
-#: Seconds between SIGTERM and SIGKILL on a timeout (PRX: 5 s).
-DEFAULT_KILL_GRACE: Final = 5.0
 #: Bytes of a hook's output kept for the log; the rest is read and discarded.
 DEFAULT_OUTPUT_LIMIT: Final = 4096
 #: How long to keep reading output after the process exits (background children may hold the pipe).

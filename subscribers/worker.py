@@ -17,7 +17,6 @@ import contextlib
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
 
 from bus.client import Bus, Subscription
 from bus.envelope import Event
@@ -25,18 +24,16 @@ from bus.ratelog import RateLimitedLog
 from subscribers import metrics
 from subscribers.hooks_config import HookEntry, HooksConfig
 from subscribers.hooks_file import DEFAULT_POLL_INTERVAL, HOOKS_FILE, HooksFile
-from subscribers.shell import DEFAULT_KILL_GRACE, HookResult, Outcome, ShellRunner
+from subscribers.limits import (
+    DEFAULT_DRAIN_TIMEOUT,
+    DEFAULT_KILL_GRACE,
+    DEFAULT_MAX_PROCS,
+    DEFAULT_QUEUE,
+    DEFAULT_QUEUE_SIZE,
+)
+from subscribers.shell import HookResult, Outcome, ShellRunner
 
 log = logging.getLogger("hookbus.shell")
-
-#: The queue group shell workers join unless told otherwise: start more workers to share the load.
-DEFAULT_QUEUE: Final = "hookbus-shell"
-#: Hook processes running at once, for the whole worker.
-DEFAULT_MAX_PROCS: Final = 16
-#: Events waiting for a process slot before new ones are shed.
-DEFAULT_QUEUE_SIZE: Final = 1000
-#: How long stop() lets running hooks finish before killing their process groups.
-DEFAULT_DRAIN_TIMEOUT: Final = 5.0
 
 
 @dataclass

@@ -6,8 +6,7 @@ import argparse
 from typing import Any
 
 from bus.errors import ConfigError
-from subscribers.shell import DEFAULT_KILL_GRACE
-from subscribers.worker import DEFAULT_MAX_PROCS, DEFAULT_QUEUE, DEFAULT_QUEUE_SIZE
+from subscribers.limits import DEFAULT_KILL_GRACE, DEFAULT_MAX_PROCS, DEFAULT_QUEUE, DEFAULT_QUEUE_SIZE
 
 
 def add_worker_options(parser: argparse.ArgumentParser) -> None:

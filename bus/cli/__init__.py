@@ -14,10 +14,11 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from bus.cli import emit, events, hooks, tail, up, worker
+from bus.cli import emit, events, hooks, journal, tail, up, worker
+from bus.cli.common import apply_auth_flags
 from bus.errors import HookbusError
 
-_COMMANDS = (up, worker, emit, tail, events, hooks)
+_COMMANDS = (up, worker, emit, tail, events, journal, hooks)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -43,6 +44,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``hookbus`` console script."""
     args = build_parser().parse_args(argv)
     _configure_logging(args.verbose)
+    apply_auth_flags(args)
     try:
         code: int = asyncio.run(args.func(args))
     except HookbusError as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
@@ -19,6 +20,9 @@ def add_nats_url(parser: argparse.ArgumentParser) -> None:
         default=None,
         help=f"NATS server(s), comma-separated (default: ${URL_ENV}, else nats://127.0.0.1:4222)",
     )
+    auth = parser.add_argument_group("NATS credentials and TLS (flags win over the HOOKBUS_NATS_* variables)")
+    for flag, variable in _AUTH_FLAGS.items():
+        auth.add_argument(flag, dest=_dest(flag), metavar="VALUE", help=f"default: ${variable}")
     parser.add_argument(
         "--connect-timeout",
         type=float,
@@ -26,6 +30,30 @@ def add_nats_url(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="how long to retry the first connection (default: 5)",
     )
+
+
+_AUTH_FLAGS = {
+    "--nats-user": "HOOKBUS_NATS_USER",
+    "--nats-password": "HOOKBUS_NATS_PASSWORD",
+    "--nats-token": "HOOKBUS_NATS_TOKEN",
+    "--nats-creds": "HOOKBUS_NATS_CREDS",
+    "--nats-nkey-seed": "HOOKBUS_NATS_NKEY_SEED",
+    "--tls-ca": "HOOKBUS_NATS_TLS_CA",
+    "--tls-cert": "HOOKBUS_NATS_TLS_CERT",
+    "--tls-key": "HOOKBUS_NATS_TLS_KEY",
+}
+
+
+def _dest(flag: str) -> str:
+    return flag.lstrip("-").replace("-", "_")
+
+
+def apply_auth_flags(args: argparse.Namespace) -> None:
+    """Make credential and TLS flags visible to every Bus this process opens."""
+    for flag, variable in _AUTH_FLAGS.items():
+        value = getattr(args, _dest(flag), None)
+        if value:
+            os.environ[variable] = value
 
 
 def read_json_object(text: str | None, what: str) -> dict[str, Any]:

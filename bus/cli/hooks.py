@@ -15,6 +15,8 @@ from bus.connection import URL_ENV
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from subscribers.limits import DEFAULT_KILL_GRACE
+
     parser = subparsers.add_parser("hooks", help="work with the shell hooks of a workspace", description=__doc__)
     commands = parser.add_subparsers(dest="hooks_command", metavar="COMMAND", required=True)
     test = commands.add_parser(
@@ -31,7 +33,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     test.add_argument(
         "--workspace", type=Path, default=Path(".hookbus"), help="workspace with hooks.json (default: ./.hookbus)"
     )
-    test.add_argument("--kill-grace", type=float, default=5.0, help="seconds between SIGTERM and SIGKILL on a timeout")
+    test.add_argument("--kill-grace", type=float, default=DEFAULT_KILL_GRACE, help="seconds from SIGTERM to SIGKILL")
     test.add_argument("--nats-url", default=None, help=f"NATS_URL given to the hooks (default: ${URL_ENV})")
     test.set_defaults(func=run)
 

@@ -25,7 +25,6 @@ from bus.client import Bus
 from bus.connection import URL_ENV
 from bus.errors import ConfigError, ServerError
 from bus.server import NatsServer
-from subscribers.worker_options import add_worker_options
 
 DEFAULT_PORT = 4222
 DEFAULT_HTTP_PORT = 8477
@@ -50,13 +49,16 @@ Service = Callable[[UpContext], AbstractAsyncContextManager[None]]
 
 def services() -> list[Service]:
     """The workers ``hookbus up`` runs, in start order (imported here, not at module load)."""
+    # Imported here: bus/ must not import the workers when it is loaded.
+    from subscribers import agent_metrics, journal_sink
     from subscribers.services import shell_hooks  # the shell-hook worker and the hooks HTTP API
 
-    found: list[Service] = [shell_hooks]
-    return found
+    return [journal_sink.service, agent_metrics.service, shell_hooks]
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from subscribers.worker_options import add_worker_options  # the shell worker's flags; light, no worker
+
     parser = subparsers.add_parser(
         "up",
         help="run the bus on this machine (embedded NATS, metrics, workers)",
@@ -121,6 +123,7 @@ async def run(args: argparse.Namespace) -> int:
         if args.metrics_port >= 0:
             httpd, thread = start_http_server(args.metrics_port, addr=args.host)
             stack.callback(thread.join, 5)
+            stack.callback(httpd.server_close)
             stack.callback(httpd.shutdown)
             lines.append(f"  metrics  http://{args.host}:{httpd.server_port}/metrics")
         ctx = UpContext(bus=bus, workspace=workspace, nats_url=nats_url, args=args, lines=lines)

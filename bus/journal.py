@@ -1,0 +1,163 @@
+"""The shared journal: one entry format for everything that intervened or reacted.
+
+Middleware reactions, shell-hook runs, subscriber errors and trigger firings
+all become a :class:`JournalEntry`, published on ``hookbus.journal.<kind>``.
+A JetStream stream captures that subject space, so a sink that was down writes
+every entry once it is back (see ``subscribers.journal_sink``).
+
+Entries record what a hook *did*, never the payload it saw: a redacting hook
+must not have its secret written to the journal by the journal.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Final
+
+import nats.errors
+import nats.js.errors
+import orjson
+from nats.js.api import RetentionPolicy, StorageType, StreamConfig
+
+from bus.envelope import Encoder, format_timestamp
+from bus.errors import BusClosedError, HookbusError
+from bus.subjects import TOKEN_RE
+
+if TYPE_CHECKING:
+    from bus.client import Bus
+
+SUBJECT_PREFIX: Final = "hookbus.journal"
+STREAM: Final = "HOOKBUS_JOURNAL"
+#: The kinds of entry; each is the last token of its subject.
+KINDS: Final = ("middleware", "shell_hook", "subscriber", "trigger")
+#: How long the stream keeps entries a sink has not taken yet, and how much of them.
+STREAM_MAX_AGE_S: Final = 7 * 24 * 3600
+STREAM_MAX_BYTES: Final = 1024 * 1024 * 1024
+
+_ids = Encoder()  # only for its unique-id generator
+PROCESS: Final = f"{socket.gethostname()}:{os.getpid()}"
+
+
+class JournalError(HookbusError):
+    """Bytes on a journal subject are not a valid entry."""
+
+
+@dataclass(slots=True)
+class JournalEntry:
+    """One intervention or reaction.
+
+    ``point`` is the stage (``tool.call``) or the subject; ``phase`` says where
+    in the point's life it happened (``request``, ``result``, ``run``, ``fire``);
+    ``who`` names the handler, hook or trigger and ``identity`` its identity
+    hash where it has one; ``decision`` is the outcome (``continue``,
+    ``cancel``, ``patch``, ``absent``, ``failed``, ``timeout``, ``denied``,
+    ``ok``, ``exit_nonzero``, ``refused``, ``fired``, ``suppressed`` ...) and
+    ``cause`` why.
+    """
+
+    kind: str
+    point: str
+    phase: str
+    who: str
+    decision: str
+    cause: str | None = None
+    duration_ms: float | None = None
+    session: str | None = None
+    agent: str | None = None
+    depth: int = 0
+    trace_id: str | None = None
+    identity: str | None = None
+    process: str = PROCESS
+    time: str = ""
+    id: str = field(default_factory=_ids.new_id)
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise JournalError(f"journal kind {self.kind!r} is not one of {', '.join(KINDS)}")
+        if not self.time:
+            self.time = now_timestamp()
+
+    @property
+    def subject(self) -> str:
+        return f"{SUBJECT_PREFIX}.{self.kind}"
+
+    def encode(self) -> bytes:
+        return orjson.dumps(asdict(self))
+
+
+def now_timestamp() -> str:
+    return format_timestamp(time.time_ns() // 1_000_000)
+
+
+def canonical_time(text: str) -> str:
+    """An RFC 3339 time (any offset, optional fraction, or a bare date) in the journal's own form."""
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise JournalError(f"{text!r} is not an RFC 3339 time such as 2026-11-30T10:00:00Z") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return format_timestamp(int(moment.timestamp() * 1000))
+
+
+async def record(bus: Bus, entry: JournalEntry) -> bool:
+    """Publish ``entry`` (fire-and-forget, like emit); False if it could not be sent."""
+    try:
+        await bus.publish_raw(entry.subject, entry.encode())
+    except (BusClosedError, nats.errors.Error):
+        bus.stats.dropped.add("journal")
+        return False
+    return True
+
+
+async def ensure_stream(bus: Bus, replicas: int = 1) -> None:
+    """Create (or update) the JetStream stream that captures every journal entry."""
+    config = StreamConfig(
+        name=STREAM,
+        subjects=[f"{SUBJECT_PREFIX}.>"],
+        retention=RetentionPolicy.LIMITS,
+        storage=StorageType.FILE,
+        max_age=STREAM_MAX_AGE_S,
+        max_bytes=STREAM_MAX_BYTES,
+        num_replicas=replicas,
+        duplicate_window=120,
+    )
+    js = bus.nc.jetstream()
+    try:
+        await js.add_stream(config)
+    except nats.js.errors.BadRequestError:
+        await js.update_stream(config)
+
+
+_TEXT_FIELDS: Final = ("kind", "point", "phase", "who", "decision", "process", "time", "id")
+_OPTIONAL_TEXT: Final = ("cause", "session", "agent", "trace_id", "identity")
+
+
+def decode_entry(data: bytes) -> JournalEntry:
+    """Decode a journal entry, naming what is wrong if it is not one."""
+    try:
+        obj: Any = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise JournalError(f"journal entry is not JSON ({exc})") from None
+    if not isinstance(obj, dict):
+        raise JournalError(f"journal entry must be a JSON object, not {type(obj).__name__}")
+    for name in _TEXT_FIELDS:
+        if not isinstance(obj.get(name), str) or not obj[name]:
+            raise JournalError(f"journal entry field {name!r} must be a non-empty string")
+    for name in _OPTIONAL_TEXT:
+        if obj.get(name) is not None and not isinstance(obj[name], str):
+            raise JournalError(f"journal entry field {name!r} must be a string or null")
+    duration = obj.get("duration_ms")
+    if duration is not None and (isinstance(duration, bool) or not isinstance(duration, int | float)):
+        raise JournalError("journal entry field 'duration_ms' must be a number or null")
+    depth = obj.get("depth", 0)
+    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
+        raise JournalError("journal entry field 'depth' must be a non-negative integer")
+    if obj["kind"] not in KINDS or not TOKEN_RE.fullmatch(obj["kind"]):
+        raise JournalError(f"journal entry kind {obj['kind']!r} is not one of {', '.join(KINDS)}")
+    known: dict[str, Any] = {name: obj[name] for name in JournalEntry.__dataclass_fields__ if name in obj}
+    return JournalEntry(**known)

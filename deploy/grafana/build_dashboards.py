@@ -1,0 +1,177 @@
+"""Builds the Grafana dashboards in dashboards/ from the panel lists below.
+
+    python deploy/grafana/build_dashboards.py
+
+One place says what each panel shows, with a title, a unit and a legend; the
+JSON files are generated from it and committed (a test keeps them in step,
+and checks every query against a real Prometheus).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+RATE = "$__rate_interval"
+
+
+@dataclass(frozen=True)
+class Panel:
+    title: str
+    unit: str
+    targets: tuple[tuple[str, str], ...]  # (PromQL, legend)
+    description: str = ""
+    kind: str = "timeseries"
+
+
+def rate(metric: str, by: str, where: str = "") -> str:
+    selector = f"{metric}{{{where}}}" if where else metric
+    return f"sum by ({by}) (rate({selector}[{RATE}]))"
+
+
+def quantiles(metric: str, by: str) -> tuple[tuple[str, str], ...]:
+    return tuple(
+        (f"histogram_quantile({q}, sum by (le, {by}) (rate({metric}_bucket[{RATE}])))", f"p{int(q * 100)} {{{{{by}}}}}")
+        for q in (0.5, 0.95, 0.99)
+    )
+
+
+def ratio(metric: str, by: str, bad: str) -> str:
+    return f"{rate(metric, by, bad)} / {rate(metric, by)}"
+
+
+HOOKBUS = [
+    Panel(
+        "Events emitted",
+        "ops",
+        ((rate("hookbus_events_emitted_total", "subject"), "{{subject}}"),),
+        "Events published by emit, per second.",
+    ),
+    Panel("Events delivered to handlers", "ops", ((rate("hookbus_events_delivered_total", "subject"), "{{subject}}"),)),
+    Panel(
+        "Events dropped by reason",
+        "ops",
+        ((rate("hookbus_events_dropped_total", "reason"), "{{reason}}"),),
+        "depth: recursion limit; oversize; disconnected: buffer full while NATS was away; malformed; slow_consumer.",
+    ),
+    Panel("Subscriber handler errors", "ops", ((rate("hookbus_handler_errors_total", "subject"), "{{subject}}"),)),
+    Panel("Oversized events truncated", "ops", ((f"sum(rate(hookbus_events_truncated_total[{RATE}]))", "truncated"),)),
+    Panel(
+        "NATS disconnects and reconnects",
+        "short",
+        (
+            (f"sum(increase(hookbus_nats_disconnects_total[{RATE}]))", "disconnects"),
+            (f"sum(increase(hookbus_nats_reconnects_total[{RATE}]))", "reconnects"),
+        ),
+    ),
+]
+
+AGENTS = [
+    Panel(
+        "LLM latency by model",
+        "s",
+        quantiles("hookbus_agent_llm_duration_seconds", "model"),
+        "From llm_response events (duration_ms).",
+    ),
+    Panel(
+        "LLM error ratio by model",
+        "percentunit",
+        ((ratio("hookbus_agent_llm_responses_total", "model", 'outcome="error"'), "{{model}}"),),
+    ),
+    Panel(
+        "LLM responses by provider", "ops", ((rate("hookbus_agent_llm_responses_total", "provider"), "{{provider}}"),)
+    ),
+    Panel("Tool calls by tool", "ops", ((rate("hookbus_agent_tool_calls_total", "tool"), "{{tool}}"),)),
+    Panel(
+        "Tool failure ratio by tool",
+        "percentunit",
+        ((ratio("hookbus_agent_tool_calls_total", "tool", 'outcome="error"'), "{{tool}}"),),
+    ),
+    Panel("Turns by outcome", "ops", ((rate("hookbus_agent_turns_total", "outcome"), "{{outcome}}"),)),
+    Panel("Errors by component", "ops", ((rate("hookbus_agent_errors_total", "component"), "{{component}}"),)),
+]
+
+# prometheus-nats-exporter (-varz -connz -routez -subz) metric names.
+NATS = [
+    Panel(
+        "Messages in / out",
+        "ops",
+        (
+            (f"sum by (server_id) (rate(gnatsd_varz_in_msgs[{RATE}]))", "in {{server_id}}"),
+            (f"sum by (server_id) (rate(gnatsd_varz_out_msgs[{RATE}]))", "out {{server_id}}"),
+        ),
+    ),
+    Panel(
+        "Bytes in / out",
+        "Bps",
+        (
+            (f"sum by (server_id) (rate(gnatsd_varz_in_bytes[{RATE}]))", "in {{server_id}}"),
+            (f"sum by (server_id) (rate(gnatsd_varz_out_bytes[{RATE}]))", "out {{server_id}}"),
+        ),
+    ),
+    Panel("Client connections", "short", (("sum by (server_id) (gnatsd_varz_connections)", "{{server_id}}"),)),
+    Panel("Slow consumers", "short", (("sum by (server_id) (gnatsd_varz_slow_consumers)", "{{server_id}}"),)),
+    Panel("Cluster routes", "short", (("sum by (server_id) (gnatsd_varz_routes)", "{{server_id}}"),)),
+    Panel("Server memory", "bytes", (("sum by (server_id) (gnatsd_varz_mem)", "{{server_id}}"),)),
+]
+
+DASHBOARDS = {
+    "hookbus": ("hookbus: bus, middleware, hooks", HOOKBUS),
+    "agents": ("hookbus: agents", AGENTS),
+    "nats": ("hookbus: NATS servers", NATS),
+}
+
+
+def panel_json(index: int, panel: Panel) -> dict[str, Any]:
+    return {
+        "id": index + 1,
+        "type": panel.kind,
+        "title": panel.title,
+        "description": panel.description,
+        "datasource": {"type": "prometheus", "uid": "prometheus"},
+        "gridPos": {"h": 8, "w": 12, "x": 12 * (index % 2), "y": 8 * (index // 2)},
+        "fieldConfig": {"defaults": {"unit": panel.unit}, "overrides": []},
+        "options": {
+            "legend": {"displayMode": "table", "placement": "bottom", "showLegend": True, "calcs": ["mean", "max"]}
+        },
+        "targets": [
+            {
+                "refId": chr(ord("A") + i),
+                "expr": expr,
+                "legendFormat": legend,
+                "datasource": {"type": "prometheus", "uid": "prometheus"},
+            }
+            for i, (expr, legend) in enumerate(panel.targets)
+        ],
+    }
+
+
+def dashboard_json(uid: str, title: str, panels: list[Panel]) -> dict[str, Any]:
+    return {
+        "uid": f"hookbus-{uid}",
+        "title": title,
+        "tags": ["hookbus"],
+        "timezone": "utc",
+        "schemaVersion": 39,
+        "version": 1,
+        "refresh": "10s",
+        "time": {"from": "now-1h", "to": "now"},
+        "panels": [panel_json(i, p) for i, p in enumerate(panels)],
+    }
+
+
+def render() -> dict[str, str]:
+    """File name -> JSON text for every dashboard."""
+    return {
+        f"{uid}.json": json.dumps(dashboard_json(uid, title, panels), indent=2) + "\n"
+        for uid, (title, panels) in DASHBOARDS.items()
+    }
+
+
+if __name__ == "__main__":
+    out = Path(__file__).resolve().parent / "dashboards"
+    for name, text in render().items():
+        (out / name).write_text(text)
+        print(f"wrote {out / name}")

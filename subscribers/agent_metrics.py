@@ -1,0 +1,126 @@
+"""Metrics about the agents, derived from their lifecycle events.
+
+hookbus's own counters say what the bus did; these say what the agents did:
+LLM latency and error ratio by provider and model (from ``llm_response``),
+tool calls and failures by tool (``tool_call``), turns by outcome
+(``eva.turn.completed`` / ``eva.turn.failed``), errors by component
+(``error``). Replicas run in one queue group so that nothing is counted twice;
+label values are capped so that a flood of model or tool names cannot blow up
+the time-series count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any, Final
+
+from prometheus_client import Counter, Histogram
+
+from bus.client import Bus
+from bus.envelope import Event
+
+if TYPE_CHECKING:
+    from bus.cli.up import UpContext
+
+QUEUE: Final = "hookbus-agent-metrics"
+OTHER: Final = "other"
+UNKNOWN: Final = "unknown"
+
+LLM_SECONDS = Histogram(
+    "hookbus_agent_llm_duration_seconds",
+    "LLM call latency reported by llm_response events, by provider and model.",
+    ["provider", "model"],
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120),
+)
+LLM_RESPONSES = Counter(
+    "hookbus_agent_llm_responses",
+    "LLM responses by provider, model and outcome (success|error).",
+    ["provider", "model", "outcome"],
+)
+TOOL_CALLS = Counter(
+    "hookbus_agent_tool_calls", "Finished tool calls by tool and outcome (success|error).", ["tool", "outcome"]
+)
+TURNS = Counter("hookbus_agent_turns", "Agent turns by outcome (completed|failed).", ["outcome"])
+ERRORS = Counter("hookbus_agent_errors", "error events by component.", ["component"])
+SESSIONS = Counter("hookbus_agent_starts", "agent_start events: turns the agent loops began.")
+
+
+class LabelCap:
+    """Keeps at most ``limit`` distinct values of one label; later ones become ``other``."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._seen: set[str] = set()
+
+    def __call__(self, value: Any) -> str:
+        text = value if isinstance(value, str) and value else UNKNOWN
+        if text in self._seen:
+            return text
+        if len(self._seen) >= self.limit:
+            return OTHER
+        self._seen.add(text)
+        return text
+
+
+class AgentMetrics:
+    """The event handlers that feed the agent metrics."""
+
+    def __init__(self, max_models: int = 50, max_tools: int = 100, max_components: int = 50) -> None:
+        self.providers = LabelCap(20)
+        self.models = LabelCap(max_models)
+        self.tools = LabelCap(max_tools)
+        self.components = LabelCap(max_components)
+
+    def on_event(self, event: Event) -> None:
+        handler = self._handlers.get(event.event)
+        if handler is not None:
+            handler(self, event.payload)
+
+    def _llm_response(self, payload: dict[str, Any]) -> None:
+        provider, model = self.providers(payload.get("provider")), self.models(payload.get("model"))
+        outcome = "success" if payload.get("success") is True else "error"
+        LLM_RESPONSES.labels(provider, model, outcome).inc()
+        duration = payload.get("duration_ms")
+        if isinstance(duration, int | float) and not isinstance(duration, bool) and duration >= 0:
+            LLM_SECONDS.labels(provider, model).observe(duration / 1000)
+
+    def _tool_call(self, payload: dict[str, Any]) -> None:
+        outcome = "success" if payload.get("success") is True else "error"
+        TOOL_CALLS.labels(self.tools(payload.get("tool")), outcome).inc()
+
+    def _error(self, payload: dict[str, Any]) -> None:
+        ERRORS.labels(self.components(payload.get("component"))).inc()
+
+    def _turn_completed(self, payload: dict[str, Any]) -> None:
+        TURNS.labels("completed").inc()
+
+    def _turn_failed(self, payload: dict[str, Any]) -> None:
+        TURNS.labels("failed").inc()
+
+    def _agent_start(self, payload: dict[str, Any]) -> None:
+        SESSIONS.inc()
+
+    _handlers: Final = {
+        "llm_response": _llm_response,
+        "tool_call": _tool_call,
+        "error": _error,
+        "turn.completed": _turn_completed,
+        "turn.failed": _turn_failed,
+        "agent_start": _agent_start,
+    }
+
+
+async def subscribe(bus: Bus, metrics: AgentMetrics | None = None) -> AgentMetrics:
+    """Feed agent metrics from ``bus`` in the shared queue group."""
+    metrics = metrics or AgentMetrics()
+    await bus.subscribe("prx.lifecycle.>", metrics.on_event, queue=QUEUE)
+    await bus.subscribe("eva.turn.*", metrics.on_event, queue=QUEUE)
+    return metrics
+
+
+@asynccontextmanager
+async def service(ctx: UpContext) -> AsyncIterator[None]:
+    """``hookbus up`` derives agent metrics from the lifecycle events it sees."""
+    await subscribe(ctx.bus)
+    yield

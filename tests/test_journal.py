@@ -1,0 +1,211 @@
+"""The journal: entries over the bus, captured by JetStream, stored once in SQLite and JSONL."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import orjson
+import pytest
+
+from bus import Bus, NatsServer
+from bus.journal import JournalEntry, JournalError, decode_entry, ensure_stream, record
+from subscribers.journal_sink import JournalSink
+from subscribers.journal_store import DB_NAME, JournalStore, JsonlWriter, Query
+
+from .conftest import hookbus_cmd, run_cli
+
+
+def entry(**overrides: object) -> JournalEntry:
+    fields: dict[str, object] = {
+        "kind": "middleware",
+        "point": "tool.call",
+        "phase": "request",
+        "who": "guard",
+        "decision": "cancel",
+        "cause": "rm -rf",
+        "duration_ms": 1.5,
+        "session": "s1",
+    }
+    fields.update(overrides)
+    return JournalEntry(**fields)  # type: ignore[arg-type]
+
+
+async def wait_count(store_path: Path, count: int, timeout: float = 30.0) -> int:
+    async def poll() -> int:
+        while True:
+            if store_path.exists():
+                store = JournalStore(store_path)
+                try:
+                    n = store.count()
+                finally:
+                    store.close()
+                if n >= count:
+                    return n
+            await asyncio.sleep(0.1)
+
+    return await asyncio.wait_for(poll(), timeout)
+
+
+def test_entry_round_trip_and_validation() -> None:
+    original = entry()
+    assert decode_entry(original.encode()) == original
+    with pytest.raises(JournalError, match="kind"):
+        entry(kind="gossip")
+    for raw, reason in [
+        (b"nope", "not JSON"),
+        (b"[]", "JSON object"),
+        (orjson.dumps({**orjson.loads(original.encode()), "who": 3}), "'who'"),
+        (orjson.dumps({**orjson.loads(original.encode()), "duration_ms": "slow"}), "'duration_ms'"),
+        (orjson.dumps({**orjson.loads(original.encode()), "depth": -1}), "'depth'"),
+    ]:
+        with pytest.raises(JournalError, match=reason):
+            decode_entry(raw)
+
+
+async def test_sink_stores_entries_from_the_bus(bus: Bus, workspace: Path) -> None:
+    await ensure_stream(bus)
+    sink = JournalSink(bus, workspace, durable="test-sink-basic")
+    stop = asyncio.Event()
+    task = asyncio.create_task(sink.run(stop))
+    try:
+        await record(bus, entry(who="a", decision="continue"))
+        await bus.publish_raw("hookbus.journal.middleware", b"not an entry")
+        await record(
+            bus, entry(kind="shell_hook", point="prx.lifecycle.tool_call", phase="run", who="audit.sh", decision="ok")
+        )
+        await wait_count(workspace / DB_NAME, 2)
+    finally:
+        stop.set()
+        await task
+    assert sink.rejected == 1
+    store = JournalStore(workspace / DB_NAME)
+    rows = [e for _, e in store.query(Query())]
+    store.close()
+    assert [(e.kind, e.who, e.decision) for e in rows] == [
+        ("middleware", "a", "continue"),
+        ("shell_hook", "audit.sh", "ok"),
+    ]
+    jsonl = list((workspace / "journal").glob("*.jsonl"))
+    assert len(jsonl) == 1
+    assert len(jsonl[0].read_text().splitlines()) == 2
+
+
+async def test_sink_killed_mid_stream_loses_none_and_duplicates_none(own_server: NatsServer, workspace: Path) -> None:
+    async with Bus(own_server.url) as bus:
+        await ensure_stream(bus)
+        await _kill_and_restart_sink(bus, own_server.url, workspace)
+
+
+async def _kill_and_restart_sink(bus: Bus, nats_url: str, workspace: Path) -> None:
+    env = {**os.environ, "NATS_URL": nats_url}
+    cmd = [*hookbus_cmd(), "journal-sink", "--workspace", str(workspace)]
+    sink = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert sink.stdout is not None
+        await asyncio.to_thread(sink.stdout.readline)
+        ids = []
+        for i in range(10_000):
+            e = entry(who=f"h{i % 7}", session=f"s{i}")
+            ids.append(e.id)
+            await record(bus, e)
+            if i == 3_000:
+                await bus.flush()
+                await wait_count(workspace / DB_NAME, 1)
+                sink.send_signal(signal.SIGKILL)  # no chance to ack or close anything
+                sink.communicate()
+        await bus.flush()
+        sink = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True)
+        await wait_count(workspace / DB_NAME, 10_000, timeout=60)
+        await asyncio.sleep(0.5)  # a duplicate, if any, would land now
+    finally:
+        sink.send_signal(signal.SIGTERM)
+        sink.communicate(timeout=20)
+    assert sink.returncode == 0
+    store = JournalStore(workspace / DB_NAME)
+    stored = [e.id for _, e in store.query(Query(limit=20_000))]
+    store.close()
+    assert len(stored) == 10_000
+    assert sorted(stored) == sorted(ids)
+    lines = [
+        orjson.loads(line)["id"]
+        for f in (workspace / "journal").glob("*.jsonl*")
+        for line in f.read_text().splitlines()
+    ]
+    assert len(set(lines)) == len(lines)  # never twice in JSONL either
+
+
+async def test_journal_cli_filters(workspace: Path) -> None:
+    store = JournalStore(workspace / DB_NAME)
+    store.insert_many(
+        [
+            entry(who="guard", decision="cancel", session="s1", time="2026-01-01T10:00:00.000Z"),
+            entry(who="guard", decision="continue", session="s2", time="2026-01-01T11:00:00.000Z"),
+            entry(who="redact", decision="patch", point="memory.save", session="s1", time="2026-01-01T12:00:00.000Z"),
+            entry(
+                kind="trigger",
+                who="spend",
+                point="eva.spend.day",
+                phase="fire",
+                decision="fired",
+                session=None,
+                time="2026-01-01T13:00:00.000Z",
+            ),
+        ]
+    )
+    store.close()
+    ws = str(workspace)
+
+    def who(*args: str) -> list[str]:
+        done = run_cli("journal", "--workspace", ws, "--json", *args)
+        assert done.returncode == 0, done.stderr
+        return [orjson.loads(line)["who"] + ":" + orjson.loads(line)["decision"] for line in done.stdout.splitlines()]
+
+    assert who() == ["guard:cancel", "guard:continue", "redact:patch", "spend:fired"]
+    assert who("--point", "memory.save") == ["redact:patch"]
+    assert who("--who", "guard", "--decision", "continue") == ["guard:continue"]
+    assert who("--session", "s1") == ["guard:cancel", "redact:patch"]
+    assert who("--since", "2026-01-01T11:00:00Z", "--until", "2026-01-01T13:00:00Z") == [
+        "guard:continue",
+        "redact:patch",
+    ]
+    assert who("--kind", "trigger") == ["spend:fired"]
+    assert who("--limit", "1") == ["spend:fired"]
+    table = run_cli("journal", "--workspace", ws)
+    assert table.stdout.splitlines()[0].startswith("TIME  KIND  POINT")
+    assert "memory.save" in table.stdout
+    missing = run_cli("journal", "--workspace", str(workspace / "nowhere"))
+    assert missing.returncode == 1 and "no journal at" in missing.stderr
+
+
+async def test_journal_follow_prints_new_entries(workspace: Path) -> None:
+    store = JournalStore(workspace / DB_NAME)
+    store.insert_many([entry(who="old")])
+    proc = subprocess.Popen(
+        [*hookbus_cmd(), "journal", "--workspace", str(workspace), "--json", "--follow"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        first = await asyncio.to_thread(proc.stdout.readline)
+        assert orjson.loads(first)["who"] == "old"
+        store.insert_many([entry(who="new")])
+        second = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), 10)
+        assert orjson.loads(second)["who"] == "new"
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=10)
+        store.close()
+
+
+def test_jsonl_rotates_by_size(tmp_path: Path) -> None:
+    writer = JsonlWriter(tmp_path, max_bytes=2_000, keep=2)
+    for _ in range(40):
+        writer.write([entry()])
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert len(files) == 3  # the live file and two rotated ones, the oldest dropped
+    assert all(p.stat().st_size <= 2_000 + 400 for p in tmp_path.iterdir())
