@@ -2,21 +2,34 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
+import urllib.request
 from pathlib import Path
 
 from bus import Bus
 
 from .conftest import hookbus_cmd, run_cli
-from .hooks_support import script, wait_for_file, write_hooks
+from .hooks_support import script, wait_for_file, wait_until, write_hooks
 
 
 async def test_worker_command_runs_hooks_against_an_existing_nats(nats_url: str, workspace: Path) -> None:
     script(workspace, "mark.sh", f'echo "$ZERO_HOOK_EVENT" > {workspace}/mark\n')
     write_hooks(workspace, {"eva.custom.deploy": [{"command": "./mark.sh"}]})
     proc = subprocess.Popen(
-        [*hookbus_cmd(), "worker", "--nats-url", nats_url, "--workspace", str(workspace), "--queue", "cli-test"],
+        [
+            *hookbus_cmd(),
+            "worker",
+            "--nats-url",
+            nats_url,
+            "--workspace",
+            str(workspace),
+            "--queue",
+            "cli-test",
+            "--metrics-port",
+            "0",
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -29,6 +42,9 @@ async def test_worker_command_runs_hooks_against_an_existing_nats(nats_url: str,
         async with Bus(nats_url) as bus:
             await bus.emit("eva.custom.deploy", {"version": "1.2"})
         assert (await wait_for_file(workspace / "mark")).strip() == "custom.deploy"
+        metrics_url = re.search(r"metrics (http://\S+)", banner).group(1)  # type: ignore[union-attr]
+        await wait_until(lambda: 'event="eva.custom.deploy"' in _get(metrics_url), what="the run in /metrics")
+        assert "hookbus_shell_hook_runs_total" in _get(metrics_url)
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=20)
         assert proc.returncode == 0
@@ -37,6 +53,11 @@ async def test_worker_command_runs_hooks_against_an_existing_nats(nats_url: str,
         if proc.poll() is None:
             proc.kill()
             proc.communicate(timeout=20)
+
+
+def _get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return response.read().decode()
 
 
 def test_hooks_test_runs_matching_hooks_once_and_reports(workspace: Path) -> None:
