@@ -159,4 +159,6 @@ def parse_completion(text: bytes, duration_ms: float) -> Completion:
             raise LLMError(f"tool call arguments must be a JSON object: {raw_args!r}"[:300])
         calls.append(ToolCall(str(call.get("id", "")), str(function.get("name", "")), arguments))
     content = message.get("content")
-    return Completion(content if isinstance(content, str) else None, calls, str(data.get("model", "")), duration_ms, data)
+    return Completion(
+        content if isinstance(content, str) else None, calls, str(data.get("model", "")), duration_ms, data
+    )

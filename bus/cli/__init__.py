@@ -14,11 +14,11 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from bus.cli import emit, events, journal, tail, triggers, up
+from bus.cli import emit, events, hooks, journal, tail, triggers, up, worker
 from bus.cli.common import apply_auth_flags
 from bus.errors import HookbusError
 
-_COMMANDS = (up, emit, tail, events, journal, triggers)
+_COMMANDS = (up, worker, emit, tail, events, journal, hooks, triggers)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -51,12 +51,15 @@ def services() -> list[Service]:
     """The workers ``hookbus up`` runs, in start order (imported here, not at module load)."""
     # Imported here: bus/ must not import the workers when it is loaded.
     from subscribers import agent_metrics, journal_sink
+    from subscribers.services import shell_hooks  # the shell-hook worker and the hooks HTTP API
     from triggers import service as triggers
 
-    return [journal_sink.service, agent_metrics.service, triggers.service]
+    return [journal_sink.service, agent_metrics.service, shell_hooks, triggers.service]
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from subscribers.worker_options import add_worker_options  # the shell worker's flags; light, no worker
+
     parser = subparsers.add_parser(
         "up",
         help="run the bus on this machine (embedded NATS, metrics, workers)",
@@ -85,6 +88,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help=f"Prometheus /metrics port (default: {DEFAULT_METRICS_PORT}; -1: off)",
     )
     add_nats_url(parser)
+    add_worker_options(parser)
     parser.set_defaults(func=run)
 
 
