@@ -36,6 +36,9 @@ from bus.subjects import TOKEN_RE, normalise_pattern
 from bus.turns import TurnHandler, TurnRequest, TurnServer
 
 log = logging.getLogger("hookbus.bus")
+_current_depth = _depth.current_depth
+_set_depth = _depth._current.set
+_reset_depth = _depth._current.reset
 
 #: An event handler: called with each decoded event; may be sync or async.
 Handler = Callable[[Event], Awaitable[None] | None]
@@ -71,6 +74,7 @@ class Subscription:
         self.handler = handler
         self.concurrency = concurrency
         self._tasks: set[asyncio.Task[None]] = set()
+        self._delivered = bus.stats.delivered
         self._slot_free: asyncio.Future[None] | None = None
         self._nats: NatsSubscription | None = None
         self._malformed_log = RateLimitedLog(log)
@@ -82,33 +86,34 @@ class Subscription:
         return len(self._tasks)
 
     async def _on_msg(self, msg: Msg) -> None:
-        stats = self.bus.stats
+        subject = msg.subject
         try:
-            event = decode(msg.subject, msg.data)
+            event = decode(subject, msg.data)
         except EnvelopeError as exc:
-            stats.dropped.add("malformed")
+            self.bus.stats.dropped.add("malformed")
             self._malformed_log.warning("%s (subscription %r); message skipped", exc, self.pattern)
             return
-        while len(self._tasks) >= self.concurrency:
+        tasks = self._tasks
+        while len(tasks) >= self.concurrency:
             self._slot_free = asyncio.get_running_loop().create_future()
             await self._slot_free
-        delivered = stats.delivered
-        if event.subject in delivered:
-            delivered[event.subject] += 1
+        delivered = self._delivered
+        if subject in delivered:
+            delivered[subject] += 1
         else:
-            delivered.add(event.subject)
-        token = _depth._current.set(event.depth + 1)
+            delivered.add(subject)
+        token = _set_depth(event.depth + 1)
         try:
             result = self.handler(event)
             if result is not None:
                 task = start_eager(result)  # type: ignore[arg-type]
                 if task is not None:
-                    self._tasks.add(task)
+                    tasks.add(task)
                     task.add_done_callback(self._finished)
         except Exception:
             self._handler_failed(event)
         finally:
-            _depth._current.reset(token)
+            _reset_depth(token)
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
@@ -296,7 +301,7 @@ class Bus:
         for caller bugs and BusClosedError on a closed Bus; never for transport
         trouble. At the recursion limit the event is dropped silently and counted.
         """
-        depth = _depth._current.get()
+        depth = _current_depth()
         if self.strict:
             check_strict(subject, payload or _EMPTY)
         data, truncated = self._encoder.encode(subject, _EMPTY if payload is None else payload, session_id, depth)
