@@ -189,7 +189,7 @@ class Bus:
         self.strict = strict
         self.stats = BusStats()
         self._servers = None if embedded else resolve_servers(servers)
-        self._embedded: NatsServer | None = NatsServer() if embedded else None
+        self._embedded: NatsServer | None = NatsServer(die_with_parent=True) if embedded else None
         self._encoder = Encoder(max_bytes, source)
         self._connect_timeout = connect_timeout
         self._close_timeout = close_timeout

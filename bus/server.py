@@ -74,6 +74,7 @@ class NatsServer:
         config_file: str | Path | None = None,
         name: str | None = None,
         extra_args: tuple[str, ...] = (),
+        die_with_parent: bool = False,
     ) -> None:
         self.host = host
         self.port = port
@@ -82,6 +83,8 @@ class NatsServer:
         self.config_file = Path(config_file) if config_file else None
         self.name = name
         self.extra_args = extra_args
+        #: Linux: the server gets SIGTERM when the thread that started it ends (see _die_with_parent).
+        self.die_with_parent = die_with_parent
         self._own_dir = tempfile.mkdtemp(prefix="hookbus-nats-")
         self.store_dir = Path(store_dir) if store_dir else Path(self._own_dir) / "jetstream"
         self.log_path = Path(self._own_dir) / "nats-server.log"
@@ -127,7 +130,7 @@ class NatsServer:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,
+                preexec_fn=_die_with_parent if self.die_with_parent else None,
             )
         deadline = time.monotonic() + timeout
         self._read_ports(deadline)

@@ -113,7 +113,7 @@ async def run(args: argparse.Namespace) -> int:
         server = None
         nats_url = args.nats_url or os.environ.get(URL_ENV)
         if not nats_url:
-            server = NatsServer(port=args.port, host=args.host, store_dir=workspace / "jetstream")
+            server = NatsServer(port=args.port, host=args.host, store_dir=workspace / "jetstream", die_with_parent=True)
             stack.callback(server.cleanup)
             await asyncio.to_thread(server.start)
             nats_url = server.url
