@@ -116,11 +116,12 @@ async def main():
         await bus.subscribe("prx.lifecycle.*", slow, pending_msgs=int(sys.argv[2]))
         await bus.flush()
         print("ready", flush=True)
-        sys.stdin.readline()
-        [sub] = list(bus._subs)
-        while sub._nats is not None and (sub._nats.pending_msgs or sub.in_flight):
-            await asyncio.sleep(0.05)
+        await asyncio.to_thread(sys.stdin.readline)
         s = bus.stats
+        last = -1
+        while last != sum(s.delivered.values()) + s.dropped["slow_consumer"]:  # until it settles
+            last = sum(s.delivered.values()) + s.dropped["slow_consumer"]
+            await asyncio.sleep(1.0)
         print(f"{rss_mib()[1]:.1f} {sum(s.delivered.values())} {s.dropped['slow_consumer']}", flush=True)
 asyncio.run(main())
 """

@@ -29,6 +29,7 @@ from bus.payloads import LlmRequest, MemorySave, ToolCall, ToolResult
 from bus.server import NatsServer
 from bus.stages import Stage
 from bus.trust import TrustState
+from bus.turns import TurnRequest, TurnResult
 
 __all__ = [
     "Bus",
@@ -69,4 +70,6 @@ __all__ = [
     "ToolCall",
     "ToolResult",
     "TrustState",
+    "TurnRequest",
+    "TurnResult",
 ]

@@ -36,8 +36,12 @@ from bus.server import NatsServer
 from bus.stats import COLLECTOR, BusStats
 from bus.subjects import TOKEN_RE, normalise_pattern
 from bus.trust import Managed
+from bus.turns import TurnHandler, TurnRequest, TurnServer
 
 log = logging.getLogger("hookbus.bus")
+_current_depth = _depth.current_depth
+_set_depth = _depth._current.set
+_reset_depth = _depth._current.reset
 
 #: An event handler: called with each decoded event; may be sync or async.
 Handler = Callable[[Event], Awaitable[None] | None]
@@ -73,6 +77,7 @@ class Subscription:
         self.handler = handler
         self.concurrency = concurrency
         self._tasks: set[asyncio.Task[None]] = set()
+        self._delivered = bus.stats.delivered
         self._slot_free: asyncio.Future[None] | None = None
         self._nats: NatsSubscription | None = None
         self._malformed_log = RateLimitedLog(log)
@@ -84,33 +89,34 @@ class Subscription:
         return len(self._tasks)
 
     async def _on_msg(self, msg: Msg) -> None:
-        stats = self.bus.stats
+        subject = msg.subject
         try:
-            event = decode(msg.subject, msg.data)
+            event = decode(subject, msg.data)
         except EnvelopeError as exc:
-            stats.dropped.add("malformed")
+            self.bus.stats.dropped.add("malformed")
             self._malformed_log.warning("%s (subscription %r); message skipped", exc, self.pattern)
             return
-        while len(self._tasks) >= self.concurrency:
+        tasks = self._tasks
+        while len(tasks) >= self.concurrency:
             self._slot_free = asyncio.get_running_loop().create_future()
             await self._slot_free
-        delivered = stats.delivered
-        if event.subject in delivered:
-            delivered[event.subject] += 1
+        delivered = self._delivered
+        if subject in delivered:
+            delivered[subject] += 1
         else:
-            delivered.add(event.subject)
-        token = _depth._current.set(event.depth + 1)
+            delivered.add(subject)
+        token = _set_depth(event.depth + 1)
         try:
             result = self.handler(event)
             if result is not None:
                 task = start_eager(result)  # type: ignore[arg-type]
                 if task is not None:
-                    self._tasks.add(task)
+                    tasks.add(task)
                     task.add_done_callback(self._finished)
         except Exception:
             self._handler_failed(event)
         finally:
-            _depth._current.reset(token)
+            _reset_depth(token)
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
@@ -194,7 +200,7 @@ class Bus:
         self.strict = strict
         self.stats = BusStats()
         self._servers = None if embedded else resolve_servers(servers)
-        self._embedded: NatsServer | None = NatsServer() if embedded else None
+        self._embedded: NatsServer | None = NatsServer(die_with_parent=True) if embedded else None
         self._encoder = Encoder(max_bytes, source)
         self._connect_timeout = connect_timeout
         self._close_timeout = close_timeout
@@ -202,6 +208,7 @@ class Bus:
         self._nc: Client | None = None
         self._publisher: Publisher | None = None
         self._subs: set[Subscription] = set()
+        self._turn_servers: list[TurnServer] = []
         self._state = BusState.UNOPENED
         self._warned_disconnected = False
         self.middleware = Interceptor(
@@ -272,6 +279,8 @@ class Bus:
             return
         self._state = BusState.CLOSED
         await self.middleware.close()
+        for server in self._turn_servers:
+            await server.stop(self._close_timeout)
         for sub in list(self._subs):
             await sub.unsubscribe(self._close_timeout)
         nc, self._nc, self._publisher = self._nc, None, None
@@ -307,7 +316,7 @@ class Bus:
         for caller bugs and BusClosedError on a closed Bus; never for transport
         trouble. At the recursion limit the event is dropped silently and counted.
         """
-        depth = _depth._current.get()
+        depth = _current_depth()
         if self.strict:
             check_strict(subject, payload or _EMPTY)
         data, truncated = self._encoder.encode(subject, _EMPTY if payload is None else payload, session_id, depth)
@@ -400,6 +409,25 @@ class Bus:
         )
         self._subs.add(sub)
         return sub
+
+    async def serve_turns(self, agent: str, handler: TurnHandler, *, concurrency: int = 4) -> TurnServer:
+        """Run ``handler`` for each turn request to ``agent`` (replicas share them).
+
+        Inside the handler the recursion depth is the request's, so everything
+        the turn emits or intercepts carries it.
+        """
+        server = await TurnServer(self, agent, handler, concurrency).start()
+        self._turn_servers.append(server)
+        return server
+
+    async def request_turn(self, request: TurnRequest, reply: str = "") -> bool:
+        """Ask an agent to start a turn (fire-and-forget; ``reply`` gets a TurnResult)."""
+        try:
+            await self.nc.publish(request.subject, request.encode(), reply=reply)
+        except nats.errors.Error:
+            self.stats.dropped.add("disconnected")
+            return False
+        return True
 
     async def flush(self, timeout: float = 5.0) -> None:
         """Wait until everything emitted so far reached the server."""

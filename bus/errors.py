@@ -4,6 +4,7 @@ The tree::
 
     HookbusError
     ├── ConfigError            a setting, flag or config file is wrong
+    │   └── HookConfigError        hooks.json (or an API write) breaks the hooks format
     ├── ConnectError           the bus could not be reached (names the URL)
     ├── BusClosedError         the Bus was used after close(), or before start
     ├── ServerError            the embedded nats-server would not start
@@ -32,6 +33,25 @@ class HookbusError(Exception):
 
 class ConfigError(HookbusError):
     """A setting, command-line flag or configuration file is invalid."""
+
+
+class HookConfigError(ConfigError, ValueError):
+    """hooks.json, or a hook written through the HTTP API, breaks the hooks format.
+
+    ``file`` is the file (None for an API body), ``entry`` the entry's place
+    (``hooks.tool_call[0]``) and ``field`` the offending field, when known.
+    """
+
+    def __init__(
+        self, reason: str, *, file: str | None = None, entry: str | None = None, field: str | None = None
+    ) -> None:
+        self.reason = reason
+        self.file = file
+        self.entry = entry
+        self.field = field
+        where = ".".join(part for part in (entry, field) if part)
+        prefix = ": ".join(part for part in (file, where) if part)
+        super().__init__(f"{prefix}: {reason}" if prefix else reason)
 
 
 class ConnectError(HookbusError):

@@ -8,12 +8,14 @@ it cleanly (SIGTERM, then SIGKILL after a bound). ``hookbus up``, tests and
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import sysconfig
 import tempfile
 import time
@@ -24,8 +26,22 @@ from typing import Final
 from bus.errors import ServerError
 
 BINARY_ENV: Final = "HOOKBUS_NATS_SERVER"
+_PR_SET_PDEATHSIG: Final = 1  # from <linux/prctl.h>
 _START_TIMEOUT: Final = 15.0
 _STOP_TIMEOUT: Final = 5.0
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: on Linux, get SIGTERM when the process that started it dies.
+
+    A killed ``hookbus up`` (SIGKILL, OOM) must not leave its nats-server running.
+    The signal follows the starting thread, so start servers from a thread that
+    lives as long as the server is meant to (the main thread, or asyncio's
+    default executor, which lives as long as the loop).
+    """
+    if sys.platform == "linux":
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def find_binary() -> str:
@@ -58,6 +74,7 @@ class NatsServer:
         config_file: str | Path | None = None,
         name: str | None = None,
         extra_args: tuple[str, ...] = (),
+        die_with_parent: bool = False,
     ) -> None:
         self.host = host
         self.port = port
@@ -66,6 +83,8 @@ class NatsServer:
         self.config_file = Path(config_file) if config_file else None
         self.name = name
         self.extra_args = extra_args
+        #: Linux: the server gets SIGTERM when the thread that started it ends (see _die_with_parent).
+        self.die_with_parent = die_with_parent
         self._own_dir = tempfile.mkdtemp(prefix="hookbus-nats-")
         self.store_dir = Path(store_dir) if store_dir else Path(self._own_dir) / "jetstream"
         self.log_path = Path(self._own_dir) / "nats-server.log"
@@ -111,6 +130,7 @@ class NatsServer:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
+                preexec_fn=_die_with_parent if self.die_with_parent else None,
             )
         deadline = time.monotonic() + timeout
         self._read_ports(deadline)

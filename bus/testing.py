@@ -185,8 +185,8 @@ class NatsCluster:
 
     def start(self, timeout: float = 30.0) -> NatsCluster:
         """Start every node, then wait until JetStream has a leader (it answers API requests)."""
-        with ThreadPoolExecutor(len(self.nodes)) as pool:
-            list(pool.map(lambda node: node.start(), self.nodes))
+        for node in self.nodes:
+            node.start()
         # In a thread of its own, so that this works from inside an event loop too.
         with ThreadPoolExecutor(1) as pool:
             pool.submit(asyncio.run, _wait_for_jetstream(self.urls, timeout)).result()

@@ -25,7 +25,19 @@ class UpProcess:
 
     def __init__(self, workspace: Path, *extra: str) -> None:
         self.proc = subprocess.Popen(
-            [*hookbus_cmd(), "up", "--workspace", str(workspace), "--port", "0", "--metrics-port", "0", *extra],
+            [
+                *hookbus_cmd(),
+                "up",
+                "--workspace",
+                str(workspace),
+                "--port",
+                "0",
+                "--metrics-port",
+                "0",
+                "--http-port",
+                "0",
+                *extra,
+            ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -51,9 +63,13 @@ class UpProcess:
         return self.proc.returncode, out
 
     def close(self) -> None:
-        """Kill it if still running and close its pipes."""
+        """Stop it if still running (SIGTERM, so it stops its nats-server too) and close its pipes."""
         if self.proc.poll() is None:
-            self.proc.kill()
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.communicate(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
         self.proc.communicate(timeout=20)
 
 

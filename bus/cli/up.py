@@ -51,11 +51,15 @@ def services() -> list[Service]:
     """The workers ``hookbus up`` runs, in start order (imported here, not at module load)."""
     # Imported here: bus/ must not import the workers when it is loaded.
     from subscribers import agent_metrics, journal_sink
+    from subscribers.services import shell_hooks  # the shell-hook worker and the hooks HTTP API
+    from triggers import service as triggers
 
-    return [journal_sink.service, agent_metrics.service]
+    return [journal_sink.service, agent_metrics.service, shell_hooks, triggers.service]
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from subscribers.worker_options import add_worker_options  # the shell worker's flags; light, no worker
+
     parser = subparsers.add_parser(
         "up",
         help="run the bus on this machine (embedded NATS, metrics, workers)",
@@ -84,6 +88,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help=f"Prometheus /metrics port (default: {DEFAULT_METRICS_PORT}; -1: off)",
     )
     add_nats_url(parser)
+    add_worker_options(parser)
     parser.set_defaults(func=run)
 
 
@@ -108,7 +113,7 @@ async def run(args: argparse.Namespace) -> int:
         server = None
         nats_url = args.nats_url or os.environ.get(URL_ENV)
         if not nats_url:
-            server = NatsServer(port=args.port, host=args.host, store_dir=workspace / "jetstream")
+            server = NatsServer(port=args.port, host=args.host, store_dir=workspace / "jetstream", die_with_parent=True)
             stack.callback(server.cleanup)
             await asyncio.to_thread(server.start)
             nats_url = server.url

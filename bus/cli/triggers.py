@@ -1,0 +1,109 @@
+"""``hookbus triggers``: list triggers with their state; ``hookbus triggers test``: try one."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import nats.errors
+import orjson
+
+from bus.cli.common import add_nats_url, read_json_object
+from bus.client import Bus
+from bus.errors import ConfigError, ConnectError
+from bus.subjects import validate_subject
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser("triggers", help="list LLM triggers and their state, or test one")
+    parser.add_argument("--workspace", type=Path, default=Path(".hookbus"))
+    actions = parser.add_subparsers(dest="action", metavar="ACTION")
+    listing = actions.add_parser("list", help="each trigger: pattern, agent, fired, suppressed (default)")
+    add_nats_url(listing)
+    listing.add_argument("--json", action="store_true")
+    test = actions.add_parser("test", help="would this event fire NAME, and with what prompt? Starts nothing.")
+    test.add_argument("name")
+    test.add_argument("payload", nargs="?", default=None, help="the event payload as JSON ('-' or absent: stdin)")
+    test.add_argument("--subject", help="the event's subject (default: the trigger's 'on', if it is a subject)")
+    test.add_argument("--session", default=None)
+    test.add_argument("--depth", type=int, default=0)
+    parser.set_defaults(func=run, action="list", nats_url=None, connect_timeout=2.0, json=False)
+
+
+async def run(args: argparse.Namespace) -> int:
+    from triggers import config
+
+    specs = config.load(args.workspace / config.FILE_NAME)
+    if args.action == "test":
+        return _test(args, specs)
+    status = await _running_status(args)
+    rows: list[dict[str, Any]] = (
+        status
+        if status is not None
+        else [{"name": s.name, "on": s.on, "agent": s.agent, "enabled": s.enabled} for s in specs.values()]
+    )
+    if args.json:
+        print(orjson.dumps({"running": status is not None, "triggers": rows}).decode())
+        return 0
+    if status is None:
+        print(f"(no trigger engine answered; showing {args.workspace / config.FILE_NAME})")
+    for row in rows:
+        state = ""
+        if status is not None:
+            suppressed = ", ".join(f"{k} {v}" for k, v in sorted(row["suppressed"].items())) or "none"
+            last = row["last_fired"] or "never"
+            state = f"  fired {row['fired']} (last {last}), in flight {row['in_flight']}, suppressed: {suppressed}"
+        enabled = "" if row["enabled"] else "  [disabled]"
+        print(f"{row['name']}: on {row['on']} -> agent {row['agent']}{enabled}{state}")
+    return 0
+
+
+async def _running_status(args: argparse.Namespace) -> list[dict[str, Any]] | None:
+    from triggers.engine import STATUS_SUBJECT
+
+    try:
+        async with Bus(args.nats_url, name="hookbus-triggers-cli", connect_timeout=args.connect_timeout) as bus:
+            reply = await bus.nc.request(STATUS_SUBJECT, b"", timeout=1.0)
+    except (ConnectError, nats.errors.NoRespondersError, nats.errors.TimeoutError):
+        return None
+    rows: list[dict[str, Any]] = orjson.loads(reply.data)["triggers"]
+    return rows
+
+
+def _test(args: argparse.Namespace, specs: Mapping[str, object]) -> int:
+    from bus.envelope import Encoder, decode
+    from triggers.config import TriggerSpec
+
+    spec = specs.get(args.name)
+    if not isinstance(spec, TriggerSpec):
+        raise ConfigError(
+            f"no trigger named {args.name!r} in {args.workspace}/triggers.yaml (have: {', '.join(specs) or 'none'})"
+        )
+    subject = args.subject or spec.on
+    try:
+        validate_subject(subject)
+    except ValueError:
+        raise ConfigError(f"trigger {spec.name!r} listens to the pattern {spec.on!r}: give --subject") from None
+    payload = read_json_object(args.payload, "the payload")
+    data, _ = Encoder().encode(subject, payload, args.session, args.depth)
+    event = decode(subject, data)
+    from bus.subjects import matches
+
+    if not matches(spec.pattern, subject):
+        print(f"would NOT fire: {subject} does not match {spec.on!r}")
+        return 1
+    failed = [c.describe() for c in spec.conditions if not c.holds(event)]
+    if failed:
+        print("would NOT fire: filter failed: " + "; ".join(failed))
+        return 1
+    if not spec.enabled:
+        print("would NOT fire: the trigger is disabled")
+        return 1
+    print(f"would fire: a turn on agent {spec.agent!r} at depth {event.depth + 1}")
+    if spec.dedupe:
+        print(f"dedupe key: {spec.dedupe.render(event)}")
+    print("prompt:")
+    print(spec.prompt.render(event))
+    return 0

@@ -1,0 +1,20 @@
+"""The shell-hook worker's default limits: the one place that sets them.
+
+Kept apart from the worker so that command-line parsers can show them without
+loading the worker.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+#: The queue group shell workers join unless told otherwise: start more workers to share the load.
+DEFAULT_QUEUE: Final = "hookbus-shell"
+#: Hook processes running at once, for the whole worker.
+DEFAULT_MAX_PROCS: Final = 16
+#: Events waiting for a process slot before new ones are shed.
+DEFAULT_QUEUE_SIZE: Final = 1000
+#: Seconds between SIGTERM and SIGKILL on a timeout (PRX: 5 s).
+DEFAULT_KILL_GRACE: Final = 5.0
+#: How long stopping a worker lets running hooks finish before killing their process groups.
+DEFAULT_DRAIN_TIMEOUT: Final = 5.0

@@ -1,0 +1,46 @@
+"""Prometheus metrics of shell hooks, per (hook, event) as agent_os does per (hook, point).
+
+Label values are hook ids and event keys from hooks.json, so their number is
+bounded by the configuration, not by traffic.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from prometheus_client import Counter, Gauge, Histogram
+
+from bus.stats import PREFIX
+from subscribers.shell import HookResult, Outcome
+
+_NS: Final = f"{PREFIX}_shell"
+_LABELS: Final = ("hook", "event")
+#: Hook durations run from milliseconds (a logger) to the 30 s default timeout.
+_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+RUNS: Final = Counter(f"{_NS}_hook_runs", "Hook processes started.", _LABELS)
+FAILURES: Final = Counter(
+    f"{_NS}_hook_failures", "Hook runs that failed (non-zero exit, signal, or could not start).", _LABELS
+)
+TIMEOUTS: Final = Counter(f"{_NS}_hook_timeouts", "Hook runs stopped at their timeout.", _LABELS)
+REFUSALS: Final = Counter(f"{_NS}_hook_refusals", "Hook runs refused by the security rules (never started).", _LABELS)
+DURATION: Final = Histogram(f"{_NS}_hook_duration_seconds", "Wall time of hook runs.", _LABELS, buckets=_BUCKETS)
+SHED: Final = Counter(f"{_NS}_events_shed", "Events dropped because the worker's queue was full.")
+RUNNING: Final = Gauge(f"{_NS}_hooks_running", "Hook processes running now.")
+QUEUED: Final = Gauge(f"{_NS}_events_queued", "Events waiting for a free hook slot.")
+CONFIG_ERRORS: Final = Counter(f"{_NS}_config_errors", "hooks.json loads rejected (the last good configuration kept).")
+
+
+def record(result: HookResult) -> None:
+    """Count one hook run."""
+    labels = (result.hook_id, result.event)
+    if result.outcome is Outcome.REFUSED:
+        REFUSALS.labels(*labels).inc()
+        return
+    if result.exit_code is not None:
+        RUNS.labels(*labels).inc()
+        DURATION.labels(*labels).observe(result.duration)
+    if result.outcome is Outcome.TIMEOUT:
+        TIMEOUTS.labels(*labels).inc()
+    elif result.outcome is Outcome.FAILED:
+        FAILURES.labels(*labels).inc()

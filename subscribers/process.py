@@ -1,0 +1,167 @@
+"""Hook child processes, waited on through a pidfd instead of a thread.
+
+On Python 3.11 asyncio's default child watcher starts one thread per child
+process; a worker running hundreds of hooks a second pays a thread start (and
+the GIL hand-offs that go with it) for every hook. On Linux a pidfd becomes
+readable when its process exits, so the event loop waits for it like for a
+socket, and the output pipe is read the same way. Where ``os.pidfd_open`` is
+missing, a worker thread waits for the process instead.
+
+The child leads a new session (its own process group), so that timeouts and
+shutdown can signal everything it started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Final
+
+_READ_CHUNK: Final = 65536
+_HAS_PIDFD: Final = hasattr(os, "pidfd_open")
+
+
+class HookProcess:
+    """A running hook: its pid, its exit, its bounded output."""
+
+    def __init__(
+        self, popen: subprocess.Popen[bytes], out_fd: int, stdin_data: bytes | None, output_limit: int
+    ) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._popen = popen
+        self.pid = popen.pid
+        self.output = bytearray()
+        self.output_bytes = 0
+        self._limit = output_limit
+        self._out_fd: int | None = out_fd
+        self._eof = self._loop.create_future()
+        os.set_blocking(out_fd, False)
+        self._loop.add_reader(out_fd, self._on_output)
+        self._exited = self._watch_exit()
+        self._stdin = _StdinFeeder(self._loop, popen, stdin_data) if popen.stdin is not None else None
+
+    def _watch_exit(self) -> asyncio.Future[int]:
+        if not _HAS_PIDFD:
+            return asyncio.ensure_future(asyncio.to_thread(self._popen.wait))
+        exited: asyncio.Future[int] = self._loop.create_future()
+        pidfd = os.pidfd_open(self.pid)
+
+        def on_exit() -> None:
+            self._loop.remove_reader(pidfd)
+            os.close(pidfd)
+            code = self._popen.poll()  # a readable pidfd means exited: this reaps without blocking
+            exited.set_result(code if code is not None else self._popen.wait())
+
+        self._loop.add_reader(pidfd, on_exit)
+        return exited
+
+    def _on_output(self) -> None:
+        assert self._out_fd is not None
+        try:
+            chunk = os.read(self._out_fd, _READ_CHUNK)
+        except BlockingIOError:
+            return
+        if not chunk:
+            self._close_output()
+            return
+        self.output_bytes += len(chunk)
+        room = self._limit - len(self.output)
+        if room > 0:
+            self.output += chunk[:room]
+
+    def _close_output(self) -> None:
+        fd, self._out_fd = self._out_fd, None
+        if fd is not None:
+            self._loop.remove_reader(fd)
+            os.close(fd)
+        if not self._eof.done():
+            self._eof.set_result(None)
+
+    async def wait(self) -> int:
+        """The exit status (negative: killed by that signal)."""
+        return await asyncio.shield(self._exited)
+
+    async def finish_output(self, linger: float) -> bool:
+        """Wait up to ``linger`` s for the output to end; False if a background process still holds it."""
+        if not self._eof.done():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._eof), linger)
+        complete = self._eof.done()
+        self.close()
+        return complete
+
+    def close(self) -> None:
+        """Release the pipes (the process itself is the caller's to kill)."""
+        self._close_output()
+        if self._stdin is not None:
+            self._stdin.close()
+
+
+class _StdinFeeder:
+    """Writes the payload to the child's stdin without blocking, then closes it."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, popen: subprocess.Popen[bytes], data: bytes | None) -> None:
+        assert popen.stdin is not None
+        self._loop = loop
+        self._file = popen.stdin
+        self._fd = popen.stdin.fileno()
+        self._data = memoryview(data or b"")
+        self._watching = False
+        os.set_blocking(self._fd, False)
+        self._write()
+
+    def _write(self) -> None:
+        try:
+            while self._data:
+                self._data = self._data[os.write(self._fd, self._data) :]
+        except BlockingIOError:
+            if not self._watching:
+                self._loop.add_writer(self._fd, self._write)
+                self._watching = True
+            return
+        except OSError:  # the hook closed stdin or exited: it does not want the rest
+            pass
+        self.close()
+
+    def close(self) -> None:
+        if self._watching:
+            self._loop.remove_writer(self._fd)
+            self._watching = False
+        if not self._file.closed:
+            self._file.close()
+
+
+def spawn(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    cwd: Path,
+    stdin_data: bytes | None,
+    output_limit: int,
+) -> HookProcess:
+    """Start ``argv`` in a new session; stdout and stderr go to one bounded pipe.
+
+    ``stdin_data`` None gives the child /dev/null. Raises OSError when the
+    command cannot be started (not found, not executable, bad cwd).
+    """
+    read_fd, write_fd = os.pipe()
+    try:
+        popen = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE if stdin_data is not None else subprocess.DEVNULL,
+            stdout=write_fd,
+            stderr=write_fd,
+            cwd=cwd,
+            env=dict(env),
+            start_new_session=True,
+        )
+    except BaseException:
+        os.close(read_fd)
+        raise
+    finally:
+        os.close(write_fd)
+    return HookProcess(popen, read_fd, stdin_data, output_limit)

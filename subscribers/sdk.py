@@ -1,0 +1,110 @@
+"""Python subscribers: workers written as decorated async functions.
+
+::
+
+    from subscribers import Subscriber
+
+    app = Subscriber("audit", queue="audit", concurrency=8)
+
+    @app.on("prx.lifecycle.tool_call")
+    async def audit(event, bus):
+        if not event.payload.get("success"):
+            await bus.emit("eva.custom.tool_failed", {"tool": event.payload.get("tool")})
+
+    await app.serve("nats://127.0.0.1:4222")   # until cancelled; Ctrl-C drains in-flight work
+
+A handler gets the decoded :class:`bus.Event` and the :class:`bus.Bus`; what it
+emits carries the event's depth + 1 (the bus sets it for handlers), so loops
+stop at the recursion limit. Handlers of one Subscriber share a queue group
+and run at most ``concurrency`` at a time per pattern; ``stop()`` stops taking
+events and lets in-flight handlers finish within ``drain_timeout``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Final
+
+from bus.client import DEFAULT_CONCURRENCY, Bus, Subscription
+from bus.envelope import Event
+from bus.subjects import normalise_pattern
+
+#: A Python subscriber's handler: the event, and the bus to emit on.
+EventHandler = Callable[[Event, Bus], Awaitable[None]]
+
+DEFAULT_DRAIN_TIMEOUT: Final = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """One handler and the pattern it listens to."""
+
+    pattern: str
+    handler: EventHandler
+
+
+class Subscriber:
+    """A set of handlers run together: one queue group, bounded concurrency, graceful stop."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        queue: str | None = None,
+        concurrency: int = DEFAULT_CONCURRENCY,
+        drain_timeout: float = DEFAULT_DRAIN_TIMEOUT,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, not {concurrency}")
+        self.name = name
+        self.queue = queue
+        self.concurrency = concurrency
+        self.drain_timeout = drain_timeout
+        self.routes: list[Route] = []
+        self._subs: list[Subscription] = []
+
+    def on(self, pattern: str) -> Callable[[EventHandler], EventHandler]:
+        """Decorate an async ``handler(event, bus)`` to run for events matching ``pattern``."""
+        normalise_pattern(pattern)  # a bad pattern fails at import time, not at start
+
+        def decorate(handler: EventHandler) -> EventHandler:
+            if not asyncio.iscoroutinefunction(handler):
+                raise TypeError(f"{handler!r} must be an async function")
+            self.routes.append(Route(pattern, handler))
+            return handler
+
+        return decorate
+
+    async def start(self, bus: Bus) -> None:
+        """Subscribe every route on ``bus`` (an open Bus); events published after this returns reach them."""
+        for route in self.routes:
+            self._subs.append(
+                await bus.subscribe(route.pattern, _bind(route.handler, bus), self.queue, concurrency=self.concurrency)
+            )
+        await bus.flush()  # the server has the subscriptions when start() returns
+
+    async def stop(self) -> None:
+        """Stop taking events; in-flight handlers get ``drain_timeout`` seconds, then are cancelled."""
+        subs, self._subs = self._subs, []
+        await asyncio.gather(*(sub.unsubscribe(self.drain_timeout) for sub in subs))
+
+    async def serve(self, servers: str | list[str] | None = None) -> None:
+        """Connect, run until cancelled (or Ctrl-C), then stop gracefully."""
+        async with Bus(servers, name=f"hookbus-sub-{self.name}", close_timeout=self.drain_timeout) as bus:
+            await self.start(bus)
+            try:
+                await asyncio.Event().wait()
+            finally:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.shield(self.stop())
+
+
+def _bind(handler: EventHandler, bus: Bus) -> Callable[[Event], Awaitable[None]]:
+    async def call(event: Event) -> None:
+        await handler(event, bus)
+
+    call.__qualname__ = getattr(handler, "__qualname__", repr(handler))
+    return call
