@@ -30,6 +30,7 @@ from bus.eager import start_eager
 from bus.envelope import DEFAULT_MAX_BYTES, Encoder, Event, decode
 from bus.errors import BusClosedError, ConfigError, EnvelopeError, SubjectError
 from bus.intercept import Interceptor, MiddlewareOptions
+from bus.journal import JournalEntry, record
 from bus.publisher import Publisher
 from bus.ratelog import RateLimitedLog
 from bus.server import NatsServer
@@ -77,6 +78,7 @@ class Subscription:
         self.handler = handler
         self.concurrency = concurrency
         self._tasks: set[asyncio.Task[None]] = set()
+        self._task_events: dict[asyncio.Task[None], Event] = {}
         self._delivered = bus.stats.delivered
         self._slot_free: asyncio.Future[None] | None = None
         self._nats: NatsSubscription | None = None
@@ -112,9 +114,10 @@ class Subscription:
                 task = start_eager(result)  # type: ignore[arg-type]
                 if task is not None:
                     tasks.add(task)
+                    self._task_events[task] = event
                     task.add_done_callback(self._finished)
-        except Exception:
-            self._handler_failed(event)
+        except Exception as exc:
+            self._failed(event, exc)
         finally:
             _reset_depth(token)
 
@@ -123,17 +126,29 @@ class Subscription:
         if self._slot_free is not None and not self._slot_free.done():
             self._slot_free.set_result(None)
         if not task.cancelled() and task.exception() is not None:
-            self.bus.stats.handler_errors.add(self.pattern)
-            exc = task.exception()
-            self._error_log.warning(
-                "handler %s on %r raised %r", _name(self.handler), self.pattern, exc, exc_info=False
-            )
+            self._failed(self._task_events.pop(task, None), task.exception())
+        else:
+            self._task_events.pop(task, None)
 
-    def _handler_failed(self, event: Event) -> None:
+    def _failed(self, event: Event | None, exc: BaseException | None) -> None:
+        """Count, log (rate-limited) and journal a handler that raised."""
         self.bus.stats.handler_errors.add(self.pattern)
-        self._error_log.warning(
-            "handler %s raised on %s (id %s)", _name(self.handler), event.subject, event.id, exc_info=True
+        where = f"{event.subject} (id {event.id})" if event is not None else self.pattern
+        self._error_log.warning("handler %s raised on %s: %r", _name(self.handler), where, exc)
+        entry = JournalEntry(
+            kind="subscriber",
+            point=event.subject if event is not None else self.pattern,
+            phase="handle",
+            who=_name(self.handler),
+            decision="failed",
+            cause=f"{type(exc).__name__}: {exc}"[:500],
+            session=event.session_id if event is not None else None,
+            depth=event.depth if event is not None else 0,
+            trace_id=event.id if event is not None else None,
         )
+        task = asyncio.get_running_loop().create_task(record(self.bus, entry))
+        self.bus._background.add(task)
+        task.add_done_callback(self.bus._background.discard)
 
     async def unsubscribe(self, timeout: float = DEFAULT_CLOSE_TIMEOUT) -> None:
         """Stop receiving; let in-flight handlers finish within ``timeout``, then cancel them."""
@@ -145,7 +160,7 @@ class Subscription:
         await _settle(self._tasks, timeout, f"handlers of {self.pattern!r}")
 
 
-async def _settle(tasks: set[asyncio.Task[None]], timeout: float, what: str) -> None:
+async def _settle(tasks: set[asyncio.Task[Any]], timeout: float, what: str) -> None:
     """Wait for ``tasks`` up to ``timeout``; cancel and log what is left."""
     if not tasks:
         return
@@ -209,6 +224,7 @@ class Bus:
         self._publisher: Publisher | None = None
         self._subs: set[Subscription] = set()
         self._turn_servers: list[TurnServer] = []
+        self._background: set[asyncio.Task[bool]] = set()
         self._state = BusState.UNOPENED
         self._warned_disconnected = False
         self.middleware = Interceptor(
@@ -283,6 +299,7 @@ class Bus:
             await server.stop(self._close_timeout)
         for sub in list(self._subs):
             await sub.unsubscribe(self._close_timeout)
+        await _settle(self._background, self._close_timeout, "journal writes")
         nc, self._nc, self._publisher = self._nc, None, None
         if nc is not None:
             try:

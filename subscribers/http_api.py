@@ -26,6 +26,7 @@ import orjson
 from aiohttp import web
 
 from bus.errors import ConfigError, HookConfigError
+from subscribers import metrics
 from subscribers.api_token import token_matches
 from subscribers.hooks_store import HookNotFound, HooksStore
 
@@ -109,6 +110,11 @@ async def toggle_hook(request: web.Request) -> web.Response:
     return _json({"id": entry.id, "enabled": entry.enabled})
 
 
+async def hook_metrics(request: web.Request) -> web.Response:
+    """Per (hook, point): calls, failures, timeouts, refusals, total and mean duration, last error."""
+    return _json({"metrics": metrics.snapshot()})
+
+
 def make_app(hooks_path: Path, token: str, on_write: OnWrite | None = None) -> web.Application:
     """The aiohttp application of the hooks API for one hooks.json."""
     app = web.Application(middlewares=[_guard], client_max_size=MAX_BODY)
@@ -116,6 +122,7 @@ def make_app(hooks_path: Path, token: str, on_write: OnWrite | None = None) -> w
     app[_TOKEN] = token
     app[_ON_WRITE] = on_write
     app.router.add_get("/api/hooks", list_hooks)
+    app.router.add_get("/api/hooks/metrics", hook_metrics)
     app.router.add_post("/api/hooks", create_hook)
     app.router.add_put("/api/hooks/{id}", update_hook)
     app.router.add_delete("/api/hooks/{id}", delete_hook)

@@ -6,7 +6,8 @@ bounded by the configuration, not by traffic.
 
 from __future__ import annotations
 
-from typing import Final
+from dataclasses import asdict, dataclass
+from typing import Any, Final
 
 from prometheus_client import Counter, Gauge, Histogram
 
@@ -31,8 +32,52 @@ QUEUED: Final = Gauge(f"{_NS}_events_queued", "Events waiting for a free hook sl
 CONFIG_ERRORS: Final = Counter(f"{_NS}_config_errors", "hooks.json loads rejected (the last good configuration kept).")
 
 
+@dataclass
+class HookPointStats:
+    """Per (hook, point) figures, as agent_os serves them at /v1/hooks/metrics."""
+
+    hook: str
+    point: str
+    calls: int = 0
+    failures: int = 0
+    timeouts: int = 0
+    refusals: int = 0
+    total_ms: float = 0.0
+    last_error: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        mean = self.total_ms / self.calls if self.calls else 0.0
+        return {**asdict(self), "total_ms": round(self.total_ms, 3), "mean_ms": round(mean, 3)}
+
+
+#: The snapshot behind GET /api/hooks/metrics; bounded like the labels (by hooks.json).
+SNAPSHOT: Final[dict[tuple[str, str], HookPointStats]] = {}
+
+
+def snapshot() -> list[dict[str, Any]]:
+    """Every (hook, point) seen by this process, sorted."""
+    return [stats.as_json() for _, stats in sorted(SNAPSHOT.items())]
+
+
+def _remember(result: HookResult) -> None:
+    key = (result.hook_id, result.event)
+    stats = SNAPSHOT.get(key)
+    if stats is None:
+        stats = SNAPSHOT[key] = HookPointStats(*key)
+    if result.outcome is Outcome.REFUSED:
+        stats.refusals += 1
+    else:
+        stats.calls += 1
+        stats.total_ms += result.duration * 1000
+        stats.timeouts += result.outcome is Outcome.TIMEOUT
+        stats.failures += result.outcome is Outcome.FAILED
+    if result.outcome is not Outcome.OK:
+        stats.last_error = result.reason
+
+
 def record(result: HookResult) -> None:
     """Count one hook run."""
+    _remember(result)
     labels = (result.hook_id, result.event)
     if result.outcome is Outcome.REFUSED:
         REFUSALS.labels(*labels).inc()

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from bus.client import Bus, Subscription
 from bus.envelope import Event
+from bus.journal import JournalEntry, record
 from bus.ratelog import RateLimitedLog
 from subscribers import metrics
 from subscribers.hooks_config import HookEntry, HooksConfig
@@ -61,6 +62,22 @@ class WorkerStats:
 
 
 Job = tuple[tuple[HookEntry, ...], Event]
+
+
+def journal_entry(result: HookResult, event: Event) -> JournalEntry:
+    """What a hook run did, for the shared journal (never the payload it was given)."""
+    return JournalEntry(
+        kind="shell_hook",
+        point=event.subject,
+        phase="run",
+        who=result.hook_id,
+        decision=result.outcome.value,
+        cause=result.reason,
+        duration_ms=round(result.duration * 1000, 3),
+        session=event.session_id,
+        depth=event.depth,
+        trace_id=event.id,
+    )
 
 
 class ShellWorker:
@@ -181,6 +198,7 @@ class ShellWorker:
         self.stats.count(result)
         metrics.record(result)
         self._log(result, event)
+        await record(self.bus, journal_entry(result, event))
 
     def _log(self, result: HookResult, event: Event) -> None:
         if result.outcome is Outcome.OK and not log.isEnabledFor(logging.INFO):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 import socket
 import stat
@@ -62,7 +63,7 @@ def test_the_token_file_is_created_private_and_its_location_printed(up: UpProces
 
 
 async def test_every_endpoint_needs_the_token(api: Api) -> None:
-    calls = [("GET", ""), ("POST", ""), ("PUT", "/h"), ("DELETE", "/h"), ("PATCH", "/h/toggle")]
+    calls = [("GET", ""), ("POST", ""), ("PUT", "/h"), ("DELETE", "/h"), ("PATCH", "/h/toggle"), ("GET", "/metrics")]
     for method, path in calls:
         for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": api.headers["Authorization"][7:]}):
             status, body = await api.call(method, path, HOOK, headers=headers)
@@ -186,3 +187,29 @@ def test_a_busy_http_port_is_one_line_and_leaves_nothing_running(workspace: Path
     assert done.returncode == 1
     assert done.stderr.startswith(f"hookbus: error: cannot serve the hooks API on 127.0.0.1:{port}")
     assert "Traceback" not in done.stderr
+
+
+async def test_metrics_snapshot_per_hook_and_point(api: Api, up: UpProcess, workspace: Path) -> None:
+    script(workspace, "mark.sh", "exit 0\n")
+    assert (await api.call("POST", body=HOOK))[0] == 201
+    async with Bus(up.nats_url) as bus:
+        for _ in range(50):  # until the worker has picked the new hook up
+            await bus.emit("prx.lifecycle.tool_call", {"tool": "x", "success": True, "output": ""})
+            status, body = await api.call("GET", "/metrics")
+            if body["metrics"]:
+                break
+            await asyncio.sleep(0.1)
+    assert status == 200
+    [row] = body["metrics"]
+    assert row["point"] == "tool_call" and row["calls"] >= 1 and row["failures"] == 0
+    assert set(row) == {
+        "hook",
+        "point",
+        "calls",
+        "failures",
+        "timeouts",
+        "refusals",
+        "total_ms",
+        "mean_ms",
+        "last_error",
+    }

@@ -234,3 +234,34 @@ async def test_embedded_bus_runs_its_own_server() -> None:
         server = bus._embedded
         assert server is not None and server.running()
     assert not server.running()
+
+
+async def test_handler_errors_are_journaled(bus: Bus) -> None:
+    from bus.journal import decode_entry
+
+    entries = []
+
+    async def take(msg: object) -> None:
+        entries.append(decode_entry(msg.data))  # type: ignore[attr-defined]
+
+    await bus.nc.subscribe("hookbus.journal.subscriber", cb=take)
+
+    async def broken_later(event: Event) -> None:
+        await asyncio.sleep(0)
+        raise KeyError("late")
+
+    def broken_now(event: Event) -> None:
+        raise ValueError("now")
+
+    await bus.subscribe("eva.custom.oops", broken_later)
+    await bus.subscribe("eva.custom.oops", broken_now)
+    await settle(bus)
+    await bus.emit("eva.custom.oops", {"secret": "s3cret"}, session_id="s7")
+    for _ in range(200):
+        if len(entries) == 2:
+            break
+        await asyncio.sleep(0.01)
+    causes = sorted(e.cause or "" for e in entries)
+    assert causes == ["KeyError: 'late'", "ValueError: now"]
+    assert all(e.kind == "subscriber" and e.decision == "failed" and e.session == "s7" for e in entries)
+    assert all("s3cret" not in e.encode().decode() for e in entries)

@@ -394,3 +394,47 @@ async def test_per_hook_metrics(bus: Bus, workspace: Path, start_worker: StartWo
 
 
 METRICS = ("runs_total", "failures_total", "timeouts_total", "refusals_total", "duration_seconds_count")
+
+
+async def test_hook_runs_are_journaled_without_the_payload(
+    bus: Bus, workspace: Path, start_worker: StartWorker
+) -> None:
+    from bus.journal import decode_entry
+
+    entries = []
+
+    async def take(msg: Any) -> None:
+        entries.append(decode_entry(msg.data))
+
+    await bus.nc.subscribe("hookbus.journal.shell_hook", cb=take)
+    script(workspace, "fail.sh", "exit 3\n")
+    write_hooks(
+        workspace, {"eva.custom.j": [{"id": "j_ok", "command": "/bin/true"}, {"id": "j_fail", "command": "./fail.sh"}]}
+    )
+    await start_worker()
+    await bus.emit("eva.custom.j", {"secret": "hunter2"}, session_id="s9")
+    await wait_until(lambda: len(entries) == 2, what="two journal entries")
+    by_hook = {e.who: e for e in entries}
+    assert by_hook["j_ok"].decision == "ok" and by_hook["j_ok"].point == "eva.custom.j"
+    assert by_hook["j_fail"].decision == "failed" and "3" in (by_hook["j_fail"].cause or "")
+    assert all(e.session == "s9" and e.kind == "shell_hook" and e.duration_ms is not None for e in entries)
+    assert all("hunter2" not in e.encode().decode() for e in entries)
+
+
+async def test_hooks_metrics_snapshot(bus: Bus, workspace: Path, start_worker: StartWorker) -> None:
+    from subscribers import metrics
+
+    script(workspace, "fail.sh", "echo nope >&2; exit 2\n")
+    write_hooks(
+        workspace,
+        {"eva.custom.snap": [{"id": "s_ok", "command": "/bin/true"}, {"id": "s_fail", "command": "./fail.sh"}]},
+    )
+    worker = await start_worker()
+    for _ in range(3):
+        await bus.emit("eva.custom.snap", {})
+    await wait_until(lambda: worker.stats.runs == 6, what="six runs")
+    rows = {(r["hook"], r["point"]): r for r in metrics.snapshot()}
+    ok, fail = rows[("s_ok", "eva.custom.snap")], rows[("s_fail", "eva.custom.snap")]
+    assert ok["calls"] == 3 and ok["failures"] == 0 and ok["last_error"] is None
+    assert ok["mean_ms"] == pytest.approx(ok["total_ms"] / 3, abs=0.01)
+    assert fail["calls"] == 3 and fail["failures"] == 3 and fail["last_error"]
