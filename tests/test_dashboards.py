@@ -19,6 +19,7 @@ from deploy.grafana.build_dashboards import DASHBOARDS, render
 from .conftest import require_binary
 from .prometheus import Prometheus, free_port
 from .test_cli import UpProcess
+from .test_reconnect import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
@@ -93,9 +94,25 @@ async def workload(nats_url: str) -> None:
         await rec.wait_for(80)
 
 
+HOOKS = {
+    "eva.custom.note": [
+        {"id": "ok", "command": "/bin/true"},
+        {"id": "fails", "command": "/bin/false"},
+        {"id": "slow", "command": "/bin/sleep", "args": ["5"], "timeout_ms": 50},
+        {"id": "refused", "command": "true; rm -rf /"},
+    ]
+}
+TRIGGERS = """
+triggers:
+  - {name: notes, on: eva.custom.note, prompt: "note {payload.text}", agent: eva, cooldown_s: 3600}
+"""
+
+
 @pytest.fixture
 def observed(workspace: Path, nats_url: str) -> Iterator[Prometheus]:
     prometheus_bin = require_binary("prometheus")
+    (workspace / "hooks.json").write_text(json.dumps({"hooks": HOOKS}))
+    (workspace / "triggers.yaml").write_text(TRIGGERS)
     up = UpProcess(workspace, "--nats-url", nats_url)
     own_port = free_port()
     own_server, _thread = start_http_server(own_port, addr="127.0.0.1")
@@ -150,4 +167,13 @@ async def test_agent_metrics_hold_the_workload(observed: Prometheus, nats_url: s
     assert value('sum(hookbus_events_dropped_total{job="hookbus",reason="malformed"})') >= 1
     assert value('sum(hookbus_events_dropped_total{job="workload",reason="depth"})') >= 1
     assert value('sum(hookbus_events_truncated_total{job="workload"})') >= 1
+    # hook processes may still be finishing: wait for their counts to arrive
+    for expr in (
+        'sum(hookbus_shell_hook_runs_total{job="hookbus",hook="ok"})',
+        'sum(hookbus_shell_hook_timeouts_total{job="hookbus"})',
+        'sum(hookbus_shell_hook_refusals_total{job="hookbus"})',
+    ):
+        await wait_until(lambda expr=expr: value(expr) == 20, timeout=60)
+    assert value('sum(hookbus_trigger_fired_total{job="hookbus"})') == 1
+    assert value('sum(hookbus_trigger_suppressed_total{job="hookbus",reason="cooldown"})') == 19
     assert DASHBOARDS  # the dashboards module is importable from the test run

@@ -68,6 +68,37 @@ HOOKBUS = [
     ),
 ]
 
+HOOKS = [
+    Panel("Shell hook runs by hook", "ops", ((rate("hookbus_shell_hook_runs_total", "hook"), "{{hook}}"),)),
+    Panel(
+        "Shell hook failures, timeouts, refusals",
+        "ops",
+        (
+            (f"sum(rate(hookbus_shell_hook_failures_total[{RATE}]))", "failures"),
+            (f"sum(rate(hookbus_shell_hook_timeouts_total[{RATE}]))", "timeouts"),
+            (f"sum(rate(hookbus_shell_hook_refusals_total[{RATE}]))", "refusals"),
+        ),
+        "Failures: non-zero exit or signal. Timeouts: stopped at timeout_ms. Refusals: security rules.",
+    ),
+    Panel("Shell hook duration by hook", "s", quantiles("hookbus_shell_hook_duration_seconds", "hook")),
+    Panel(
+        "Shell hook load",
+        "short",
+        (
+            ("sum(hookbus_shell_hooks_running)", "running"),
+            ("sum(hookbus_shell_events_queued)", "queued"),
+            (f"sum(increase(hookbus_shell_events_shed_total[{RATE}]))", "shed"),
+        ),
+    ),
+    Panel("Triggers fired", "ops", ((rate("hookbus_trigger_fired_total", "trigger"), "{{trigger}}"),)),
+    Panel(
+        "Trigger suppressions by reason",
+        "ops",
+        ((rate("hookbus_trigger_suppressed_total", "reason"), "{{reason}}"),),
+        "filter, depth (recursion limit), debounce, dedupe, cooldown, in_flight, disabled.",
+    ),
+]
+
 AGENTS = [
     Panel(
         "LLM latency by model",
@@ -118,7 +149,7 @@ NATS = [
 ]
 
 DASHBOARDS = {
-    "hookbus": ("hookbus: bus, middleware, hooks", HOOKBUS),
+    "hookbus": ("hookbus: bus, middleware, hooks", HOOKBUS + HOOKS),
     "agents": ("hookbus: agents", AGENTS),
     "nats": ("hookbus: NATS servers", NATS),
 }
