@@ -14,11 +14,25 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from bus.cli import approvals, approve, chain, emit, events, hooks, intercept, journal, tail, triggers, up, worker
+from bus.cli import (
+    agent,
+    approvals,
+    approve,
+    chain,
+    emit,
+    events,
+    hooks,
+    intercept,
+    journal,
+    tail,
+    triggers,
+    up,
+    worker,
+)
 from bus.cli.common import apply_auth_flags
 from bus.errors import HookbusError
 
-_COMMANDS = (up, worker, emit, tail, events, journal, hooks, triggers, chain, intercept, approvals, approve)
+_COMMANDS = (up, worker, agent, emit, tail, events, journal, hooks, triggers, chain, intercept, approvals, approve)
 
 
 def build_parser() -> argparse.ArgumentParser:

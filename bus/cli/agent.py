@@ -1,0 +1,68 @@
+"""``hookbus agent --name NAME``: the reference turn runner against an OpenAI-compatible API."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+
+from bus.cli.common import add_nats_url
+from bus.client import Bus
+from bus.errors import ConfigError
+from bus.subjects import TOKEN_RE
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "agent",
+        help="run the reference agent: turn requests -> chat completions, with middleware and lifecycle events",
+        description=(
+            "Serve turn requests for agent NAME (hookbus.turn.NAME; replicas share them) by calling an "
+            "OpenAI-compatible chat-completions endpoint. Runs the llm.request and tool.call middleware "
+            "stages and emits the PRX lifecycle events and eva.turn.completed / eva.turn.failed."
+        ),
+    )
+    parser.add_argument("--name", required=True, help="the agent's name, as triggers.yaml names it")
+    parser.add_argument("--llm-url", required=True, help="base URL, e.g. http://127.0.0.1:11434/v1")
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--api-key", default=None, help="default: $OPENAI_API_KEY")
+    parser.add_argument("--provider", default="openai-compatible", help="provider label in events and metrics")
+    parser.add_argument("--system", default=None, help="a system prompt")
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds per model call (default: 60)")
+    parser.add_argument("--attempts", type=int, default=3, help="tries per model call (default: 3)")
+    parser.add_argument("--concurrency", type=int, default=4, help="turns at once (default: 4)")
+    add_nats_url(parser)
+    parser.set_defaults(func=run)
+
+
+async def run(args: argparse.Namespace) -> int:
+    from triggers.llm import ChatClient
+    from triggers.runner import TurnRunner
+
+    if not TOKEN_RE.fullmatch(args.name):
+        raise ConfigError(f"--name {args.name!r} must match [A-Za-z0-9_-]+")
+    if args.attempts < 1 or args.timeout <= 0 or args.concurrency < 1:
+        raise ConfigError("--attempts and --concurrency must be at least 1, --timeout positive")
+    client = ChatClient(
+        args.llm_url,
+        args.model,
+        args.api_key or os.environ.get("OPENAI_API_KEY"),
+        timeout=args.timeout,
+        attempts=args.attempts,
+        provider=args.provider,
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        async with Bus(args.nats_url, name=f"hookbus-agent-{args.name}", connect_timeout=args.connect_timeout) as bus:
+            runner = TurnRunner(bus, args.name, client, system=args.system)
+            await bus.serve_turns(args.name, runner.handle, concurrency=args.concurrency)
+            await bus.flush()
+            print(f"agent {args.name}: serving turns with {args.model} at {args.llm_url}", flush=True)
+            await stop.wait()
+    finally:
+        await client.close()
+    return 0
