@@ -116,8 +116,14 @@ class Module:
         after: str | Iterable[str] = (),
         match: str | Iterable[str] | None = None,
         name: str | None = None,
+        code: str | None = None,
     ) -> Callable[[F], F]:
-        """Declare the decorated coroutine function as this module's handler of ``stage``."""
+        """Declare the decorated coroutine function as this module's handler of ``stage``.
+
+        ``code`` stands for what the handler does when its Python code does not
+        say it (a generic function driven by config, such as a prompt): its
+        digest goes into the handler's identity instead of the bytecode's.
+        """
 
         def register(func: F) -> F:
             handler_name = name or func.__name__
@@ -134,7 +140,7 @@ class Module:
                 before=before,
                 after=after,
                 match=match,
-                code=_code_digest(func),
+                code=hashlib.sha256(code.encode()).hexdigest()[:16] if code is not None else _code_digest(func),
             )
             handler = _Handler(decl, func, "ctx" in inspect.signature(func).parameters, _payload_type(func))
             self._handlers[handler_name] = handler

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import os
 import signal
+from pathlib import Path
 
 from bus.cli.common import add_nats_url
 from bus.client import Bus
@@ -32,8 +33,20 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per model call (default: 60)")
     parser.add_argument("--attempts", type=int, default=3, help="tries per model call (default: 3)")
     parser.add_argument("--concurrency", type=int, default=4, help="turns at once (default: 4)")
+    parser.add_argument(
+        "--hook-turns",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="hook_turns.yaml: serve these stages by asking the model (module hook-turns-NAME, managed by this agent)",
+    )
     add_nats_url(parser)
     parser.set_defaults(func=run)
+
+
+def client_key(args: argparse.Namespace) -> str | None:
+    key: str | None = args.api_key or os.environ.get("OPENAI_API_KEY")
+    return key
 
 
 async def run(args: argparse.Namespace) -> int:
@@ -47,22 +60,37 @@ async def run(args: argparse.Namespace) -> int:
     client = ChatClient(
         args.llm_url,
         args.model,
-        args.api_key or os.environ.get("OPENAI_API_KEY"),
+        client_key(args),
         timeout=args.timeout,
         attempts=args.attempts,
         provider=args.provider,
     )
+    hook_turns = None
+    if args.hook_turns is not None:
+        from triggers import hook_turn
+
+        specs = hook_turn.load(args.hook_turns)
+        judge = ChatClient(args.llm_url, args.model, client_key(args), attempts=1, provider=args.provider)
+        hook_turns = hook_turn.build_module(f"hook-turns-{args.name}", specs, judge)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     try:
-        async with Bus(args.nats_url, name=f"hookbus-agent-{args.name}", connect_timeout=args.connect_timeout) as bus:
+        managed = [hook_turns.name] if hook_turns else []
+        async with Bus(
+            args.nats_url, name=f"hookbus-agent-{args.name}", connect_timeout=args.connect_timeout, managed=managed
+        ) as bus:
             runner = TurnRunner(bus, args.name, client, system=args.system)
             await bus.serve_turns(args.name, runner.handle, concurrency=args.concurrency)
+            serving = asyncio.create_task(hook_turns.serve(bus=bus)) if hook_turns else None
             await bus.flush()
-            print(f"agent {args.name}: serving turns with {args.model} at {args.llm_url}", flush=True)
+            extra = f" and {len(hook_turns.declarations)} hook-turns" if hook_turns else ""
+            print(f"agent {args.name}: serving turns{extra} with {args.model} at {args.llm_url}", flush=True)
             await stop.wait()
+            if serving is not None:
+                serving.cancel()
+                await asyncio.gather(serving, return_exceptions=True)
     finally:
         await client.close()
     return 0
