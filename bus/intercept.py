@@ -26,6 +26,7 @@ from bus.drain import DEFAULT_BUDGET, Drain
 from bus.errors import BusClosedError, DecisionError
 from bus.faults import Outcome, fault_decision
 from bus.journal import JournalEntry, JournalSink
+from bus.middleware_metrics import MIDDLEWARE
 from bus.requester import Aborted, NoResponders, Requester, RequestTimeout
 from bus.results import apply_patch, hide_output
 from bus.stages import Stage, match_field, phase
@@ -54,6 +55,8 @@ class MiddlewareOptions:
     drain_dir: Path | None = None
     drain_budget: int = DEFAULT_BUDGET
     shutdown_clamp: float = DEFAULT_SHUTDOWN_CLAMP
+    #: Journal reactions that let the action pass unchanged too (off: a neutral continue writes nothing).
+    journal_neutral: bool = False
 
 
 class Interceptor:
@@ -121,7 +124,7 @@ class Interceptor:
             "depth": depth,
             "id": rid,
         }
-        journal = _Journal(self._journal, stage, wire_ctx)
+        journal = _Journal(self._journal, stage, wire_ctx, self.options.journal_neutral)
         if depth >= self._bus.max_depth:
             return CONTINUE  # the recursion limit: nothing runs at or past it
         if chain.broken:
@@ -278,8 +281,9 @@ def _answered(
 class _Journal:
     """Collects one call's reactions as shared-journal entries (kind ``middleware``), in chain order."""
 
-    def __init__(self, sink: JournalSink, stage: str, wire_ctx: dict[str, Any]) -> None:
+    def __init__(self, sink: JournalSink, stage: str, wire_ctx: dict[str, Any], neutral: bool) -> None:
         self._sink = sink
+        self._neutral = neutral
         self._stage = stage
         self._phase = phase(stage)
         self._ctx = wire_ctx
@@ -326,6 +330,10 @@ class _Journal:
             why = f"{cause}; read as {kind} ({'fail-closed' if kind == 'cancel' else 'fail-open'})"
             if outcome == Outcome.BROKEN:
                 why = cause
+        seconds = float(ms) / 1000 if isinstance(ms, int | float) else None
+        MIDDLEWARE.observe(who, self._stage, outcome, kind, seconds)
+        if verdict == "continue" and not self._neutral:
+            return  # a neutral continue changes nothing: counted, not journaled
         ctx = self._ctx
         self._entries.append(
             JournalEntry(

@@ -50,7 +50,8 @@ class BusStats:
     def merge(self, other: BusStats) -> None:
         """Add ``other``'s counts to these."""
         for mine, theirs in self._counters(other):
-            for label, value in theirs.items():
+            # dict() is one C call, atomic under the GIL: the event loop may be counting meanwhile.
+            for label, value in dict(theirs).items():
                 mine.add(label, value)
         self.truncated += other.truncated
         self.disconnects += other.disconnects

@@ -5,15 +5,18 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client import start_http_server
 
-from bus import Bus, Event
+from bus import Bus, Cancel, Continue, Event, Module, Patch, Stage
+from bus.decisions import Decision
 from bus.depth import set_depth
-from bus.testing import EventRecorder
+from bus.testing import EventRecorder, serving, wait_for_chain
 from deploy.grafana.build_dashboards import DASHBOARDS, render
 
 from .conftest import require_binary
@@ -63,8 +66,23 @@ def test_every_panel_reads_at_a_glance() -> None:
 
 
 async def workload(nats_url: str) -> None:
-    """What a small fleet does: LLM calls (two models, one failing), tool calls, turns, errors, bad input."""
-    async with Bus(nats_url, name="workload") as bus:
+    """What a small fleet does: LLM calls (two models, one failing), tool calls, turns, errors, bad input,
+    and intercepts against a guard module (cancels, patches, a fail-closed fault)."""
+    guard = Module(f"guard{uuid.uuid4().hex[:6]}")
+
+    @guard.stage(Stage.TOOL_CALL, fail_closed=True)
+    async def no_rm(stage: str, payload: dict[str, Any]) -> Decision:
+        command = payload["input"]["command"]
+        if command == "boom":
+            raise RuntimeError("guard bug")
+        if "rm" in command:
+            return Cancel("only by hand")
+        return Patch({**payload, "input": {"command": command + " --dry-run"}}) if command == "deploy" else Continue()
+
+    async with Bus(nats_url, name="workload", trust_new=True) as bus, serving(guard, nats_url):
+        await wait_for_chain(bus, "tool.call", [f"{guard.name}.no_rm"])
+        for command in ("ls", "rm -rf /", "deploy", "boom") * 3:
+            await bus.intercept(Stage.TOOL_CALL, {"name": "shell", "input": {"command": command}})
         rec = EventRecorder()
 
         def broken(event: Event) -> None:

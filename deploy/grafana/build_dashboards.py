@@ -68,6 +68,28 @@ HOOKBUS = [
     ),
 ]
 
+MIDDLEWARE = [
+    Panel(
+        "Middleware decisions",
+        "ops",
+        ((rate("hookbus_middleware_decisions_total", "stage, decision"), "{{stage}} {{decision}}"),),
+        "What each handler reaction read as, per stage.",
+    ),
+    Panel(
+        "Middleware faults by outcome",
+        "ops",
+        ((rate("hookbus_middleware_calls_total", "outcome", 'outcome!="ok"'), "{{outcome}}"),),
+        "timeout, failed (handler raised), absent (no responders), invalid (garbage reply), denied (untrusted).",
+    ),
+    Panel(
+        "Fail-closed cancels",
+        "ops",
+        ((rate("hookbus_middleware_fail_closed_cancels_total", "handler"), "{{handler}}"),),
+        "A fail_closed handler's fault stopped the action.",
+    ),
+    Panel("Middleware latency by handler", "s", quantiles("hookbus_middleware_duration_seconds", "handler")),
+]
+
 HOOKS = [
     Panel("Shell hook runs by hook", "ops", ((rate("hookbus_shell_hook_runs_total", "hook"), "{{hook}}"),)),
     Panel(
@@ -149,7 +171,7 @@ NATS = [
 ]
 
 DASHBOARDS = {
-    "hookbus": ("hookbus: bus, middleware, hooks", HOOKBUS + HOOKS),
+    "hookbus": ("hookbus: bus, middleware, hooks", HOOKBUS + MIDDLEWARE + HOOKS),
     "agents": ("hookbus: agents", AGENTS),
     "nats": ("hookbus: NATS servers", NATS),
 }

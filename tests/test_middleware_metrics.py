@@ -1,0 +1,58 @@
+"""Middleware metrics per (handler, stage), and the journal rule for neutral continues."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+from prometheus_client import REGISTRY
+
+from bus import Bus, Cancel, Continue, Module
+from bus.intercept import MiddlewareOptions
+from bus.testing import JournalRecorder, serving, wait_for_chain
+
+
+def sample(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+async def test_metrics_and_neutral_continues(nats_url: str) -> None:
+    mod = Module(f"m{uuid.uuid4().hex[:6]}")
+
+    @mod.stage("custom.check")
+    async def passes(stage: str, payload: dict[str, Any]) -> Continue:
+        return Continue()
+
+    @mod.stage("custom.check", after="passes", fail_closed=True)
+    async def breaks(stage: str, payload: dict[str, Any]) -> Cancel:
+        if payload.get("boom"):
+            raise RuntimeError("handler bug")
+        return Cancel("no")
+
+    quiet = await Bus(nats_url, trust_new=True).start()
+    chatty = await Bus(nats_url, trust_new=True, middleware=MiddlewareOptions(journal_neutral=True)).start()
+    try:
+        journal = await JournalRecorder().attach(quiet)
+        async with serving(mod, nats_url):
+            for bus in (quiet, chatty):
+                await wait_for_chain(bus, "custom.check", [f"{mod.name}.passes", f"{mod.name}.breaks"])
+            p, b = f"{mod.name}.passes", f"{mod.name}.breaks"
+            assert await quiet.intercept("custom.check", {}) == Cancel("no", b)
+            assert isinstance(await quiet.intercept("custom.check", {"boom": True}), Cancel)
+            entries = await journal.wait_for(2)
+            await asyncio.sleep(0.2)
+            assert [(e.who, e.decision) for e in journal.entries] == [(b, "cancel"), (b, "failed")]
+            await chatty.intercept("custom.check", {})
+            await journal.wait_for(4)
+            assert [(e.who, e.decision) for e in journal.entries[2:]] == [(p, "continue"), (b, "cancel")]
+    finally:
+        await quiet.close()
+        await chatty.close()
+    assert entries
+    assert sample("hookbus_middleware_calls_total", handler=p, stage="custom.check", outcome="ok") == 3
+    assert sample("hookbus_middleware_decisions_total", handler=p, stage="custom.check", decision="continue") == 3
+    assert sample("hookbus_middleware_calls_total", handler=b, stage="custom.check", outcome="failed") == 1
+    assert sample("hookbus_middleware_fail_closed_cancels_total", handler=b, stage="custom.check") == 1
+    assert sample("hookbus_middleware_decisions_total", handler=b, stage="custom.check", decision="cancel") == 3
+    assert sample("hookbus_middleware_duration_seconds_count", handler=p, stage="custom.check") == 3
