@@ -18,6 +18,7 @@ from bus.decisions import Decision
 from bus.depth import set_depth
 from bus.testing import EventRecorder, serving, wait_for_chain
 from deploy.grafana.build_dashboards import DASHBOARDS, render
+from triggers.demo import GUARD, run_demo
 
 from .conftest import require_binary
 from .prometheus import Prometheus, free_port
@@ -150,6 +151,9 @@ def observed(workspace: Path, nats_url: str) -> Iterator[Prometheus]:
 
 
 async def test_every_dashboard_query_parses_and_returns_data(observed: Prometheus, nats_url: str) -> None:
+    async with Bus(nats_url, name="demo", managed=[GUARD]) as bus:
+        report = await run_demo(bus, sessions=8, pace=0, seed=3)  # what `hookbus demo` plays
+    assert report.cancelled and report.turns_answered
     await workload(nats_url)
     await asyncio.to_thread(observed.wait_for_series, 'hookbus_agent_llm_responses_total{job="hookbus"}')
     await asyncio.sleep(2.5)  # two more scrapes after the workload, so rate() has two points

@@ -50,6 +50,9 @@ class TurnRunner:
         self.tools = TOOLS if tools is None else tools
         self.system = system
 
+    def _ctx(self, request: TurnRequest) -> dict[str, Any]:
+        return {"session": request.session_id, "agent": self.agent}
+
     async def _emit(self, name: str, payload: dict[str, Any], request: TurnRequest) -> None:
         await self.bus.emit(f"prx.lifecycle.{name}", payload, session_id=request.session_id)
 
@@ -95,7 +98,7 @@ class TurnRunner:
 
     async def _ask(self, request: TurnRequest, messages: list[dict[str, Any]]) -> Completion:
         call: dict[str, Any] = {"model": self.client.model, "messages": messages, "temperature": None}
-        decision = await self.bus.intercept(Stage.LLM_REQUEST, call)
+        decision = await self.bus.intercept(Stage.LLM_REQUEST, call, ctx=self._ctx(request))
         if isinstance(decision, Cancel):
             raise TurnFailed(f"llm.request cancelled: {decision.reason}")
         if isinstance(decision, Patch):
@@ -131,7 +134,9 @@ class TurnRunner:
     async def _tool(self, request: TurnRequest, call: ToolCall) -> str:
         arguments = call.arguments
         await self._emit("tool_call_start", {"tool": call.name, "arguments": arguments}, request)
-        decision = await self.bus.intercept(Stage.TOOL_CALL, {"name": call.name, "input": arguments})
+        decision = await self.bus.intercept(
+            Stage.TOOL_CALL, {"name": call.name, "input": arguments}, ctx=self._ctx(request)
+        )
         if isinstance(decision, Cancel):
             output, success = f"cancelled by middleware: {decision.reason}", False
         else:

@@ -19,6 +19,7 @@ from bus.cli import (
     approvals,
     approve,
     chain,
+    demo,
     emit,
     events,
     hooks,
@@ -32,7 +33,22 @@ from bus.cli import (
 from bus.cli.common import apply_auth_flags
 from bus.errors import HookbusError
 
-_COMMANDS = (up, worker, agent, emit, tail, events, journal, hooks, triggers, chain, intercept, approvals, approve)
+_COMMANDS = (
+    up,
+    worker,
+    agent,
+    emit,
+    tail,
+    events,
+    journal,
+    hooks,
+    triggers,
+    chain,
+    intercept,
+    approvals,
+    approve,
+    demo,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -67,7 +67,7 @@ async def run_query(args: argparse.Namespace) -> int:
                     print(dumps_line(seq, entry), flush=True)
                 else:
                     values = [getattr(entry, c) for c in _COLUMNS]
-                    print("  ".join("-" if v is None else str(v) for v in values), flush=True)
+                    print("  ".join(_cell(v) for v in values), flush=True)
             if rows:
                 after = rows[-1][0]
             if not args.follow:
@@ -76,6 +76,12 @@ async def run_query(args: argparse.Namespace) -> int:
             await asyncio.sleep(0.5)
     finally:
         store.close()
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.3f}" if isinstance(value, float) else str(value)
 
 
 async def run_sink(args: argparse.Namespace) -> int:

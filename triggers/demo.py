@@ -1,0 +1,185 @@
+"""``hookbus demo``: a small fleet of agents driving a running bus, for newcomers and dashboards.
+
+It plays several agents at once: sessions with LLM calls (several models,
+varied latencies, some failures), tool calls that pass through the
+``tool.call`` middleware (a guard module it serves cancels dangerous commands
+and patches deploys to dry runs; one tool fails now and then), custom events,
+a daily spend event and a trigger on it whose turns a demo agent answers.
+Everything it does shows in ``hookbus tail``, the journal and the dashboards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from bus.client import Bus
+from bus.decisions import Cancel, Continue, Decision, Patch
+from bus.module import Module
+from bus.stages import Stage
+from bus.turns import TurnRequest
+from triggers import config
+from triggers.engine import TriggerEngine
+
+MODELS: Final = (("openai", "gpt-4o", 900), ("openai", "gpt-4o-mini", 300), ("local", "llama-3.1-8b", 1500))
+COMMANDS: Final = ("ls -la", "git status", "pytest -q", "rm -rf build/", "deploy", "cat README.md")
+DEMO_AGENT: Final = "demo-analyst"
+#: The guard module's name; the demo's own Bus lists it as managed (it needs no approval).
+GUARD: Final = "demo-guard"
+
+
+@dataclass
+class DemoReport:
+    sessions: int = 0
+    llm_calls: int = 0
+    llm_failures: int = 0
+    tool_calls: int = 0
+    cancelled: int = 0
+    patched: int = 0
+    turns_answered: int = 0
+    events: dict[str, int] = field(default_factory=dict)
+
+    def lines(self) -> list[str]:
+        return [
+            f"sessions {self.sessions}, LLM calls {self.llm_calls} ({self.llm_failures} failed), "
+            f"tool calls {self.tool_calls} ({self.cancelled} cancelled, {self.patched} patched by the guard), "
+            f"triggered turns answered {self.turns_answered}",
+        ]
+
+
+def guard_module(name: str) -> Module:
+    """The demo's guard: no recursive deletes, deploys become dry runs."""
+    module = Module(name)
+
+    @module.stage(Stage.TOOL_CALL, match="shell", fail_closed=True)
+    async def no_rm(stage: str, payload: dict[str, Any]) -> Decision:
+        command = str(payload.get("input", {}).get("command", ""))
+        if "rm -rf" in command:
+            return Cancel("recursive delete: only by hand")
+        if command == "deploy":
+            return Patch({**payload, "input": {"command": "deploy --dry-run"}})
+        return Continue()
+
+    return module
+
+
+class Fleet:
+    """Plays the agents. ``rng`` makes a run repeatable."""
+
+    def __init__(self, bus: Bus, rng: random.Random, report: DemoReport, pace: float) -> None:
+        self.bus = bus
+        self.rng = rng
+        self.report = report
+        self.pace = pace
+
+    async def _emit(self, subject: str, payload: dict[str, Any], session: str) -> None:
+        await self.bus.emit(subject, payload, session_id=session)
+        self.report.events[subject] = self.report.events.get(subject, 0) + 1
+
+    async def session(self, agent: str) -> None:
+        session = f"sess_{uuid.uuid4().hex[:8]}"
+        self.report.sessions += 1
+        await self._emit("prx.lifecycle.agent_start", {"agent": agent, "session": session}, session)
+        messages = 1
+        for _ in range(self.rng.randint(1, 3)):
+            provider, model, typical = self.rng.choice(MODELS)
+            await self._emit(
+                "prx.lifecycle.llm_request", {"provider": provider, "model": model, "messages_count": messages}, session
+            )
+            latency = max(50, int(self.rng.gauss(typical, typical / 3)))
+            await asyncio.sleep(latency / 1000 * self.pace)
+            ok = self.rng.random() > 0.1
+            self.report.llm_calls += 1
+            self.report.llm_failures += not ok
+            payload = {"provider": provider, "model": model, "duration_ms": latency, "success": ok}
+            await self._emit("prx.lifecycle.llm_response", payload, session)
+            messages += 1
+            if not ok:
+                await self._emit("prx.lifecycle.error", {"component": "llm", "message": f"{model}: HTTP 503"}, session)
+                continue
+            await self.tool_call(session, self.rng.choice(COMMANDS))
+            messages += 2
+        await self._emit("prx.lifecycle.turn_complete", {}, session)
+        await self._emit("prx.lifecycle.agent_end", {"success": True, "messages_count": messages}, session)
+        await self._emit("eva.turn.completed", {"agent": agent, "answer": "done"}, session)
+
+    async def tool_call(self, session: str, command: str) -> None:
+        call = {"name": "shell", "input": {"command": command}}
+        await self._emit("prx.lifecycle.tool_call_start", {"tool": "shell", "arguments": call["input"]}, session)
+        decision = await self.bus.intercept(Stage.TOOL_CALL, call, ctx={"session": session})
+        self.report.tool_calls += 1
+        if isinstance(decision, Cancel):
+            self.report.cancelled += 1
+            output, ok = f"cancelled: {decision.reason}", False
+        else:
+            if isinstance(decision, Patch):
+                self.report.patched += 1
+                command = decision.payload["input"]["command"]
+            ok = command != "pytest -q" or self.rng.random() > 0.5
+            output = f"$ {command}\n" + ("ok" if ok else "1 failed")
+        await self._emit("prx.lifecycle.tool_call", {"tool": "shell", "success": ok, "output": output}, session)
+        if command.startswith("deploy"):
+            await self._emit("eva.custom.deploy", {"target": "staging", "dry_run": "--dry-run" in command}, session)
+
+
+async def run_demo(
+    bus: Bus, *, sessions: int = 12, agents: int = 3, pace: float = 1.0, seed: int | None = None
+) -> DemoReport:
+    """Drive ``bus`` like a small fleet; returns what was done. ``pace`` scales the simulated latencies."""
+    rng = random.Random(seed)  # noqa: S311 - a simulation, not security
+    report = DemoReport()
+    guard = guard_module(GUARD)
+    engine = await TriggerEngine(bus, queue=f"hookbus-demo-{uuid.uuid4().hex[:6]}").start()
+    spend = config.parse_one(
+        {
+            "name": "demo-spend",
+            "on": "eva.spend.day",
+            "filter": {"payload.total_usd": {">": 5}},
+            "prompt": "We spent {payload.total_usd} USD today. Where did the money go? Say if it is expensive.",
+            "agent": DEMO_AGENT,
+        },
+        "demo",
+    )
+    await engine.apply({spend.name: spend})
+
+    async def analyst(request: TurnRequest) -> str:
+        report.turns_answered += 1
+        answer = "Most of it went to gpt-4o; move routine calls to gpt-4o-mini."
+        await bus.emit("eva.turn.completed", {"agent": DEMO_AGENT, "trigger": request.trigger, "answer": answer})
+        return answer
+
+    await bus.serve_turns(DEMO_AGENT, analyst)
+    serving = asyncio.create_task(guard.serve(bus=bus))
+    try:
+        await bus.middleware.start()
+        await bus.middleware.view.wait_until(lambda: _runs(bus, guard.name), 10)  # type: ignore[union-attr]
+        fleet = Fleet(bus, rng, report, pace)
+        names = [f"agent-{i + 1}" for i in range(agents)]
+        limit = asyncio.Semaphore(agents)
+
+        async def one(index: int) -> None:
+            async with limit:
+                await fleet.session(names[index % agents])
+
+        await asyncio.gather(*(one(i) for i in range(sessions)))
+        await bus.emit("eva.spend.day", {"total_usd": round(rng.uniform(6, 40), 2), "day": "today"})
+        await bus.emit("eva.spend.day", {"total_usd": 1.5, "day": "yesterday"})  # filtered out: journaled as such
+        for _ in range(100):
+            if report.turns_answered:
+                break
+            await asyncio.sleep(0.05)
+        await bus.flush()
+    finally:
+        serving.cancel()
+        await asyncio.gather(serving, return_exceptions=True)
+        await engine.stop()
+    return report
+
+
+def _runs(bus: Bus, module: str) -> bool:
+    view = bus.middleware.view
+    chain = view.chains.get("tool.call") if view is not None else None
+    return bool(chain and any(link.decl.module == module and link.trust.runs for link in chain.links))
