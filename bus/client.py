@@ -225,6 +225,8 @@ class Bus:
         self._subs: set[Subscription] = set()
         self._turn_servers: list[TurnServer] = []
         self._background: set[asyncio.Task[bool]] = set()
+        self._denied_log = RateLimitedLog(log, interval=5.0)
+        self._error_log = RateLimitedLog(log, interval=5.0)
         self._state = BusState.UNOPENED
         self._warned_disconnected = False
         self.middleware = Interceptor(
@@ -460,7 +462,11 @@ class Bus:
         if isinstance(exc, OSError | nats.errors.UnexpectedEOF | nats.errors.StaleConnectionError):
             log.debug("NATS connection trouble: %r", exc)
             return
-        log.warning("NATS error: %r", exc)
+        if "permissions violation" in str(exc).lower():
+            self.stats.dropped.add("denied")
+            self._denied_log.warning("the NATS server denied %s: %s", self.name, str(exc).removeprefix("nats: "))
+            return
+        self._error_log.warning("NATS error: %r", exc)
 
     async def _on_disconnect(self) -> None:
         if self._state is BusState.OPEN:

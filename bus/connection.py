@@ -7,6 +7,7 @@ reports each disconnect and reconnect through the callbacks it is given.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import ssl
@@ -40,6 +41,18 @@ def resolve_servers(servers: str | list[str] | None) -> list[str]:
     if not servers:
         raise ConnectError(["<none>"], ValueError("no NATS server URL given"))
     return list(servers)
+
+
+async def _attempt(servers: list[str], **options: Any) -> Client:
+    """One connect attempt; a failed one is closed, so its socket does not leak."""
+    nc = Client()
+    try:
+        await nc.connect(servers, **options)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            await nc.close()
+        raise
+    return nc
 
 
 def is_auth_failure(exc: BaseException) -> bool:
@@ -131,7 +144,7 @@ async def open_connection(
     try:
         async for attempt in retrying:
             with attempt:
-                nc = await nats.connect(
+                nc = await _attempt(
                     servers,
                     name=name,
                     # One pass over the servers per attempt (each tried at most twice;

@@ -1,0 +1,159 @@
+"""deploy/nats/permissions.conf on a real server: each role can do its job and nothing it must not."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import nats
+import nats.errors
+import pytest
+
+from bus import Bus, Cancel, ConnectError, Continue, Module, NatsServer, Stage, TurnRequest
+from bus.testing import EventRecorder, serving, wait_for_chain
+
+from .conftest import run_cli
+
+CONFIG = Path(__file__).resolve().parent.parent / "deploy" / "nats" / "permissions.conf"
+PASSWORDS = {
+    "agent-eva": "change-me-agent-eva",
+    "module-guard": "change-me-module-guard",
+    "worker": "change-me-worker",
+    "operator": "change-me-operator",
+}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
+    """The deploy config as it is, but for its JetStream store (a temporary directory)."""
+    tmp = tmp_path_factory.mktemp("permissions")
+    config = tmp / "permissions.conf"
+    config.write_text(CONFIG.read_text().replace("/data/jetstream", str(tmp / "jetstream")))
+    with NatsServer(config_file=config, jetstream=False) as started:
+        yield started
+
+
+def url(server: NatsServer, user: str, password: str | None = None) -> str:
+    return f"nats://{user}:{password or PASSWORDS[user]}@127.0.0.1:{server.port}"
+
+
+async def not_received(rec: EventRecorder | list[Any], wait: float = 0.3) -> bool:
+    await asyncio.sleep(wait)
+    return not (rec.events if isinstance(rec, EventRecorder) else rec)
+
+
+async def test_agent_emits_and_serves_its_own_turns(server: NatsServer) -> None:
+    async with Bus(url(server, "operator")) as op, Bus(url(server, "agent-eva")) as agent:
+        rec = EventRecorder()
+        await op.subscribe("prx.lifecycle.>", rec)
+        await op.flush()
+        await agent.emit("prx.lifecycle.tool_call", {"tool": "shell", "success": True, "output": ""})
+        await rec.wait_for(1)
+        turns: list[str] = []
+
+        async def handle(request: TurnRequest) -> str:
+            turns.append(request.prompt)
+            return "ok"
+
+        await agent.serve_turns("eva", handle)
+        await agent.flush()
+        await op.request_turn(TurnRequest(agent="eva", prompt="hello"))
+        for _ in range(100):
+            if turns:
+                break
+            await asyncio.sleep(0.02)
+        assert turns == ["hello"]
+
+
+async def test_agent_cannot_answer_middleware_requests(server: NatsServer) -> None:
+    agent = await nats.connect(url(server, "agent-eva"), error_cb=_quiet)
+    op = await nats.connect(url(server, "operator"))
+    try:
+
+        async def impersonate(msg: Any) -> None:
+            await msg.respond(b'{"decision": "continue"}')
+
+        await agent.subscribe("hookbus.mw.guard", cb=impersonate)
+        await agent.flush()
+        with pytest.raises((nats.errors.NoRespondersError, nats.errors.TimeoutError)):
+            await op.request("hookbus.mw.guard", b"{}", timeout=0.5)
+    finally:
+        await agent.close()
+        await op.close()
+
+
+async def test_agent_cannot_take_another_agents_turns(server: NatsServer) -> None:
+    agent = await nats.connect(url(server, "agent-eva"), error_cb=_quiet)
+    got: list[bytes] = []
+
+    async def take(msg: Any) -> None:
+        got.append(msg.data)
+
+    try:
+        await agent.subscribe("hookbus.turn.bob", cb=take)
+        await agent.flush()
+        async with Bus(url(server, "operator")) as op:
+            await op.request_turn(TurnRequest(agent="bob", prompt="for bob only"))
+            await op.flush()
+        assert await not_received(got)
+    finally:
+        await agent.close()
+
+
+async def test_agent_cannot_forge_journal_entries_of_others(server: NatsServer) -> None:
+    async with Bus(url(server, "operator")) as op, Bus(url(server, "agent-eva")) as agent:
+        got: list[str] = []
+
+        async def take(msg: Any) -> None:
+            got.append(msg.subject)
+
+        await op.nc.subscribe("hookbus.journal.>", cb=take)
+        await op.flush()
+        for kind in ("trigger", "shell_hook", "subscriber", "middleware"):
+            await agent.publish_raw(f"hookbus.journal.{kind}", b"{}")
+        await agent.flush()
+        await asyncio.sleep(0.3)
+        assert got == ["hookbus.journal.middleware"]  # only its own middleware reactions
+
+
+async def test_module_answers_its_stage_but_cannot_publish_lifecycle_events(server: NatsServer) -> None:
+    guard = Module("guard")
+
+    @guard.stage(Stage.TOOL_CALL)
+    async def no_rm(stage: str, payload: dict[str, Any]) -> Cancel | Continue:
+        return Cancel("only by hand") if "rm" in payload["input"]["command"] else Continue()
+
+    async with Bus(url(server, "operator"), trust_new=True) as op:
+        await op.middleware.start()  # the operator creates the registry and trust buckets
+        rec = EventRecorder()
+        await op.subscribe("prx.lifecycle.>", rec)
+        await op.flush()
+        async with serving(guard, url(server, "module-guard")):
+            async with Bus(url(server, "agent-eva"), managed=["guard"]) as agent:
+                await wait_for_chain(agent, "tool.call", ["guard.no_rm"])
+                decision = await agent.intercept(Stage.TOOL_CALL, {"name": "shell", "input": {"command": "rm -rf /"}})
+                assert decision == Cancel("only by hand", "guard.no_rm")
+            async with Bus(url(server, "module-guard")) as module_bus:
+                await module_bus.emit("prx.lifecycle.tool_call", {"tool": "forged", "success": True, "output": ""})
+                await module_bus.flush()
+        assert await not_received(rec)
+
+
+async def test_wrong_credentials_are_refused_clearly(server: NatsServer) -> None:
+    with pytest.raises(ConnectError, match="refused the credentials"):
+        async with Bus(url(server, "agent-eva", "wrong"), connect_timeout=2):
+            pass
+    done = await asyncio.to_thread(
+        run_cli,
+        "emit", "eva.custom.x", "{}", "--nats-url", f"nats://127.0.0.1:{server.port}",
+        "--nats-user", "worker", "--nats-password", "wrong",
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert done.stderr.count("\n") == 1 and "Authorization Violation" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+async def _quiet(exc: Exception) -> None:
+    """Permission violations are what these tests provoke."""
