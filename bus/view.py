@@ -146,12 +146,27 @@ class View:
         self._rebuild()
 
     async def _sweep(self) -> None:
-        """Drop instances that stopped beating; a killed module leaves the chain within a bound."""
+        """Drop instances that stopped beating; a killed module leaves the chain within a bound.
+
+        Silence heard while this kernel itself was cut off from NATS says nothing
+        about the modules: after our own disconnect every instance gets a fresh
+        liveness window instead of being dropped (a fail-closed guard must keep
+        guarding across a server restart).
+        """
+        reconnects = self._nc.stats["reconnects"]
         while True:
             beats = [ann.heartbeat for ann, _ in self.instances.values()]
             await asyncio.sleep(min([SWEEP_EVERY, *beats]))
+            if not self._nc.is_connected or self._nc.stats["reconnects"] != reconnects:
+                reconnects = self._nc.stats["reconnects"]
+                self._refresh_seen()
+                continue
             if self._drop_dead():
                 self._rebuild()
+
+    def _refresh_seen(self) -> None:
+        now = time.monotonic()
+        self.instances = {key: (ann, now) for key, (ann, _) in self.instances.items()}
 
     def _drop_dead(self) -> bool:
         now = time.monotonic()
