@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import socket
 import time
@@ -35,7 +36,7 @@ from nats.js.kv import KeyValue
 
 from bus.declaration import Declaration, from_wire
 from bus.errors import RegistryError
-from bus.subjects import module_subject
+from bus.subjects import module_subject, validate_subject
 
 if TYPE_CHECKING:
     from bus.module import Module
@@ -106,17 +107,27 @@ class Announcement:
 def parse_announcement(data: bytes) -> Announcement:
     """Decode an announcement; raises ValueError/KeyError/TypeError (and hookbus errors) if malformed."""
     obj: dict[str, Any] = orjson.loads(data)
+    if not isinstance(obj, dict) or not isinstance(obj.get("handlers"), list):
+        raise TypeError("an announcement is an object with a 'handlers' list")
     decls = tuple(from_wire(item) for item in obj["handlers"])
     if any(decl.module != obj["module"] for decl in decls):
         raise ValueError("a handler names another module")
+    # The subject is published to as it is: it must be a valid subject (no injection through the registry).
+    subject = validate_subject(obj.get("subject") or module_subject(obj["module"]))
+    heartbeat = float(obj.get("heartbeat", 1.0))
+    if not 0.05 <= heartbeat <= 60:  # also rejects NaN
+        raise ValueError(f"heartbeat {heartbeat!r} is outside 0.05..60 s")
+    at = float(obj.get("at", 0.0))
+    if not math.isfinite(at):
+        raise ValueError("'at' is not a finite time")
     return Announcement(
         module=obj["module"],
         instance=str(obj["instance"]),
-        subject=str(obj.get("subject") or module_subject(obj["module"])),
-        heartbeat=float(obj.get("heartbeat", 1.0)),
+        subject=subject,
+        heartbeat=heartbeat,
         batch=bool(obj.get("batch", False)),
         declarations=decls,
-        at=float(obj.get("at", 0.0)),
+        at=at,
     )
 
 
