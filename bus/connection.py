@@ -164,3 +164,13 @@ async def open_connection(
     nc.options["allow_reconnect"] = True
     nc.options["max_reconnect_attempts"] = -1
     return nc
+
+
+def jetstream_replicas(nc: Client) -> int:
+    """Replicas for state hookbus creates: 3 on a cluster of three or more nodes, else 1.
+
+    The server's INFO names the cluster and the other nodes' client URLs.
+    """
+    info: dict[str, Any] = getattr(nc, "_server_info", {}) or {}
+    nodes = 1 + len(info.get("connect_urls") or [])
+    return 3 if info.get("cluster") and nodes >= 3 else 1

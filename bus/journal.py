@@ -25,6 +25,7 @@ import nats.js.errors
 import orjson
 from nats.js.api import RetentionPolicy, StorageType, StreamConfig
 
+from bus.connection import jetstream_replicas
 from bus.eager import run_eager
 from bus.envelope import Encoder, format_timestamp
 from bus.errors import BusClosedError, HookbusError
@@ -173,8 +174,13 @@ class JournalSink:
             await asyncio.wait(set(self._sending), timeout=timeout)
 
 
-async def ensure_stream(bus: Bus, replicas: int = 1) -> None:
-    """Create (or update) the JetStream stream that captures every journal entry."""
+async def ensure_stream(bus: Bus, replicas: int | None = None) -> None:
+    """Create (or update) the JetStream stream that captures every journal entry.
+
+    ``replicas`` defaults to 3 on a cluster of three or more nodes, else 1.
+    """
+    if replicas is None:
+        replicas = jetstream_replicas(bus.nc)
     config = StreamConfig(
         name=STREAM,
         subjects=[f"{SUBJECT_PREFIX}.>"],

@@ -34,6 +34,7 @@ import orjson
 from nats.aio.client import Client
 from nats.js.kv import KeyValue
 
+from bus.connection import jetstream_replicas
 from bus.declaration import Declaration, from_wire
 from bus.errors import RegistryError
 from bus.subjects import module_subject, validate_subject
@@ -65,7 +66,7 @@ async def open_bucket(nc: Client, bucket: str) -> KeyValue:
         ) from None
     max_age = MODULES_MAX_AGE if bucket == MODULES_BUCKET else None
     try:
-        return await js.create_key_value(bucket=bucket, history=1, ttl=max_age)
+        return await js.create_key_value(bucket=bucket, history=1, ttl=max_age, replicas=jetstream_replicas(nc))
     except nats.js.errors.BadRequestError:
         return await js.key_value(bucket)  # created by someone else meanwhile
 

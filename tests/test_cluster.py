@@ -36,9 +36,12 @@ async def test_events_and_journal_flow_across_nodes(cluster: NatsCluster, worksp
         events = await rec.wait_for(50)
         assert [e.payload["output"] for e in events] == [str(i) for i in range(50)]
 
-        await ensure_stream(sink_bus, replicas=3)
+        await ensure_stream(sink_bus)  # replicas follow the cluster's size
         info = await sink_bus.nc.jetstream().stream_info(STREAM)
         assert info.config.num_replicas == 3
+        for bucket in ("KV_hookbus_modules", "KV_hookbus_trust"):
+            await agent.middleware.start()
+            assert (await sink_bus.nc.jetstream().stream_info(bucket)).config.num_replicas == 3
         sink = JournalSink(sink_bus, workspace, durable="cluster-sink")
         stop = asyncio.Event()
         task = asyncio.create_task(sink.run(stop))
