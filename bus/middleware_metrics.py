@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable
-from typing import Final
+from typing import Any, Final
 
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import REGISTRY, Collector
@@ -70,30 +70,19 @@ class MiddlewareStats(Collector):
         # dict() copies are single C calls, atomic under the GIL: no lock against the event loop.
         calls, decisions, fail_closed = dict(self.calls), dict(self.decisions), dict(self.fail_closed)
         latency = {key: (list(s.buckets), s.sum) for key, s in dict(self.latency).items()}
-        family = CounterMetricFamily(
-            f"{PREFIX}_middleware_calls",
-            "Middleware handler calls by outcome (ok, timeout, failed, absent, invalid, denied, ...).",
-            labels=["handler", "stage", "outcome"],
-        )
-        for labels, value in sorted(calls.items()):
-            family.add_metric(list(labels), value)
-        yield family
-        family = CounterMetricFamily(
-            f"{PREFIX}_middleware_decisions",
-            "What each reaction read as: continue, cancel or patch.",
-            labels=["handler", "stage", "decision"],
-        )
-        for labels, value in sorted(decisions.items()):
-            family.add_metric(list(labels), value)
-        yield family
-        family = CounterMetricFamily(
-            f"{PREFIX}_middleware_fail_closed_cancels",
-            "Faults of fail_closed handlers that cancelled the action.",
-            labels=["handler", "stage"],
-        )
-        for pair, value in sorted(fail_closed.items()):
-            family.add_metric(list(pair), value)
-        yield family
+        counters: list[tuple[str, str, list[str], dict[Any, int]]] = [
+            ("calls", "Middleware handler calls by outcome (ok, timeout, failed, absent, invalid, untrusted, ...).",
+             ["handler", "stage", "outcome"], calls),
+            ("decisions", "What each reaction read as: continue, cancel or patch.",
+             ["handler", "stage", "decision"], decisions),
+            ("fail_closed_cancels", "Faults of fail_closed handlers that cancelled the action.",
+             ["handler", "stage"], fail_closed),
+        ]  # fmt: skip
+        for name, doc, labels, values in counters:
+            family = CounterMetricFamily(f"{PREFIX}_middleware_{name}", doc, labels=labels)
+            for key, value in sorted(values.items()):
+                family.add_metric(list(key), value)
+            yield family
         histogram = HistogramMetricFamily(
             f"{PREFIX}_middleware_duration_seconds",
             "Middleware handler latency seen by the kernel.",

@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -13,6 +14,8 @@ import pytest
 
 from bus import Bus, NatsServer
 from bus.testing import nats_for_tests
+
+from .fake_llm import FakeLLM
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
@@ -61,6 +64,29 @@ def run_cli(
     return subprocess.run(
         [*hookbus_cmd(), *args], capture_output=True, text=True, env=full_env, input=input, timeout=timeout, check=False
     )
+
+
+def unique(prefix: str) -> str:
+    """A fresh module name: trust records outlive a test on a module-scoped server."""
+    return f"{prefix}{uuid.uuid4().hex[:6]}"
+
+
+@pytest.fixture
+async def kernel(nats_url: str) -> AsyncIterator[Bus]:
+    """The agent side of middleware: a Bus whose registry view is running (new handlers trusted)."""
+    async with Bus(nats_url, name="kernel", trust_new=True) as bus:
+        await bus.middleware.start()
+        yield bus
+
+
+@pytest.fixture
+async def llm() -> AsyncIterator[FakeLLM]:
+    """A scripted OpenAI-compatible chat-completions server on a free port."""
+    server = await FakeLLM().start()
+    try:
+        yield server
+    finally:
+        await server.stop()
 
 
 @pytest.fixture

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
-
-import pytest
 
 from bus import Bus, Cancel, Continue, Module, Patch, Stage, TurnRequest
 from bus.testing import EventRecorder, serving, wait_for_chain
@@ -16,22 +13,6 @@ from triggers.runner import TurnRunner
 
 from . import fake_llm
 from .test_reconnect import wait_until
-
-
-@pytest.fixture
-async def llm() -> AsyncIterator[fake_llm.FakeLLM]:
-    server = await fake_llm.FakeLLM().start()
-    try:
-        yield server
-    finally:
-        await server.stop()
-
-
-@pytest.fixture
-async def kernel(nats_url: str) -> AsyncIterator[Bus]:
-    async with Bus(nats_url, name="agent", trust_new=True) as bus:
-        await bus.middleware.start()
-        yield bus
 
 
 async def run_turn(

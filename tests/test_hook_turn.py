@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -16,22 +15,6 @@ from triggers.hook_turn import HookTurnSpec
 from triggers.llm import ChatClient
 
 from . import fake_llm
-
-
-@pytest.fixture
-async def llm() -> AsyncIterator[fake_llm.FakeLLM]:
-    server = await fake_llm.FakeLLM().start()
-    try:
-        yield server
-    finally:
-        await server.stop()
-
-
-@pytest.fixture
-async def kernel(nats_url: str) -> AsyncIterator[Bus]:
-    async with Bus(nats_url, name="kernel", trust_new=True) as bus:
-        await bus.middleware.start()
-        yield bus
 
 
 async def judged(kernel: Bus, nats_url: str, llm: fake_llm.FakeLLM, payload: dict[str, Any], **spec: Any) -> Any:

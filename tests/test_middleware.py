@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
@@ -28,17 +26,7 @@ from bus import (
 from bus.declaration import MAX_TIMEOUT
 from bus.testing import JournalRecorder, serving, wait_for_chain
 
-
-def unique(prefix: str) -> str:
-    """Module names are unique per test: trust records outlive a test on the shared server."""
-    return f"{prefix}{uuid.uuid4().hex[:6]}"
-
-
-@pytest.fixture
-async def kernel(nats_url: str) -> AsyncIterator[Bus]:
-    async with Bus(nats_url, name="kernel", trust_new=True) as bus:
-        await bus.middleware.start()
-        yield bus
+from .conftest import unique
 
 
 async def test_undeclared_stage_continues(kernel: Bus) -> None:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -14,20 +12,10 @@ from bus import Bus, Cancel, Continue, Module, Patch
 from bus.declaration import declare
 from bus.registry import MODULES_BUCKET, Announcement, open_bucket
 from bus.testing import JournalRecorder, serving, wait_for_chain
+from tests.conftest import unique
 from tests.mwproc import module_process
 
 FAIL_MODES = [pytest.param(False, id="fail-open"), pytest.param(True, id="fail-closed")]
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}{uuid.uuid4().hex[:6]}"
-
-
-@pytest.fixture
-async def kernel(nats_url: str) -> AsyncIterator[Bus]:
-    async with Bus(nats_url, name="kernel", trust_new=True) as bus:
-        await bus.middleware.start()
-        yield bus
 
 
 def expect(decision: Any, fail_closed: bool, outcome: str) -> None:

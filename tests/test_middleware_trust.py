@@ -3,30 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import orjson
-import pytest
 
 from bus import Bus, Cancel, Continue, MiddlewareOptions, Module, Patch, Stage, TrustState
 from bus.declaration import declare
 from bus.testing import EventRecorder, JournalRecorder, serving, wait_for_chain
-from tests.conftest import run_cli
+from tests.conftest import run_cli, unique
 from tests.mwproc import module_process
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}{uuid.uuid4().hex[:6]}"
-
-
-@pytest.fixture
-async def kernel(nats_url: str) -> AsyncIterator[Bus]:
-    async with Bus(nats_url, name="kernel", trust_new=True) as bus:
-        await bus.middleware.start()
-        yield bus
 
 
 async def cli(nats_url: str, *args: str) -> str:
