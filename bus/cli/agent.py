@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import signal
+from contextlib import AsyncExitStack
 from pathlib import Path
 
-from bus.cli.common import add_nats_url
+from bus.cli.common import add_metrics_port, add_nats_url, serve_metrics, stop_on_signals
 from bus.client import Bus
 from bus.errors import ConfigError
 from bus.subjects import TOKEN_RE
@@ -40,6 +40,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="FILE",
         help="hook_turns.yaml: serve these stages by asking the model (module hook-turns-NAME, managed by this agent)",
     )
+    parser.add_argument("--host", default="127.0.0.1", help="address /metrics binds (default: 127.0.0.1)")
+    add_metrics_port(parser)
     add_nats_url(parser)
     parser.set_defaults(func=run)
 
@@ -72,11 +74,10 @@ async def run(args: argparse.Namespace) -> int:
         specs = hook_turn.load(args.hook_turns)
         judge = ChatClient(args.llm_url, args.model, client_key(args), attempts=1, provider=args.provider)
         hook_turns = hook_turn.build_module(f"hook-turns-{args.name}", specs, judge)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    stop = stop_on_signals()
+    stack = AsyncExitStack()
     try:
+        metrics = serve_metrics(stack, args.host, args.metrics_port)
         managed = [hook_turns.name] if hook_turns else []
         async with Bus(
             args.nats_url, name=f"hookbus-agent-{args.name}", connect_timeout=args.connect_timeout, managed=managed
@@ -86,11 +87,13 @@ async def run(args: argparse.Namespace) -> int:
             serving = asyncio.create_task(hook_turns.serve(bus=bus)) if hook_turns else None
             await bus.flush()
             extra = f" and {len(hook_turns.declarations)} hook-turns" if hook_turns else ""
-            print(f"agent {args.name}: serving turns{extra} with {args.model} at {args.llm_url}", flush=True)
+            where = f", metrics {metrics}" if metrics else ""
+            print(f"agent {args.name}: serving turns{extra} with {args.model} at {args.llm_url}{where}", flush=True)
             await stop.wait()
             if serving is not None:
                 serving.cancel()
                 await asyncio.gather(serving, return_exceptions=True)
     finally:
         await client.close()
+        await stack.aclose()
     return 0

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
+import signal
 import sys
+from contextlib import AsyncExitStack
 from typing import Any
 
 import orjson
+from prometheus_client import start_http_server
 
 from bus.connection import URL_ENV
 from bus.errors import ConfigError
@@ -69,3 +73,35 @@ def read_json_object(text: str | None, what: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ConfigError(f"{what} must be a JSON object, not {type(value).__name__}")
     return value
+
+
+def add_metrics_port(parser: argparse.ArgumentParser, default: int = -1) -> None:
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=default,
+        help=f"serve Prometheus /metrics on this port; 0: any free port; -1: off (default: {default})",
+    )
+
+
+def serve_metrics(stack: AsyncExitStack, host: str, port: int) -> str | None:
+    """Serve /metrics until ``stack`` closes, unless ``port`` is -1; returns its URL."""
+    if port < 0:
+        return None
+    try:
+        httpd, thread = start_http_server(port, addr=host)
+    except OSError as exc:
+        raise ConfigError(f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}") from None
+    stack.callback(thread.join, 5)
+    stack.callback(httpd.server_close)
+    stack.callback(httpd.shutdown)
+    return f"http://{host}:{httpd.server_port}/metrics"
+
+
+def stop_on_signals() -> asyncio.Event:
+    """An event set by SIGINT or SIGTERM: long-running commands stop cleanly on either."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    return stop

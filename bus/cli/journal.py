@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import signal
+from contextlib import AsyncExitStack
 from pathlib import Path
 
-from bus.cli.common import add_nats_url
+from bus.cli.common import add_metrics_port, add_nats_url, serve_metrics, stop_on_signals
 from bus.client import Bus
 from bus.errors import ConfigError
 from bus.journal import canonical_time
@@ -39,6 +39,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="run only the journal sink (stream -> SQLite + JSONL) against an existing NATS",
     )
     sink.add_argument("--workspace", type=Path, default=Path(".hookbus"))
+    sink.add_argument("--host", default="127.0.0.1", help="address /metrics binds (default: 127.0.0.1)")
+    add_metrics_port(sink)
     add_nats_url(sink)
     sink.set_defaults(func=run_sink)
 
@@ -87,12 +89,13 @@ def _cell(value: object) -> str:
 async def run_sink(args: argparse.Namespace) -> int:
     from subscribers.journal_sink import JournalSink
 
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    async with Bus(args.nats_url, name="hookbus-journal-sink", connect_timeout=args.connect_timeout) as bus:
+    stop = stop_on_signals()
+    async with AsyncExitStack() as stack:
+        metrics = serve_metrics(stack, args.host, args.metrics_port)
+        bus = await stack.enter_async_context(
+            Bus(args.nats_url, name="hookbus-journal-sink", connect_timeout=args.connect_timeout)
+        )
         sink = JournalSink(bus, args.workspace.resolve())
-        print(f"journal sink: {sink.store.path}", flush=True)
+        print(f"journal sink: {sink.store.path}" + (f", metrics {metrics}" if metrics else ""), flush=True)
         await sink.run(stop)
     return 0

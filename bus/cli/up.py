@@ -11,16 +11,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import signal
 import sys
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from prometheus_client import start_http_server
-
-from bus.cli.common import add_nats_url
+from bus.cli.common import add_nats_url, serve_metrics, stop_on_signals
 from bus.client import Bus
 from bus.connection import URL_ENV
 from bus.errors import ConfigError, ServerError
@@ -104,10 +101,7 @@ async def run(args: argparse.Namespace) -> int:
     _check_port("metrics-port", args.metrics_port, allow_off=True)
     workspace: Path = args.workspace.resolve()
     workspace.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - once, before anything runs
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    stop = stop_on_signals()
 
     async with AsyncExitStack() as stack:
         server = None
@@ -121,12 +115,9 @@ async def run(args: argparse.Namespace) -> int:
         lines = [f"hookbus up: workspace {workspace}"]
         where = f"{server.url} (embedded, JetStream store {server.store_dir})" if server else f"{nats_url} (external)"
         lines.append(f"  nats     {where}")
-        if args.metrics_port >= 0:
-            httpd, thread = start_http_server(args.metrics_port, addr=args.host)
-            stack.callback(thread.join, 5)
-            stack.callback(httpd.server_close)
-            stack.callback(httpd.shutdown)
-            lines.append(f"  metrics  http://{args.host}:{httpd.server_port}/metrics")
+        metrics = serve_metrics(stack, args.host, args.metrics_port)
+        if metrics:
+            lines.append(f"  metrics  {metrics}")
         ctx = UpContext(bus=bus, workspace=workspace, nats_url=nats_url, args=args, lines=lines)
         for service in services():
             await stack.enter_async_context(service(ctx))
