@@ -6,14 +6,16 @@ import asyncio
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from bus import Bus
+from bus import Bus, Cancel, Continue, Module, Stage
 from bus.journal import STREAM, JournalEntry, ensure_stream, record
-from bus.testing import EventRecorder, NatsCluster
+from bus.testing import EventRecorder, NatsCluster, serving, wait_for_chain
 from subscribers.journal_sink import JournalSink
 from subscribers.journal_store import DB_NAME, JournalStore
+from subscribers.worker import ShellWorker
 
 from .test_reconnect import wait_until
 
@@ -60,6 +62,30 @@ async def test_events_and_journal_flow_across_nodes(cluster: NatsCluster, worksp
         store = JournalStore(workspace / DB_NAME)
         assert store.count() == 20
         store.close()
+
+
+async def test_intercepts_and_shell_hooks_across_nodes(cluster: NatsCluster, workspace: Path) -> None:
+    """Agent on node 1, a handler module on node 2, a shell-hook worker on node 3."""
+    n1, n2, n3 = cluster.urls
+    guard = Module("cluster-guard")
+
+    @guard.stage(Stage.TOOL_CALL)
+    async def no_rm(stage: str, payload: dict[str, Any]) -> Cancel | Continue:
+        return Cancel("only by hand") if "rm" in payload["input"]["command"] else Continue()
+
+    (workspace / "hooks.json").write_text(
+        '{"hooks": {"tool_call": [{"command": "/bin/sh", "args": ["-c", "echo ran >> hooked"]}]}}'
+    )
+    async with Bus(n1, name="agent", managed=["cluster-guard"]) as agent, Bus(n3, name="worker") as worker_bus:
+        async with serving(guard, n2), ShellWorker(worker_bus, workspace, poll_interval=0.05) as worker:
+            await wait_for_chain(agent, "tool.call", ["cluster-guard.no_rm"])
+            decision = await agent.intercept(Stage.TOOL_CALL, {"name": "shell", "input": {"command": "rm -rf /"}})
+            assert decision == Cancel("only by hand", "cluster-guard.no_rm")
+            await worker_bus.flush()
+            await asyncio.sleep(0.3)  # interest crosses the routes
+            await agent.emit("prx.lifecycle.tool_call", {"tool": "shell", "success": True, "output": ""})
+            await wait_until(lambda: worker.stats.runs == 1)
+        assert (workspace / "hooked").read_text() == "ran\n"
 
 
 async def test_agent_fails_over_when_its_node_dies(tmp_path: Path) -> None:
