@@ -7,6 +7,7 @@ reports each disconnect and reconnect through the callbacks it is given.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -49,8 +50,9 @@ async def _attempt(servers: list[str], **options: Any) -> Client:
     try:
         await nc.connect(servers, **options)
     except BaseException:
+        # Bounded: closing a client whose TLS upgrade failed can wait on a transport that never finishes.
         with contextlib.suppress(Exception):
-            await nc.close()
+            await asyncio.wait_for(nc.close(), timeout=1.0)
         raise
     return nc
 
