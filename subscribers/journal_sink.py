@@ -10,7 +10,9 @@ stopped finds everything it missed waiting in the stream.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -31,7 +33,18 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("hookbus.journal")
 
-DURABLE: Final = "hookbus-journal-sink"
+DURABLE_PREFIX: Final = "hookbus-journal-"
+
+
+def durable_for(workspace: Path) -> str:
+    """The consumer name of a workspace's sink: each journal.db gets every entry.
+
+    Sinks of different workspaces (one per machine, say) must not share one
+    consumer, or each database would hold only a part of the journal; a sink
+    restarted on the same workspace takes up where it stopped.
+    """
+    where = f"{socket.gethostname()}:{workspace.resolve()}"
+    return DURABLE_PREFIX + hashlib.sha256(where.encode()).hexdigest()[:12]
 BATCH: Final = 500
 #: Unacknowledged entries (a crashed sink's last batch) come back after this many seconds.
 ACK_WAIT_S: Final = 5
@@ -40,11 +53,11 @@ ACK_WAIT_S: Final = 5
 class JournalSink:
     """Moves journal entries from the stream into the workspace's SQLite and JSONL files."""
 
-    def __init__(self, bus: Bus, workspace: Path, durable: str = DURABLE) -> None:
+    def __init__(self, bus: Bus, workspace: Path, durable: str | None = None) -> None:
         self.bus = bus
         self.store = JournalStore(workspace / DB_NAME)
         self.jsonl = JsonlWriter(workspace / JSONL_DIR)
-        self.durable = durable
+        self.durable = durable or durable_for(workspace)
         self.stored = 0
         self.rejected = 0
         self._bad_log = RateLimitedLog(log)

@@ -209,3 +209,21 @@ def test_jsonl_rotates_by_size(tmp_path: Path) -> None:
     files = sorted(p.name for p in tmp_path.iterdir())
     assert len(files) == 3  # the live file and two rotated ones, the oldest dropped
     assert all(p.stat().st_size <= 2_000 + 400 for p in tmp_path.iterdir())
+
+
+async def test_sinks_of_two_workspaces_each_store_every_entry(own_server: NatsServer, tmp_path: Path) -> None:
+    async with Bus(own_server.url) as bus:
+        await ensure_stream(bus)
+        sinks = [JournalSink(bus, tmp_path / name) for name in ("machine-a", "machine-b")]
+        assert sinks[0].durable != sinks[1].durable
+        stop = asyncio.Event()
+        tasks = [asyncio.create_task(sink.run(stop)) for sink in sinks]
+        try:
+            for i in range(50):
+                await record(bus, entry(who=f"h{i}"))
+            for sink in sinks:
+                await wait_count(sink.store.path, 50)
+        finally:
+            stop.set()
+            await asyncio.gather(*tasks)
+        assert [sink.stored for sink in sinks] == [50, 50]
