@@ -157,3 +157,21 @@ async def test_wrong_credentials_are_refused_clearly(server: NatsServer) -> None
 
 async def _quiet(exc: Exception) -> None:
     """Permission violations are what these tests provoke."""
+
+
+async def test_token_from_the_environment_and_the_cli_flag(monkeypatch: pytest.MonkeyPatch) -> None:
+    with NatsServer(extra_args=("--auth", "s3cret-token")) as server:
+        with pytest.raises(ConnectError, match="refused the credentials"):
+            async with Bus(server.url, connect_timeout=1):
+                pass
+        monkeypatch.setenv("HOOKBUS_NATS_TOKEN", "s3cret-token")
+        async with Bus(server.url) as bus:
+            rec = EventRecorder()
+            await bus.subscribe("eva.custom.>", rec)
+            await bus.flush()
+            monkeypatch.delenv("HOOKBUS_NATS_TOKEN")
+            done = await asyncio.to_thread(
+                run_cli, "emit", "eva.custom.t", "{}", "--nats-url", server.url, "--nats-token", "s3cret-token"
+            )
+            assert done.returncode == 0, done.stderr
+            await rec.wait_for(1)
