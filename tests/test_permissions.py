@@ -175,3 +175,32 @@ async def test_token_from_the_environment_and_the_cli_flag(monkeypatch: pytest.M
             )
             assert done.returncode == 0, done.stderr
             await rec.wait_for(1)
+
+
+async def test_nkey_seed_file(tmp_path: Path) -> None:
+    import os
+
+    import nkeys
+
+    seed = nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_USER)
+    public = nkeys.from_seed(bytearray(seed)).public_key.decode()
+    (tmp_path / "user.nk").write_bytes(seed)
+    config = tmp_path / "nkeys.conf"
+    config.write_text(f"authorization {{ users: [ {{ nkey: {public} }} ] }}\n")
+    with NatsServer(config_file=config, jetstream=False) as server:
+        with pytest.raises(ConnectError):
+            async with Bus(server.url, connect_timeout=1):
+                pass
+        async with Bus(server.url, nats_options={"nkeys_seed": str(tmp_path / "user.nk")}) as bus:
+            assert await bus.emit("eva.custom.nkey", {})
+        done = await asyncio.to_thread(
+            run_cli,
+            "emit",
+            "eva.custom.n",
+            "{}",
+            "--nats-url",
+            server.url,
+            "--nats-nkey-seed",
+            str(tmp_path / "user.nk"),
+        )
+        assert done.returncode == 0, done.stderr
