@@ -86,7 +86,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.close()
         return 0
     return code
-
-
-if __name__ == "__main__":
-    sys.exit(main())
