@@ -45,6 +45,8 @@ def durable_for(workspace: Path) -> str:
     """
     where = f"{socket.gethostname()}:{workspace.resolve()}"
     return DURABLE_PREFIX + hashlib.sha256(where.encode()).hexdigest()[:12]
+
+
 BATCH: Final = 500
 #: Unacknowledged entries (a crashed sink's last batch) come back after this many seconds.
 ACK_WAIT_S: Final = 5
