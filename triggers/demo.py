@@ -165,6 +165,10 @@ async def run_demo(
                 await fleet.session(names[index % agents])
 
         await asyncio.gather(*(one(i) for i in range(sessions)))
+        # Whatever the dice said, show the guard at work once each way.
+        showcase = f"sess_{uuid.uuid4().hex[:8]}"
+        await fleet.tool_call(showcase, "rm -rf build/")
+        await fleet.tool_call(showcase, "deploy")
         await bus.emit("eva.spend.day", {"total_usd": round(rng.uniform(6, 40), 2), "day": "today"})
         await bus.emit("eva.spend.day", {"total_usd": 1.5, "day": "yesterday"})  # filtered out: journaled as such
         for _ in range(100):
