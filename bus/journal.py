@@ -29,6 +29,7 @@ from bus.connection import jetstream_replicas
 from bus.eager import run_eager
 from bus.envelope import Encoder, format_timestamp
 from bus.errors import BusClosedError, HookbusError
+from bus.jsonobject import json_object
 from bus.subjects import TOKEN_RE
 
 if TYPE_CHECKING:
@@ -204,12 +205,7 @@ _OPTIONAL_TEXT: Final = ("cause", "session", "agent", "trace_id", "identity")
 
 def decode_entry(data: bytes) -> JournalEntry:
     """Decode a journal entry, naming what is wrong if it is not one."""
-    try:
-        obj: Any = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
-        raise JournalError(f"journal entry is not JSON ({exc})") from None
-    if not isinstance(obj, dict):
-        raise JournalError(f"journal entry must be a JSON object, not {type(obj).__name__}")
+    obj = json_object(data, "journal entry", JournalError)
     for name in _TEXT_FIELDS:
         if not isinstance(obj.get(name), str) or not obj[name]:
             raise JournalError(f"journal entry field {name!r} must be a non-empty string")

@@ -23,6 +23,7 @@ from nats.aio.msg import Msg
 from bus import depth as _depth
 from bus.envelope import Encoder, format_timestamp
 from bus.errors import HookbusError
+from bus.jsonobject import json_object
 from bus.ratelog import RateLimitedLog
 from bus.subjects import TOKEN_RE
 
@@ -83,12 +84,7 @@ def turn_subject(agent: str) -> str:
 
 def decode_turn_request(data: bytes) -> TurnRequest:
     """Decode a turn request, naming what is wrong if it is not one."""
-    try:
-        obj: Any = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
-        raise TurnRequestError(f"turn request is not JSON ({exc})") from None
-    if not isinstance(obj, dict):
-        raise TurnRequestError(f"turn request must be a JSON object, not {type(obj).__name__}")
+    obj = json_object(data, "turn request", TurnRequestError)
     for name, kinds in (("agent", str), ("prompt", str), ("id", str)):
         if not isinstance(obj.get(name), kinds):
             raise TurnRequestError(f"turn request field {name!r} must be a string")

@@ -52,6 +52,15 @@ async def start_worker(bus: Bus, workspace: Path) -> AsyncIterator[StartWorker]:
         await worker.stop()
 
 
+def dump_hook(workspace: Path) -> Path:
+    """A tool_call hook that writes every channel it gets into the returned directory."""
+    out = workspace / "out"
+    out.mkdir()
+    script(workspace, "dump.sh", DUMP)
+    write_hooks(workspace, {"tool_call": [{"command": "./dump.sh", "stdin_json": True, "env": {"OUT_DIR": str(out)}}]})
+    return out
+
+
 def env_of(path: Path) -> dict[str, str]:
     return dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
 
@@ -59,10 +68,7 @@ def env_of(path: Path) -> dict[str, str]:
 async def test_payload_reaches_the_hook_through_all_three_channels(
     bus: Bus, workspace: Path, start_worker: StartWorker
 ) -> None:
-    out = workspace / "out"
-    out.mkdir()
-    script(workspace, "dump.sh", DUMP)
-    write_hooks(workspace, {"tool_call": [{"command": "./dump.sh", "stdin_json": True, "env": {"OUT_DIR": str(out)}}]})
+    out = dump_hook(workspace)
     recorder = EventRecorder()
     await bus.subscribe("prx.lifecycle.tool_call", recorder)
     worker = await start_worker()
@@ -100,10 +106,7 @@ async def test_stdin_is_empty_without_stdin_json(bus: Bus, workspace: Path, star
 async def test_payload_over_8_kb_is_not_in_the_environment(
     bus: Bus, workspace: Path, start_worker: StartWorker
 ) -> None:
-    out = workspace / "out"
-    out.mkdir()
-    script(workspace, "dump.sh", DUMP)
-    write_hooks(workspace, {"tool_call": [{"command": "./dump.sh", "stdin_json": True, "env": {"OUT_DIR": str(out)}}]})
+    out = dump_hook(workspace)
     recorder = EventRecorder()
     await bus.subscribe("prx.lifecycle.tool_call", recorder)
     await start_worker()
