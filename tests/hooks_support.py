@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import orjson
+
+from .waiting import wait_until
+
+__all__ = ["script", "wait_for_file", "wait_until", "write_hooks"]
 
 
 def script(workspace: Path, name: str, body: str) -> Path:
@@ -24,16 +26,6 @@ def write_hooks(workspace: Path, hooks: dict[str, list[dict[str, Any]]]) -> None
     tmp = workspace / ".hooks.json.new"
     tmp.write_bytes(orjson.dumps({"hooks": hooks}))
     os.replace(tmp, workspace / "hooks.json")
-
-
-async def wait_until(predicate: Callable[[], bool], timeout: float = 15.0, what: str = "condition") -> None:
-    """Poll ``predicate`` until true; fail naming ``what`` after ``timeout``."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 async def wait_for_file(path: Path, timeout: float = 15.0) -> str:

@@ -12,7 +12,7 @@ from triggers.llm import ChatClient
 from triggers.runner import TurnRunner
 
 from . import fake_llm
-from .test_reconnect import wait_until
+from .waiting import wait_until
 
 
 async def run_turn(

@@ -17,7 +17,7 @@ from subscribers.journal_sink import JournalSink
 from subscribers.journal_store import DB_NAME, JournalStore
 from subscribers.worker import ShellWorker
 
-from .test_reconnect import wait_until
+from .waiting import wait_until
 
 
 @pytest.fixture(scope="module")

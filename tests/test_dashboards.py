@@ -23,7 +23,7 @@ from triggers.demo import GUARD, run_demo
 from .conftest import require_binary
 from .prometheus import Prometheus, free_port
 from .test_cli import UpProcess
-from .test_reconnect import wait_until
+from .waiting import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"

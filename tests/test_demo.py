@@ -8,7 +8,7 @@ import orjson
 
 from .conftest import run_cli
 from .test_cli import UpProcess
-from .test_reconnect import wait_until
+from .waiting import wait_until
 
 
 async def test_demo_moves_every_part(workspace: Path) -> None:

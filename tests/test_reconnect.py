@@ -7,13 +7,7 @@ import asyncio
 from bus import Bus, NatsServer
 from bus.testing import EventRecorder
 
-
-async def wait_until(condition, timeout: float = 15.0) -> None:  # type: ignore[no-untyped-def]
-    async def poll() -> None:
-        while not condition():
-            await asyncio.sleep(0.02)
-
-    await asyncio.wait_for(poll(), timeout)
+from .waiting import probe_until, wait_until
 
 
 async def test_emit_while_server_down_neither_blocks_nor_raises(own_server: NatsServer) -> None:
@@ -53,9 +47,10 @@ async def test_subscriber_survives_a_server_restart(own_server: NatsServer) -> N
         await asyncio.to_thread(own_server.restart)
         await wait_until(lambda: agent.connected and worker.connected)
         await worker.flush()
-        for _ in range(50):  # the agent may come back before the worker's interest is re-sent
-            await agent.emit("prx.lifecycle.error", {"component": "x", "message": "y"})
-            await asyncio.sleep(0.02)
-            if rec.events:
-                break
-        assert rec.events and rec.events[0].payload["component"] == "x"
+        # the agent may come back before the worker's interest is re-sent: probe until one arrives
+        await probe_until(
+            lambda: agent.emit("prx.lifecycle.error", {"component": "x", "message": "y"}),
+            lambda: rec.events,
+            what="an event after the restart",
+        )
+        assert rec.events[0].payload["component"] == "x"

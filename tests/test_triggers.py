@@ -20,7 +20,7 @@ from triggers.config import TriggerSpec
 from triggers.engine import TriggerEngine
 
 from .conftest import run_cli
-from .test_reconnect import wait_until
+from .waiting import wait_until
 
 
 def spec(**fields: Any) -> TriggerSpec:
