@@ -31,7 +31,7 @@ from bus.envelope import DEFAULT_MAX_BYTES, Encoder, Event, decode
 from bus.errors import BusClosedError, ConfigError, EnvelopeError, SubjectError
 from bus.intercept import Interceptor, MiddlewareOptions
 from bus.journal import JournalEntry, record
-from bus.publisher import Publisher
+from bus.publisher import Publisher, flush_quietly, ordered_flush
 from bus.ratelog import RateLimitedLog
 from bus.server import NatsServer
 from bus.stats import COLLECTOR, BusStats
@@ -304,9 +304,7 @@ class Bus:
         await _settle(self._background, self._close_timeout, "journal writes")
         nc, self._nc, self._publisher = self._nc, None, None
         if nc is not None:
-            try:
-                await asyncio.wait_for(nc.flush(), timeout=self._close_timeout)
-            except (TimeoutError, nats.errors.Error):
+            if nc.is_connected and not await flush_quietly(nc, self._close_timeout):
                 log.warning("could not flush pending events to NATS while closing")
             await nc.close()
         COLLECTOR.retire(self.stats)
@@ -427,7 +425,18 @@ class Bus:
             pending_bytes_limit=pending_bytes,
         )
         self._subs.add(sub)
+        await self._settle_subscription()
         return sub
+
+    async def _settle_subscription(self) -> None:
+        """Let a new subscription reach the server, so what is published after we return is delivered.
+
+        While disconnected nats-py re-sends subscriptions on reconnect: nothing to wait for.
+        """
+        nc = self.nc
+        if nc.is_connected:
+            with contextlib.suppress(nats.errors.Error, TimeoutError):
+                await ordered_flush(nc, self._connect_timeout)
 
     async def serve_turns(self, agent: str, handler: TurnHandler, *, concurrency: int = 4) -> TurnServer:
         """Run ``handler`` for each turn request to ``agent`` (replicas share them).
@@ -449,8 +458,13 @@ class Bus:
         return True
 
     async def flush(self, timeout: float = 5.0) -> None:
-        """Wait until everything emitted so far reached the server."""
-        await self.nc.flush(timeout=int(timeout) or 1)
+        """Wait until the server has processed everything sent so far: events, subscriptions, requests.
+
+        Unlike nats-py's own ``flush`` this keeps its promise (see
+        :func:`bus.publisher.ordered_flush`). Raises nats.errors.TimeoutError
+        when the server does not answer within ``timeout``.
+        """
+        await ordered_flush(self.nc, timeout)
 
     async def _on_error(self, exc: Exception) -> None:
         if self._state is BusState.UNOPENED:

@@ -12,14 +12,24 @@ are missing, or while disconnected, it falls back to ``publish``.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable
 from typing import Final
 
+import nats.errors
 from nats.aio.client import Client
 
 _CONNECTED: Final = Client.CONNECTED
 _CRLF: Final = b"\r\n"
-_NEEDED: Final = ("_status", "_pending", "_pending_data_size", "_max_pending_size", "_flush_queue", "_flush_pending")
+_NEEDED: Final = (
+    "_status",
+    "_transport",
+    "_pending",
+    "_pending_data_size",
+    "_max_pending_size",
+    "_flush_queue",
+    "_flush_pending",
+)
 
 
 def fast_path_available(nc: Client) -> bool:
@@ -64,3 +74,36 @@ class Publisher:
         if queue is not None and queue.empty():
             return nc._flush_pending()
         return None
+
+
+async def ordered_flush(nc: Client, timeout: float) -> None:
+    """Return once the server has processed everything this client queued before the call.
+
+    nats-py 2.x's ``flush`` writes its ``PING`` straight to the transport while
+    ``SUB`` and ``PUB`` commands wait in the pending buffer for the flusher task,
+    so the ``PONG`` can come back before the server has seen them. Here the
+    pending buffer is handed to the transport first, then the ping goes out
+    behind it. Without the internals this needs, two plain flushes do the same:
+    the first one's flusher run writes the buffer before its ``PONG`` can arrive.
+    Raises nats.errors.TimeoutError (a FlushTimeoutError) when no ``PONG`` comes.
+    """
+    whole = max(1, int(timeout))  # nats-py takes whole seconds here
+    transport = nc._transport if fast_path_available(nc) else None
+    if transport is None:
+        await nc.flush(timeout=whole)
+        await nc.flush(timeout=whole)
+        return
+    if nc._status == _CONNECTED and nc._pending_data_size > 0:
+        transport.writelines(nc._pending[:])
+        nc._pending = []
+        nc._pending_data_size = 0
+    await nc.flush(timeout=whole)
+
+
+async def flush_quietly(nc: Client, timeout: float) -> bool:
+    """``ordered_flush`` that reports trouble as False instead of raising (closing paths)."""
+    try:
+        await asyncio.wait_for(ordered_flush(nc, timeout), timeout=timeout + 1)
+    except (TimeoutError, nats.errors.Error):
+        return False
+    return True

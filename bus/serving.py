@@ -16,6 +16,7 @@ from nats.aio.msg import Msg
 
 from bus.eager import run_eager
 from bus.errors import RegistryError
+from bus.publisher import ordered_flush
 from bus.registry import MODULES_BUCKET, announcement_of, open_bucket
 
 if TYPE_CHECKING:
@@ -46,7 +47,7 @@ class ModuleServer:
         kv = await open_bucket(nc, MODULES_BUCKET)
         subject = self.announcement.subject
         sub = await nc.subscribe(subject, queue=subject, cb=self._on_msg, pending_msgs_limit=100_000)
-        await nc.flush()
+        await ordered_flush(nc, 5.0)  # the subscription is in place before the module announces itself
         key, data = self.announcement.key, self.announcement.to_bytes()
         try:
             await kv.put(key, data)

@@ -121,6 +121,7 @@ class TurnServer:
 
     async def start(self) -> TurnServer:
         await self.bus.nc.subscribe(turn_subject(self.agent), queue=f"hookbus-agent-{self.agent}", cb=self._on_msg)
+        await self.bus.flush()  # requests sent once serve_turns returns reach this server
         return self
 
     async def _on_msg(self, msg: Msg) -> None:
