@@ -10,6 +10,8 @@ import pytest
 from bus import Bus, BusClosedError, BusState, ConnectError, Event, NotSerializableError, PayloadError, SubjectError
 from bus.testing import EventRecorder
 
+from .waiting import barrier, barrier_payload, is_barrier, probe_until, wait_until, without_barriers
+
 TOOL_CALL = {"tool": "shell", "success": True, "output": "ok"}
 
 
@@ -60,16 +62,8 @@ async def test_patterns(bus: Bus, pattern: str, subjects: list[str], expected: l
     await settle(bus)
     for subject in subjects:
         await bus.emit(subject, {})
-    await bus.emit("zz.end", {})  # a marker after everything else
-    marker = EventRecorder()
-    await bus.subscribe("zz.end", marker)
-    await settle(bus)
-    await bus.emit("zz.end", {})
-    await marker.wait_for(1)
-    await bus.flush()
-    await asyncio.sleep(0.05)
-    got = [s for s in rec.subjects if s != "zz.end"]
-    assert got == expected
+    await barrier(bus, expected[-1], rec)  # on a subject the pattern matches, after everything else
+    assert [event.subject for event in without_barriers(rec.events)] == expected
     await sub.unsubscribe()
 
 
@@ -84,13 +78,15 @@ async def test_queue_group_shares_events(nats_url: str) -> None:
             await sender.emit("eva.custom.work", {"i": i})
         await sender.flush()
 
-        async def total() -> None:
-            while len(rec_a.events) + len(rec_b.events) < 200:
-                await asyncio.sleep(0.01)
-
-        await asyncio.wait_for(total(), 10)
-        await asyncio.sleep(0.1)
-        seen = sorted(e.payload["i"] for e in rec_a.events + rec_b.events)
+        await wait_until(lambda: len(rec_a.events) + len(rec_b.events) >= 200, 10, "200 events across the group")
+        # Barriers from the same publisher into the group until each member got one: then each member has
+        # everything the server routed to it before, and a duplicate would be in.
+        await probe_until(
+            lambda: sender.emit("eva.custom.work", barrier_payload()),
+            lambda: any(map(is_barrier, rec_a.events)) and any(map(is_barrier, rec_b.events)),
+            what="a barrier at each member",
+        )
+        seen = sorted(e.payload["i"] for e in without_barriers(rec_a.events + rec_b.events))
         assert seen == list(range(200))  # each event exactly once across the group
         assert rec_a.events and rec_b.events  # and both members got some
 
@@ -139,10 +135,9 @@ async def test_handler_that_raises_does_not_stop_delivery(bus: Bus) -> None:
     errors_before = sum(bus.stats.handler_errors.values())
     for n in range(4):
         await bus.emit("eva.custom.flaky", {"n": n})
-    for _ in range(200):
-        if len(seen) == 4 and sum(bus.stats.handler_errors.values()) - errors_before == 6:
-            break
-        await asyncio.sleep(0.01)
+    await wait_until(
+        lambda: len(seen) == 4 and sum(bus.stats.handler_errors.values()) - errors_before == 6, 10, "4 runs, 6 errors"
+    )
     assert sorted(seen) == [0, 1, 2, 3]
     assert sum(bus.stats.handler_errors.values()) - errors_before == 6  # 2 async + 4 sync
 
@@ -163,19 +158,17 @@ async def test_handlers_of_one_subscription_overlap_up_to_the_bound(bus: Bus) ->
     await settle(bus)
     for n in range(6):
         await bus.emit("eva.custom.slow", {"n": n})
-    for _ in range(200):
-        if peak == 3:
-            break
-        await asyncio.sleep(0.01)
-    await asyncio.sleep(0.05)
+    await wait_until(lambda: peak == 3, 10, "three handlers in flight")
+    # All six reached the client, and two still queue behind the fourth, whose delivery waits for a slot:
+    # had the bound let it through, its handler would have run and the queue would be empty.
+    nats_sub = sub._nats
+    assert nats_sub is not None
+    await wait_until(lambda: nats_sub.delivered == 6 and nats_sub.pending_msgs == 2, 10, "the fourth held back")
     assert peak == 3  # overlapped, but never more than the bound
     assert sub.in_flight == 3
     release.set()
-    for _ in range(200):
-        if sub.in_flight == 0 and bus.stats.delivered["eva.custom.slow"] == 6:
-            break
-        await asyncio.sleep(0.01)
-    assert bus.stats.delivered["eva.custom.slow"] == 6
+    await wait_until(lambda: sub.in_flight == 0 and bus.stats.delivered["eva.custom.slow"] == 6, 10, "all six handled")
+    assert peak == 3
 
 
 @pytest.mark.parametrize(
@@ -247,7 +240,7 @@ async def test_handler_errors_are_journaled(bus: Bus) -> None:
     await bus.nc.subscribe("hookbus.journal.subscriber", cb=take)
 
     async def broken_later(event: Event) -> None:
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # not a wait: fail after the first step, in the handler's task, not inline
         raise KeyError("late")
 
     def broken_now(event: Event) -> None:
@@ -257,10 +250,7 @@ async def test_handler_errors_are_journaled(bus: Bus) -> None:
     await bus.subscribe("eva.custom.oops", broken_now)
     await settle(bus)
     await bus.emit("eva.custom.oops", {"secret": "s3cret"}, session_id="s7")
-    for _ in range(200):
-        if len(entries) == 2:
-            break
-        await asyncio.sleep(0.01)
+    await wait_until(lambda: len(entries) == 2, 10, "two journal entries")
     causes = sorted(e.cause or "" for e in entries)
     assert causes == ["KeyError: 'late'", "ValueError: now"]
     assert all(e.kind == "subscriber" and e.decision == "failed" and e.session == "s7" for e in entries)
