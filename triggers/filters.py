@@ -3,11 +3,12 @@
 ``{field: value}`` means equality; ``{field: {op: operand}}`` with op one of
 ``==  !=  >  >=  <  <=  in  not_in  matches  exists``. A comparison between
 values of different kinds is simply false, never an error at run time.
+``matches`` patterns are RE2 (see :mod:`triggers.regex`): no event can make
+one run for long.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
@@ -15,6 +16,7 @@ from typing import Any, Final
 from bus.envelope import Event
 from bus.errors import ConfigError
 from triggers.fields import MISSING, lookup, valid_path
+from triggers.regex import PatternError, compile_pattern
 
 
 def _ordered(check: Callable[[Any, Any], bool]) -> Callable[[Any, Any], bool]:
@@ -86,7 +88,10 @@ def _condition(path: str, op: Any, operand: Any, where: str) -> Condition:
         if not isinstance(operand, str):
             raise ConfigError(f"{where}: {path}: 'matches' takes a regular expression string")
         try:
-            operand = re.compile(operand)
-        except re.error as exc:
-            raise ConfigError(f"{where}: {path}: bad regular expression: {exc}") from None
+            operand = compile_pattern(operand)
+        except PatternError as exc:
+            raise ConfigError(
+                f"{where}: {path}: bad regular expression {operand!r}: {exc} "
+                "(patterns are RE2: no backreferences, no lookahead or lookbehind)"
+            ) from None
     return Condition(path, op, operand)
