@@ -24,7 +24,7 @@ from nats.aio.subscription import Subscription as NatsSubscription
 
 from bus import depth as _depth
 from bus.catalog import check_strict
-from bus.connection import auth_options, open_connection, resolve_servers
+from bus.connection import auth_options, open_connection, resolve_servers, with_private_inbox
 from bus.decisions import Decision
 from bus.eager import start_eager
 from bus.envelope import DEFAULT_MAX_BYTES, Encoder, Event, decode
@@ -219,7 +219,7 @@ class Bus:
         self._encoder = Encoder(max_bytes, source)
         self._connect_timeout = connect_timeout
         self._close_timeout = close_timeout
-        self._nats_options = {**auth_options(), **(nats_options or {})}
+        self._nats_options = with_private_inbox(self._servers or [], {**auth_options(), **(nats_options or {})})
         self._nc: Client | None = None
         self._publisher: Publisher | None = None
         self._subs: set[Subscription] = set()
@@ -231,6 +231,10 @@ class Bus:
         self._warned_disconnected = False
         self.middleware = Interceptor(
             self, managed=Managed.of(managed), trust_new=trust_new, options=middleware or MiddlewareOptions()
+        #: The NATS user this Bus journals as (the token after ``_INBOX.``), or None without one.
+        #: Journal subjects end with it and the shipped permissions let each user publish only
+        #: its own, so a sink knows who wrote an entry without trusting the entry.
+        self.journal_origin: str | None = str(self._nats_options["inbox_prefix"]).partition(".")[2] or None
         )
 
     @property

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import textwrap
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from triggers.config import TriggerSpec
 from triggers.engine import TriggerEngine
 
 from .conftest import run_cli
-from .waiting import wait_until
+from .waiting import barrier_payload, probe_until, wait_until
 
 
 def spec(**fields: Any) -> TriggerSpec:
@@ -97,16 +98,33 @@ def test_filters_and_templates() -> None:
         assert not all(c.holds(bad) for c in s.conditions)
 
 
+BARRIER_PROMPT = "barrier"
+
+
 class Agent:
     """A turn handler that records requests; optionally emits turn.completed like a real agent."""
 
-    def __init__(self, bus: Bus, emit_completed: bool = False, hold: asyncio.Event | None = None) -> None:
+    def __init__(
+        self, bus: Bus, emit_completed: bool = False, hold: asyncio.Event | None = None, name: str = "eva"
+    ) -> None:
         self.bus = bus
+        self.name = name
         self.requests: list[TurnRequest] = []
+        self.barriers: list[str] = []
         self.emit_completed = emit_completed
         self.hold = hold
 
+    async def barrier(self, via: Bus) -> None:
+        """Send a turn request from ``via`` (an engine's bus) and wait until it is here: then every
+        turn that engine asked for before has arrived, and a test can assert that no other did."""
+        prompt = f"{BARRIER_PROMPT} {uuid.uuid4().hex}"
+        await via.request_turn(TurnRequest(agent=self.name, prompt=prompt))
+        await wait_until(lambda: prompt in self.barriers, 10, "the barrier turn")
+
     async def __call__(self, request: TurnRequest) -> str:
+        if request.trigger is None and request.prompt.startswith(BARRIER_PROMPT):
+            self.barriers.append(request.prompt)
+            return "done"
         self.requests.append(request)
         if self.hold is not None:
             await self.hold.wait()
@@ -199,8 +217,10 @@ async def test_debounce_fires_once_with_the_last_event(bus: Bus, engine: Trigger
     for total in (1, 2, 3):
         await bus.emit("eva.spend.day", {"total": total})
     await wait_until(lambda: len(agent.requests) == 1)
-    await asyncio.sleep(0.4)
+    assert engine.state["t"].debounce is None  # no timer left that could fire again
+    await agent.barrier(bus)
     assert [r.prompt for r in agent.requests] == ["spent 3"]
+    await wait_until(lambda: len(journal.entries) >= 3, 10, "three journal entries")
     assert journal.reasons() == ["debounce", "debounce", "fired"]
 
 
@@ -212,7 +232,7 @@ async def test_turn_completed_loop_stops_at_the_depth_limit(bus: Bus, engine: Tr
     await bus.flush()
     await bus.emit("eva.turn.completed", {"answer": "first"})
     await wait_until(lambda: any(e.decision == "suppressed" for e in journal.entries))
-    await asyncio.sleep(0.3)  # nothing more may happen after the stop
+    await agent.barrier(bus)  # nothing more may start after the stop
     assert [r.depth for r in agent.requests] == [1, 2, 3, 4, 5, 6, 7]
     last = journal.entries[-1]
     assert last.decision == "suppressed" and last.depth == 7
@@ -221,19 +241,30 @@ async def test_turn_completed_loop_stops_at_the_depth_limit(bus: Bus, engine: Tr
 
 async def test_replicas_start_each_turn_once(nats_url: str) -> None:
     async with Bus(nats_url) as a, Bus(nats_url) as b, Bus(nats_url) as agent_bus:
-        agent = Agent(agent_bus)
+        agent = Agent(agent_bus, name="solo")
         await agent_bus.serve_turns("solo", agent)
         engines = [await TriggerEngine(x).start() for x in (a, b)]
+        # the filter keeps the barrier events below from starting turns
+        has_n = {"payload.n": {"exists": True}}
+        ticks = spec(
+            name="r", on="eva.custom.tick", prompt="{payload.n}", agent="solo", max_in_flight=100, filter=has_n
+        )
         for eng in engines:
-            await eng.apply(
-                {"r": spec(name="r", on="eva.custom.tick", prompt="{payload.n}", agent="solo", max_in_flight=100)}
-            )
+            await eng.apply({"r": ticks})
         for x in (a, b, agent_bus):
             await x.flush()
         for n in range(30):
             await agent_bus.emit("eva.custom.tick", {"n": n})
         await wait_until(lambda: len(agent.requests) == 30)
-        await asyncio.sleep(0.3)
+        # Barrier events from the same publisher into the group until each engine has handled one, so has
+        # handled (and fired for) every tick it got before; then a barrier turn from each engine's bus.
+        await probe_until(
+            lambda: agent_bus.emit("eva.custom.tick", barrier_payload()),
+            lambda: all(e.status()[0]["suppressed"].get("filter", 0) > 0 for e in engines),
+            what="a barrier event at each engine",
+        )
+        for x in (a, b):
+            await agent.barrier(x)
         assert sorted(int(r.prompt) for r in agent.requests) == list(range(30))
         assert all(e.status()[0]["fired"] > 0 for e in engines)
         for eng in engines:
