@@ -35,7 +35,7 @@ from bus.publisher import Publisher, flush_quietly, ordered_flush
 from bus.ratelog import RateLimitedLog
 from bus.server import NatsServer
 from bus.stats import COLLECTOR, BusStats
-from bus.subjects import TOKEN_RE, normalise_pattern
+from bus.subjects import INTERNAL_PREFIXES, TOKEN_RE, hides_internal, normalise_pattern
 from bus.trust import Managed
 from bus.turns import TurnHandler, TurnRequest, TurnServer
 
@@ -67,7 +67,13 @@ class BusState(enum.Enum):
 
 
 class Subscription:
-    """One handler on one pattern: decodes, sets depth, bounds concurrency."""
+    """One handler on one pattern: checks and decodes, sets depth, bounds concurrency.
+
+    What an honest emitter never sends (over the size limit, depth out of
+    range, bad subject tokens, not UTF-8 JSON) is dropped and counted by
+    reason. A pattern starting with a wildcard skips NATS's and hookbus's
+    internal subjects (:data:`bus.subjects.INTERNAL_PREFIXES`) without counting them.
+    """
 
     def __init__(self, bus: Bus, pattern: str, queue: str | None, handler: Handler, concurrency: int) -> None:
         if concurrency < 1:
@@ -82,6 +88,9 @@ class Subscription:
         self._delivered = bus.stats.delivered
         self._slot_free: asyncio.Future[None] | None = None
         self._nats: NatsSubscription | None = None
+        self._hides_internal = hides_internal(pattern)
+        self._max_bytes = bus.max_bytes
+        self._max_depth = bus.max_depth
         self._malformed_log = RateLimitedLog(log)
         self._error_log = RateLimitedLog(log)
 
@@ -92,10 +101,12 @@ class Subscription:
 
     async def _on_msg(self, msg: Msg) -> None:
         subject = msg.subject
+        if self._hides_internal and subject.startswith(INTERNAL_PREFIXES):
+            return  # plumbing, not an event: only a pattern naming it gets it
         try:
-            event = decode(subject, msg.data)
+            event = decode(subject, msg.data, self._max_bytes, self._max_depth)
         except EnvelopeError as exc:
-            self.bus.stats.dropped.add("malformed")
+            self.bus.stats.dropped.add(exc.drop)
             self._malformed_log.warning("%s (subscription %r); message skipped", exc, self.pattern)
             return
         tasks = self._tasks

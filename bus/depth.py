@@ -32,6 +32,21 @@ def child_depth(event_depth: int) -> int:
     return event_depth + 1
 
 
+def depth_problem(value: object, max_depth: int = DEFAULT_MAX_DEPTH) -> str | None:
+    """Why a received depth is refused, or None: not a whole number, negative, or at/over the limit.
+
+    Nothing runs for an event received at the limit: an honest emitter drops it
+    before it is sent, so only a hostile or broken one sends it.
+    """
+    if type(value) is not int:
+        return f"depth must be a whole number, not {type(value).__name__}"
+    if value < 0:
+        return f"depth {value} is negative"
+    if value >= max_depth:
+        return f"depth {value} is at or over the limit {max_depth}"
+    return None
+
+
 def set_depth(depth: int) -> None:
     """Set the depth for the current context (a handler's own task)."""
     _current.set(depth)

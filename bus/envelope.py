@@ -26,8 +26,9 @@ from typing import Any, Final, NotRequired, TypedDict
 
 import orjson
 
+from bus.depth import DEFAULT_MAX_DEPTH, depth_problem
 from bus.errors import EnvelopeError, NotSerializableError, PayloadError, PayloadTooLarge
-from bus.subjects import event_name, validate_subject
+from bus.subjects import event_name, received_event_name, subject_problem, validate_subject
 
 #: Default limit on an encoded event, as in the PRX document (64 KB).
 DEFAULT_MAX_BYTES: Final = 64 * 1024
@@ -244,13 +245,17 @@ def _check_field(obj: dict[str, Any], subject: str, name: str, kind: type | tupl
         raise EnvelopeError(subject, f"field {name!r} has type {type(value).__name__}")
 
 
-def _reject(subject: str, obj: dict[str, Any]) -> EnvelopeError:
+def _reject(subject: str, obj: dict[str, Any], max_depth: int) -> EnvelopeError:
     """Name the first thing wrong with an object that failed the fast check."""
     try:
         for name, kind in _FIELDS:
             _check_field(obj, subject, name, kind)
-        if obj["depth"] < 0:
-            raise EnvelopeError(subject, f"field 'depth' is negative ({obj['depth']})")
+        problem = depth_problem(obj["depth"], max_depth)
+        if problem is not None:
+            return EnvelopeError(subject, problem, "depth")
+        expected = received_event_name(subject)
+        if obj["event"] != expected:
+            return EnvelopeError(subject, f"field 'event' is {obj['event']!r}, the subject says {expected!r}")
         raise EnvelopeError(subject, f"field 'source' has type {type(obj.get('source')).__name__}")
     except EnvelopeError as exc:
         return exc
@@ -266,33 +271,41 @@ _FIELDS: Final = (
 )
 
 
-def decode(subject: str, data: bytes) -> Event:
-    """Decode and validate envelope bytes received on ``subject``.
+def decode(subject: str, data: bytes, max_bytes: int = DEFAULT_MAX_BYTES, max_depth: int = DEFAULT_MAX_DEPTH) -> Event:
+    """Decode and check envelope bytes received on ``subject``, as if the sender were hostile.
 
-    Raises EnvelopeError naming what is wrong: not JSON, not an object, a
-    missing field or a field of the wrong type.
+    Raises EnvelopeError naming what is wrong and the drop reason to count it
+    under: over ``max_bytes`` (``oversize``); a depth out of range, at or over
+    ``max_depth`` included (``depth``); a subject breaking the token rules, not
+    UTF-8 JSON, not an object, a missing field, a field of the wrong type, or an
+    ``event`` that is not the subject's (``malformed``).
     """
+    if len(data) > max_bytes:
+        raise EnvelopeError(subject, f"{len(data)} bytes, over the {max_bytes}-byte limit", "oversize")
+    expected = received_event_name(subject)
+    if expected is None:
+        raise EnvelopeError(subject, f"subject refused: {subject_problem(subject)}")
     try:
         obj = _loads(data)
     except orjson.JSONDecodeError as exc:
-        raise EnvelopeError(subject, f"not JSON ({exc})") from None
+        raise EnvelopeError(subject, f"not JSON, or not UTF-8 ({exc})") from None
     if type(obj) is not dict:
         raise EnvelopeError(subject, f"expected a JSON object, got {type(obj).__name__}")
     try:  # subscripts are cheaper than .get(); a missing field goes the slow way
         name, stamp, session = obj["event"], obj["timestamp"], obj["session_id"]
         payload, ident, depth = obj["payload"], obj["id"], obj["depth"]
     except KeyError:
-        raise _reject(subject, obj) from None
+        raise _reject(subject, obj, max_depth) from None
     source = obj.get("source")
     if (
-        type(name) is str
+        name == expected
         and type(stamp) is str
         and (session is None or type(session) is str)
         and type(payload) is dict
         and type(ident) is str
         and type(depth) is int
-        and depth >= 0
+        and 0 <= depth < max_depth
         and (source is None or type(source) is str)
     ):
         return Event(subject, name, stamp, session, payload, ident, depth, source, obj.get("truncated") is True, data)
-    raise _reject(subject, obj)
+    raise _reject(subject, obj, max_depth)

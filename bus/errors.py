@@ -115,12 +115,18 @@ class CatalogError(PayloadError):
 
 
 class EnvelopeError(HookbusError):
-    """Bytes received from the bus are not a valid event envelope."""
+    """Bytes received from the bus are not a valid event envelope.
 
-    def __init__(self, subject: str, reason: str) -> None:
+    ``drop`` is the reason a receiver counts it under (``malformed``,
+    ``oversize``, ``depth``: the labels of ``hookbus_events_dropped_total``).
+    """
+
+    def __init__(self, subject: str, reason: str, drop: str = "malformed") -> None:
         self.subject = subject
         self.reason = reason
-        super().__init__(f"malformed event on {subject!r}: {reason}")
+        self.drop = drop
+        what = "malformed" if drop == "malformed" else "refused"
+        super().__init__(f"{what} event on {subject!r}: {reason}")
 
 
 class MiddlewareError(HookbusError):

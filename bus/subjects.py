@@ -56,6 +56,40 @@ def validate_subject(subject: object) -> str:
     return subject
 
 
+#: Whole subjects as publishers may use them (one C call; the receive path checks every message).
+_SUBJECT_RE = re.compile(r"[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*")
+#: Received subjects remembered as valid, with their event names (bounded; cleared when full).
+_received: dict[str, str] = {}
+_RECEIVED_CACHE_SIZE = 4096
+
+
+def received_event_name(subject: str) -> str | None:
+    """The event name a valid received ``subject`` carries, or None if the subject breaks the rules.
+
+    Receivers check subjects as if the sender were hostile: NATS itself lets
+    ``ü``, ``$`` or ``*`` inside tokens through. Cached, since this runs per message.
+    """
+    name = _received.get(subject)
+    if name is None:
+        if not _SUBJECT_RE.fullmatch(subject):
+            return None
+        if len(_received) >= _RECEIVED_CACHE_SIZE:
+            _received.clear()
+        name = _received[subject] = event_name(subject)
+    return name
+
+
+def subject_problem(subject: str) -> str | None:
+    """Why a received ``subject`` is refused (naming the bad token), or None."""
+    if received_event_name(subject) is not None:
+        return None
+    try:
+        validate_subject(subject)
+    except SubjectError as exc:
+        return exc.reason
+    return "not a valid subject"  # pragma: no cover - the two checks agree
+
+
 def validate_pattern(pattern: object) -> str:
     """Return a NATS subscription pattern if valid, else raise SubjectError."""
     tokens = _tokens(pattern, "pattern")
@@ -120,6 +154,26 @@ def matches(pattern: str, subject: str) -> bool:
         if index >= len(stoks) or (ptok != "*" and ptok != stoks[index]):
             return False
     return len(ptoks) == len(stoks)
+
+
+#: Subjects that are NATS's or hookbus's own plumbing, not events: reply inboxes, JetStream,
+#: KV, object store and system traffic (every ``$`` subject), and hookbus's middleware
+#: requests, registry, turns and journal (``hookbus.``). Only a pattern that names them gets them.
+INTERNAL_PREFIXES = ("_INBOX.", "$", "hookbus.")
+
+
+def is_internal(subject: str) -> bool:
+    """Whether ``subject`` is plumbing (see INTERNAL_PREFIXES) rather than an event."""
+    return subject.startswith(INTERNAL_PREFIXES)
+
+
+def hides_internal(pattern: str) -> bool:
+    """Whether a subscription on ``pattern`` must skip internal subjects: it starts with a wildcard.
+
+    ``>``, ``*.>`` or ``*.mw.*`` would otherwise match them; ``hookbus.>`` or
+    ``_INBOX.>`` name them and get them.
+    """
+    return pattern[:1] in ("*", ">") and pattern[1:2] in ("", ".")
 
 
 #: Middleware requests to a module go to ``hookbus.mw.<module>`` (queue group of the same name).

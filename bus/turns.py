@@ -21,6 +21,7 @@ import orjson
 from nats.aio.msg import Msg
 
 from bus import depth as _depth
+from bus.depth import depth_problem
 from bus.envelope import Encoder, format_timestamp
 from bus.errors import HookbusError
 from bus.jsonobject import json_object
@@ -124,12 +125,31 @@ class TurnServer:
         await self.bus.flush()  # requests sent once serve_turns returns reach this server
         return self
 
+    def _check(self, msg: Msg) -> TurnRequest | None:
+        """The request in ``msg``, or None after dropping and counting what an honest sender never sends."""
+        drop, problem = "malformed", None
+        if len(msg.data) > self.bus.max_bytes:
+            drop, problem = "oversize", f"{len(msg.data)} bytes, over the {self.bus.max_bytes}-byte limit"
+        else:
+            try:
+                request = decode_turn_request(msg.data)
+            except TurnRequestError as exc:
+                problem = str(exc)
+            else:
+                if request.agent != self.agent:
+                    problem = f"turn request for agent {request.agent!r} on the subject of {self.agent!r}"
+                elif (problem := depth_problem(request.depth, self.bus.max_depth)) is not None:
+                    drop = "depth"
+                else:
+                    return request
+        self.rejected += 1
+        self.bus.stats.dropped.add(drop)
+        self._bad.warning("turn request refused on %r: %s; skipped", msg.subject, problem)
+        return None
+
     async def _on_msg(self, msg: Msg) -> None:
-        try:
-            request = decode_turn_request(msg.data)
-        except TurnRequestError as exc:
-            self.rejected += 1
-            self._bad.warning("%s on %s; skipped", exc, msg.subject)
+        request = self._check(msg)
+        if request is None:
             return
         await self._slots.acquire()
         token = _depth._current.set(request.depth)  # the turn runs at the request's depth

@@ -2,24 +2,50 @@
 
 As in the PRX document: a command with shell metacharacters, a NUL byte in
 any command, argument, env key or env value, and a working directory that
-escapes the workspace are refused, never run. Library-injection variables,
-``PATH`` and ``HOME`` are removed from the hook's environment and cannot be
-set through the action's ``env``; the hook gets a minimal safe ``PATH``.
+escapes the workspace are refused, never run.
+
+The hook's environment is built from nothing (nothing of the worker's own
+environment is inherited): the fixed ``ZERO_HOOK_*`` variables, ``HOOKBUS_DEPTH``,
+a safe ``PATH``, ``NATS_URL`` without credentials, and the action's ``env``.
+An ``env`` name must be an upper-case variable name outside the families that a
+dynamic loader, libc, an interpreter or a shell reads to load or run code
+(``LD_*``, ``GCONV_PATH``, ``PYTHON*``, ``BASH_ENV`` ...): those are ignored.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sysconfig
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Final
+from urllib.parse import urlsplit, urlunsplit
 
 #: Characters refused in ``command`` (``$(`` is checked as a pair).
 METACHARACTERS: Final = frozenset(";|&`<>\n\r")
-#: Variables removed from the hook's environment and ignored in ``env``.
-BLOCKED_ENV: Final = frozenset(
-    {"LD_PRELOAD", "LD_LIBRARY_PATH", "DYLD_INSERT_LIBRARIES", "DYLD_LIBRARY_PATH", "PATH", "HOME"}
+#: The shape of a name an action's ``env`` may set.
+ENV_NAME_RE: Final = re.compile(r"[A-Z_][A-Z0-9_]*")
+#: Names an action's ``env`` may not set: hookbus's own, and what loaders, libc, shells read.
+RESERVED_ENV: Final = frozenset(
+    {
+        "PATH", "HOME", "ENV", "IFS", "CDPATH", "PS4", "SHELLOPTS", "BASHOPTS", "PROMPT_COMMAND",
+        "GLOBIGNORE", "ZDOTDIR", "GCONV_PATH", "LOCPATH", "NLSPATH", "HOSTALIASES", "RES_OPTIONS",
+        "LOCALDOMAIN", "TZDIR", "TMPDIR", "TERMINFO", "TERMCAP", "GLIBC_TUNABLES", "CLASSPATH",
+        "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS", "NODE_OPTIONS", "NODE_PATH",
+        "RUBYOPT", "RUBYLIB", "PERLLIB", "PERL5LIB", "PERL5OPT", "LUA_PATH", "LUA_CPATH", "TCLLIBPATH",
+        "GEM_PATH", "GEM_HOME", "OPENSSL_CONF", "OPENSSL_ENGINES", "SSL_CERT_FILE", "SSL_CERT_DIR",
+        "CURL_HOME", "WGETRC", "EDITOR", "VISUAL", "PAGER", "BROWSER", "SUDO_ASKPASS", "SSH_ASKPASS",
+    }
+)  # fmt: skip
+#: Name prefixes an action's ``env`` may not set (same reasons, whole families).
+RESERVED_ENV_PREFIXES: Final = (
+    "LD_", "DYLD_", "MALLOC_", "PYTHON", "PERL", "RUBY", "BASH_", "ZERO_HOOK_", "HOOKBUS_", "GIT_",
+    "SSH_", "LC_", "XDG_", "GTK_", "QT_", "DBUS_", "KRB5", "NSS_", "NIX_",
+)  # fmt: skip
+#: Reserved names an action's ``env`` may still set: files that let ``hookbus emit`` in a hook authenticate.
+ALLOWED_RESERVED_ENV: Final = frozenset(
+    {"HOOKBUS_NATS_CREDS", "HOOKBUS_NATS_TLS_CA", "HOOKBUS_NATS_TLS_CERT", "HOOKBUS_NATS_TLS_KEY"}
 )
 #: The system part of the hook's PATH.
 SYSTEM_PATH: Final = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
@@ -36,9 +62,23 @@ def safe_path() -> str:
     return os.pathsep.join(parts)
 
 
-def is_blocked_env(key: str) -> bool:
-    """Whether ``key`` may never be set in a hook's environment."""
-    return key in BLOCKED_ENV or key.startswith("DYLD_")
+def is_allowed_env(key: str) -> bool:
+    """Whether an action's ``env`` may set ``key`` (see the module docstring)."""
+    if key in ALLOWED_RESERVED_ENV:
+        return True
+    return bool(ENV_NAME_RE.fullmatch(key)) and key not in RESERVED_ENV and not key.startswith(RESERVED_ENV_PREFIXES)
+
+
+def public_url(servers: str) -> str:
+    """NATS URLs (comma-separated) without the ``user:password@`` part, for a hook to see."""
+    return ",".join(_without_credentials(url.strip()) for url in servers.split(",") if url.strip())
+
+
+def _without_credentials(url: str) -> str:
+    parts = urlsplit(url if "://" in url else f"nats://{url}")
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
 
 def command_problem(command: str) -> str | None:

@@ -14,6 +14,7 @@ from typing import Any
 
 from bus.depth import depth_from_env
 from bus.envelope import Encoder, Event, decode
+from bus.visible import visible_lines
 from subscribers.hooks_config import HookEntry
 from subscribers.hooks_file import HOOKS_FILE, load
 from subscribers.shell import HookResult, Outcome, ShellRunner
@@ -43,8 +44,7 @@ def describe(entry: HookEntry, result: HookResult) -> str:
     if result.reason and not result.reason.startswith("exit code"):
         head += f" ({result.reason})"
     lines = [head]
-    output = result.output.decode(errors="replace").rstrip("\n")
-    lines.extend(f"  | {line}" for line in output.splitlines() if output)
+    lines.extend(f"  | {line}" for line in visible_lines(result.output.decode(errors="replace")))
     if result.output_bytes > len(result.output):
         lines.append(f"  | [... {result.output_bytes - len(result.output)} more bytes]")
     return "\n".join(lines)

@@ -35,7 +35,7 @@ import orjson
 from bus.envelope import format_timestamp
 from bus.errors import HookConfigError, SubjectError
 from bus.subjects import TOKEN_RE, matches, normalise_pattern
-from subscribers.hook_security import command_problem, cwd_problem, is_blocked_env, nul_problem
+from subscribers.hook_security import command_problem, cwd_problem, is_allowed_env, nul_problem
 
 DEFAULT_TIMEOUT_MS: Final = 30_000
 #: Longest timeout accepted (a day): anything longer is a typo in units.
@@ -68,7 +68,7 @@ class HookAction:
 
     def ignored_env(self) -> list[str]:
         """Keys of ``env`` that the sanitised environment will not let through."""
-        return sorted(key for key in self.env if is_blocked_env(key))
+        return sorted(key for key in self.env if not is_allowed_env(key))
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,8 +5,10 @@ The event's envelope JSON reaches the process through three channels at once:
 ``ZERO_HOOK_PAYLOAD_FILE`` (removed when the process ends) and, with
 ``stdin_json``, standard input. The environment is rebuilt from nothing: a safe
 PATH, the ``ZERO_HOOK_*`` variables, ``HOOKBUS_DEPTH`` (event depth + 1, so that
-``hookbus emit`` inside the hook carries the recursion counter), ``NATS_URL``,
-then the action's ``env`` minus the blocked variables.
+``hookbus emit`` inside the hook carries the recursion counter), ``NATS_URL``
+without credentials, then the variables the action's ``env`` may set (see
+:mod:`subscribers.hook_security`). A NUL byte from the event (session id,
+event name, timestamp) refuses the run: it cannot reach an environment.
 
 The process leads its own process group: a timeout sends SIGTERM to the whole
 group, then SIGKILL after a grace period. Output (stdout and stderr merged) is
@@ -28,7 +30,7 @@ from typing import Final
 
 from bus.depth import DEPTH_ENV, child_depth
 from bus.envelope import Event
-from subscribers.hook_security import is_blocked_env, resolve_command, resolve_cwd, safe_path
+from subscribers.hook_security import is_allowed_env, nul_problem, public_url, resolve_command, resolve_cwd, safe_path
 from subscribers.hooks_config import HookEntry
 from subscribers.limits import DEFAULT_KILL_GRACE
 from subscribers.process import HookProcess, spawn
@@ -88,9 +90,10 @@ class ShellRunner:
 
     def environment(self, entry: HookEntry, event: Event, payload_file: str) -> dict[str, str]:
         """The sanitised environment of one hook process."""
-        env = {key: value for key, value in entry.action.env.items() if not is_blocked_env(key)}
-        if self.nats_url:
-            env.setdefault("NATS_URL", self.nats_url)
+        env = {key: value for key, value in entry.action.env.items() if is_allowed_env(key)}
+        url = env.get("NATS_URL") or self.nats_url
+        if url:
+            env["NATS_URL"] = public_url(url)
         env["PATH"] = self._path
         env["ZERO_HOOK_EVENT"] = event.event
         env["ZERO_HOOK_SESSION"] = event.session_id or ""
@@ -123,17 +126,21 @@ class ShellRunner:
     async def _spawn(self, entry: HookEntry, event: Event, cwd: Path, payload_file: str) -> HookResult:
         action = entry.action
         command = resolve_command(action.command, self.workspace)
+        env = self.environment(entry, event, payload_file)
+        refused = nul_problem([command, *action.args, str(cwd)], env)
+        if refused is not None:
+            return HookResult(entry.id, entry.event, Outcome.REFUSED, reason=f"event refused: {refused}")
         started = time.monotonic()
         try:
             proc = spawn(
                 [command, *action.args],
-                env=self.environment(entry, event, payload_file),
+                env=env,
                 cwd=cwd,
                 stdin_data=event.raw if action.stdin_json else None,
                 output_limit=self.output_limit,
             )
-        except OSError as exc:
-            reason = f"cannot start {command!r}: {exc.strerror or exc}"
+        except (OSError, ValueError) as exc:  # ValueError: what execve cannot take (checked above; a backstop)
+            reason = f"cannot start {command!r}: {getattr(exc, 'strerror', None) or exc}"
             return HookResult(entry.id, entry.event, Outcome.FAILED, duration=time.monotonic() - started, reason=reason)
         self.running.add(proc.pid)
         try:

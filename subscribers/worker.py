@@ -2,11 +2,12 @@
 
 One subscription per event key (NATS pattern) of hooks.json, in a queue group
 so that workers on many machines share the events (each event's hooks run on
-one worker: at-most-once). The NATS callback only enqueues: events wait in a
-bounded queue, and a full queue sheds the event and counts it. A dispatcher
-takes events off the queue and starts each hook once one of ``max_procs``
-process slots is free, so the worker never forks without bound and its memory
-is bounded by ``queue_size``. The actions of one event run concurrently and
+one worker: at-most-once). Each key is a lane of its own: the NATS callback
+only enqueues into the key's bounded queue (full: the event is shed and
+counted), and the key's dispatcher starts each hook once one of the key's
+``max_procs`` process slots is free. So the worker never forks without bound,
+its memory is bounded by ``queue_size`` per key, and a slow or flooded key
+never delays or sheds another. The actions of one event run concurrently and
 independently. A change to hooks.json changes the subscriptions in place.
 """
 
@@ -15,13 +16,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from bus.client import Bus, Subscription
 from bus.envelope import Event
 from bus.journal import JournalEntry, record
 from bus.ratelog import RateLimitedLog
+from bus.visible import visible, visible_lines
 from subscribers import metrics
 from subscribers.hooks_config import HookEntry, HooksConfig
 from subscribers.hooks_file import DEFAULT_POLL_INTERVAL, HOOKS_FILE, HooksFile
@@ -43,6 +46,8 @@ class WorkerStats:
 
     received: int = 0
     shed: int = 0
+    #: Events shed, per event key (each key sheds only its own).
+    shed_by_key: Counter[str] = field(default_factory=Counter)
     runs: int = 0
     failures: int = 0
     timeouts: int = 0
@@ -105,15 +110,16 @@ class ShellWorker:
         self.runner = ShellRunner(workspace, nats_url=nats_url or ",".join(bus.servers), kill_grace=kill_grace)
         self.hooks = HooksFile(workspace / HOOKS_FILE, self._on_config, poll_interval)
         self.stats = WorkerStats()
-        self._queue: asyncio.Queue[Job] = asyncio.Queue(queue_size)
-        self._slots = asyncio.Semaphore(max_procs)
+        self.queue_size = queue_size
+        self._lanes: dict[str, _Lane] = {}
+        self._queued = 0
         self._active = 0
         self._groups: dict[str, tuple[HookEntry, ...]] = {}
         self._subs: dict[str, Subscription] = {}
         self._sync_lock = asyncio.Lock()
         self._stopping = False
         self._tasks: set[asyncio.Task[None]] = set()
-        self._dispatcher: asyncio.Task[None] | None = None
+        self._started = False
         self._refusal_log = RateLimitedLog(log, interval=5.0)
 
     @property
@@ -127,7 +133,7 @@ class ShellWorker:
 
     async def start(self) -> ShellWorker:
         """Load hooks.json, subscribe, and start watching the file and running hooks."""
-        self._dispatcher = asyncio.create_task(self._dispatch(), name="shell hook dispatcher")
+        self._started = True
         self.hooks.start()
         await self._sync_subscriptions()
         return self
@@ -141,7 +147,7 @@ class ShellWorker:
     def _on_config(self, config: HooksConfig) -> None:
         self._groups = config.runnable_by_pattern()
         log.info("hooks.json: %d hooks on %d patterns", len(config.entries), len(self._groups))
-        if self._dispatcher is not None:
+        if self._started:
             task = asyncio.create_task(self._sync_subscriptions())
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
@@ -154,67 +160,73 @@ class ShellWorker:
             wanted = set(self._groups)
             for pattern in sorted(set(self._subs) - wanted):
                 await self._subs.pop(pattern).unsubscribe(timeout=1.0)
+                await self._lanes.pop(pattern).close()
             added = sorted(wanted - set(self._subs))
             for pattern in added:
+                self._lanes[pattern] = _Lane(self, pattern)
                 handler = _Enqueue(self, pattern)
                 self._subs[pattern] = await self.bus.subscribe(pattern, handler, self.queue)
             if added:
                 await self.bus.flush()  # the server has the subscriptions: "started" means receiving
 
     def enqueue(self, pattern: str, event: Event) -> None:
-        """The NATS callback: queue the event with the hooks of its pattern, or shed it."""
+        """The NATS callback: queue the event with the hooks of its key, or shed it (that key full)."""
         entries = self._groups.get(pattern)
-        if not entries:
+        lane = self._lanes.get(pattern)
+        if not entries or lane is None:
             return
         self.stats.received += 1
         try:
-            self._queue.put_nowait((entries, event))
+            lane.queue.put_nowait((entries, event))
         except asyncio.QueueFull:
-            self.stats.shed += 1
-            metrics.SHED.inc()
+            lane.count_shed()
             return
-        metrics.QUEUED.set(self._queue.qsize())
+        self._count_queued(1)
 
-    async def _dispatch(self) -> None:
-        while True:
-            entries, event = await self._queue.get()
-            metrics.QUEUED.set(self._queue.qsize())
-            for entry in entries:
-                await self._slots.acquire()
-                self._active += 1
-                self.stats.running_peak = max(self.stats.running_peak, self._active)
-                task = asyncio.create_task(self._run(entry, event))
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
+    def _count_queued(self, change: int) -> None:
+        self._queued += change
+        metrics.QUEUED.set(self._queued)
 
-    async def _run(self, entry: HookEntry, event: Event) -> None:
+    def _start(self, lane: _Lane, entry: HookEntry, event: Event) -> None:
+        """Run one hook in a slot of ``lane`` (already acquired)."""
+        self._active += 1
+        self.stats.running_peak = max(self.stats.running_peak, self._active)
+        task = asyncio.create_task(self._run(lane, entry, event))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run(self, lane: _Lane, entry: HookEntry, event: Event) -> None:
         metrics.RUNNING.inc()
         try:
             result = await self.runner.run(entry, event)
+        except Exception as exc:  # a bug or an OS failure: reported like a failed run, never left in the task
+            log.exception("hook %s on %s could not run", entry.id, event.subject)
+            result = HookResult(entry.id, entry.event, Outcome.FAILED, reason=f"{type(exc).__name__}: {exc}")
         finally:
             metrics.RUNNING.dec()
             self._active -= 1
-            self._slots.release()
+            lane.slots.release()
         self.stats.count(result)
         metrics.record(result)
         self._log(result, event)
         await record(self.bus, journal_entry(result, event))
 
     def _log(self, result: HookResult, event: Event) -> None:
+        """One line for the run, then one line per output line, escaped and prefixed with the hook id."""
         if result.outcome is Outcome.OK and not log.isEnabledFor(logging.INFO):
             return
-        output = result.output.decode(errors="replace").rstrip()
-        if result.output_bytes > len(result.output):
-            output += f" [... {result.output_bytes - len(result.output)} more bytes not logged]"
-        what = f"hook {result.hook_id} ({event.subject}, id {event.id})"
+        what = f"hook {result.hook_id} ({event.subject}, id {visible(event.id)})"
         if result.outcome is Outcome.REFUSED:
-            self._refusal_log.warning("%s refused, not run: %s", what, result.reason)
-        elif result.outcome is Outcome.OK:
-            log.info("%s exit 0 in %.0f ms%s", what, result.duration * 1000, f": {output}" if output else "")
-        else:
-            log.warning(
-                "%s %s after %.0f ms%s", what, result.reason, result.duration * 1000, f": {output}" if output else ""
-            )
+            self._refusal_log.warning("%s refused, not run: %s", what, visible(result.reason or ""))
+            return
+        level = logging.INFO if result.outcome is Outcome.OK else logging.WARNING
+        status = "exit 0" if result.outcome is Outcome.OK else result.reason
+        log.log(level, "%s %s in %.0f ms", what, status, result.duration * 1000)
+        for line in visible_lines(result.output.decode(errors="replace")):
+            log.log(level, "hook %s | %s", result.hook_id, line)
+        if result.output_bytes > len(result.output):
+            more = result.output_bytes - len(result.output)
+            log.log(level, "hook %s | [... %d more bytes not logged]", result.hook_id, more)
 
     async def stop(self) -> None:
         """Stop taking events, let running hooks finish within the drain bound, then kill their groups."""
@@ -224,20 +236,10 @@ class ShellWorker:
             for sub in self._subs.values():
                 await sub.unsubscribe(timeout=1.0)
             self._subs.clear()
-        if self._dispatcher is not None:
-            self._dispatcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._dispatcher
-        self._shed_queued()
+            lanes, self._lanes = list(self._lanes.values()), {}
+        for lane in lanes:
+            await lane.close()
         await self._drain()
-
-    def _shed_queued(self) -> None:
-        """Events still queued at shutdown will not run: count them as shed."""
-        while not self._queue.empty():
-            self._queue.get_nowait()
-            self.stats.shed += 1
-            metrics.SHED.inc()
-        metrics.QUEUED.set(0)
 
     async def _drain(self) -> None:
         tasks = set(self._tasks)
@@ -270,3 +272,38 @@ class _Enqueue:
 
     def __call__(self, event: Event) -> None:
         self.worker.enqueue(self.pattern, event)
+
+
+class _Lane:
+    """One event key's own queue, process slots and dispatcher: keys never wait for each other."""
+
+    def __init__(self, worker: ShellWorker, pattern: str) -> None:
+        self.worker = worker
+        self.pattern = pattern
+        self.queue: asyncio.Queue[Job] = asyncio.Queue(worker.queue_size)
+        self.slots = asyncio.Semaphore(worker.max_procs)
+        self._dispatcher = asyncio.create_task(self._dispatch(), name=f"shell hooks of {pattern}")
+
+    async def _dispatch(self) -> None:
+        while True:
+            entries, event = await self.queue.get()
+            self.worker._count_queued(-1)
+            for entry in entries:
+                await self.slots.acquire()
+                self.worker._start(self, entry, event)
+
+    async def close(self) -> None:
+        """Stop dispatching; events still queued will not run and count as shed (running hooks go on)."""
+        self._dispatcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._dispatcher
+        while not self.queue.empty():
+            self.queue.get_nowait()
+            self.worker._count_queued(-1)
+            self.count_shed()
+
+    def count_shed(self) -> None:
+        stats = self.worker.stats
+        stats.shed += 1
+        stats.shed_by_key[self.pattern] += 1
+        metrics.SHED.inc()

@@ -167,4 +167,4 @@ def test_not_serialisable_names_the_subject() -> None:
 )
 def test_decode_names_what_is_wrong(raw: bytes, reason: str) -> None:
     with pytest.raises(EnvelopeError, match=re.escape(reason)):
-        decode("x.y", raw)
+        decode("x.e", raw)  # the envelope's event "e" is the subject's
