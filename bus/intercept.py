@@ -5,13 +5,18 @@ a stage nobody declared), then calls the chain's handlers in order: each sees
 the payload as patched by those before it, a cancel ends the chain, faults
 read per each handler's fail mode (:mod:`bus.faults`). Consecutive handlers
 served by one module go in one request (the module answers its sub-chain).
-Every reaction is journaled on ``hookbus.journal.middleware``.
+A call a held guard wants (its module gone, or replaced and waiting for
+approval) is cancelled at once, without a request. Whatever a module answers
+is read through the kernel's own declarations: a hostile or odd reply yields
+the fail mode, never an exception. Every reaction is journaled on
+``hookbus.journal.middleware``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -24,13 +29,13 @@ from bus import depth as _depth
 from bus.decisions import CONTINUE, Cancel, Decision, Patch, from_wire
 from bus.drain import DEFAULT_BUDGET, Drain
 from bus.errors import BusClosedError, DecisionError
-from bus.faults import Outcome, fault_decision
+from bus.faults import REPORTED, Outcome, fault_decision
 from bus.journal import JournalEntry, JournalSink
 from bus.middleware_metrics import MIDDLEWARE
+from bus.registry import LIVENESS_FACTOR
 from bus.requester import Aborted, NoResponders, Requester, RequestTimeout
 from bus.results import apply_patch, hide_output
 from bus.stages import Stage, match_field, phase
-from bus.subjects import BROKEN_CLEARED, BROKEN_SET
 from bus.trust import Managed
 from bus.view import Link, StageChain, View
 
@@ -44,6 +49,8 @@ REPLY_GRACE: Final = 0.5
 #: How long closing a Bus waits for pending intercepts before it gives up on them.
 DEFAULT_SHUTDOWN_CLAMP: Final = 2.0
 _TOOL_STAGES: Final = frozenset({Stage.TOOL_CALL.value, Stage.TOOL_RESULT.value})
+#: Characters of a module-reported cause the journal keeps (a module cannot flood it).
+CAUSE_LIMIT: Final = 1000
 
 
 @dataclass
@@ -57,6 +64,8 @@ class MiddlewareOptions:
     shutdown_clamp: float = DEFAULT_SHUTDOWN_CLAMP
     #: Journal reactions that let the action pass unchanged too (off: a neutral continue writes nothing).
     journal_neutral: bool = False
+    #: An instance unheard of for this many of its heartbeats (and confirmed by the registry) is gone.
+    liveness_factor: float = LIVENESS_FACTOR
 
 
 class Interceptor:
@@ -76,6 +85,7 @@ class Interceptor:
         self._requester: Requester | None = None
         self._starting: asyncio.Future[None] | None = None
         self._closing = False
+        self._typo_checked: dict[str, int] = {}  # undeclared stage -> view generation it was checked at
 
     async def start(self) -> View:
         """Load the registry and start following it (done by the first intercept if not before)."""
@@ -91,7 +101,12 @@ class Interceptor:
             requester = Requester(nc, self._bus.push)
             await requester.start()
             view = View(
-                nc, managed=self._managed, trust_new=self._trust_new, aliases=self._aliases, on_broken=self._broken
+                nc,
+                managed=self._managed,
+                trust_new=self._trust_new,
+                aliases=self._aliases,
+                notify=self._notify,
+                liveness_factor=self.options.liveness_factor,
             )
             await view.start()
         except BaseException as exc:
@@ -111,8 +126,19 @@ class Interceptor:
             view = await self.start()
         chain = view.chains.get(stage)
         if chain is None:
+            if self._typo_checked.get(stage) != view.generation:
+                self._typo_check(view, stage)
             return CONTINUE
         return await self._run(chain, payload, ctx or {})
+
+    def _typo_check(self, view: View, stage: str) -> None:
+        """Warn once (per change of the view) about an undeclared stage that looks like a declared one."""
+        if len(self._typo_checked) > 1000:  # bounded: stage names may come from anywhere
+            self._typo_checked.clear()
+        self._typo_checked[stage] = view.generation
+        likely = view.similar_stage(stage)
+        if likely is not None:
+            log.warning("stage %r has no handler, but %r does: a typo? (the call continues)", stage, likely)
 
     async def _run(self, chain: StageChain, payload: dict[str, Any], ctx: Mapping[str, Any]) -> Decision:
         stage = chain.stage
@@ -127,21 +153,20 @@ class Interceptor:
         journal = _Journal(self._journal, stage, wire_ctx, self.options.journal_neutral)
         if depth >= self._bus.max_depth:
             return CONTINUE  # the recursion limit: nothing runs at or past it
-        if chain.broken:
-            journal.add(None, Outcome.BROKEN, CONTINUE, 0.0, chain.broken)
-            journal.flush()
-            return CONTINUE
         current = self._canonical(stage, payload)
+        for link in chain.waiting:
+            if _wants(link, stage, current):
+                journal.add(link, Outcome.UNTRUSTED, CONTINUE, 0.0, f"{link.trust.value}: not approved")
+        if chain.holds or chain.broken:
+            held = _held(chain, stage, current, journal)
+            if held is not None:
+                journal.flush()
+                return held
         links = [link for link in chain.links if _wants(link, stage, current)]
         patched = False
         decision: Decision = CONTINUE
         index = 0
         while index < len(links):
-            link = links[index]
-            if not link.trust.runs:
-                journal.add(link, Outcome.UNTRUSTED, CONTINUE, 0.0, f"{link.trust.value}: not approved")
-                index += 1
-                continue
             batch = _batch(links, index)
             index += len(batch)
             decision = await self._call(stage, batch, current, wire_ctx, journal)
@@ -192,24 +217,31 @@ class Interceptor:
             reply = orjson.loads(raw)
             decision = from_wire(reply, subject)
         except (orjson.JSONDecodeError, DecisionError) as exc:
-            return _faulted(batch, Outcome.INVALID, f"invalid reply: {exc}", started, journal)
+            return _faulted(batch, Outcome.INVALID, _bounded(f"invalid reply: {exc}") or "invalid reply", started, journal)
         return _answered(stage, batch, reply, decision, started, journal)
 
     def _final(self, stage: str, decision: Decision, current: dict[str, Any], patched: bool, rid: str) -> Decision:
-        drain = self._drain
         if isinstance(decision, Cancel):
-            handler = decision.handler or "?"
-            reason = drain.text(decision.reason, f"{rid}-{handler}-reason")
+            handler = decision.handler or "?"  # the kernel's own name for it (see _answered)
+            reason = self._drained(decision.reason, f"{rid}-{handler[:64]}-reason")
             hidden = hide_output(current, reason, handler) if stage == Stage.TOOL_RESULT else None
             return Cancel(reason, handler, hidden)
         if patched:
-            return Patch(drain.payload(current, f"{rid}-patch"))
+            try:
+                return Patch(self._drain.payload(current, f"{rid}-patch"))
+            except OSError as exc:  # the drain directory is unusable: the patch cannot be kept whole
+                log.error("could not drain a patched payload (%r): the call is cancelled", exc)
+                return Cancel(f"the patched payload is over the drain budget and could not be stored: {exc}")
         return CONTINUE
 
-    def _broken(self, stage: str, reason: str | None) -> None:
-        subject, payload = (
-            (BROKEN_SET, {"stage": stage, "reason": reason}) if reason else (BROKEN_CLEARED, {"stage": stage})
-        )
+    def _drained(self, text: str, label: str) -> str:
+        try:
+            return self._drain.text(text, label)
+        except OSError as exc:  # never let the drain directory turn a decision into an exception
+            budget = self._drain.budget
+            return f"{text[:budget]}…[hookbus: {len(text) - budget} characters cut; could not store them: {exc}]"
+
+    def _notify(self, subject: str, payload: dict[str, Any]) -> None:
         task = asyncio.get_running_loop().create_task(self._bus.emit(subject, payload))
         task.add_done_callback(_log_failure)
 
@@ -235,14 +267,32 @@ def _wants(link: Link, stage: str, payload: dict[str, Any]) -> bool:
     return payload.get(match_field(stage)) in link.match
 
 
+def _held(chain: StageChain, stage: str, payload: dict[str, Any], journal: _Journal) -> Decision | None:
+    """A held guard that wants this call, or a broken chain with a fail-closed handler: the cancel; else None."""
+    for link in chain.holds:
+        if _wants(link, stage, payload):
+            assert link.hold is not None
+            decision = Cancel(link.hold, link.decl.qualname)
+            journal.add(link, link.outcome, decision, 0.0, link.hold)
+            return decision
+    if chain.broken is None:
+        return None
+    if chain.guard is None:
+        journal.add(None, Outcome.BROKEN, CONTINUE, 0.0, chain.broken)
+        return CONTINUE
+    decision = Cancel(f"chain of {stage} broken: {chain.broken}", chain.guard)
+    journal.add(None, Outcome.BROKEN, decision, 0.0, decision.reason)
+    return decision
+
+
 def _batch(links: Sequence[Link], start: int) -> list[Link]:
-    """The run of runnable handlers from ``start`` that one module answers in one request."""
+    """The run of handlers from ``start`` that one module answers in one request."""
     first = links[start]
     batch = [first]
     if not first.batch:
         return batch
     for link in links[start + 1 :]:
-        if link.subject != first.subject or not link.trust.runs:
+        if link.subject != first.subject:
             break
         batch.append(link)
     return batch
@@ -263,19 +313,80 @@ def _faulted(batch: Sequence[Link], outcome: Outcome, cause: str, started: float
 def _answered(
     stage: str, batch: Sequence[Link], reply: dict[str, Any], decision: Decision, started: float, journal: _Journal
 ) -> Decision:
+    """Read a module's reply through the kernel's declarations: its faults per their declared fail mode."""
     reactions = reply.get("reactions")
-    first = batch[0].decl.qualname
     if isinstance(reactions, list) and reactions:
-        for item in reactions:
-            if isinstance(item, dict):
-                journal.add_wire(item, batch)
-    else:
-        journal.add(batch[0], Outcome.OK, decision, (time.perf_counter() - started) * 1000, None)
+        return _accounted(stage, batch, reactions, decision, started, journal)
+    # No account per handler: the decision is the run's as a whole, named by the kernel.
+    link = batch[0]
+    handler = reply.get("handler")
+    for candidate in batch:
+        if handler == candidate.decl.qualname:
+            link = candidate
+    journal.add(link, Outcome.OK, decision, (time.perf_counter() - started) * 1000, None)
+    return _named(stage, decision, link)
+
+
+def _accounted(
+    stage: str, batch: Sequence[Link], reactions: list[Any], decision: Decision, started: float, journal: _Journal
+) -> Decision:
+    """Walk the batch with the module's reactions: a fault reads per the kernel's declared fail mode."""
+    for index, link in enumerate(batch):
+        decl = link.decl
+        item = reactions[index] if index < len(reactions) else None
+        if not isinstance(item, dict) or item.get("handler") not in (decl.qualname, decl.name):
+            cause = "the module's reply does not account for it"
+            fault = fault_decision(decl.fail_closed, decl.qualname, Outcome.INVALID, cause)
+            journal.add(link, Outcome.INVALID, fault, _elapsed(started), cause)
+            if isinstance(fault, Cancel):
+                return fault
+            continue
+        outcome, kind, ms = item.get("outcome"), item.get("decision"), _ms(item.get("duration_ms"), started)
+        if outcome != Outcome.OK or kind not in ("continue", "cancel", "patch"):
+            read = Outcome(outcome) if outcome in REPORTED and outcome != Outcome.OK else Outcome.INVALID
+            cause = _bounded(item.get("cause")) or f"reported {_bounded(repr(outcome))}, {_bounded(repr(kind))}"
+            fault = fault_decision(decl.fail_closed, decl.qualname, read, cause)
+            journal.add(link, read, fault, ms, cause)
+            if isinstance(fault, Cancel):
+                return fault
+            continue
+        if kind == "cancel":
+            reason = decision.reason if isinstance(decision, Cancel) else item.get("reason")
+            cancel = Cancel(reason if isinstance(reason, str) else "cancelled", decl.qualname)
+            journal.add(link, Outcome.OK, cancel, ms, None)
+            return _named(stage, cancel, link)
+        journal.add(link, Outcome.OK, _PATCHED if kind == "patch" else CONTINUE, ms, None)
+    return _named(stage, decision, batch[-1])
+
+
+def _named(stage: str, decision: Decision, link: Link) -> Decision:
+    """The decision with the kernel's own name for the handler (a module cannot pick it)."""
     if isinstance(decision, Cancel):
-        return Cancel(decision.reason, decision.handler or first)
+        return Cancel(decision.reason, link.decl.qualname)
     if isinstance(decision, Patch):
-        return Patch(apply_patch(stage, decision.payload, first))
+        return Patch(apply_patch(stage, decision.payload, link.decl.qualname))
     return decision
+
+
+_PATCHED: Final = Patch({})
+
+
+def _elapsed(started: float) -> float:
+    return (time.perf_counter() - started) * 1000
+
+
+def _ms(value: Any, started: float) -> float:
+    """A module-reported duration if it is a plausible number of milliseconds, else the round trip."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and 0 <= value < 1e8:
+        return float(value)
+    return _elapsed(started)
+
+
+def _bounded(value: Any) -> str | None:
+    """A module-supplied text, cut to CAUSE_LIMIT characters; None if it is not text."""
+    if not isinstance(value, str):
+        return None
+    return value if len(value) <= CAUSE_LIMIT else value[:CAUSE_LIMIT] + "…"
 
 
 class _Journal:
@@ -303,21 +414,6 @@ class _Journal:
             duration_ms,
         )
 
-    def add_wire(self, item: dict[str, Any], batch: Sequence[Link]) -> None:
-        """A reaction as the module reported it."""
-        who = str(item.get("handler"))
-        identity = next((link.identity for link in batch if link.decl.qualname == who), None)
-        reason = item.get("reason")
-        self._add(
-            who,
-            identity,
-            str(item.get("outcome", "ok")),
-            str(item.get("decision", "?")),
-            reason if isinstance(reason, str) else None,
-            item.get("cause"),
-            item.get("duration_ms"),
-        )
-
     def _add(
         self, who: str, identity: str | None, outcome: str, kind: str, reason: str | None, cause: Any, ms: Any
     ) -> None:
@@ -325,11 +421,11 @@ class _Journal:
             verdict, why = kind, reason
         elif outcome == Outcome.UNTRUSTED:
             verdict, why = "denied", cause
+        elif outcome in (Outcome.BROKEN, Outcome.CHANGED) or reason == cause:  # a hold: the cause is the reason
+            verdict, why = outcome, cause
         else:  # a fault: the outcome, and what it read as
             verdict = outcome
             why = f"{cause}; read as {kind} ({'fail-closed' if kind == 'cancel' else 'fail-open'})"
-            if outcome == Outcome.BROKEN:
-                why = cause
         seconds = float(ms) / 1000 if isinstance(ms, int | float) else None
         MIDDLEWARE.observe(who, self._stage, outcome, kind, seconds)
         if verdict == "continue" and not self._neutral:
@@ -359,4 +455,4 @@ class _Journal:
 
 def _log_failure(task: asyncio.Task[Any]) -> None:
     if not task.cancelled() and task.exception() is not None:
-        log.warning("could not publish a broken-chain event: %r", task.exception())
+        log.warning("could not publish a middleware event: %r", task.exception())

@@ -18,13 +18,15 @@ that view, so an undeclared stage costs a dict lookup.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import hashlib
 import logging
 import math
 import os
 import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
@@ -132,6 +134,22 @@ def parse_announcement(data: bytes) -> Announcement:
     )
 
 
+def version_of(declarations: Iterable[Declaration]) -> str:
+    """A digest of a module's declared identities: instances with equal versions declare the same handlers."""
+    joined = ",".join(sorted(decl.identity() for decl in declarations))
+    return hashlib.sha256(joined.encode()).hexdigest()[:16]
+
+
+def request_subject(ann: Announcement) -> str:
+    """Where requests for this instance's handlers go: ``<subject>.<version>``.
+
+    The kernel derives the version from the declarations itself, so a request
+    reaches only instances that declare exactly these identities (old and new
+    versions side by side in a rolling deploy are never mixed up).
+    """
+    return f"{ann.subject}.{version_of(ann.declarations)}"
+
+
 def announcement_of(module: Module) -> Announcement:
     return Announcement(
         module=module.name,
@@ -144,33 +162,68 @@ def announcement_of(module: Module) -> Announcement:
 
 
 class Watch:
-    """Follows one bucket: calls ``on_change(key, value or None)`` for each put or delete."""
+    """Follows one bucket: calls ``on_change(key, value or None, revision)`` for each put or delete.
 
-    def __init__(self, kv: KeyValue, on_change: Callable[[str, bytes | None], None]) -> None:
+    :meth:`restart` opens a new watch (after a stall the kernel noticed) and
+    reports as deleted the keys the new one no longer delivers; what the old
+    one delivered stays known meanwhile.
+    """
+
+    def __init__(self, kv: KeyValue, on_change: Callable[[str, bytes | None, int], None]) -> None:
         self._kv = kv
         self._on_change = on_change
         self._task: asyncio.Task[None] | None = None
+        self.keys: set[str] = set()
         self.loaded = asyncio.Event()
 
     async def start(self) -> None:
         watcher = await self._kv.watchall()
-        self._task = asyncio.get_running_loop().create_task(self._follow(watcher))
+        self._task = asyncio.get_running_loop().create_task(self._follow(watcher, None))
         await self.loaded.wait()
 
-    async def _follow(self, watcher: KeyValue.KeyWatcher) -> None:
+    async def restart(self) -> bool:
+        """Replace the watch; False (the old one kept) if the server does not answer now."""
+        try:
+            watcher = await self._kv.watchall()
+        except (TimeoutError, nats.errors.Error, nats.js.errors.Error) as exc:
+            log.info("registry watch could not restart (%r); keeping what is known", exc)
+            return False
+        await self.stop()
+        self._task = asyncio.get_running_loop().create_task(self._follow(watcher, set()))
+        return True
+
+    async def _follow(self, watcher: KeyValue.KeyWatcher, fresh: set[str] | None) -> None:
         try:
             async for entry in watcher:
                 if entry is None:  # the end of what was stored when the watch began
-                    self.loaded.set()
+                    self._loaded(fresh)
+                    fresh = None
                     continue
                 deleted = entry.operation in ("DEL", "PURGE") or not entry.value
-                self._on_change(entry.key, None if deleted else entry.value)
+                if deleted:
+                    self.keys.discard(entry.key)
+                else:
+                    self.keys.add(entry.key)
+                    if fresh is not None:
+                        fresh.add(entry.key)
+                self._on_change(entry.key, None if deleted else entry.value, entry.revision or 0)
                 if entry.delta == 0:
-                    self.loaded.set()
+                    self._loaded(fresh)
+                    fresh = None
         finally:
-            await watcher.stop()  # type: ignore[no-untyped-call]  # nats-py leaves it unannotated
+            with contextlib.suppress(nats.errors.Error, AttributeError):
+                await watcher.stop()  # type: ignore[no-untyped-call]  # nats-py leaves it unannotated
+
+    def _loaded(self, fresh: set[str] | None) -> None:
+        """The initial values are in: after a restart, keys not delivered again were deleted meanwhile."""
+        if fresh is not None:
+            for key in self.keys - fresh:
+                self.keys.discard(key)
+                self._on_change(key, None, 0)
+        self.loaded.set()
 
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None

@@ -14,10 +14,12 @@ import nats.errors
 import orjson
 from nats.aio.msg import Msg
 
+from bus.depth import DEFAULT_MAX_DEPTH
 from bus.eager import run_eager
 from bus.errors import RegistryError
+from bus.guards import GUARDS_BUCKET, mark_stopped, put_records
 from bus.publisher import ordered_flush
-from bus.registry import MODULES_BUCKET, announcement_of, open_bucket
+from bus.registry import MODULES_BUCKET, announcement_of, open_bucket, request_subject
 
 if TYPE_CHECKING:
     from bus.client import Bus
@@ -40,12 +42,15 @@ class ModuleServer:
         self.bus = bus
         self.announcement = announcement_of(module)
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._nested = 0  # of the running tasks, those answering nested calls (depth > 0)
         self._waiting: collections.deque[tuple[str, dict[str, Any]]] = collections.deque()
+        self._waiting_nested: collections.deque[tuple[str, dict[str, Any]]] = collections.deque()
 
     async def run(self, ready: asyncio.Event | None = None) -> None:
         nc = self.bus.nc
         kv = await open_bucket(nc, MODULES_BUCKET)
-        subject = self.announcement.subject
+        guards = await self._guard_records(nc)
+        subject = request_subject(self.announcement)
         sub = await nc.subscribe(subject, queue=subject, cb=self._on_msg, pending_msgs_limit=100_000)
         await ordered_flush(nc, 5.0)  # the subscription is in place before the module announces itself
         key, data = self.announcement.key, self.announcement.to_bytes()
@@ -58,7 +63,19 @@ class ModuleServer:
                 await asyncio.sleep(self.module.heartbeat)
                 await self._beat(kv, key)
         finally:
-            await self._stop(sub, kv, key)
+            await self._stop(sub, kv, key, guards)
+
+    async def _guard_records(self, nc: Any) -> Any:
+        """Record the fail-closed handlers (before announcing), so they stay in force if this process dies."""
+        if not any(decl.fail_closed for decl in self.module.declarations):
+            return None
+        try:
+            guards = await open_bucket(nc, GUARDS_BUCKET)
+            await put_records(guards, self.module.declarations)
+        except (nats.errors.Error, RegistryError) as exc:
+            log.warning("module %s: could not record its fail-closed handlers (%r)", self.module.name, exc)
+            return None
+        return guards
 
     async def _beat(self, kv: Any, key: str) -> None:
         try:
@@ -66,7 +83,10 @@ class ModuleServer:
         except (nats.errors.Error, RegistryError) as exc:
             log.warning("module %s: heartbeat failed (%s); retrying", self.module.name, exc)
 
-    async def _stop(self, sub: Any, kv: Any, key: str) -> None:
+    async def _stop(self, sub: Any, kv: Any, key: str, guards: Any) -> None:
+        if guards is not None:  # they stay in force: only an operator detaches them
+            with contextlib.suppress(nats.errors.Error, asyncio.TimeoutError):
+                await asyncio.wait_for(mark_stopped(guards, self.module.declarations), STOP_GRACE)
         with contextlib.suppress(nats.errors.Error, asyncio.TimeoutError):
             await asyncio.wait_for(kv.delete(key), STOP_GRACE)
         with contextlib.suppress(nats.errors.Error):
@@ -83,23 +103,30 @@ class ModuleServer:
             request = orjson.loads(msg.data)
             if not isinstance(request, dict):
                 raise TypeError("the request is not a JSON object")
-            nested = _depth_of(request) > 0
+            depth = _depth_of(request)
         except (orjson.JSONDecodeError, TypeError, ValueError) as exc:
             await self._reply(msg.reply, {"error": f"malformed request: {exc}"})
             return
-        # Only calls from an agent (depth 0) wait for a slot, in a queue of our own (never by
-        # blocking this callback: the calls behind it would wait too). A call made while handling
-        # one (A -> B -> A) is always admitted, or full slots would wait on each other for ever.
-        if nested or len(self._tasks) < self.module.concurrency:
-            replying = self._start(msg.reply, request)
+        # Calls from an agent (depth 0) share ``concurrency`` slots; calls made while handling one
+        # (A -> B -> A) get as many again of their own, so re-entry never waits behind agents'
+        # calls, and the total stays bounded whatever depth a request claims. Beyond that they
+        # wait in a queue (never by blocking this callback: the calls behind it would wait too).
+        nested = depth > 0
+        if self._has_slot(nested):
+            replying = self._start(msg.reply, request, nested)
             if replying is not None:
                 await replying
-        elif len(self._waiting) < MAX_WAITING:
-            self._waiting.append((msg.reply, request))
+        elif len(self._waiting) + len(self._waiting_nested) < MAX_WAITING:
+            (self._waiting_nested if nested else self._waiting).append((msg.reply, request))
         else:
-            log.warning("module %s: %d requests waiting; one dropped", self.module.name, len(self._waiting))
+            log.warning("module %s: %d requests waiting; one dropped", self.module.name, MAX_WAITING)
 
-    def _start(self, inbox: str, request: dict[str, Any]) -> Coroutine[Any, Any, None] | None:
+    def _has_slot(self, nested: bool) -> bool:
+        if nested:
+            return self._nested < self.module.concurrency
+        return len(self._tasks) - self._nested < self.module.concurrency
+
+    def _start(self, inbox: str, request: dict[str, Any], nested: bool) -> Coroutine[Any, Any, None] | None:
         """Run the handlers inline as far as they go (most never wait: no task for them).
 
         Returns the reply to send if they finished, else None (a task answers later).
@@ -111,19 +138,22 @@ class ModuleServer:
         if finished:
             return self._reply(inbox, value)
         self._tasks.add(value)
-        value.add_done_callback(functools.partial(self._finished, inbox))
+        self._nested += nested
+        value.add_done_callback(functools.partial(self._finished, inbox, nested))
         return None
 
-    def _finished(self, inbox: str, task: asyncio.Task[Any]) -> None:
+    def _finished(self, inbox: str, nested: bool, task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)
+        self._nested -= nested
         if not task.cancelled():
             failed = task.exception()
             reply = {"error": f"request failed: {failed!r}"} if failed is not None else task.result()
             self._send_later(self._reply(inbox, reply))
-        while self._waiting and len(self._tasks) < self.module.concurrency:
-            replying = self._start(*self._waiting.popleft())
-            if replying is not None:
-                self._send_later(replying)
+        for queue, deeper in ((self._waiting_nested, True), (self._waiting, False)):
+            while queue and self._has_slot(deeper):
+                replying = self._start(*queue.popleft(), deeper)
+                if replying is not None:
+                    self._send_later(replying)
 
     def _send_later(self, replying: Coroutine[Any, Any, None]) -> None:
         """Send a reply from synchronous code: inline, or in a task if the send must wait."""
@@ -143,6 +173,9 @@ class ModuleServer:
 
 
 def _depth_of(request: dict[str, Any]) -> int:
+    """The depth a request claims; ValueError if it is not a whole number in 0..limit-1."""
     ctx = request.get("ctx")
     depth = ctx.get("depth", 0) if isinstance(ctx, dict) else 0
-    return depth if isinstance(depth, int) else 0
+    if type(depth) is not int or not 0 <= depth < DEFAULT_MAX_DEPTH:
+        raise ValueError(f"ctx.depth {depth!r} is not a whole number in 0..{DEFAULT_MAX_DEPTH - 1}")
+    return depth

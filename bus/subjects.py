@@ -181,6 +181,9 @@ MIDDLEWARE_PREFIX = "hookbus.mw"
 #: Published when a stage's chain is disabled (cycle, dangling reference), and when it works again.
 BROKEN_SET = "eva.broken.set"
 BROKEN_CLEARED = "eva.broken.cleared"
+#: Published when a middleware module appears, and when it is detached (gone fail-open, or by an operator).
+MODULE_ATTACHED = "eva.module.attached"
+MODULE_DETACHED = "eva.module.detached"
 
 
 def module_subject(module: str) -> str:

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from bus import Continue, HookbusError, Module
 from bus.decisions import Cancel, Patch, from_wire
 from bus.errors import ConfigError
-from bus.registry import parse_announcement
+from bus.registry import parse_announcement, version_of
 from bus.testing import serving
 from bus.turns import TurnRequest, TurnRequestError, decode_turn_request
 from subscribers.hooks_config import parse_config
@@ -134,7 +134,8 @@ async def test_a_module_survives_garbage_requests(nats_url: str) -> None:
     try:
         async with serving(module, nats_url) as task:
             for data in garbage:
-                reply = await nc.request(f"hookbus.mw.{module.name}", data, timeout=5)
+                subject = f"hookbus.mw.{module.name}.{version_of(module.declarations)}"
+                reply = await nc.request(subject, data, timeout=5)
                 assert isinstance(orjson.loads(reply.data), dict)  # always an answer (an error or a decision)
             await asyncio.sleep(0.1)
             assert not task.done()  # still serving

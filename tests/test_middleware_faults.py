@@ -10,7 +10,7 @@ from nats.aio.msg import Msg
 
 from bus import Bus, Cancel, Continue, Module, Patch
 from bus.declaration import declare
-from bus.registry import MODULES_BUCKET, Announcement, open_bucket
+from bus.registry import MODULES_BUCKET, Announcement, open_bucket, request_subject
 from bus.testing import JournalRecorder, serving, wait_for_chain
 from tests.conftest import unique
 from tests.mwproc import module_process
@@ -38,22 +38,26 @@ async def misbehave(stage: str, payload: dict[str, Any]) -> Any:
 @pytest.mark.parametrize("fail_closed", FAIL_MODES)
 @pytest.mark.parametrize(("kind", "outcome"), [("hang", "timeout"), ("raise", "failed"), ("garbage", "invalid")])
 async def test_in_process_faults(kernel: Bus, nats_url: str, fail_closed: bool, kind: str, outcome: str) -> None:
-    mod = Module(unique("faulty"))
-    mod.stage("custom.fault", fail_closed=fail_closed, timeout=0.2)(misbehave)
+    mod, stage = Module(unique("faulty")), f"custom.{unique('fault')}"  # a gone fail-closed guard holds its stage
+    mod.stage(stage, fail_closed=fail_closed, timeout=0.2)(misbehave)
     journal = await JournalRecorder().attach(kernel)
     async with serving(mod, nats_url):
-        await wait_for_chain(kernel, "custom.fault", [f"{mod.name}.misbehave"])
-        expect(await kernel.intercept("custom.fault", {"kind": kind}), fail_closed, outcome)
+        await wait_for_chain(kernel, stage, [f"{mod.name}.misbehave"])
+        expect(await kernel.intercept(stage, {"kind": kind}), fail_closed, outcome)
         [entry] = await journal.wait_for(1)
         assert entry.decision == outcome
         assert entry.cause is not None
         assert entry.cause.endswith("read as cancel (fail-closed)" if fail_closed else "read as continue (fail-open)")
 
 
+def ghost(module: str, stage: str, fail_closed: bool) -> Announcement:
+    decl = declare(module, "h", stage, fail_closed=fail_closed, timeout=0.5)
+    return Announcement(module, "ghost", f"hookbus.mw.{module}", 30.0, True, (decl,))
+
+
 async def announce_without_serving(kernel: Bus, module: str, stage: str, fail_closed: bool) -> None:
     """A registry entry for a module that never answers (declared, never started)."""
-    decl = declare(module, "h", stage, fail_closed=fail_closed, timeout=0.5)
-    ann = Announcement(module, "ghost", f"hookbus.mw.{module}", 30.0, True, (decl,))
+    ann = ghost(module, stage, fail_closed)
     kv = await open_bucket(kernel.nc, MODULES_BUCKET)
     await kv.put(ann.key, ann.to_bytes())
 
@@ -76,7 +80,7 @@ async def test_garbage_bytes_from_a_foreign_responder(kernel: Bus, fail_closed: 
     async def reply_garbage(msg: Msg) -> None:
         await msg.respond(b"\x00not json")
 
-    await kernel.nc.subscribe(f"hookbus.mw.{name}", cb=reply_garbage)
+    await kernel.nc.subscribe(request_subject(ghost(name, stage, fail_closed)), cb=reply_garbage)
     await announce_without_serving(kernel, name, stage, fail_closed)
     await wait_for_chain(kernel, stage, [f"{name}.h"])
     expect(await kernel.intercept(stage, {}), fail_closed, "invalid")
@@ -112,7 +116,7 @@ async def test_silent_responder_times_out(kernel: Bus, fail_closed: bool) -> Non
     async def say_nothing(msg: Msg) -> None:
         return None
 
-    await kernel.nc.subscribe(f"hookbus.mw.{name}", cb=say_nothing)
+    await kernel.nc.subscribe(request_subject(ghost(name, stage, fail_closed)), cb=say_nothing)
     await announce_without_serving(kernel, name, stage, fail_closed)  # handler timeout 0.5 s
     await wait_for_chain(kernel, stage, [f"{name}.h"])
     journal = await JournalRecorder().attach(kernel)
@@ -125,15 +129,15 @@ async def test_silent_responder_times_out(kernel: Bus, fail_closed: bool) -> Non
 async def test_oversized_request_and_reply_are_faults_not_disconnects(
     kernel: Bus, nats_url: str, fail_closed: bool
 ) -> None:
-    mod = Module(unique("big"))
+    mod, stage = Module(unique("big")), f"custom.{unique('big')}"
 
-    @mod.stage("custom.big", fail_closed=fail_closed)
+    @mod.stage(stage, fail_closed=fail_closed)
     async def inflate(stage: str, payload: dict[str, Any]) -> Patch:
         return Patch({"blob": "x" * (kernel.nc.max_payload + 10)})
 
     async with serving(mod, nats_url):
-        await wait_for_chain(kernel, "custom.big", [f"{mod.name}.inflate"])
+        await wait_for_chain(kernel, stage, [f"{mod.name}.inflate"])
         too_big = {"blob": "y" * (kernel.nc.max_payload + 10)}
-        expect(await kernel.intercept("custom.big", too_big), fail_closed, "oversize")
-        expect(await kernel.intercept("custom.big", {}), fail_closed, "invalid")
+        expect(await kernel.intercept(stage, too_big), fail_closed, "oversize")
+        expect(await kernel.intercept(stage, {}), fail_closed, "invalid")
         assert kernel.connected

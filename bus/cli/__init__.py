@@ -20,6 +20,7 @@ from bus.cli import (
     approve,
     chain,
     demo,
+    detach,
     emit,
     events,
     hooks,
@@ -47,6 +48,7 @@ _COMMANDS = (
     intercept,
     approvals,
     approve,
+    detach,
     demo,
 )
 

@@ -37,10 +37,11 @@ async def run(args: argparse.Namespace) -> int:
     async with open_view(args, "hookbus-intercept") as (bus, view):
         decision = await bus.intercept(stage, payload, {"session": args.session, "agent": args.agent})
         chain = view.chains.get(stage)
-        for link in chain.links if chain else ():
-            if not link.trust.runs:
-                name = link.decl.qualname
-                print(f"hookbus: {name} not called: {link.trust.value} (hookbus approve {name})", file=sys.stderr)
+        for link in chain.waiting if chain else ():
+            name = link.decl.qualname
+            print(f"hookbus: {name} not called: {link.trust.value} (hookbus approve {name})", file=sys.stderr)
+        for link in chain.holds if chain else ():
+            print(f"hookbus: {link.hold} (hookbus detach {link.decl.qualname})", file=sys.stderr)
         if chain is not None and chain.broken:
             print(f"hookbus: the chain of {stage} is broken, nothing called: {chain.broken}", file=sys.stderr)
     out = decision.to_wire()

@@ -8,6 +8,8 @@ from contextlib import asynccontextmanager
 
 from bus.cli.common import add_nats_url
 from bus.client import Bus
+from bus.declaration import Declaration
+from bus.registry import Announcement
 from bus.view import Link, StageChain, View
 
 
@@ -42,10 +44,10 @@ async def open_view(args: argparse.Namespace, name: str) -> AsyncIterator[tuple[
         yield bus, await bus.middleware.start()
 
 
-def describe_link(position: int, link: Link, replicas: int) -> str:
+def describe_link(position: int | str, link: Link, replicas: int) -> str:
     decl = link.decl
     parts = [
-        f"  {position}. {decl.qualname}",
+        f"  {position}. {decl.qualname}" if isinstance(position, int) else f"  {position} {decl.qualname}",
         link.trust.value,
         "fail-closed" if decl.fail_closed else "fail-open",
         f"timeout {decl.timeout:g}s",
@@ -61,13 +63,27 @@ def describe_link(position: int, link: Link, replicas: int) -> str:
 
 
 def describe_chain(chain: StageChain, view: View) -> list[str]:
+    """The chain in call order, then the guards holding the stage, then handlers waiting for approval."""
     if chain.broken:
-        names = sorted(decl.qualname for decl, _ in view.declarations().values() if decl.stage == chain.stage)
-        return [f"{chain.stage}  BROKEN (not called): {chain.broken}", *(f"  - {name}" for name in names)]
-    lines = [chain.stage]
-    for position, link in enumerate(chain.links, 1):
-        lines.append(describe_link(position, link, replicas(view, link.decl.module)))
+        effect = f"calls cancelled, {chain.guard} is fail-closed" if chain.guard else "not called"
+        lines = [f"{chain.stage}  BROKEN ({effect}): {chain.broken}"]
+        lines += [f"  - {name}" for name in sorted(decl.qualname for decl, _ in _on_stage(view, chain.stage))]
+    else:
+        lines = [chain.stage]
+        for position, link in enumerate(chain.links, 1):
+            lines.append(describe_link(position, link, replicas(view, link.decl.module)))
+    for link in chain.holds:
+        name = link.decl.qualname
+        lines.append(
+            f"  ! {name}  {link.trust.value}  fail-closed  HOLDS: {link.hold} (until back or: hookbus detach {name})"
+        )
+    for link in chain.waiting:
+        lines.append(describe_link("-", link, replicas(view, link.decl.module)) + "  not called until approved")
     return lines
+
+
+def _on_stage(view: View, stage: str) -> list[tuple[Declaration, Announcement]]:
+    return [pair for pair in view.declarations().values() if pair[0].stage == stage]
 
 
 def replicas(view: View, module: str) -> int:
