@@ -231,6 +231,10 @@ class Bus:
         self._connect_timeout = connect_timeout
         self._close_timeout = close_timeout
         self._nats_options = with_private_inbox(self._servers or [], {**auth_options(), **(nats_options or {})})
+        #: The NATS user this Bus journals as (the token after ``_INBOX.``), or None without one.
+        #: Journal subjects end with it and the shipped permissions let each user publish only
+        #: its own, so a sink knows who wrote an entry without trusting the entry.
+        self.journal_origin: str | None = str(self._nats_options["inbox_prefix"]).partition(".")[2] or None
         self._nc: Client | None = None
         self._publisher: Publisher | None = None
         self._subs: set[Subscription] = set()
@@ -242,10 +246,6 @@ class Bus:
         self._warned_disconnected = False
         self.middleware = Interceptor(
             self, managed=Managed.of(managed), trust_new=trust_new, options=middleware or MiddlewareOptions()
-        #: The NATS user this Bus journals as (the token after ``_INBOX.``), or None without one.
-        #: Journal subjects end with it and the shipped permissions let each user publish only
-        #: its own, so a sink knows who wrote an entry without trusting the entry.
-        self.journal_origin: str | None = str(self._nats_options["inbox_prefix"]).partition(".")[2] or None
         )
 
     @property

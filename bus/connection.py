@@ -14,13 +14,15 @@ import os
 import ssl
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
+from urllib.parse import urlsplit
 
 import nats
 import nats.errors
 from nats.aio.client import Client
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_exponential
 
-from bus.errors import ConfigError, ConnectError
+from bus.errors import ConfigError, ConnectError, SubjectError
+from bus.subjects import validate_subject
 
 log = logging.getLogger("hookbus.connection")
 
@@ -79,7 +81,10 @@ AUTH_ENV: Final = {
     "HOOKBUS_NATS_TOKEN": "token",
     "HOOKBUS_NATS_CREDS": "user_credentials",
     "HOOKBUS_NATS_NKEY_SEED": "nkeys_seed",
+    "HOOKBUS_NATS_INBOX": "inbox_prefix",
 }
+#: Reply subjects live under this prefix plus the NATS user's name (see :func:`with_private_inbox`).
+INBOX_ROOT: Final = "_INBOX"
 TLS_ENV: Final = ("HOOKBUS_NATS_TLS_CA", "HOOKBUS_NATS_TLS_CERT", "HOOKBUS_NATS_TLS_KEY")
 
 
@@ -104,6 +109,30 @@ def auth_options(
     if ca or cert or key:
         options["tls"] = tls_context(ca, cert, key)
     return options
+
+
+def with_private_inbox(servers: list[str], options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` with the prefix of this connection's reply subjects set.
+
+    Replies (to middleware requests, JetStream API calls, turn requests) arrive
+    on ``_INBOX.<user>.<random>``: the shipped permissions let each user
+    subscribe to its own ``_INBOX.<user>.>`` only, so nobody reads another's
+    replies. The user is the ``user`` option or the one in the server URL; an
+    explicit ``inbox_prefix`` (``$HOOKBUS_NATS_INBOX``) wins, for nkey, token
+    and .creds users, whose name the client does not know. Without a user it
+    is NATS's plain ``_INBOX``.
+    """
+    prefix = options.get("inbox_prefix")
+    if prefix is None:
+        user = options.get("user") or next((urlsplit(url).username for url in servers if "@" in url), None)
+        prefix = f"{INBOX_ROOT}.{user}" if user else INBOX_ROOT
+    try:
+        validate_subject(prefix)
+    except SubjectError as exc:
+        raise ConfigError(
+            f"inbox prefix {prefix!r} is not a valid subject ({exc.reason}): set HOOKBUS_NATS_INBOX or --nats-inbox"
+        ) from None
+    return {**options, "inbox_prefix": prefix}
 
 
 def tls_context(ca: str | None, cert: str | None, key: str | None) -> ssl.SSLContext:

@@ -88,9 +88,9 @@ class JournalEntry:
         if not self.time:
             self.time = now_timestamp()
 
-    @property
-    def subject(self) -> str:
-        return f"{SUBJECT_PREFIX}.{self.kind}"
+    def subject(self, origin: str | None) -> str:
+        """``hookbus.journal.<kind>.<origin>``: the origin is the publisher's NATS user (see journal_origin)."""
+        return f"{SUBJECT_PREFIX}.{self.kind}.{origin}" if origin else f"{SUBJECT_PREFIX}.{self.kind}"
 
     def encode(self) -> bytes:
         return orjson.dumps(self)  # orjson encodes dataclasses itself: as asdict(), several times faster
@@ -120,7 +120,7 @@ def canonical_time(text: str) -> str:
 async def record(bus: Bus, entry: JournalEntry) -> bool:
     """Publish ``entry`` (fire-and-forget, like emit); False if it could not be sent."""
     try:
-        await bus.publish_raw(entry.subject, entry.encode())
+        await bus.publish_raw(entry.subject(bus.journal_origin), entry.encode())
     except (BusClosedError, nats.errors.Error):
         bus.stats.dropped.add("journal")
         return False
@@ -160,7 +160,8 @@ class JournalSink:
         pending, self._pending = self._pending, []
         for entry in pending:
             try:
-                finished, task = run_eager(self._bus.push(entry.subject, entry.encode()))  # rarely waits
+                subject = entry.subject(self._bus.journal_origin)
+                finished, task = run_eager(self._bus.push(subject, entry.encode()))  # rarely waits
             except Exception as exc:
                 log.warning("journal entry not published: %r", exc)
                 continue

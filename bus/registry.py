@@ -39,7 +39,7 @@ from nats.js.kv import KeyValue
 from bus.connection import jetstream_replicas
 from bus.declaration import Declaration, from_wire
 from bus.errors import RegistryError
-from bus.subjects import module_subject, validate_subject
+from bus.subjects import module_subject
 
 if TYPE_CHECKING:
     from bus.module import Module
@@ -107,16 +107,31 @@ class Announcement:
         )
 
 
-def parse_announcement(data: bytes) -> Announcement:
-    """Decode an announcement; raises ValueError/KeyError/TypeError (and hookbus errors) if malformed."""
+class ForeignAnnouncement(ValueError):
+    """A registry entry that claims another module's name: an impersonation attempt, not a typo."""
+
+
+def parse_announcement(data: bytes, key: str | None = None) -> Announcement:
+    """Decode an announcement; raises ValueError/KeyError/TypeError (and hookbus errors) if malformed.
+
+    A module's identity is its name, bound to its credentials by the key it may
+    write (``<module>.<instance>``; the shipped permissions let each module user
+    put only its own keys): the ``module`` field must agree with ``key``, and the
+    request subject is derived from the name, never taken from the entry.
+    Raises ForeignAnnouncement when they disagree.
+    """
     obj: dict[str, Any] = orjson.loads(data)
     if not isinstance(obj, dict) or not isinstance(obj.get("handlers"), list):
         raise TypeError("an announcement is an object with a 'handlers' list")
+    module = obj["module"]
+    subject = module_subject(module)  # SubjectError (or TypeError) for a name that is no token
+    if key is not None and key != f"{module}.{obj.get('instance')}":
+        raise ForeignAnnouncement(f"entry {key!r} announces module {module!r} (instance {obj.get('instance')!r})")
+    if obj.get("subject", subject) != subject:
+        raise ForeignAnnouncement(f"module {module!r} announces subject {obj['subject']!r}, not its own {subject!r}")
     decls = tuple(from_wire(item) for item in obj["handlers"])
-    if any(decl.module != obj["module"] for decl in decls):
-        raise ValueError("a handler names another module")
-    # The subject is published to as it is: it must be a valid subject (no injection through the registry).
-    subject = validate_subject(obj.get("subject") or module_subject(obj["module"]))
+    if any(decl.module != module for decl in decls):
+        raise ForeignAnnouncement("a handler names another module")
     heartbeat = float(obj.get("heartbeat", 1.0))
     if not 0.05 <= heartbeat <= 60:  # also rejects NaN
         raise ValueError(f"heartbeat {heartbeat!r} is outside 0.05..60 s")

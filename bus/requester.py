@@ -1,21 +1,22 @@
 """Request/reply for the kernel side, with every pending request reachable.
 
-Like nats-py's ``request`` (one wildcard inbox subscription, a future per
-request) but with a timer instead of ``asyncio.wait_for`` (which costs a task
-per call on Python 3.11), and with :meth:`Requester.abort_all` so that a
-closing Bus can end every pending request at once instead of hanging on them.
+Like nats-py's ``request`` (one wildcard subscription under the connection's
+private inbox prefix, a random token and a future per request) but with a
+timer instead of ``asyncio.wait_for`` (which costs a task per call on Python
+3.11), and with :meth:`Requester.abort_all` so that a closing Bus can end
+every pending request at once instead of hanging on them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 from collections.abc import Awaitable, Callable
 from typing import Final
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
+from nats.nuid import NUID
 
 #: Publishes (subject, data, reply inbox): the Bus's fast path.
 Publish = Callable[[str, bytes, str], Awaitable[None]]
@@ -43,7 +44,7 @@ class Requester:
         self._nc = nc
         self._publish = publish
         self._prefix = ""
-        self._tokens = itertools.count()
+        self._nuid = NUID()
         self._pending: dict[str, asyncio.Future[bytes]] = {}
         self._idle = asyncio.Event()
         self._idle.set()
@@ -71,7 +72,7 @@ class Requester:
 
         Raises NoResponders, RequestTimeout or Aborted.
         """
-        token = str(next(self._tokens))
+        token = self._nuid.next().decode()  # unpredictable: nobody can aim a forged reply at the next request
         loop = asyncio.get_running_loop()
         future: asyncio.Future[bytes] = loop.create_future()
         self._pending[token] = future

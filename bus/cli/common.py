@@ -42,6 +42,7 @@ _AUTH_FLAGS = {
     "--nats-token": "HOOKBUS_NATS_TOKEN",
     "--nats-creds": "HOOKBUS_NATS_CREDS",
     "--nats-nkey-seed": "HOOKBUS_NATS_NKEY_SEED",
+    "--nats-inbox": "HOOKBUS_NATS_INBOX",
     "--tls-ca": "HOOKBUS_NATS_TLS_CA",
     "--tls-cert": "HOOKBUS_NATS_TLS_CERT",
     "--tls-key": "HOOKBUS_NATS_TLS_KEY",
