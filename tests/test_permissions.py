@@ -102,22 +102,6 @@ async def test_agent_cannot_take_another_agents_turns(server: NatsServer) -> Non
         await agent.close()
 
 
-async def test_agent_cannot_forge_journal_entries_of_others(server: NatsServer) -> None:
-    async with Bus(url(server, "operator")) as op, Bus(url(server, "agent-eva")) as agent:
-        got: list[str] = []
-
-        async def take(msg: Any) -> None:
-            got.append(msg.subject)
-
-        await op.nc.subscribe("hookbus.journal.>", cb=take)
-        await op.flush()
-        for kind in ("trigger", "shell_hook", "subscriber", "middleware"):
-            await agent.publish_raw(f"hookbus.journal.{kind}", b"{}")
-        await agent.flush()
-        await asyncio.sleep(0.3)
-        assert got == ["hookbus.journal.middleware"]  # only its own middleware reactions
-
-
 async def test_module_answers_its_stage_but_cannot_publish_lifecycle_events(server: NatsServer) -> None:
     guard = Module("guard")
 
