@@ -39,6 +39,7 @@ from nats.js.kv import KeyValue
 from bus.connection import jetstream_replicas
 from bus.declaration import Declaration, from_wire
 from bus.errors import RegistryError
+from bus.guards import GUARDS_BUCKET
 from bus.subjects import module_subject
 
 if TYPE_CHECKING:
@@ -71,6 +72,17 @@ async def open_bucket(nc: Client, bucket: str) -> KeyValue:
         return await js.create_key_value(bucket=bucket, history=1, ttl=max_age, replicas=jetstream_replicas(nc))
     except nats.js.errors.BadRequestError:
         return await js.key_value(bucket)  # created by someone else meanwhile
+    except nats.errors.TimeoutError:  # what a create the server denied looks like from here
+        raise RegistryError(
+            f"the {bucket} bucket does not exist and this user may not create it: "
+            "start 'hookbus up' (the bus role creates it) or run a hookbus command as the operator"
+        ) from None
+
+
+async def ensure_buckets(nc: Client) -> None:
+    """Create the middleware state buckets if missing (``hookbus up`` does, as the bus role)."""
+    for bucket in (MODULES_BUCKET, TRUST_BUCKET, GUARDS_BUCKET):
+        await open_bucket(nc, bucket)
 
 
 @dataclass(frozen=True, slots=True)

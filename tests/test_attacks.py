@@ -20,10 +20,12 @@ import pytest
 from nats.aio.client import Client
 
 from bus import Bus, Cancel, Continue, Module, NatsServer, Stage
+from bus.errors import RegistryError
 from bus.journal import ensure_stream
 from bus.registry import MODULES_BUCKET, Announcement, announcement_of, open_bucket
 from bus.testing import serving, wait_for_chain
 
+from .test_cli import UpProcess
 from .waiting import wait_until
 
 CONFIG = Path(__file__).resolve().parent.parent / "deploy" / "nats" / "permissions.conf"
@@ -248,3 +250,24 @@ async def test_the_inbox_prefix_follows_the_user(server: NatsServer) -> None:
     async with Bus(url(server, "agent-eva")) as eva:
         info = await eva.nc.request("$JS.API.INFO", b"", timeout=2)  # its own prefix: the reply arrives
         assert b"memory" in info.data
+
+
+async def test_only_the_bus_role_creates_state_and_hookbus_up_runs_as_it(tmp_path: Path) -> None:
+    """On a fresh server an agent may not create the buckets; `hookbus up` as the bus user does, denied nothing."""
+    config = tmp_path / "permissions.conf"
+    config.write_text(CONFIG.read_text().replace("/data/jetstream", str(tmp_path / "jetstream")))
+    with NatsServer(config_file=config, jetstream=False) as fresh:
+        async with Bus(url(fresh, "agent-eva")) as eva:
+            with pytest.raises(RegistryError, match="may not create it"):
+                await eva.middleware.start()
+        up = UpProcess(tmp_path / "ws", "--nats-url", url(fresh, "bus"))
+        try:
+            assert "change-me-bus" not in "\n".join(up.lines)  # credentials are never printed
+            async with Bus(url(fresh, "agent-eva")) as eva:
+                view = await eva.middleware.start()
+                assert view is not None
+            code, out = up.stop()
+        finally:
+            up.close()
+        assert code == 0, out
+        assert "denied" not in out and "denied" not in up.stderr, up.stderr

@@ -44,6 +44,7 @@ class UpProcess:
             env={k: v for k, v in os.environ.items() if k != "NATS_URL"},
         )
         self.lines: list[str] = []
+        self.stderr = ""
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
             self.lines.append(line.rstrip("\n"))
@@ -58,8 +59,9 @@ class UpProcess:
         self.metrics_url = re.search(r"metrics\s+(http://\S+)", text).group(1)  # type: ignore[union-attr]
 
     def stop(self) -> tuple[int, str]:
+        """SIGTERM, wait; the exit code and what it printed (its log lines are kept in ``stderr``)."""
         self.proc.send_signal(signal.SIGTERM)
-        out, _ = self.proc.communicate(timeout=20)
+        out, self.stderr = self.proc.communicate(timeout=20)
         return self.proc.returncode, out
 
     def close(self) -> None:

@@ -21,6 +21,8 @@ from bus.cli.common import add_nats_url, serve_metrics, stop_on_signals
 from bus.client import Bus
 from bus.connection import URL_ENV
 from bus.errors import ConfigError, ServerError
+from bus.filelock import WorkspaceLock
+from bus.registry import ensure_buckets
 from bus.server import NatsServer
 
 DEFAULT_PORT = 4222
@@ -113,10 +115,13 @@ async def run(args: argparse.Namespace) -> int:
             nats_url = server.url
         bus = await stack.enter_async_context(Bus(nats_url, name="hookbus-up", connect_timeout=args.connect_timeout))
         lines = [f"hookbus up: workspace {workspace}"]
-        where = f"{server.url} (embedded, JetStream store {server.store_dir})" if server else f"{nats_url} (external)"
+        shown = public_url(nats_url)  # never print credentials
+        where = f"{server.url} (embedded, JetStream store {server.store_dir})" if server else f"{shown} (external)"
         lines.append(f"  nats     {where}")
         metrics = serve_metrics(stack, args.host, args.metrics_port)
         if metrics:
+        await ensure_buckets(bus.nc)  # agents and modules may read the middleware state, not create it
+        from subscribers.hook_security import public_url  # workers load with the services, not with the CLI
             lines.append(f"  metrics  {metrics}")
         ctx = UpContext(bus=bus, workspace=workspace, nats_url=nats_url, args=args, lines=lines)
         for service in services():
