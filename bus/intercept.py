@@ -86,6 +86,7 @@ class Interceptor:
         self._starting: asyncio.Future[None] | None = None
         self._closing = False
         self._typo_checked: dict[str, int] = {}  # undeclared stage -> view generation it was checked at
+        self._typo_warned: dict[str, str] = {}  # undeclared stage -> the stage it was said to look like
 
     async def start(self) -> View:
         """Load the registry and start following it (done by the first intercept if not before)."""
@@ -135,9 +136,11 @@ class Interceptor:
         """Warn once (per change of the view) about an undeclared stage that looks like a declared one."""
         if len(self._typo_checked) > 1000:  # bounded: stage names may come from anywhere
             self._typo_checked.clear()
+            self._typo_warned.clear()
         self._typo_checked[stage] = view.generation
         likely = view.similar_stage(stage)
-        if likely is not None:
+        if likely is not None and self._typo_warned.get(stage) != likely:
+            self._typo_warned[stage] = likely
             log.warning("stage %r has no handler, but %r does: a typo? (the call continues)", stage, likely)
 
     async def _run(self, chain: StageChain, payload: dict[str, Any], ctx: Mapping[str, Any]) -> Decision:
@@ -217,7 +220,9 @@ class Interceptor:
             reply = orjson.loads(raw)
             decision = from_wire(reply, subject)
         except (orjson.JSONDecodeError, DecisionError) as exc:
-            return _faulted(batch, Outcome.INVALID, _bounded(f"invalid reply: {exc}") or "invalid reply", started, journal)
+            return _faulted(
+                batch, Outcome.INVALID, _bounded(f"invalid reply: {exc}") or "invalid reply", started, journal
+            )
         return _answered(stage, batch, reply, decision, started, journal)
 
     def _final(self, stage: str, decision: Decision, current: dict[str, Any], patched: bool, rid: str) -> Decision:

@@ -41,6 +41,7 @@ from bus.registry import (
     MODULES_MAX_AGE,
     TRUST_BUCKET,
     Announcement,
+    ForeignAnnouncement,
     Watch,
     open_bucket,
     parse_announcement,
@@ -169,7 +170,10 @@ class View:
                 self._rebuild()
             return
         try:
-            ann = parse_announcement(data)
+            ann = parse_announcement(data, key)
+        except ForeignAnnouncement as exc:
+            log.error("registry entry %s claims another module's name (%s): ignored", key, exc)
+            return
         except (ValueError, KeyError, TypeError, HookbusError) as exc:
             log.warning("registry entry %s is malformed (%s): ignored", key, exc)
             return
@@ -357,15 +361,16 @@ class View:
             self._parts(by_stage, rec.decl.stage).holds.append(self._hold(rec, None, TrustState.MANAGED))
             return
         approved = self.approved.get(qualname)
+        others = [pair for identity, pair in live.items() if identity != approved]
         if approved is not None and approved in live:
             self._parts(by_stage, live[approved][0].stage).runs.append(self._link(*live[approved], TrustState.TRUSTED))
-            return
-        attached = next((r for r in records if r.identity == approved), None)
-        if attached is not None:  # an attached guard with no approved instance alive: it holds its stage
-            hold = self._hold(attached, newest[0] if newest else None, TrustState.TRUSTED)
-            self._parts(by_stage, attached.decl.stage).holds.append(hold)
-        if newest is not None:
-            decl, ann = newest
+        else:
+            attached = next((r for r in records if r.identity == approved), None)
+            if attached is not None:  # an attached guard with no approved instance alive: it holds its stage
+                hold = self._hold(attached, others[-1][0] if others else None, TrustState.TRUSTED)
+                self._parts(by_stage, attached.decl.stage).holds.append(hold)
+        if others:  # versions nobody approved: visible, never called, never ordered
+            decl, ann = others[-1]
             state = TrustState.UNTRUSTED if approved is None else TrustState.MODIFIED
             if state is TrustState.UNTRUSTED and self.trust_new:
                 self._spawn(self._approve_new(decl))
