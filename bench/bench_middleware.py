@@ -27,6 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import median, print_table, verdict
 from bus import Bus, Continue, Module, NatsServer
+from bus.declaration import declare
+from bus.guards import GuardRecord
 from bus.testing import wait_for_chain
 
 PAYLOAD = {"name": "shell", "input": {"command": "ls -la /srv/project"}, "call_id": "c-0001"}
@@ -65,6 +67,17 @@ async def serve(url: str) -> None:
         tasks = [asyncio.create_task(module.serve(bus=bus)) for module in build_modules()]
         print("ready", flush=True)
         await asyncio.gather(*tasks)
+
+
+async def hold_a_stage(bus: Bus, stage: str) -> None:
+    """A trusted fail-closed guard of ``stage`` whose module is gone: its record, its approval, no instance."""
+    view = await bus.middleware.start()
+    decl = declare("bench_gone", "no_rm", stage, fail_closed=True)
+    await view.approve(decl)
+    assert view.guards_kv is not None
+    record = GuardRecord(decl, decl.identity(), time.time(), time.time())
+    await view.guards_kv.put(record.key, record.to_bytes())
+    await view.wait_until(lambda: bool(stage in view.chains and view.chains[stage].holds), 20)
 
 
 def percentile(values: list[float], pct: float) -> float:
@@ -129,6 +142,22 @@ async def measure(url: str, calls: int, concurrent: int) -> None:
                 "-",
                 "-",
                 "meets target < 5 us" if undeclared_us < 5 else "MISSES target < 5 us",
+            ]
+        )
+
+        held_loops = 20_000
+        await hold_a_stage(bus, "bench.held")
+        started = time.perf_counter()
+        for _ in range(held_loops):
+            await bus.intercept("bench.held", PAYLOAD)
+        held_us = (time.perf_counter() - started) / held_loops * 1e6
+        rows.append(
+            [
+                "stage held by a gone guard, per call",
+                f"{held_us:.2f} us",
+                f"{undeclared_us:.2f} us",
+                f"{held_us / undeclared_us:.1f}x undeclared",
+                "meets target < 5 us" if held_us < 5 else "MISSES target < 5 us",
             ]
         )
 

@@ -51,6 +51,8 @@ DEFAULT_SHUTDOWN_CLAMP: Final = 2.0
 _TOOL_STAGES: Final = frozenset({Stage.TOOL_CALL.value, Stage.TOOL_RESULT.value})
 #: Characters of a module-reported cause the journal keeps (a module cannot flood it).
 CAUSE_LIMIT: Final = 1000
+#: A held stage journals its first cancel at once, then one entry per this many seconds counting the rest.
+HELD_WINDOW: Final = 1.0
 
 
 @dataclass
@@ -87,6 +89,7 @@ class Interceptor:
         self._closing = False
         self._typo_checked: dict[str, int] = {}  # undeclared stage -> view generation it was checked at
         self._typo_warned: dict[str, str] = {}  # undeclared stage -> the stage it was said to look like
+        self._held: dict[str, list[Any]] = {}  # hold reason -> [link, calls since the last entry]
 
     async def start(self) -> View:
         """Load the registry and start following it (done by the first intercept if not before)."""
@@ -146,6 +149,13 @@ class Interceptor:
     async def _run(self, chain: StageChain, payload: dict[str, Any], ctx: Mapping[str, Any]) -> Decision:
         stage = chain.stage
         depth = _depth.current_depth()
+        if depth >= self._bus.max_depth:
+            return CONTINUE  # the recursion limit: nothing runs at or past it
+        if chain.holds:  # a held guard: cancelled at once, before anything else is built
+            current = self._canonical(stage, payload)
+            for link in chain.holds:
+                if _wants(link, stage, current):
+                    return self._held_call(link, ctx, depth)
         rid = self._bus.new_id()
         wire_ctx = {
             "session": ctx.get("session"),
@@ -154,17 +164,13 @@ class Interceptor:
             "id": rid,
         }
         journal = _Journal(self._journal, stage, wire_ctx, self.options.journal_neutral)
-        if depth >= self._bus.max_depth:
-            return CONTINUE  # the recursion limit: nothing runs at or past it
         current = self._canonical(stage, payload)
         for link in chain.waiting:
             if _wants(link, stage, current):
                 journal.add(link, Outcome.UNTRUSTED, CONTINUE, 0.0, f"{link.trust.value}: not approved")
-        if chain.holds or chain.broken:
-            held = _held(chain, stage, current, journal)
-            if held is not None:
-                journal.flush()
-                return held
+        if chain.broken:
+            journal.flush()
+            return _broken(chain, journal)
         links = [link for link in chain.links if _wants(link, stage, current)]
         patched = False
         decision: Decision = CONTINUE
@@ -179,6 +185,37 @@ class Interceptor:
                 current, patched = decision.payload, True
         journal.flush()
         return self._final(stage, decision, current, patched, rid)
+
+    def _held_call(self, link: Link, ctx: Mapping[str, Any], depth: int) -> Decision:
+        """A call a held guard wants: its cancel, without a request, journaled.
+
+        The first call of a window gets an entry of its own; the rest are
+        counted and journaled together when the window ends (a held stage of a
+        busy agent must not cost a journal message per call).
+        """
+        assert link.hold is not None
+        decision = Cancel(link.hold, link.decl.qualname)
+        tally = self._held.get(link.hold)
+        if tally is not None:
+            tally[1] += 1
+            return decision
+        self._held[link.hold] = [link, 0]
+        asyncio.get_running_loop().call_later(HELD_WINDOW, self._held_window_ends, link.hold)
+        wire_ctx = {"session": ctx.get("session"), "agent": ctx.get("agent"), "depth": depth, "id": self._bus.new_id()}
+        journal = _Journal(self._journal, link.decl.stage, wire_ctx, self.options.journal_neutral)
+        journal.add(link, link.outcome, decision, 0.0, link.hold)
+        journal.flush()
+        return decision
+
+    def _held_window_ends(self, reason: str) -> None:
+        link, count = self._held.pop(reason)
+        if not count:
+            return
+        wire_ctx = {"session": None, "agent": None, "depth": 0, "id": None}
+        journal = _Journal(self._journal, link.decl.stage, wire_ctx, self.options.journal_neutral)
+        cause = f"{reason}; {count} more call{'s' if count != 1 else ''} cancelled alike within {HELD_WINDOW:g}s"
+        journal.add(link, link.outcome, Cancel(cause, link.decl.qualname), 0.0, cause, count)
+        journal.flush()
 
     def _canonical(self, stage: str, payload: dict[str, Any]) -> dict[str, Any]:
         """On tool stages, the payload with the tool's canonical name (one run per call, not per alias)."""
@@ -272,20 +309,13 @@ def _wants(link: Link, stage: str, payload: dict[str, Any]) -> bool:
     return payload.get(match_field(stage)) in link.match
 
 
-def _held(chain: StageChain, stage: str, payload: dict[str, Any], journal: _Journal) -> Decision | None:
-    """A held guard that wants this call, or a broken chain with a fail-closed handler: the cancel; else None."""
-    for link in chain.holds:
-        if _wants(link, stage, payload):
-            assert link.hold is not None
-            decision = Cancel(link.hold, link.decl.qualname)
-            journal.add(link, link.outcome, decision, 0.0, link.hold)
-            return decision
-    if chain.broken is None:
-        return None
+def _broken(chain: StageChain, journal: _Journal) -> Decision:
+    """A broken chain: nothing called; cancelled if a trusted fail-closed handler is in it, else continue."""
+    assert chain.broken is not None
     if chain.guard is None:
         journal.add(None, Outcome.BROKEN, CONTINUE, 0.0, chain.broken)
         return CONTINUE
-    decision = Cancel(f"chain of {stage} broken: {chain.broken}", chain.guard)
+    decision = Cancel(f"chain of {chain.stage} broken: {chain.broken}", chain.guard)
     journal.add(None, Outcome.BROKEN, decision, 0.0, decision.reason)
     return decision
 
@@ -406,7 +436,13 @@ class _Journal:
         self._entries: list[JournalEntry] = []
 
     def add(
-        self, link: Link | None, outcome: Outcome, decision: Decision, duration_ms: float, cause: str | None
+        self,
+        link: Link | None,
+        outcome: Outcome,
+        decision: Decision,
+        duration_ms: float,
+        cause: str | None,
+        count: int = 1,
     ) -> None:
         reason = decision.reason if isinstance(decision, Cancel) else None
         self._add(
@@ -417,10 +453,19 @@ class _Journal:
             reason,
             cause,
             duration_ms,
+            count,
         )
 
     def _add(
-        self, who: str, identity: str | None, outcome: str, kind: str, reason: str | None, cause: Any, ms: Any
+        self,
+        who: str,
+        identity: str | None,
+        outcome: str,
+        kind: str,
+        reason: str | None,
+        cause: Any,
+        ms: Any,
+        count: int = 1,
     ) -> None:
         if outcome == Outcome.OK:
             verdict, why = kind, reason
@@ -432,7 +477,7 @@ class _Journal:
             verdict = outcome
             why = f"{cause}; read as {kind} ({'fail-closed' if kind == 'cancel' else 'fail-open'})"
         seconds = float(ms) / 1000 if isinstance(ms, int | float) else None
-        MIDDLEWARE.observe(who, self._stage, outcome, kind, seconds)
+        MIDDLEWARE.observe(who, self._stage, outcome, kind, seconds, count)
         if verdict == "continue" and not self._neutral:
             return  # a neutral continue changes nothing: counted, not journaled
         ctx = self._ctx

@@ -48,16 +48,18 @@ class MiddlewareStats(Collector):
         self._handlers.add(name)
         return name
 
-    def observe(self, handler: str, stage: str, outcome: str, decision: str, seconds: float | None) -> None:
-        """One reaction: ``outcome`` (ok, timeout, failed, ...) and what it read as (``decision``)."""
+    def observe(
+        self, handler: str, stage: str, outcome: str, decision: str, seconds: float | None, count: int = 1
+    ) -> None:
+        """``count`` alike reactions: ``outcome`` (ok, timeout, failed, ...) and what it read as (``decision``)."""
         handler = self._handler(handler)
         key = (handler, stage, outcome)
-        self.calls[key] = self.calls.get(key, 0) + 1
+        self.calls[key] = self.calls.get(key, 0) + count
         dkey = (handler, stage, decision)
-        self.decisions[dkey] = self.decisions.get(dkey, 0) + 1
+        self.decisions[dkey] = self.decisions.get(dkey, 0) + count
         if outcome != "ok" and decision == "cancel":
             pair = (handler, stage)
-            self.fail_closed[pair] = self.fail_closed.get(pair, 0) + 1
+            self.fail_closed[pair] = self.fail_closed.get(pair, 0) + count
         if seconds is not None:
             series = self.latency.get((handler, stage))
             if series is None:

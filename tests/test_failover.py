@@ -1,31 +1,41 @@
 """Faults under steady load: the agent's cluster node dies, or the single server restarts.
 
 Every intercept must come back with a decision (the handler's, or its declared
-fail mode) within its timeout; emits must never raise or stall the agent loop.
-The figures (outage window, events lost) are printed; at-most-once allows loss
-only around the fault.
+fail mode) within its timeout, and never a continue the handler did not give:
+the guard is fail-closed, so the kernel's own trouble may cancel but never let
+a call through. Emits must never raise or stall the agent loop. The figures
+(outage window, events lost, decisions from the handler) are printed;
+at-most-once allows loss only around the fault. The cluster scenario repeats
+``HOOKBUS_FAILOVER_RUNS`` times (bench/bench_failover.py runs it 20 times).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from bus import Bus, Cancel, Continue, Module, NatsServer, Stage
+import pytest
+
+from bus import Bus, Cancel, Module, NatsServer, Patch, Stage
 from bus.testing import NatsCluster, serving, wait_for_chain
 
 TIMEOUT = 1.0
+RUNS = int(os.environ.get("HOOKBUS_FAILOVER_RUNS", "2"))
+#: What a decision may be: the handler's own (a cancel of rm, a patch marking ls), or a fail-closed cancel.
+FROM_HANDLER = {"rm:Cancel:handler", "ls:Patch:handler"}
+ALLOWED = FROM_HANDLER | {"rm:Cancel:fail-closed", "ls:Cancel:fail-closed"}
 
 
 def guard() -> Module:
     module = Module("failover-guard")
 
     @module.stage(Stage.TOOL_CALL, fail_closed=True, timeout=TIMEOUT)
-    async def check(stage: str, payload: dict[str, Any]) -> Cancel | Continue:
-        return Cancel("rm") if payload["input"]["command"] == "rm" else Continue()
+    async def check(stage: str, payload: dict[str, Any]) -> Cancel | Patch:
+        return Cancel("rm") if payload["input"]["command"] == "rm" else Patch({**payload, "checked": True})
 
     return module
 
@@ -38,7 +48,7 @@ class Load:
     fault_at: float = 0.0
 
 
-async def steady(agent: Bus, seconds: float, fault: Callable[[], None], fault_after: float) -> Load:
+async def steady(agent: Bus, seconds: float, fault: Callable[[], object], fault_after: float) -> Load:
     """Emit and intercept at a steady rate; call ``fault`` once after ``fault_after`` seconds."""
     load = Load()
     start = time.monotonic()
@@ -53,23 +63,38 @@ async def steady(agent: Bus, seconds: float, fault: Callable[[], None], fault_af
         decision = await asyncio.wait_for(
             agent.intercept(Stage.TOOL_CALL, {"name": "shell", "input": {"command": command}}), timeout=TIMEOUT * 3
         )
-        load.decisions.append((time.monotonic(), f"{command}:{type(decision).__name__}"))
+        load.decisions.append((time.monotonic(), f"{command}:{type(decision).__name__}:{origin(decision)}"))
         await asyncio.sleep(0.01)
     return load
 
 
+def origin(decision: Any) -> str:
+    """Who gave the decision: the handler, or the kernel reading a fault as fail-closed."""
+    if isinstance(decision, Patch) and decision.payload.get("checked") is True:
+        return "handler"
+    if isinstance(decision, Cancel):
+        return "handler" if decision.reason == "rm" else "fail-closed"
+    return "kernel"  # a continue nobody gave: the guard was skipped
+
+
+def from_handler(load: Load) -> int:
+    return sum(1 for _, d in load.decisions if d in FROM_HANDLER)
+
+
 def report(what: str, load: Load) -> None:
     lost = load.sent - len(load.received)
-    wrong = [d for _, d in load.decisions if d == "ls:Cancel"]  # fail-closed during the outage
-    after = [t for t, d in load.decisions if t > load.fault_at and d == "ls:Continue"]
+    closed = [d for _, d in load.decisions if d.endswith(":fail-closed")]  # fail-closed during the outage
+    after = [t for t, d in load.decisions if t > load.fault_at and d == "ls:Patch:handler"]
     window = (after[0] - load.fault_at) if after else float("nan")
     print(
-        f"\n{what}: {load.sent} events, {lost} lost; {len(load.decisions)} intercepts, "
-        f"{len(wrong)} answered by the fail-closed mode; handler decisions again {window * 1000:.0f} ms after the fault"
+        f"\n{what}: {load.sent} events, {lost} lost; {len(load.decisions)} intercepts, {from_handler(load)} "
+        f"from the handler, {len(closed)} by the fail-closed mode; handler decisions again "
+        f"{window * 1000:.0f} ms after the fault"
     )
 
 
-async def test_cluster_node_of_the_agent_dies() -> None:
+async def cluster_failover() -> Load:
+    """The agent's node of a 3-node cluster dies under load; the handler lives on the other two."""
     with NatsCluster(3) as cluster:
         n1, n2, n3 = cluster.urls
         async with Bus(n1, name="agent", managed=["failover-guard"]) as agent, Bus(n3) as watcher:
@@ -85,10 +110,16 @@ async def test_cluster_node_of_the_agent_dies() -> None:
                 load.received = load_box[0].received
                 await asyncio.sleep(0.5)
             assert agent.stats.reconnects >= 1
-            assert {d for _, d in load.decisions} <= {"rm:Cancel", "ls:Continue", "ls:Cancel"}
-            assert load.decisions[-1][1] in ("rm:Cancel", "ls:Continue")  # the handler answers again
-            assert max(load.received) == load.sent - 1
-            report("cluster node killed", load)
+            return load
+
+
+@pytest.mark.parametrize("run", range(RUNS))
+async def test_cluster_node_of_the_agent_dies(run: int) -> None:
+    load = await cluster_failover()
+    assert {d for _, d in load.decisions} <= ALLOWED, [d for _, d in load.decisions if d not in ALLOWED]
+    assert load.decisions[-1][1] in FROM_HANDLER  # the handler answers again
+    assert max(load.received) == load.sent - 1
+    report("cluster node killed", load)
 
 
 async def test_single_server_restarts_under_load(own_server: NatsServer) -> None:
@@ -102,7 +133,7 @@ async def test_single_server_restarts_under_load(own_server: NatsServer) -> None
             load.received = received
             await asyncio.sleep(0.5)
         assert agent.stats.reconnects >= 1
-        assert {d for _, d in load.decisions} <= {"rm:Cancel", "ls:Continue", "ls:Cancel"}
-        assert load.decisions[-1][1] in ("rm:Cancel", "ls:Continue")
+        assert {d for _, d in load.decisions} <= ALLOWED, [d for _, d in load.decisions if d not in ALLOWED]
+        assert load.decisions[-1][1] in FROM_HANDLER
         assert max(received) == load.sent - 1
         report("single server restarted", load)
