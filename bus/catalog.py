@@ -72,11 +72,13 @@ _EVA = {
     "chat.reaped": "a chat was reaped",
     "memory.saved": "a memory was saved",
     "memory.forgotten": "a memory was forgotten",
-    "module.attached": "a module attached",
-    "module.detached": "a module detached",
+    "module.attached": "a middleware module appeared (payload: module)",
+    "module.detached": "a middleware module left the chain: gone fail-open, or detached by an operator "
+    "(payload: module, reason; handlers when detached)",
     "mcp.server_down": "an MCP server went down",
     "mcp.server_up": "an MCP server came up",
-    "broken.set": "a middleware chain was disabled (cycle or dangling reference)",
+    "broken.set": "a middleware chain is broken (cycle or dangling reference): its calls continue, "
+    "or are cancelled if it holds a trusted fail-closed handler",
     "broken.cleared": "a disabled middleware chain works again",
     "spend.day": "the day's spend was totalled",
     "person.created": "a person was created",
