@@ -2,11 +2,12 @@
 
 ``Module(name)`` collects handlers with ``@module.stage(...)``;
 ``await module.serve(servers)`` announces the declarations in the registry
-(see :mod:`bus.registry`), answers the kernel's requests on
-``hookbus.mw.<name>`` in a queue group (replicas share the load) and runs until
-cancelled. Requests are answered concurrently, up to ``concurrency`` at once,
-so a slow call does not stall the others and A -> B -> A re-entry does not
-deadlock.
+(see :mod:`bus.registry`) and its fail-closed handlers (:mod:`bus.guards`),
+answers the kernel's requests on ``hookbus.mw.<name>.<version>`` in a queue
+group (replicas of one version share the load) and runs until cancelled.
+Requests are answered concurrently, up to ``concurrency`` at once (and as
+many again for nested calls), so a slow call does not stall the others and
+A -> B -> A re-entry does not deadlock.
 """
 
 from __future__ import annotations

@@ -1,17 +1,18 @@
 """The handler registry and trust store on JetStream KV: the handshake of the middleware.
 
-Two buckets:
+Three buckets:
 
 - ``hookbus_modules``: one key per serving process, ``<module>.<instance>``,
   whose value is the module's announcement (its declarations, its request
   subject, its heartbeat). A module re-puts it every heartbeat and deletes it
   when it stops; the kernel drops an instance it has not heard from for
-  ``LIVENESS_FACTOR`` heartbeats, so a killed module stops being called within
-  a bounded time.
+  ``LIVENESS_FACTOR`` heartbeats once the bucket confirms no newer beat, so a
+  killed module stops being called within a bounded time.
 - ``hookbus_trust``: one key per handler, ``<module>.<handler>``, holding the
   approved identity (see :mod:`bus.trust`).
+- ``hookbus_guards``: the fail-closed handlers modules recorded (see :mod:`bus.guards`).
 
-The kernel watches both and keeps a local view; ``Bus.intercept`` reads only
+The kernel watches them and keeps a local view; ``Bus.intercept`` reads only
 that view, so an undeclared stage costs a dict lookup.
 """
 
