@@ -12,11 +12,12 @@ import orjson
 import pytest
 
 from bus import Bus, NatsServer
-from bus.journal import JournalEntry, JournalError, decode_entry, ensure_stream, record
-from subscribers.journal_sink import JournalSink
+from bus.journal import STREAM, JournalEntry, JournalError, decode_entry, ensure_stream, record
+from subscribers.journal_sink import JournalSink, durable_for
 from subscribers.journal_store import DB_NAME, JournalStore, JsonlWriter, Query
 
 from .conftest import hookbus_cmd, run_cli
+from .waiting import wait_until
 
 
 def entry(**overrides: object) -> JournalEntry:
@@ -120,7 +121,9 @@ async def _kill_and_restart_sink(bus: Bus, nats_url: str, workspace: Path) -> No
         await bus.flush()
         sink = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True)
         await wait_count(workspace / DB_NAME, 10_000, timeout=60)
-        await asyncio.sleep(0.5)  # a duplicate, if any, would land now
+        # A duplicate would come from a batch the killed sink fetched and never acknowledged, redelivered
+        # after the ack wait: only once the consumer has nothing pending or unacknowledged is the store final.
+        await wait_until(lambda: _all_acknowledged(bus, workspace), 60, "the sink to acknowledge everything")
     finally:
         sink.send_signal(signal.SIGTERM)
         sink.communicate(timeout=20)
@@ -136,6 +139,11 @@ async def _kill_and_restart_sink(bus: Bus, nats_url: str, workspace: Path) -> No
         for line in f.read_text().splitlines()
     ]
     assert len(set(lines)) == len(lines)  # never twice in JSONL either
+
+
+async def _all_acknowledged(bus: Bus, workspace: Path) -> bool:
+    info = await bus.nc.jetstream().consumer_info(STREAM, durable_for(workspace))
+    return info.num_pending == 0 and info.num_ack_pending == 0
 
 
 async def test_journal_cli_filters(workspace: Path) -> None:
