@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
 
@@ -21,13 +22,20 @@ BARRIER_KEY = "barrier"
 
 
 async def wait_until(condition: Callable[[], object], timeout: float = 15.0, what: str = "condition") -> None:
-    """Poll ``condition`` until it is true; fail naming ``what`` after ``timeout`` seconds."""
+    """Poll ``condition`` (plain or async) until it is true; fail naming ``what`` after ``timeout`` seconds."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    while not condition():
+    while not await _holds(condition):
         if loop.time() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         await asyncio.sleep(0.01)
+
+
+async def _holds(condition: Callable[[], object]) -> bool:
+    result = condition()
+    if inspect.isawaitable(result):
+        result = await result
+    return bool(result)
 
 
 async def probe_until(
