@@ -2,21 +2,26 @@
 
 Every write goes through the same validator as the file and lands on disk
 with :func:`subscribers.hooks_file.write_atomic`; running workers pick it up
-through their ordinary reload path. Edits are serialised by a lock so that
-two API calls never lose each other's change.
+through their ordinary reload path. Each read-modify-write holds an exclusive
+``flock`` on ``hooks.json.lock`` (in a thread, off the event loop), so that two
+API calls never lose each other's change, in one process or in several.
 """
 
 from __future__ import annotations
 
 import asyncio
 import secrets
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from bus.errors import HookbusError
+from bus.filelock import locked
 from subscribers.hooks_config import HookEntry, HooksConfig, now_stamp, parse_api_hook
 from subscribers.hooks_file import load, write_atomic
+
+T = TypeVar("T")
 
 
 class HookNotFound(HookbusError, LookupError):
@@ -32,46 +37,56 @@ class HooksStore:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.lock_path = path.with_name(path.name + ".lock")
         self._lock = asyncio.Lock()
 
     def read(self) -> HooksConfig:
         """The current file (HookConfigError if it is broken: fix it before editing through the API)."""
         return load(self.path)
 
-    def _save(self, entries: list[HookEntry]) -> None:
-        write_atomic(self.path, HooksConfig(tuple(entries)))
+    async def _edit(self, change: Callable[[list[HookEntry]], tuple[list[HookEntry], T]]) -> T:
+        """Apply ``change`` to the current entries and save what it returns, under both locks."""
+
+        def locked_edit() -> T:
+            with locked(self.lock_path):
+                entries, result = change(list(self.read().entries))
+                write_atomic(self.path, HooksConfig(tuple(entries)))
+                return result
+
+        async with self._lock:
+            return await asyncio.to_thread(locked_edit)
 
     async def create(self, body: Any) -> HookEntry:
-        async with self._lock:
-            entries = list(self.read().entries)
+        def change(entries: list[HookEntry]) -> tuple[list[HookEntry], HookEntry]:
             entry = parse_api_hook(body, hook_id=_new_id({e.id for e in entries}))
-            self._save([*entries, entry])
-            return entry
+            return [*entries, entry], entry
+
+        return await self._edit(change)
 
     async def update(self, hook_id: str, body: Any) -> HookEntry:
-        async with self._lock:
-            entries = list(self.read().entries)
+        def change(entries: list[HookEntry]) -> tuple[list[HookEntry], HookEntry]:
             index = _index(entries, hook_id)
             old = entries[index]
-            if isinstance(body, dict) and "enabled" not in body:
-                body = {**body, "enabled": old.enabled}
-            entries[index] = parse_api_hook(body, hook_id=hook_id, created_at=old.created_at)
-            self._save(entries)
-            return entries[index]
+            given = {**body, "enabled": old.enabled} if isinstance(body, dict) and "enabled" not in body else body
+            entries[index] = parse_api_hook(given, hook_id=hook_id, created_at=old.created_at)
+            return entries, entries[index]
+
+        return await self._edit(change)
 
     async def delete(self, hook_id: str) -> None:
-        async with self._lock:
-            entries = list(self.read().entries)
+        def change(entries: list[HookEntry]) -> tuple[list[HookEntry], None]:
             del entries[_index(entries, hook_id)]
-            self._save(entries)
+            return entries, None
+
+        await self._edit(change)
 
     async def toggle(self, hook_id: str) -> HookEntry:
-        async with self._lock:
-            entries = list(self.read().entries)
+        def change(entries: list[HookEntry]) -> tuple[list[HookEntry], HookEntry]:
             index = _index(entries, hook_id)
             entries[index] = replace(entries[index], enabled=not entries[index].enabled, updated_at=now_stamp())
-            self._save(entries)
-            return entries[index]
+            return entries, entries[index]
+
+        return await self._edit(change)
 
 
 def _index(entries: list[HookEntry], hook_id: str) -> int:

@@ -11,6 +11,7 @@ import orjson
 from bus.cli.common import add_nats_url
 from bus.client import Bus
 from bus.envelope import Event
+from bus.visible import visible
 
 _MAX_PAYLOAD_CHARS = 200
 
@@ -19,7 +20,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = subparsers.add_parser(
         "tail",
         help="print events live",
-        description="Print events as they happen, one line each. PATTERN: NATS or PRX-style (default: all).",
+        description=(
+            "Print events as they happen, one line each. PATTERN: NATS or PRX-style (default: all events; "
+            "internal subjects such as _INBOX, $JS and hookbus.* only when PATTERN names them)."
+        ),
     )
     parser.add_argument("pattern", nargs="?", default=">")
     parser.add_argument("--json", action="store_true", help="one envelope per line, as on the wire")
@@ -29,12 +33,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def format_line(event: Event) -> str:
-    """One readable line: time, subject, depth, session, payload (shortened)."""
-    clock = event.timestamp[11:23] if len(event.timestamp) >= 23 else event.timestamp
+    """One readable line: time, subject, depth, session, payload (shortened); control characters escaped."""
+    clock = visible(event.timestamp[11:23] if len(event.timestamp) >= 23 else event.timestamp)
     payload = orjson.dumps(event.payload).decode()
     if len(payload) > _MAX_PAYLOAD_CHARS:
         payload = payload[: _MAX_PAYLOAD_CHARS - 1] + "…"
-    session = f" session={event.session_id}" if event.session_id else ""
+    session = f" session={visible(event.session_id)}" if event.session_id else ""
     cut = " truncated" if event.truncated else ""
     return f"{clock} {event.subject} depth={event.depth}{session}{cut} {payload}"
 

@@ -91,6 +91,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.set_defaults(func=run)
 
 
+#: The lock file that makes one hookbus up the owner of its workspace.
+UP_LOCK = "up.lock"
+
+
 def _check_port(name: str, port: int, allow_off: bool = False) -> None:
     low = -1 if allow_off else 0
     if not low <= port <= 65535:
@@ -106,6 +110,7 @@ async def run(args: argparse.Namespace) -> int:
     stop = stop_on_signals()
 
     async with AsyncExitStack() as stack:
+        stack.enter_context(WorkspaceLock(workspace / UP_LOCK))  # a second hookbus up here is refused
         server = None
         nats_url = args.nats_url or os.environ.get(URL_ENV)
         if not nats_url:
