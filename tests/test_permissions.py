@@ -15,6 +15,7 @@ from bus import Bus, Cancel, ConnectError, Continue, Module, NatsServer, Stage, 
 from bus.testing import EventRecorder, serving, wait_for_chain
 
 from .conftest import run_cli
+from .waiting import barrier, wait_until, without_barriers
 
 CONFIG = Path(__file__).resolve().parent.parent / "deploy" / "nats" / "permissions.conf"
 PASSWORDS = {
@@ -39,11 +40,6 @@ def url(server: NatsServer, user: str, password: str | None = None) -> str:
     return f"nats://{user}:{password or PASSWORDS[user]}@127.0.0.1:{server.port}"
 
 
-async def not_received(rec: EventRecorder | list[Any], wait: float = 0.3) -> bool:
-    await asyncio.sleep(wait)
-    return not (rec.events if isinstance(rec, EventRecorder) else rec)
-
-
 async def test_agent_emits_and_serves_its_own_turns(server: NatsServer) -> None:
     async with Bus(url(server, "operator")) as op, Bus(url(server, "agent-eva")) as agent:
         rec = EventRecorder()
@@ -60,10 +56,7 @@ async def test_agent_emits_and_serves_its_own_turns(server: NatsServer) -> None:
         await agent.serve_turns("eva", handle)
         await agent.flush()
         await op.request_turn(TurnRequest(agent="eva", prompt="hello"))
-        for _ in range(100):
-            if turns:
-                break
-            await asyncio.sleep(0.02)
+        await wait_until(lambda: turns, 10, "the turn request")
         assert turns == ["hello"]
 
 
@@ -93,11 +86,14 @@ async def test_agent_cannot_take_another_agents_turns(server: NatsServer) -> Non
 
     try:
         await agent.subscribe("hookbus.turn.bob", cb=take)
+        await agent.subscribe("hookbus.turn.eva", cb=take)  # its own: where the barrier comes
         await agent.flush()
         async with Bus(url(server, "operator")) as op:
             await op.request_turn(TurnRequest(agent="bob", prompt="for bob only"))
-            await op.flush()
-        assert await not_received(got)
+            # the same publisher, then the same subscriber connection: bob's turn would be in first
+            await op.request_turn(TurnRequest(agent="eva", prompt="barrier"))
+            await wait_until(lambda: any(b"barrier" in data for data in got), 10, "the barrier turn")
+        assert [b"barrier" in data for data in got] == [True]  # its own turn only, bob's never
     finally:
         await agent.close()
 
@@ -121,8 +117,9 @@ async def test_module_answers_its_stage_but_cannot_publish_lifecycle_events(serv
                 assert decision == Cancel("only by hand", "guard.no_rm")
             async with Bus(url(server, "module-guard")) as module_bus:
                 await module_bus.emit("prx.lifecycle.tool_call", {"tool": "forged", "success": True, "output": ""})
-                await module_bus.flush()
-        assert await not_received(rec)
+                await module_bus.flush()  # the server has routed (or refused) it: a barrier sent now comes after
+        await barrier(op, "prx.lifecycle.tool_call", rec)
+        assert without_barriers(rec.events) == []
 
 
 async def test_wrong_credentials_are_refused_clearly(server: NatsServer) -> None:

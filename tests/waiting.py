@@ -5,6 +5,9 @@ the same publisher to the same subscription, and waits for the barrier: NATS
 keeps one connection's messages in order to a subscriber, and a subscription
 calls its handler in arrival order, so once the barrier is in, anything sent
 before it has arrived too. Only then is absence a fact rather than a guess.
+When what must not arrive comes from another connection, that connection's
+``Bus.flush()`` first: once it returns the server has routed (or refused) it,
+so a barrier published afterwards, from any connection, is queued behind it.
 """
 
 from __future__ import annotations
