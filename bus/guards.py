@@ -88,6 +88,13 @@ async def mark_stopped(kv: KeyValue, decls: Iterable[Declaration]) -> None:
             await kv.put(guard_key(decl), GuardRecord(decl, decl.identity(), now, now).to_bytes())
 
 
+async def remove_records(kv: KeyValue, decls: Iterable[Declaration]) -> None:
+    """What a module serving with ``detach_on_stop`` does when it stops cleanly: its guards end."""
+    for decl in decls:
+        if decl.fail_closed:
+            await kv.delete(guard_key(decl))
+
+
 def designates(name: str, decl: Declaration) -> bool:
     """Whether ``name`` (``module`` or ``module.handler``) names ``decl``."""
     return name in (decl.module, decl.qualname)

@@ -232,21 +232,29 @@ class Module:
         return Reaction(decl.qualname, outcome, result, elapsed)
 
     async def serve(
-        self, servers: str | list[str] | None = None, *, bus: Bus | None = None, ready: asyncio.Event | None = None
+        self,
+        servers: str | list[str] | None = None,
+        *,
+        bus: Bus | None = None,
+        ready: asyncio.Event | None = None,
+        detach_on_stop: bool = False,
     ) -> None:
         """Announce the handlers and answer requests until cancelled.
 
         ``servers`` as for :class:`bus.Bus`; or pass an open ``bus`` to share
         its connection. ``ready`` is set once requests are being answered.
+        A fail-closed handler keeps guarding after its module stops, until an
+        operator detaches it; ``detach_on_stop=True`` (a demo, a test) detaches
+        it when this process stops cleanly.
         """
         from bus.client import Bus
         from bus.serving import ModuleServer
 
         if bus is not None:
-            await ModuleServer(self, bus).run(ready)
+            await ModuleServer(self, bus, detach_on_stop=detach_on_stop).run(ready)
             return
         async with Bus(servers, name=f"hookbus-module-{self.name}") as own:
-            await ModuleServer(self, own).run(ready)
+            await ModuleServer(self, own, detach_on_stop=detach_on_stop).run(ready)
 
 
 def _check(result: object) -> tuple[Outcome, str | None]:

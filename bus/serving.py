@@ -17,7 +17,7 @@ from nats.aio.msg import Msg
 from bus.depth import DEFAULT_MAX_DEPTH
 from bus.eager import run_eager
 from bus.errors import RegistryError
-from bus.guards import GUARDS_BUCKET, mark_stopped, put_records
+from bus.guards import GUARDS_BUCKET, mark_stopped, put_records, remove_records
 from bus.publisher import ordered_flush
 from bus.registry import MODULES_BUCKET, announcement_of, open_bucket, request_subject
 
@@ -37,9 +37,10 @@ MAX_WAITING: Final = 10_000
 class ModuleServer:
     """Runs one Module on one Bus until cancelled."""
 
-    def __init__(self, module: Module, bus: Bus) -> None:
+    def __init__(self, module: Module, bus: Bus, *, detach_on_stop: bool = False) -> None:
         self.module = module
         self.bus = bus
+        self.detach_on_stop = detach_on_stop
         self.announcement = announcement_of(module)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._nested = 0  # of the running tasks, those answering nested calls (depth > 0)
@@ -84,9 +85,10 @@ class ModuleServer:
             log.warning("module %s: heartbeat failed (%s); retrying", self.module.name, exc)
 
     async def _stop(self, sub: Any, kv: Any, key: str, guards: Any) -> None:
-        if guards is not None:  # they stay in force: only an operator detaches them
+        if guards is not None:  # they stay in force (only an operator detaches them) unless told otherwise
+            end = remove_records if self.detach_on_stop else mark_stopped
             with contextlib.suppress(nats.errors.Error, asyncio.TimeoutError):
-                await asyncio.wait_for(mark_stopped(guards, self.module.declarations), STOP_GRACE)
+                await asyncio.wait_for(end(guards, self.module.declarations), STOP_GRACE)
         with contextlib.suppress(nats.errors.Error, asyncio.TimeoutError):
             await asyncio.wait_for(kv.delete(key), STOP_GRACE)
         with contextlib.suppress(nats.errors.Error):

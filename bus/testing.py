@@ -97,10 +97,17 @@ class EventRecorder:
 
 
 @asynccontextmanager
-async def serving(module: Module, servers: str | list[str] | None = None) -> AsyncIterator[asyncio.Task[None]]:
-    """Serve ``module`` in a background task for the block; yields the task (cancel it to "kill" the module)."""
+async def serving(
+    module: Module, servers: str | list[str] | None = None, *, detach_on_stop: bool = False
+) -> AsyncIterator[asyncio.Task[None]]:
+    """Serve ``module`` in a background task for the block; yields the task (cancel it to "kill" the module).
+
+    ``detach_on_stop``: its fail-closed handlers stop guarding when the block
+    ends (otherwise they keep cancelling their stages until detached).
+    """
     ready = asyncio.Event()
-    task = asyncio.get_running_loop().create_task(module.serve(servers, ready=ready))
+    serve = module.serve(servers, ready=ready, detach_on_stop=detach_on_stop)
+    task = asyncio.get_running_loop().create_task(serve)
     waiter = asyncio.ensure_future(ready.wait())
     try:
         await asyncio.wait({task, waiter}, timeout=15, return_when=asyncio.FIRST_COMPLETED)

@@ -80,7 +80,7 @@ async def workload(nats_url: str) -> None:
             return Cancel("only by hand")
         return Patch({**payload, "input": {"command": command + " --dry-run"}}) if command == "deploy" else Continue()
 
-    async with Bus(nats_url, name="workload", trust_new=True) as bus, serving(guard, nats_url):
+    async with Bus(nats_url, name="workload", trust_new=True) as bus, serving(guard, nats_url, detach_on_stop=True):
         await wait_for_chain(bus, "tool.call", [f"{guard.name}.no_rm"])
         for command in ("ls", "rm -rf /", "deploy", "boom") * 3:
             await bus.intercept(Stage.TOOL_CALL, {"name": "shell", "input": {"command": command}})

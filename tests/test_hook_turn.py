@@ -23,7 +23,7 @@ async def judged(kernel: Bus, nats_url: str, llm: fake_llm.FakeLLM, payload: dic
     client = ChatClient(llm.url, "judge-model", attempts=1)
     module = hook_turn.build_module(name, [HookTurnSpec(**fields)], client)
     try:
-        async with serving(module, nats_url):
+        async with serving(module, nats_url, detach_on_stop=True):  # tests share tool.call
             await wait_for_chain(kernel, fields["stage"], [f"{name}.judge"])
             return await kernel.intercept(fields["stage"], payload)
     finally:

@@ -245,3 +245,24 @@ async def test_a_typo_of_a_declared_stage_is_named(nats_url: str, caplog: pytest
         assert await kernel.intercept("custom.nothing.like.it", {}) == Continue()
         done = await asyncio.to_thread(run_cli, "intercept", typo, "{}", "--nats-url", nats_url)
         assert done.returncode == 0 and repr(stage) in done.stderr
+
+
+async def test_detach_on_stop_ends_the_guard_with_its_module(kernel: Bus, nats_url: str) -> None:
+    demo, kept, stage = Module(unique("demo")), Module(unique("kept")), f"custom.{unique('d')}"
+    other = f"{stage}.kept"
+
+    @demo.stage(stage, fail_closed=True)
+    async def no_rm(stage: str, payload: dict[str, Any]) -> Continue:
+        return Continue()
+
+    @kept.stage(other, fail_closed=True)
+    async def guard(stage: str, payload: dict[str, Any]) -> Continue:
+        return Continue()
+
+    view = await kernel.middleware.start()
+    async with serving(demo, nats_url, detach_on_stop=True), serving(kept, nats_url):
+        await wait_for_chain(kernel, stage, [f"{demo.name}.no_rm"])
+        await wait_for_chain(kernel, other, [f"{kept.name}.guard"])
+    await view.wait_until(lambda: stage not in view.chains and bool(held(view, other)), 10)
+    assert await kernel.intercept(stage, LS) == Continue()
+    assert isinstance(await kernel.intercept(other, LS), Cancel)  # the default: it keeps guarding

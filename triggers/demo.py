@@ -152,7 +152,7 @@ async def run_demo(
         return answer
 
     await bus.serve_turns(DEMO_AGENT, analyst)
-    serving = asyncio.create_task(guard.serve(bus=bus))
+    serving = asyncio.create_task(guard.serve(bus=bus, detach_on_stop=True))  # the demo leaves no guard behind
     try:
         await bus.middleware.start()
         await bus.middleware.view.wait_until(lambda: _runs(bus, guard.name), 10)  # type: ignore[union-attr]
