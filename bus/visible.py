@@ -17,8 +17,14 @@ def visible(text: str) -> str:
 
 
 def visible_lines(text: str) -> list[str]:
-    """``text`` split at its line ends, each line made :func:`visible` (a trailing newline adds no line)."""
-    return [visible(line) for line in text.splitlines()]
+    """``text`` split at its newlines, each line made :func:`visible` (a trailing newline adds no line).
+
+    Only ``\n`` ends a line: a carriage return stays in its line, escaped, so it cannot overwrite it.
+    """
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return [visible(line) for line in lines]
 
 
 def _escape(char: str) -> str:
