@@ -266,3 +266,21 @@ async def test_detach_on_stop_ends_the_guard_with_its_module(kernel: Bus, nats_u
     await view.wait_until(lambda: stage not in view.chains and bool(held(view, other)), 10)
     assert await kernel.intercept(stage, LS) == Continue()
     assert isinstance(await kernel.intercept(other, LS), Cancel)  # the default: it keeps guarding
+
+
+async def test_a_stalled_registry_watch_forgets_no_chain(nats_url: str) -> None:
+    name, stage = unique("stall"), f"custom.{unique('s')}"
+    flags = ("--behaviour", "guard", "--fail-closed", "--heartbeat", str(HEARTBEAT))
+    async with Bus(nats_url, trust_new=True) as kernel:
+        view = await kernel.middleware.start()
+        with module_process(nats_url, name, stage, *flags):
+            await wait_for_chain(kernel, stage, [f"{name}.h"])
+            watch = view._modules_watch
+            assert watch is not None
+            await watch.stop()  # the kernel's own trouble: it hears no more heartbeats
+            until = time.monotonic() + 4 * WINDOW + 0.5
+            while time.monotonic() < until:  # silence it could not hear is no death: the handler still decides
+                decision = await kernel.intercept(stage, LS)
+                assert isinstance(decision, Patch) and decision.payload["served_by"], decision
+                await asyncio.sleep(0.02)
+            assert view.chains[stage].links[0].decl.qualname == f"{name}.h"
