@@ -17,7 +17,7 @@ from subscribers.journal_sink import JournalSink
 from subscribers.journal_store import DB_NAME, JournalStore
 from subscribers.worker import ShellWorker
 
-from .waiting import wait_until
+from .waiting import barrier_payload, is_barrier, probe_until, wait_for_interest, wait_until, without_barriers
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +31,7 @@ async def test_events_and_journal_flow_across_nodes(cluster: NatsCluster, worksp
     async with Bus(n1, name="agent") as agent, Bus(n3, name="worker") as worker, Bus(n2, name="sink") as sink_bus:
         rec = EventRecorder()
         await worker.subscribe("prx.lifecycle.>", rec, queue="workers")
-        await worker.flush()
-        await asyncio.sleep(0.3)  # interest propagates over the routes
+        await wait_for_interest(agent, worker)  # interest propagates over the routes
         for i in range(50):
             await agent.emit("prx.lifecycle.tool_call", {"tool": "shell", "success": True, "output": str(i)})
         events = await rec.wait_for(50)
@@ -81,8 +80,7 @@ async def test_intercepts_and_shell_hooks_across_nodes(cluster: NatsCluster, wor
             await wait_for_chain(agent, "tool.call", ["cluster-guard.no_rm"])
             decision = await agent.intercept(Stage.TOOL_CALL, {"name": "shell", "input": {"command": "rm -rf /"}})
             assert decision == Cancel("only by hand", "cluster-guard.no_rm")
-            await worker_bus.flush()
-            await asyncio.sleep(0.3)  # interest crosses the routes
+            await wait_for_interest(agent, worker_bus)  # the worker's interest crosses the routes
             await agent.emit("prx.lifecycle.tool_call", {"tool": "shell", "success": True, "output": ""})
             await wait_until(lambda: worker.stats.runs == 1)
         assert (workspace / "hooked").read_text() == "ran\n"
@@ -92,10 +90,9 @@ async def test_agent_fails_over_when_its_node_dies(tmp_path: Path) -> None:
     with NatsCluster(3) as cluster:
         n1, _, n3 = cluster.urls
         async with Bus(n1, name="agent") as agent, Bus(n3, name="watcher") as watcher:
-            seen: set[int] = set()
-            await watcher.subscribe("eva.custom.tick", lambda e: seen.add(e.payload["n"]))
-            await watcher.flush()
-            await asyncio.sleep(0.3)
+            rec = EventRecorder()
+            await watcher.subscribe("eva.custom.tick", rec)
+            await wait_for_interest(agent, watcher)
             sent = 0
             start = time.monotonic()
             killed_at = None
@@ -106,10 +103,17 @@ async def test_agent_fails_over_when_its_node_dies(tmp_path: Path) -> None:
                 if killed_at is None and time.monotonic() - start > 1.0:
                     cluster.nodes[0].kill()
                     killed_at = sent
-                await asyncio.sleep(0.005)
+                await asyncio.sleep(0.005)  # the load's pacing: about 200 events a second, for 4 s
             await wait_until(lambda: agent.connected)
-            await agent.flush()
-            await asyncio.sleep(0.5)
+            # Barriers after the last tick, from the same connection, until one arrives: every tick that
+            # will ever arrive has then arrived (the node the agent failed over to may learn of the
+            # watcher's interest only now, so the first barriers may be lost like the ticks around the kill).
+            await probe_until(
+                lambda: agent.emit("eva.custom.tick", barrier_payload()),
+                lambda: any(map(is_barrier, rec.events)),
+                what="a barrier after the failover",
+            )
+            seen = {e.payload["n"] for e in without_barriers(rec.events)}
             assert agent.stats.reconnects >= 1
             assert agent.nc.connected_url is not None and agent.nc.connected_url.port != cluster.nodes[0].port
             lost = sorted(set(range(sent)) - seen)

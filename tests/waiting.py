@@ -57,6 +57,24 @@ async def probe_until(
             raise AssertionError(f"timed out after {timeout}s waiting for {what} to arrive")
 
 
+async def wait_for_interest(publisher: Bus, subscriber: Bus, timeout: float = 15.0) -> None:
+    """Wait until ``publisher``'s server knows every subscription ``subscriber`` has made so far.
+
+    In a cluster, interest reaches the other nodes over the routes some time after
+    the subscriber's flush, in the order the subscriptions were made. So a fresh
+    probe subscription, made last: once a probe to it arrives, the earlier
+    subscriptions are known on the publisher's node too.
+    """
+    probes = EventRecorder()
+    subject = f"eva.custom.probe_{uuid.uuid4().hex[:8]}"
+    subscription = await subscriber.subscribe(subject, probes)
+    await subscriber.flush()
+    await probe_until(
+        lambda: publisher.emit(subject, barrier_payload()), lambda: probes.events, timeout, f"a probe on {subject}"
+    )
+    await subscription.unsubscribe()
+
+
 def barrier_payload() -> dict[str, str]:
     """The payload of a fresh barrier event: a token nobody else sends."""
     return {BARRIER_KEY: uuid.uuid4().hex}
