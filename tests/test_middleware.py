@@ -27,6 +27,7 @@ from bus.declaration import MAX_TIMEOUT
 from bus.testing import JournalRecorder, serving, wait_for_chain
 
 from .conftest import unique
+from .waiting import wait_until
 
 
 async def test_undeclared_stage_continues(kernel: Bus) -> None:
@@ -167,9 +168,7 @@ async def test_stage_ctx_carries_context_and_depth(kernel: Bus, nats_url: str) -
         [ctx] = got
         assert (ctx.session, ctx.agent, ctx.depth, ctx.stage) == ("s1", "eva", 0, "llm.request")
         assert inner_depths == [1]
-        async with asyncio.timeout(5):
-            while not events:
-                await asyncio.sleep(0.01)
+        await wait_until(lambda: events, 5, "the event the handler emitted")
         assert events[0].depth == 1
 
 
@@ -178,7 +177,7 @@ async def test_fifty_concurrent_intercepts_all_answered(kernel: Bus, nats_url: s
 
     @mod.stage("custom.many")
     async def slow(stage: str, payload: dict[str, Any]) -> Patch:
-        await asyncio.sleep(0.05)  # overlapping calls must not queue behind each other
+        await asyncio.sleep(0.05)  # the scenario: a slow handler; overlapping calls must not queue behind each other
         return Patch({"n": payload["n"] * 2})
 
     async with serving(mod, nats_url):
