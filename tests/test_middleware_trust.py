@@ -210,10 +210,11 @@ async def test_tool_result_cancel_hides_and_remark_wraps(kernel: Bus, nats_url: 
 async def test_shutdown_is_clamped(nats_url: str) -> None:
     name, stage = unique("hang"), f"custom.{unique('h')}"
     mod = Module(name)
-    release = asyncio.Event()
+    entered, release = asyncio.Event(), asyncio.Event()
 
     @mod.stage(stage, timeout=30, fail_closed=True)
     async def stuck(stage: str, payload: dict[str, Any]) -> Continue:
+        entered.set()
         await release.wait()
         return Continue()
 
@@ -223,7 +224,7 @@ async def test_shutdown_is_clamped(nats_url: str) -> None:
         journal = await JournalRecorder().attach(kernel)
         await wait_for_chain(kernel, stage, [f"{name}.stuck"])
         pending = asyncio.ensure_future(kernel.intercept(stage, {}))
-        await asyncio.sleep(0.05)
+        await asyncio.wait_for(entered.wait(), 10)  # the call is in flight: the handler has it
         closing = asyncio.ensure_future(kernel.close())
         decision = await asyncio.wait_for(pending, 10)  # returns although the handler still hangs
         await asyncio.wait_for(closing, 10)
