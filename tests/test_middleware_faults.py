@@ -29,7 +29,7 @@ def expect(decision: Any, fail_closed: bool, outcome: str) -> None:
 async def misbehave(stage: str, payload: dict[str, Any]) -> Any:
     kind = payload["kind"]
     if kind == "hang":
-        await asyncio.sleep(60)
+        await asyncio.sleep(60)  # the scenario: a handler that hangs past its timeout
     if kind == "raise":
         raise RuntimeError("handler bug")
     return "yes, sure"  # garbage: not a decision
