@@ -23,14 +23,13 @@ from typing import TYPE_CHECKING, Any, Final
 import nats.errors
 import nats.js.errors
 import orjson
-from nats.js.api import RetentionPolicy, StorageType, StreamConfig
+from nats.js.api import RetentionPolicy, StorageType, StreamConfig, StreamInfo
 
 from bus.connection import jetstream_replicas
 from bus.eager import run_eager
 from bus.envelope import Encoder, format_timestamp
 from bus.errors import BusClosedError, HookbusError
 from bus.jsonobject import json_object
-from bus.subjects import TOKEN_RE
 
 if TYPE_CHECKING:
     from bus.client import Bus
@@ -50,7 +49,21 @@ PROCESS: Final = f"{socket.gethostname()}:{os.getpid()}"
 
 
 class JournalError(HookbusError):
-    """Bytes on a journal subject are not a valid entry."""
+    """Bytes on a journal subject are not a valid entry; ``reason`` is the metric label of why."""
+
+    reason: str = "invalid"
+
+
+class _MalformedEntry(JournalError):
+    """Not a JSON object at all (not JSON, not UTF-8, an array ...)."""
+
+    reason = "malformed"
+
+
+class _WrongKind(JournalError):
+    """An unknown kind, or not the kind of the subject it came on."""
+
+    reason = "kind"
 
 
 @dataclass(slots=True)
@@ -176,8 +189,8 @@ class JournalSink:
             await asyncio.wait(set(self._sending), timeout=timeout)
 
 
-async def ensure_stream(bus: Bus, replicas: int | None = None) -> None:
-    """Create (or update) the JetStream stream that captures every journal entry.
+async def ensure_stream(bus: Bus, replicas: int | None = None) -> StreamInfo:
+    """Create (or update) the JetStream stream that captures every journal entry; return its state.
 
     ``replicas`` defaults to 3 on a cluster of three or more nodes, else 1.
     """
@@ -195,31 +208,103 @@ async def ensure_stream(bus: Bus, replicas: int | None = None) -> None:
     )
     js = bus.nc.jetstream()
     try:
-        await js.add_stream(config)
+        return await js.add_stream(config)
     except nats.js.errors.BadRequestError:
-        await js.update_stream(config)
+        return await js.update_stream(config)
 
+
+#: Longest text a field keeps (longer is cut, marked with an ellipsis): names and ids, and the cause.
+TEXT_CAP: Final = 256
+CAUSE_CAP: Final = 4096
+#: Depths the journal takes: far beyond any recursion limit, and well inside SQLite's integers.
+MAX_DEPTH: Final = 2**31 - 1
+#: A duration beyond this (about 31 years) is not a duration.
+MAX_DURATION_MS: Final = 1e12
 
 _TEXT_FIELDS: Final = ("kind", "point", "phase", "who", "decision", "process", "time", "id")
 _OPTIONAL_TEXT: Final = ("cause", "session", "agent", "trace_id", "identity")
 
 
-def decode_entry(data: bytes) -> JournalEntry:
-    """Decode a journal entry, naming what is wrong if it is not one."""
-    obj = json_object(data, "journal entry", JournalError)
-    for name in _TEXT_FIELDS:
-        if not isinstance(obj.get(name), str) or not obj[name]:
-            raise JournalError(f"journal entry field {name!r} must be a non-empty string")
-    for name in _OPTIONAL_TEXT:
-        if obj.get(name) is not None and not isinstance(obj[name], str):
-            raise JournalError(f"journal entry field {name!r} must be a string or null")
-    duration = obj.get("duration_ms")
-    if duration is not None and (isinstance(duration, bool) or not isinstance(duration, int | float)):
-        raise JournalError("journal entry field 'duration_ms' must be a number or null")
+def decode_entry(data: bytes, subject: str | None = None) -> JournalEntry:
+    """Decode a journal entry, naming what is wrong if it is not one (see :func:`decode_checked`)."""
+    return decode_checked(data, subject)[0]
+
+
+def decode_checked(data: bytes, subject: str | None = None) -> tuple[JournalEntry, tuple[str, ...]]:
+    """Decode, check and clamp an entry from anyone; also return the names of the fields that were cut.
+
+    Whatever it returns can be stored: texts are capped (``TEXT_CAP``, the
+    cause ``CAUSE_CAP``) with NUL replaced by U+FFFD, numbers are in range,
+    the time is canonical, and the kind is the one of ``subject`` (when given),
+    so a publisher allowed one kind cannot write another. Anything else raises
+    :class:`JournalError` naming the field.
+    """
+    obj = json_object(data, "journal entry", _MalformedEntry)
+    kind = obj.get("kind")
+    if not isinstance(kind, str) or kind not in KINDS:
+        raise _WrongKind(f"journal entry kind {_shown(kind)} is not one of {', '.join(KINDS)}")
+    if subject is not None and subject_kind(subject) != kind:
+        raise _WrongKind(f"journal entry of kind {kind!r} came on {_shown(subject)}, not {SUBJECT_PREFIX}.{kind}.>")
+    fields: dict[str, Any] = {}
+    cut: list[str] = []
+    for name in _TEXT_FIELDS + _OPTIONAL_TEXT:
+        value = obj.get(name)
+        if value is None and name in _OPTIONAL_TEXT:
+            continue
+        if not isinstance(value, str) or not value:
+            kind_of = "a string or null" if name in _OPTIONAL_TEXT else "a non-empty string"
+            raise JournalError(f"journal entry field {name!r} must be {kind_of}")
+        fields[name] = _clamped(value, CAUSE_CAP if name == "cause" else TEXT_CAP, name, cut)
+    fields["time"] = _checked_time(fields["time"])
+    fields["duration_ms"] = _checked_duration(obj.get("duration_ms"))
     depth = obj.get("depth", 0)
-    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
-        raise JournalError("journal entry field 'depth' must be a non-negative integer")
-    if obj["kind"] not in KINDS or not TOKEN_RE.fullmatch(obj["kind"]):
-        raise JournalError(f"journal entry kind {obj['kind']!r} is not one of {', '.join(KINDS)}")
-    known: dict[str, Any] = {name: obj[name] for name in JournalEntry.__dataclass_fields__ if name in obj}
-    return JournalEntry(**known)
+    if isinstance(depth, bool) or not isinstance(depth, int) or not 0 <= depth <= MAX_DEPTH:
+        raise JournalError(f"journal entry field 'depth' must be a whole number from 0 to {MAX_DEPTH}")
+    fields["depth"] = depth
+    return JournalEntry(**fields), tuple(cut)
+
+
+def subject_kind(subject: str) -> str | None:
+    """The kind a journal subject names (``hookbus.journal.<kind>[.<origin>]``), or None."""
+    tokens = subject.split(".")
+    if len(tokens) not in (3, 4) or f"{tokens[0]}.{tokens[1]}" != SUBJECT_PREFIX:
+        return None
+    return tokens[2]
+
+
+def subject_origin(subject: str) -> str | None:
+    """The publisher's user a journal subject ends with, if it has one: the permissions vouch for it."""
+    tokens = subject.split(".")
+    return tokens[3] if len(tokens) == 4 else None
+
+
+def _shown(value: object) -> str:
+    """A value for an error message, itself capped: the message is logged."""
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:77]}..."
+
+
+def _clamped(value: str, cap: int, name: str, cut: list[str]) -> str:
+    if "\x00" in value:  # a NUL ends the text for C readers of the database and of logs
+        value = value.replace("\x00", "\ufffd")
+    if len(value) > cap:
+        cut.append(name)
+        value = value[: cap - 1] + "…"
+    return value
+
+
+def _checked_time(text: str) -> str:
+    try:
+        return canonical_time(text)
+    except (JournalError, ValueError, OverflowError, OSError):
+        raise JournalError(f"journal entry field 'time' {_shown(text)} is not an RFC 3339 time") from None
+
+
+def _checked_duration(value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= MAX_DURATION_MS:
+        raise JournalError(
+            f"journal entry field 'duration_ms' must be a number from 0 to {MAX_DURATION_MS:.0e} or null"
+        )
+    return float(value)

@@ -14,7 +14,7 @@ import pytest
 from bus import Bus, NatsServer
 from bus.journal import STREAM, JournalEntry, JournalError, decode_entry, ensure_stream, record
 from subscribers.journal_sink import JournalSink, durable_for
-from subscribers.journal_store import DB_NAME, JournalStore, JsonlWriter, Query
+from subscribers.journal_store import DB_NAME, JournalStore, JsonlWriter, Query, Received
 
 from .conftest import hookbus_cmd, run_cli
 from .waiting import wait_until
@@ -33,6 +33,11 @@ def entry(**overrides: object) -> JournalEntry:
     }
     fields.update(overrides)
     return JournalEntry(**fields)  # type: ignore[arg-type]
+
+
+def received(*entries: JournalEntry, first: int = 1) -> list[Received]:
+    """Rows as the sink makes them, numbered from ``first`` and received when they claim."""
+    return [Received(e, stream_seq=first + i, received=e.time) for i, e in enumerate(entries)]
 
 
 async def wait_count(store_path: Path, count: int, timeout: float = 30.0) -> int:
@@ -84,15 +89,15 @@ async def test_sink_stores_entries_from_the_bus(bus: Bus, workspace: Path) -> No
         await task
     assert sink.rejected == 1
     store = JournalStore(workspace / DB_NAME)
-    rows = [e for _, e in store.query(Query())]
+    rows = [row.entry for _, row in store.query(Query())]
     store.close()
     assert [(e.kind, e.who, e.decision) for e in rows] == [
         ("middleware", "a", "continue"),
         ("shell_hook", "audit.sh", "ok"),
     ]
-    jsonl = list((workspace / "journal").glob("*.jsonl"))
-    assert len(jsonl) == 1
-    assert len(jsonl[0].read_text().splitlines()) == 2
+    jsonl = sorted((workspace / "journal").glob("*.jsonl"))
+    assert [path.name for path in jsonl] == ["middleware.jsonl", "shell_hook.jsonl"]  # one file per kind
+    assert [len(path.read_text().splitlines()) for path in jsonl] == [1, 1]
 
 
 async def test_sink_killed_mid_stream_loses_none_and_duplicates_none(own_server: NatsServer, workspace: Path) -> None:
@@ -129,7 +134,7 @@ async def _kill_and_restart_sink(bus: Bus, nats_url: str, workspace: Path) -> No
         sink.communicate(timeout=20)
     assert sink.returncode == 0
     store = JournalStore(workspace / DB_NAME)
-    stored = [e.id for _, e in store.query(Query(limit=20_000))]
+    stored = [row.entry.id for _, row in store.query(Query(limit=20_000))]
     store.close()
     assert len(stored) == 10_000
     assert sorted(stored) == sorted(ids)
@@ -149,7 +154,7 @@ async def _all_acknowledged(bus: Bus, workspace: Path) -> bool:
 async def test_journal_cli_filters(workspace: Path) -> None:
     store = JournalStore(workspace / DB_NAME)
     store.insert_many(
-        [
+        received(
             entry(who="guard", decision="cancel", session="s1", time="2026-01-01T10:00:00.000Z"),
             entry(who="guard", decision="continue", session="s2", time="2026-01-01T11:00:00.000Z"),
             entry(who="redact", decision="patch", point="memory.save", session="s1", time="2026-01-01T12:00:00.000Z"),
@@ -162,7 +167,7 @@ async def test_journal_cli_filters(workspace: Path) -> None:
                 session=None,
                 time="2026-01-01T13:00:00.000Z",
             ),
-        ]
+        )
     )
     store.close()
     ws = str(workspace)
@@ -183,7 +188,7 @@ async def test_journal_cli_filters(workspace: Path) -> None:
     assert who("--kind", "trigger") == ["spend:fired"]
     assert who("--limit", "1") == ["spend:fired"]
     table = run_cli("journal", "--workspace", ws)
-    assert table.stdout.splitlines()[0].startswith("TIME  KIND  POINT")
+    assert table.stdout.splitlines()[0].startswith("RECEIVED  TIME  KIND  POINT")
     assert "memory.save" in table.stdout
     missing = run_cli("journal", "--workspace", str(workspace / "nowhere"))
     assert missing.returncode == 1 and "no journal at" in missing.stderr
@@ -191,7 +196,7 @@ async def test_journal_cli_filters(workspace: Path) -> None:
 
 async def test_journal_follow_prints_new_entries(workspace: Path) -> None:
     store = JournalStore(workspace / DB_NAME)
-    store.insert_many([entry(who="old")])
+    store.insert_many(received(entry(who="old")))
     proc = subprocess.Popen(
         [*hookbus_cmd(), "journal", "--workspace", str(workspace), "--json", "--follow"],
         stdout=subprocess.PIPE,
@@ -201,7 +206,7 @@ async def test_journal_follow_prints_new_entries(workspace: Path) -> None:
         assert proc.stdout is not None
         first = await asyncio.to_thread(proc.stdout.readline)
         assert orjson.loads(first)["who"] == "old"
-        store.insert_many([entry(who="new")])
+        store.insert_many(received(entry(who="new"), first=2))
         second = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), 10)
         assert orjson.loads(second)["who"] == "new"
     finally:
@@ -212,8 +217,8 @@ async def test_journal_follow_prints_new_entries(workspace: Path) -> None:
 
 def test_jsonl_rotates_by_size(tmp_path: Path) -> None:
     writer = JsonlWriter(tmp_path, max_bytes=2_000, keep=2)
-    for _ in range(40):
-        writer.write([entry()])
+    for seq, row in enumerate(received(*(entry() for _ in range(40))), 1):
+        writer.write([(seq, row)])
     files = sorted(p.name for p in tmp_path.iterdir())
     assert len(files) == 3  # the live file and two rotated ones, the oldest dropped
     assert all(p.stat().st_size <= 2_000 + 400 for p in tmp_path.iterdir())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import re
 from contextlib import AsyncExitStack
 from pathlib import Path
 
@@ -13,13 +14,18 @@ from bus.errors import ConfigError
 from bus.journal import canonical_time
 
 _COLUMNS = ("time", "kind", "point", "phase", "who", "decision", "duration_ms", "session", "cause")
+#: Control characters an entry may carry (terminal escapes, fake line breaks) are shown escaped.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     query = subparsers.add_parser(
         "journal",
         help="query the journal of interventions and reactions",
-        description="Query the workspace journal (SQLite). Filters combine with AND; times are RFC 3339 UTC.",
+        description=(
+            "Query the workspace journal (SQLite). Filters combine with AND; times are RFC 3339 UTC, "
+            "--since and --until compare the server's receive time."
+        ),
     )
     query.add_argument("--workspace", type=Path, default=Path(".hookbus"))
     query.add_argument("--point", help="stage or subject, e.g. tool.call")
@@ -27,8 +33,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     query.add_argument("--decision", help="continue, cancel, patch, timeout, failed, absent, denied, fired, ...")
     query.add_argument("--session")
     query.add_argument("--kind", choices=["middleware", "shell_hook", "subscriber", "trigger"])
-    query.add_argument("--since", help="from this time on, e.g. 2026-11-30T10:00:00Z")
-    query.add_argument("--until", help="before this time")
+    query.add_argument("--since", help="received from this time on, e.g. 2026-11-30T10:00:00Z")
+    query.add_argument("--until", help="received before this time")
     query.add_argument("--limit", type=int, default=50, help="newest N entries (default: 50)")
     query.add_argument("--json", action="store_true", help="one JSON object per line")
     query.add_argument("--follow", "-f", action="store_true", help="keep printing new entries")
@@ -60,15 +66,15 @@ async def run_query(args: argparse.Namespace) -> int:
         filters[bound] = canonical_time(value) if value else None
     after, limit = 0, args.limit
     if not args.json:
-        print("  ".join(c.upper() for c in _COLUMNS), flush=True)
+        print("  ".join(c.upper() for c in ("received", *_COLUMNS)), flush=True)
     try:
         while True:
             rows = store.query(Query(**filters, after_seq=after, limit=limit))
-            for seq, entry in rows:
+            for seq, row in rows:
                 if args.json:
-                    print(dumps_line(seq, entry), flush=True)
+                    print(dumps_line(seq, row), flush=True)
                 else:
-                    values = [getattr(entry, c) for c in _COLUMNS]
+                    values = [row.received, *(getattr(row.entry, c) for c in _COLUMNS)]
                     print("  ".join(_cell(v) for v in values), flush=True)
             if rows:
                 after = rows[-1][0]
@@ -83,7 +89,9 @@ async def run_query(args: argparse.Namespace) -> int:
 def _cell(value: object) -> str:
     if value is None:
         return "-"
-    return f"{value:.3f}" if isinstance(value, float) else str(value)
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    return _CONTROL.sub(lambda found: repr(found.group())[1:-1], str(value))
 
 
 async def run_sink(args: argparse.Namespace) -> int:
