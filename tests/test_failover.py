@@ -23,6 +23,8 @@ import pytest
 from bus import Bus, Cancel, Module, NatsServer, Patch, Stage
 from bus.testing import NatsCluster, serving, wait_for_chain
 
+from .waiting import wait_until
+
 TIMEOUT = 1.0
 RUNS = int(os.environ.get("HOOKBUS_FAILOVER_RUNS", "2"))
 #: What a decision may be: the handler's own (a cancel of rm, a patch marking ls), or a fail-closed cancel.
@@ -64,8 +66,13 @@ async def steady(agent: Bus, seconds: float, fault: Callable[[], object], fault_
             agent.intercept(Stage.TOOL_CALL, {"name": "shell", "input": {"command": command}}), timeout=TIMEOUT * 3
         )
         load.decisions.append((time.monotonic(), f"{command}:{type(decision).__name__}:{origin(decision)}"))
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.01)  # the load's pacing
     return load
+
+
+async def last_tick_arrived(load: Load) -> None:
+    """Wait for the last tick: one publisher, one subscription, so every tick that arrives at all is in then."""
+    await wait_until(lambda: load.sent - 1 in load.received, 10, f"tick {load.sent - 1} at the watcher")
 
 
 def origin(decision: Any) -> str:
@@ -108,7 +115,7 @@ async def cluster_failover() -> Load:
                 load_box.append(Load())
                 load = await steady(agent, 4.0, cluster.nodes[0].kill, 1.0)
                 load.received = load_box[0].received
-                await asyncio.sleep(0.5)
+                await last_tick_arrived(load)
             assert agent.stats.reconnects >= 1
             return load
 
@@ -131,7 +138,7 @@ async def test_single_server_restarts_under_load(own_server: NatsServer) -> None
             await wait_for_chain(agent, "tool.call", ["failover-guard.check"])
             load = await steady(agent, 5.0, own_server.restart, 1.0)
             load.received = received
-            await asyncio.sleep(0.5)
+            await last_tick_arrived(load)
         assert agent.stats.reconnects >= 1
         assert {d for _, d in load.decisions} <= ALLOWED, [d for _, d in load.decisions if d not in ALLOWED]
         assert load.decisions[-1][1] in FROM_HANDLER
