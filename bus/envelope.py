@@ -28,7 +28,7 @@ import orjson
 
 from bus.depth import DEFAULT_MAX_DEPTH, depth_problem
 from bus.errors import EnvelopeError, NotSerializableError, PayloadError, PayloadTooLarge
-from bus.subjects import event_name, received_event_name, subject_problem, validate_subject
+from bus.subjects import event_name, known_event_name, received_event_name, subject_problem, validate_subject
 
 #: Default limit on an encoded event, as in the PRX document (64 KB).
 DEFAULT_MAX_BYTES: Final = 64 * 1024
@@ -37,6 +37,7 @@ _MIN_CUT_CHARS: Final = 64
 _dumps = orjson.dumps
 _loads = orjson.loads
 _time = time.time
+_known_event_name = known_event_name
 #: The envelope after its cached head: timestamp, session, payload, id, depth, tail.
 _ENVELOPE: Final = b'%s%s","session_id":%s,"payload":%s,"id":"%s%x","depth":%d%s'
 #: How many distinct subjects the encoder remembers as already validated.
@@ -282,7 +283,7 @@ def decode(subject: str, data: bytes, max_bytes: int = DEFAULT_MAX_BYTES, max_de
     """
     if len(data) > max_bytes:
         raise EnvelopeError(subject, f"{len(data)} bytes, over the {max_bytes}-byte limit", "oversize")
-    expected = received_event_name(subject)
+    expected = _known_event_name(subject) or received_event_name(subject)
     if expected is None:
         raise EnvelopeError(subject, f"subject refused: {subject_problem(subject)}")
     try:

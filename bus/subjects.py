@@ -61,6 +61,8 @@ _SUBJECT_RE = re.compile(r"[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*")
 #: Received subjects remembered as valid, with their event names (bounded; cleared when full).
 _received: dict[str, str] = {}
 _RECEIVED_CACHE_SIZE = 4096
+#: Fast accessor for hot paths: the event name of a subject already found valid, else None.
+known_event_name = _received.get
 
 
 def received_event_name(subject: str) -> str | None:

@@ -302,5 +302,8 @@ def parse_api_hook(body: object, *, hook_id: str, created_at: str | None = None)
     reason = refusal(action)
     if reason is not None:
         raise HookConfigError(f"refused: {reason}", entry="action")
+    ignored = action.ignored_env()
+    if ignored:
+        raise HookConfigError(f"a hook's env may not set {', '.join(ignored)}", entry="action", field="env")
     stamp = now_stamp()
     return HookEntry(hook_id, event, pattern, action, enabled, created_at or stamp, stamp)

@@ -140,4 +140,5 @@ def _log_refusals(config: HooksConfig) -> None:
             log.error("hook %s (%s) refused, it will not run: %s", entry.id, entry.event, entry.refused)
         ignored = entry.action.ignored_env()
         if ignored:
-            log.warning("hook %s (%s): env %s ignored (not overridable)", entry.id, entry.event, ", ".join(ignored))
+            names = ", ".join(ignored)
+            log.warning("hook %s (%s): env %s ignored (a hook's env may not set these)", entry.id, entry.event, names)

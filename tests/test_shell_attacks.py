@@ -20,7 +20,9 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from bus import Bus
+from bus.errors import HookConfigError
 from bus.journal import SUBJECT_PREFIX
+from subscribers.hooks_config import parse_api_hook
 from subscribers.hooks_file import load
 from subscribers.worker import ShellWorker
 
@@ -134,6 +136,12 @@ async def test_the_hook_environment_keeps_loader_and_interpreter_variables_out(
     assert seen["HOOK_TARGET"] == "kept"
     assert seen["NATS_URL"] == f"nats://{host}", "credentials never reach a hook"
     assert "s3cret-pw" not in (out / "env").read_text()
+
+
+def test_the_http_api_turns_away_a_hook_whose_env_names_a_loader_variable() -> None:
+    body = {"event": "tool_call", "action": {"command": "/bin/true", "env": {"LD_AUDIT": "/x.so", "OK_NAME": "1"}}}
+    with pytest.raises(HookConfigError, match="a hook's env may not set LD_AUDIT"):
+        parse_api_hook(body, hook_id="h1")
 
 
 async def test_hook_output_is_escaped_one_prefixed_log_line_per_output_line(
