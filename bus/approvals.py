@@ -19,15 +19,9 @@ class Waiting:
 
 
 def queue(view: View) -> list[Waiting]:
-    """Every live handler that is Untrusted or Modified, by name."""
-    out = []
-    live = view.declarations()
-    for qualname in sorted(live):
-        decl = live[qualname][0]
-        state = view.trust_of(decl)
-        if not state.runs:
-            out.append(Waiting(decl, state))
-    return out
+    """Every live handler that is Untrusted or Modified (a version nobody approved), by name."""
+    waiting = {link.decl.qualname: link for chain in view.chains.values() for link in chain.waiting}
+    return [Waiting(waiting[name].decl, waiting[name].trust) for name in sorted(waiting)]
 
 
 def select(view: View, name: str) -> list[Declaration]:

@@ -31,8 +31,8 @@ from nats.aio.client import Client
 from nats.js.kv import KeyValue
 
 from bus.chain import BrokenChain, order
-from bus.declaration import Declaration, from_wire
-from bus.errors import HookbusError, MiddlewareError
+from bus.declaration import Declaration
+from bus.errors import HookbusError
 from bus.faults import Outcome
 from bus.guards import GUARDS_BUCKET, GuardRecord, parse_record
 from bus.registry import (
@@ -113,8 +113,6 @@ class View:
         self.chains: dict[str, StageChain] = {}
         self.instances: dict[str, tuple[Announcement, float]] = {}
         self.approved: dict[str, str] = {}
-        #: The declaration each trust value approved (what a replaced handler was), by qualified name.
-        self.approved_decls: dict[str, Declaration] = {}
         self.guards: dict[str, GuardRecord] = {}
         self._revisions: dict[str, int] = {}  # registry revision of each instance's latest beat
         self._heard: dict[str, float] = {}  # Unix time each instance was last heard of
@@ -195,14 +193,8 @@ class View:
         identity = approved_identity(data)
         if identity is None:
             self.approved.pop(key, None)
-            self.approved_decls.pop(key, None)
         else:
             self.approved[key] = identity
-            decl = _approved_declaration(data)
-            if decl is not None and decl.identity() == identity:
-                self.approved_decls[key] = decl
-            else:
-                self.approved_decls.pop(key, None)
         self._rebuild()
 
     def _on_guard(self, key: str, data: bytes | None, revision: int) -> None:
@@ -498,17 +490,6 @@ class _Parts:
             return StageChain(stage, (), exc.reason, held, waiting, guards[0] if guards else None)
         links = tuple(members[decl.qualname] for decl in ordered if decl.qualname in members)
         return StageChain(stage, links, None, held, waiting)
-
-
-def _approved_declaration(data: bytes | None) -> Declaration | None:
-    """The declaration a trust value carries, if it is readable."""
-    import orjson
-
-    try:
-        value = orjson.loads(data or b"")
-        return from_wire(value["declaration"])
-    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, MiddlewareError):
-        return None
 
 
 def _squeeze(stage: str) -> str:
