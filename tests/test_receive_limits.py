@@ -28,6 +28,7 @@ from bus.envelope import DEFAULT_MAX_BYTES
 from bus.subjects import event_name
 from bus.testing import EventRecorder
 from bus.turns import TurnRequest, turn_subject
+from triggers.engine import TriggerEngine
 
 from .conftest import unique
 from .waiting import wait_until
@@ -197,3 +198,21 @@ def test_fuzz_the_receive_path_nothing_crashes_and_valid_events_still_arrive(
         assert errors == []
 
     asyncio.run(attack())
+
+
+async def test_the_trigger_engine_drops_unreadable_turn_results(bus: Bus, loop_errors: list[dict[str, Any]]) -> None:
+    engine = await TriggerEngine(bus).start()
+    try:
+        before = bus.stats.dropped["malformed"]
+        for data in (
+            b"\xff",
+            b'{"id": [1]}',
+            b'{"id": {"a": 1}}',
+            b"[]",
+            b'{"id": "' + b"x" * DEFAULT_MAX_BYTES + b'"}',
+        ):
+            await bus.nc.publish(f"{engine._inbox}.t", data)
+        await bus.flush()
+        await wait_until(lambda: bus.stats.dropped["malformed"] == before + 5, what="five drops")
+    finally:
+        await engine.stop()

@@ -207,11 +207,13 @@ class TriggerEngine:
 
     async def _on_turn_result(self, msg: Msg) -> None:
         name = msg.subject.rsplit(".", 1)[-1]
-        try:
-            result = orjson.loads(msg.data)
-            request_id = result["id"]
-        except (orjson.JSONDecodeError, KeyError, TypeError):
-            log.warning("triggers: unreadable turn result on %s", msg.subject)
+        request_id = None
+        if len(msg.data) <= self.bus.max_bytes:
+            with contextlib.suppress(orjson.JSONDecodeError, KeyError, TypeError):
+                request_id = orjson.loads(msg.data)["id"]
+        if type(request_id) is not str:
+            self.bus.stats.dropped.add("malformed")
+            log.warning("triggers: unreadable turn result on %r", msg.subject)
             return
         state = self.state.get(name)
         if state is not None and state.in_flight.pop(request_id, None) is not None:
