@@ -10,9 +10,9 @@ from typing import Final
 
 #: The queue group shell workers join unless told otherwise: start more workers to share the load.
 DEFAULT_QUEUE: Final = "hookbus-shell"
-#: Hook processes running at once, for the whole worker.
+#: Hook processes running at once, per event key of hooks.json (each key is bounded on its own).
 DEFAULT_MAX_PROCS: Final = 16
-#: Events waiting for a process slot before new ones are shed.
+#: Events of one key waiting for a process slot before that key's new events are shed.
 DEFAULT_QUEUE_SIZE: Final = 1000
 #: Seconds between SIGTERM and SIGKILL on a timeout (PRX: 5 s).
 DEFAULT_KILL_GRACE: Final = 5.0

@@ -18,13 +18,16 @@ def add_worker_options(parser: argparse.ArgumentParser) -> None:
         help="queue group shared by workers that split the events; '' for none (default: %(default)s)",
     )
     group.add_argument(
-        "--max-procs", type=int, default=DEFAULT_MAX_PROCS, help="hook processes at once (default: %(default)s)"
+        "--max-procs",
+        type=int,
+        default=DEFAULT_MAX_PROCS,
+        help="hook processes at once, per event key (default: %(default)s)",
     )
     group.add_argument(
         "--queue-size",
         type=int,
         default=DEFAULT_QUEUE_SIZE,
-        help="events waiting for a slot before new ones are shed (default: %(default)s)",
+        help="events of one key waiting for a slot before that key sheds (default: %(default)s)",
     )
     group.add_argument(
         "--kill-grace",
