@@ -89,7 +89,7 @@ class Interceptor:
         self._closing = False
         self._typo_checked: dict[str, int] = {}  # undeclared stage -> view generation it was checked at
         self._typo_warned: dict[str, str] = {}  # undeclared stage -> the stage it was said to look like
-        self._held: dict[str, list[Any]] = {}  # hold reason -> [link, calls since the last entry]
+        self._held: dict[str, list[Any]] = {}  # hold reason -> [link, calls since its last entry, timer]
 
     async def start(self) -> View:
         """Load the registry and start following it (done by the first intercept if not before)."""
@@ -199,8 +199,8 @@ class Interceptor:
         if tally is not None:
             tally[1] += 1
             return decision
-        self._held[link.hold] = [link, 0]
-        asyncio.get_running_loop().call_later(HELD_WINDOW, self._held_window_ends, link.hold)
+        timer = asyncio.get_running_loop().call_later(HELD_WINDOW, self._held_window_ends, link.hold)
+        self._held[link.hold] = [link, 0, timer]
         wire_ctx = {"session": ctx.get("session"), "agent": ctx.get("agent"), "depth": depth, "id": self._bus.new_id()}
         journal = _Journal(self._journal, link.decl.stage, wire_ctx, self.options.journal_neutral)
         journal.add(link, link.outcome, decision, 0.0, link.hold)
@@ -208,7 +208,8 @@ class Interceptor:
         return decision
 
     def _held_window_ends(self, reason: str) -> None:
-        link, count = self._held.pop(reason)
+        link, count, timer = self._held.pop(reason)
+        timer.cancel()
         if not count:
             return
         wire_ctx = {"session": None, "agent": None, "depth": 0, "id": None}
@@ -298,6 +299,8 @@ class Interceptor:
             if aborted:
                 log.warning("%d intercepts still waiting after the %.1fs shutdown clamp: ended", aborted, clamp)
                 await asyncio.sleep(0)  # let them journal and return
+        for reason in list(self._held):  # the calls counted in a window still open
+            self._held_window_ends(reason)
         await self._journal.drain()
         if view is not None:
             await view.stop()

@@ -7,6 +7,7 @@ a fresh agent process and as the operator.
 from __future__ import annotations
 
 import asyncio
+import re
 import signal
 import time
 from collections.abc import Callable
@@ -16,7 +17,10 @@ import orjson
 import pytest
 
 from bus import Bus, Cancel, Continue, Decision, MiddlewareOptions, Module, Patch
+from bus.declaration import declare
+from bus.guards import GUARDS_BUCKET, GuardRecord
 from bus.journal import JournalEntry
+from bus.registry import open_bucket
 from bus.testing import EventRecorder, JournalRecorder, serving, wait_for_chain
 from bus.view import View
 from tests.conftest import run_cli, unique
@@ -284,3 +288,32 @@ async def test_a_stalled_registry_watch_forgets_no_chain(nats_url: str) -> None:
                 assert isinstance(decision, Patch) and decision.payload["served_by"], decision
                 await asyncio.sleep(0.02)
             assert view.chains[stage].links[0].decl.qualname == f"{name}.h"
+
+
+async def test_a_held_stage_accounts_for_every_call_in_the_journal(nats_url: str) -> None:
+    decl = declare(unique("gone"), "no_rm", f"custom.{unique('h')}", fail_closed=True)
+    calls = 50
+    async with Bus(nats_url) as reader:
+        journal = await JournalRecorder().attach(reader)
+        kernel = await Bus(nats_url, managed=[decl.module]).start()
+        view = await kernel.middleware.start()
+        guards = await open_bucket(kernel.nc, GUARDS_BUCKET)
+        record = GuardRecord(decl, decl.identity(), time.time())
+        await guards.put(record.key, record.to_bytes())
+        await view.wait_until(lambda: bool(held(view, decl.stage)), 10)
+        decisions = [await kernel.intercept(decl.stage, LS) for _ in range(calls)]
+        started = time.strftime("%H:%M:%S", time.localtime(record.at))
+        assert decisions == [Cancel(f"{decl.qualname} is gone (it last started at {started})", decl.qualname)] * calls
+        await kernel.close()  # ends the open window: its count is journaled
+        mine = [e for e in await journal.wait_for(2) if e.who == decl.qualname]
+
+        def accounted() -> int:
+            counted = [re.search(r"; (\d+) more calls? cancelled alike", e.cause or "") for e in mine]
+            return sum(int(m.group(1)) if m else 1 for m in counted)
+
+        async with asyncio.timeout(10):
+            while accounted() < calls:
+                await journal.wait_for(len(journal.entries) + 1)
+                mine = [e for e in journal.entries if e.who == decl.qualname]
+        assert accounted() == calls and {e.decision for e in mine} == {"absent"}
+        assert len(mine) < calls
