@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import re
 import socket
 import stat
@@ -19,6 +18,7 @@ from bus import Bus
 from .conftest import run_cli
 from .hooks_support import script, wait_for_file, wait_until, write_hooks
 from .test_cli import UpProcess
+from .waiting import probe_until
 
 
 class Api:
@@ -192,15 +192,21 @@ def test_a_busy_http_port_is_one_line_and_leaves_nothing_running(workspace: Path
 async def test_metrics_snapshot_per_hook_and_point(api: Api, up: UpProcess, workspace: Path) -> None:
     script(workspace, "mark.sh", "exit 0\n")
     assert (await api.call("POST", body=HOOK))[0] == 201
-    async with Bus(up.nats_url) as bus:
-        for _ in range(50):  # until the worker has picked the new hook up
-            await bus.emit("prx.lifecycle.tool_call", {"tool": "x", "success": True, "output": ""})
-            status, body = await api.call("GET", "/metrics")
-            if body["metrics"]:
-                break
-            await asyncio.sleep(0.1)
-    assert status == 200
-    [row] = body["metrics"]
+    rows: list[dict[str, Any]] = []
+
+    async def counted() -> bool:
+        status, body = await api.call("GET", "/metrics")
+        assert status == 200
+        rows[:] = body["metrics"]
+        return bool(rows)
+
+    async with Bus(up.nats_url) as bus:  # events until the worker has picked the new hook up
+        await probe_until(
+            lambda: bus.emit("prx.lifecycle.tool_call", {"tool": "x", "success": True, "output": ""}),
+            counted,
+            what="the hook's metrics",
+        )
+    [row] = rows
     assert row["point"] == "tool_call" and row["calls"] >= 1 and row["failures"] == 0
     assert set(row) == {
         "hook",
