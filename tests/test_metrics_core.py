@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from prometheus_client import REGISTRY, generate_latest
 
 from bus import Bus, Event
 from bus.publisher import fast_path_available
 from bus.testing import EventRecorder
+
+from .waiting import barrier, wait_until
 
 
 def sample(name: str, labels: dict[str, str] | None = None) -> float:
@@ -32,14 +32,20 @@ async def test_counters_are_exported(nats_url: str) -> None:
         for _ in range(3):
             await bus.emit("eva.custom.metric", {})
         await bus.publish_raw("eva.custom.metric", b"junk")
-        await rec.wait_for(3)
-        await asyncio.sleep(0.05)
-        assert sample("hookbus_events_emitted_total", {"subject": "eva.custom.metric"}) == emitted + 3
-        assert sample("hookbus_events_delivered_total", {"subject": "eva.custom.metric"}) == delivered + 6
+        # A barrier event behind the junk, counted like the three (an emit, two deliveries, one error).
+        # Once the recorder has it and the failing handler has raised on it, both subscriptions are done.
+        await barrier(bus, "eva.custom.metric", rec)
+        await wait_until(
+            lambda: sample("hookbus_handler_errors_total", {"subject": "eva.custom.metric"}) >= errors + 4,
+            10,
+            "the failing handler to see the barrier",
+        )
+        assert sample("hookbus_events_emitted_total", {"subject": "eva.custom.metric"}) == emitted + 4
+        assert sample("hookbus_events_delivered_total", {"subject": "eva.custom.metric"}) == delivered + 8
         assert sample("hookbus_events_dropped_total", {"reason": "malformed"}) == malformed + 2
-        assert sample("hookbus_handler_errors_total", {"subject": "eva.custom.metric"}) == errors + 3
+        assert sample("hookbus_handler_errors_total", {"subject": "eva.custom.metric"}) == errors + 4
     # closing a bus keeps its counts: counters never go down
-    assert sample("hookbus_events_emitted_total", {"subject": "eva.custom.metric"}) == emitted + 3
+    assert sample("hookbus_events_emitted_total", {"subject": "eva.custom.metric"}) == emitted + 4
     assert b"hookbus_nats_reconnects_total" in generate_latest(REGISTRY)
 
 
