@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -369,31 +368,38 @@ def _accounted(
     stage: str, batch: Sequence[Link], reactions: list[Any], decision: Decision, started: float, journal: _Journal
 ) -> Decision:
     """Walk the batch with the module's reactions: a fault reads per the kernel's declared fail mode."""
+    count = len(reactions)
     for index, link in enumerate(batch):
         decl = link.decl
-        item = reactions[index] if index < len(reactions) else None
-        if not isinstance(item, dict) or item.get("handler") not in (decl.qualname, decl.name):
+        qualname = decl.qualname
+        item = reactions[index] if index < count else None
+        handler = item.get("handler") if type(item) is dict else None
+        if handler is None or (handler != qualname and handler != decl.name):
             cause = "the module's reply does not account for it"
-            fault = fault_decision(decl.fail_closed, decl.qualname, Outcome.INVALID, cause)
+            fault = fault_decision(decl.fail_closed, qualname, Outcome.INVALID, cause)
             journal.add(link, Outcome.INVALID, fault, _elapsed(started), cause)
             if isinstance(fault, Cancel):
                 return fault
             continue
-        outcome, kind, ms = item.get("outcome"), item.get("decision"), _ms(item.get("duration_ms"), started)
-        if outcome != Outcome.OK or kind not in ("continue", "cancel", "patch"):
-            read = Outcome(outcome) if outcome in REPORTED and outcome != Outcome.OK else Outcome.INVALID
-            cause = _bounded(item.get("cause")) or f"reported {_bounded(repr(outcome))}, {_bounded(repr(kind))}"
-            fault = fault_decision(decl.fail_closed, decl.qualname, read, cause)
-            journal.add(link, read, fault, ms, cause)
-            if isinstance(fault, Cancel):
-                return fault
-            continue
-        if kind == "cancel":
-            reason = decision.reason if isinstance(decision, Cancel) else item.get("reason")
-            cancel = Cancel(reason if isinstance(reason, str) else "cancelled", decl.qualname)
-            journal.add(link, Outcome.OK, cancel, ms, None)
-            return _named(stage, cancel, link)
-        journal.add(link, Outcome.OK, _PATCHED if kind == "patch" else CONTINUE, ms, None)
+        assert item is not None
+        outcome, kind, ms = item.get("outcome"), item.get("decision"), item.get("duration_ms")
+        if (type(ms) is not float and type(ms) is not int) or not 0 <= ms < 1e8:  # not a plausible duration
+            ms = _elapsed(started)
+        if outcome == _OK:
+            if kind == "continue" or kind == "patch":
+                journal.ok(link, qualname, kind, ms)
+                continue
+            if kind == "cancel":
+                reason = decision.reason if isinstance(decision, Cancel) else item.get("reason")
+                cancel = Cancel(reason if isinstance(reason, str) else "cancelled", qualname)
+                journal.add(link, Outcome.OK, cancel, ms, None)
+                return _named(stage, cancel, link)
+        read = Outcome(outcome) if outcome in REPORTED and outcome != _OK else Outcome.INVALID
+        cause = _bounded(item.get("cause")) or f"reported {_bounded(repr(outcome))}, {_bounded(repr(kind))}"
+        fault = fault_decision(decl.fail_closed, qualname, read, cause)
+        journal.add(link, read, fault, ms, cause)
+        if isinstance(fault, Cancel):
+            return fault
     return _named(stage, decision, batch[-1])
 
 
@@ -406,18 +412,11 @@ def _named(stage: str, decision: Decision, link: Link) -> Decision:
     return decision
 
 
-_PATCHED: Final = Patch({})
+_OK: Final = Outcome.OK.value
 
 
 def _elapsed(started: float) -> float:
     return (time.perf_counter() - started) * 1000
-
-
-def _ms(value: Any, started: float) -> float:
-    """A module-reported duration if it is a plausible number of milliseconds, else the round trip."""
-    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and 0 <= value < 1e8:
-        return float(value)
-    return _elapsed(started)
 
 
 def _bounded(value: Any) -> str | None:
@@ -459,6 +458,12 @@ class _Journal:
             count,
         )
 
+    def ok(self, link: Link, who: str, kind: str, duration_ms: float) -> None:
+        """A handler's continue or patch, as its module reported it (the common case: kept cheap)."""
+        MIDDLEWARE.observe(who, self._stage, _OK, kind, duration_ms / 1000)
+        if kind == "patch" or self._neutral:
+            self._entries.append(self._entry(who, link.identity, kind, None, duration_ms))
+
     def _add(
         self,
         who: str,
@@ -470,7 +475,7 @@ class _Journal:
         ms: Any,
         count: int = 1,
     ) -> None:
-        if outcome == Outcome.OK:
+        if outcome == _OK:
             verdict, why = kind, reason
         elif outcome == Outcome.UNTRUSTED:
             verdict, why = "denied", cause
@@ -483,22 +488,24 @@ class _Journal:
         MIDDLEWARE.observe(who, self._stage, outcome, kind, seconds, count)
         if verdict == "continue" and not self._neutral:
             return  # a neutral continue changes nothing: counted, not journaled
+        duration = float(ms) if isinstance(ms, int | float) else None
+        self._entries.append(self._entry(who, identity, verdict, why if isinstance(why, str) else None, duration))
+
+    def _entry(self, who: str, identity: str | None, verdict: str, cause: str | None, ms: float | None) -> JournalEntry:
         ctx = self._ctx
-        self._entries.append(
-            JournalEntry(
-                kind="middleware",
-                point=self._stage,
-                phase=self._phase,
-                who=who,
-                decision=verdict,
-                cause=why if isinstance(why, str) else None,
-                duration_ms=float(ms) if isinstance(ms, int | float) else None,
-                session=ctx["session"],
-                agent=ctx["agent"],
-                depth=ctx["depth"],
-                trace_id=ctx["id"],
-                identity=identity,
-            )
+        return JournalEntry(
+            kind="middleware",
+            point=self._stage,
+            phase=self._phase,
+            who=who,
+            decision=verdict,
+            cause=cause,
+            duration_ms=ms,
+            session=ctx["session"],
+            agent=ctx["agent"],
+            depth=ctx["depth"],
+            trace_id=ctx["id"],
+            identity=identity,
         )
 
     def flush(self) -> None:
