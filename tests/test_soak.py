@@ -16,6 +16,7 @@ from bench.common import rss_mib
 from bus import Bus, Event, NatsServer, Stage
 
 from .mwproc import module_process
+from .waiting import barrier_payload, is_barrier, probe_until, wait_until
 
 SCALE = int(os.environ.get("HOOKBUS_SOAK_SCALE", "1"))
 EVENTS = 100_000 * SCALE
@@ -26,11 +27,14 @@ MEMORY_BAND = 60
 
 async def test_soak_with_faults(own_server: NatsServer) -> None:
     url = own_server.url
-    delivered = 0
+    delivered = barriers = 0
 
     def count(event: Event) -> None:
-        nonlocal delivered
-        delivered += 1
+        nonlocal delivered, barriers
+        if is_barrier(event):
+            barriers += 1
+        else:
+            delivered += 1
 
     async with Bus(url, name="soak-agent", managed=["soak"]) as agent, Bus(url, name="soak-worker") as worker:
         await worker.subscribe("eva.custom.soak", count, pending_msgs=200_000)
@@ -65,26 +69,27 @@ async def test_soak_with_faults(own_server: NatsServer) -> None:
                         await asyncio.sleep(0)  # let the subscriber and the faults run
 
             async def faults(proc: Any) -> None:
+                # the scenario's timeline, while the load runs: each fault a while into the run
                 await asyncio.sleep(0.5)
                 proc.kill()  # the handler process crashes ...
                 await asyncio.sleep(0.5)
                 with module_process(url, "soak", Stage.TOOL_CALL, "--heartbeat", "0.5") as second:  # ... comes back
                     await asyncio.sleep(0.5)
                     await asyncio.to_thread(own_server.restart)  # then the server restarts
-                    await asyncio.sleep(2.0)
+                    await asyncio.sleep(2.0)  # and the module lives on through it
                     assert second.poll() is None, "the module process died"
 
             await asyncio.gather(intercepts(), events(), faults(first))
-            await agent.flush()
-            for _ in range(200):  # let the subscriber drain
-                before = delivered
-                await asyncio.sleep(0.05)
-                if delivered == before and worker.connected:
-                    break
+            stats = agent.stats
+            emitted = stats.emitted["eva.custom.soak"]
+            dropped = stats.dropped["disconnected"] + stats.dropped["closed"]
+            # Barriers behind the last event, from the same connection, until one arrives: the
+            # subscriber has then drained every event that will ever arrive.
+            await wait_until(lambda: agent.connected and worker.connected, 30, "both back after the restart")
+            await probe_until(
+                lambda: agent.emit("eva.custom.soak", barrier_payload()), lambda: barriers, 60, "a barrier"
+            )
 
-        stats = agent.stats
-        emitted = stats.emitted["eva.custom.soak"]
-        dropped = stats.dropped["disconnected"] + stats.dropped["closed"]
         received_drops = worker.stats.dropped["slow_consumer"] + worker.stats.dropped["malformed"]
         gc.collect()
         after = rss_mib()[0]
