@@ -37,7 +37,7 @@ async def test_waiting_handler_continues_in_a_task_with_its_context() -> None:
     async def waits() -> None:
         seen.append(VAR.get())
         await gate.wait()
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # the scenario: a bare yield and a timer, the waits a handler does
         await asyncio.sleep(0.001)
         seen.append(VAR.get())
 
@@ -52,7 +52,7 @@ async def test_waiting_handler_continues_in_a_task_with_its_context() -> None:
 
 async def test_an_exception_after_a_wait_fails_the_task() -> None:
     async def late() -> None:
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # the scenario: fail after a wait, in the task
         raise KeyError("late")
 
     task = start_eager(late())
@@ -66,13 +66,13 @@ async def test_cancelling_the_task_reaches_the_handler() -> None:
 
     async def forever() -> None:
         try:
-            await asyncio.sleep(3600)
+            await asyncio.sleep(3600)  # the scenario: waits until cancelled
         finally:
             cleaned.append("finally")
 
     task = start_eager(forever())
     assert task is not None
-    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # one loop turn: the task takes over the coroutine's wait
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
