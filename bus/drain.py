@@ -3,13 +3,14 @@
 A chatty handler must not blow up the model's context, and nothing may be
 lost: the whole text (or the whole patched payload) goes to a file under the
 drain directory, and what travels on carries its head and tail around a
-marker naming that file.
+marker naming that file. Drained output may hold anything a handler saw, so
+it stays in the workspace (``./.hookbus/drain`` unless told otherwise), never
+in a directory shared with other users, in owner-only files.
 """
 
 from __future__ import annotations
 
 import copy
-import tempfile
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,13 +19,18 @@ from typing import Any, Final
 import orjson
 
 from bus.envelope import _largest_string
+from bus.private_files import private_dir, write_new_private
 
 #: Bytes a cancel reason or an encoded patch payload may take before it is drained.
 DEFAULT_BUDGET: Final = 16 * 1024
 
 
+#: Under the default workspace (``./.hookbus``, as the CLI commands use it).
+DEFAULT_DIR: Final = Path(".hookbus") / "drain"
+
+
 def _default_dir() -> Path:
-    return Path(tempfile.gettempdir()) / "hookbus-drain"
+    return DEFAULT_DIR.absolute()  # fixed when the Bus is made: a later chdir does not move it
 
 
 @dataclass
@@ -66,8 +72,8 @@ class Drain:
         return max(self.budget // 8, 64)
 
     def _store(self, data: bytes, label: str, suffix: str) -> Path:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in label)
-        path = self.directory / f"{safe}-{uuid.uuid4().hex[:8]}.{suffix}"
-        path.write_bytes(data)
+        private_dir(self.directory)
+        safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in label)[:100]
+        path = self.directory / f"{safe}-{uuid.uuid4().hex}.{suffix}"
+        write_new_private(path, data)
         return path

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Final
 
 from bus.errors import HookConfigError
+from bus.private_files import FILE_MODE
 from subscribers.hooks_config import HooksConfig, parse_config
 from subscribers.metrics import CONFIG_ERRORS
 
@@ -52,14 +53,13 @@ def load(path: Path) -> HooksConfig:
 def write_atomic(path: Path, config: HooksConfig) -> None:
     """Replace hooks.json with ``config``: temp file in the same directory, fsync, rename."""
     data = config.to_json_bytes()
-    mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)  # 0600
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        os.chmod(tmp, mode)
+        os.chmod(tmp, FILE_MODE)  # hooks may carry secrets (environment values): owner-only, whatever was there
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

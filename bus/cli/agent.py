@@ -9,6 +9,7 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 
 from bus.cli.common import add_metrics_port, add_nats_url, serve_metrics, stop_on_signals
+from bus.cli.middleware import add_drain_workspace, middleware_options
 from bus.client import Bus
 from bus.errors import ConfigError
 from bus.subjects import TOKEN_RE
@@ -43,6 +44,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--host", default="127.0.0.1", help="address /metrics binds (default: 127.0.0.1)")
     add_metrics_port(parser)
     add_nats_url(parser)
+    add_drain_workspace(parser)
     parser.set_defaults(func=run)
 
 
@@ -80,7 +82,11 @@ async def run(args: argparse.Namespace) -> int:
         metrics = serve_metrics(stack, args.host, args.metrics_port)
         managed = [hook_turns.name] if hook_turns else []
         async with Bus(
-            args.nats_url, name=f"hookbus-agent-{args.name}", connect_timeout=args.connect_timeout, managed=managed
+            args.nats_url,
+            name=f"hookbus-agent-{args.name}",
+            connect_timeout=args.connect_timeout,
+            managed=managed,
+            middleware=middleware_options(args),
         ) as bus:
             runner = TurnRunner(bus, args.name, client, system=args.system)
             await bus.serve_turns(args.name, runner.handle, concurrency=args.concurrency)

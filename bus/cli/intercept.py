@@ -8,7 +8,7 @@ import sys
 import orjson
 
 from bus.cli.common import read_json_object
-from bus.cli.middleware import add_options, open_view
+from bus.cli.middleware import add_drain_workspace, add_options, open_view
 from bus.decisions import Cancel, Patch
 from bus.stages import validate_stage
 
@@ -28,6 +28,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--session", default=None, help="session id passed to handlers")
     parser.add_argument("--agent", default=None, help="agent name passed to handlers")
     add_options(parser, trust=True)
+    add_drain_workspace(parser)
     parser.set_defaults(func=run)
 
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 from bus.cli.common import add_nats_url
 from bus.client import Bus
 from bus.declaration import Declaration
+from bus.intercept import MiddlewareOptions
 from bus.registry import Announcement
 from bus.view import Link, StageChain, View
 
@@ -28,6 +30,21 @@ def add_trust_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_drain_workspace(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--workspace",
+        type=Path,
+        default=Path(".hookbus"),
+        help="workspace whose drain/ directory keeps middleware output too large to pass on (default: ./.hookbus)",
+    )
+
+
+def middleware_options(args: argparse.Namespace) -> MiddlewareOptions:
+    """Kernel-side settings from the flags: drained output goes under the workspace."""
+    workspace: Path | None = getattr(args, "workspace", None)
+    return MiddlewareOptions(drain_dir=workspace.resolve() / "drain" if workspace is not None else None)
+
+
 def add_options(parser: argparse.ArgumentParser, trust: bool = False) -> None:
     add_nats_url(parser)
     if trust:
@@ -39,7 +56,12 @@ async def open_view(args: argparse.Namespace, name: str) -> AsyncIterator[tuple[
     trust_new = getattr(args, "trust_new", False)
     managed = getattr(args, "managed", [])
     async with Bus(
-        args.nats_url, name=name, connect_timeout=args.connect_timeout, trust_new=trust_new, managed=managed
+        args.nats_url,
+        name=name,
+        connect_timeout=args.connect_timeout,
+        trust_new=trust_new,
+        managed=managed,
+        middleware=middleware_options(args),
     ) as bus:
         yield bus, await bus.middleware.start()
 

@@ -22,6 +22,7 @@ from bus.client import Bus
 from bus.connection import URL_ENV
 from bus.errors import ConfigError, ServerError
 from bus.filelock import WorkspaceLock
+from bus.private_files import private_dir
 from bus.registry import ensure_buckets
 from bus.server import NatsServer
 
@@ -106,7 +107,7 @@ async def run(args: argparse.Namespace) -> int:
     _check_port("http-port", args.http_port)
     _check_port("metrics-port", args.metrics_port, allow_off=True)
     workspace: Path = args.workspace.resolve()
-    workspace.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - once, before anything runs
+    private_dir(workspace)  # 0700 if new: hooks.json, the journal, the token live there
     stop = stop_on_signals()
 
     async with AsyncExitStack() as stack:
@@ -119,14 +120,15 @@ async def run(args: argparse.Namespace) -> int:
             await asyncio.to_thread(server.start)
             nats_url = server.url
         bus = await stack.enter_async_context(Bus(nats_url, name="hookbus-up", connect_timeout=args.connect_timeout))
+        await ensure_buckets(bus.nc)  # agents and modules may read the middleware state, not create it
+        from subscribers.hook_security import public_url  # workers load with the services, not with the CLI
+
         lines = [f"hookbus up: workspace {workspace}"]
         shown = public_url(nats_url)  # never print credentials
         where = f"{server.url} (embedded, JetStream store {server.store_dir})" if server else f"{shown} (external)"
         lines.append(f"  nats     {where}")
         metrics = serve_metrics(stack, args.host, args.metrics_port)
         if metrics:
-        await ensure_buckets(bus.nc)  # agents and modules may read the middleware state, not create it
-        from subscribers.hook_security import public_url  # workers load with the services, not with the CLI
             lines.append(f"  metrics  {metrics}")
         ctx = UpContext(bus=bus, workspace=workspace, nats_url=nats_url, args=args, lines=lines)
         for service in services():
