@@ -78,7 +78,7 @@ async def test_concurrency_is_bounded_and_stop_drains_in_flight_work(bus: Bus) -
         await bus.emit("eva.custom.slow", {})
     await wait_until(lambda: running == 2, what="two handlers in flight")
     stopping = asyncio.create_task(app.stop())
-    await asyncio.sleep(0)
+    await bus.flush()  # a round trip: time for stop() to unsubscribe and return, were it not waiting for the two
     assert not stopping.done()
     release.set()
     await stopping
