@@ -50,6 +50,7 @@ DEFAULT_SHUTDOWN_CLAMP: Final = 2.0
 _TOOL_STAGES: Final = frozenset({Stage.TOOL_CALL.value, Stage.TOOL_RESULT.value})
 #: Characters of a module-reported cause the journal keeps (a module cannot flood it).
 CAUSE_LIMIT: Final = 1000
+_EMPTY: Final[Mapping[str, Any]] = {}
 #: A held stage journals its first cancel at once, then one entry per this many seconds counting the rest.
 HELD_WINDOW: Final = 1.0
 
@@ -88,7 +89,7 @@ class Interceptor:
         self._closing = False
         self._typo_checked: dict[str, int] = {}  # undeclared stage -> view generation it was checked at
         self._typo_warned: dict[str, str] = {}  # undeclared stage -> the stage it was said to look like
-        self._held: dict[str, list[Any]] = {}  # hold reason -> [link, calls since its last entry, timer]
+        self._held: dict[str, list[Any]] = {}  # hold reason -> [link, calls since its last entry, timer, the cancel]
 
     async def start(self) -> View:
         """Load the registry and start following it (done by the first intercept if not before)."""
@@ -132,7 +133,11 @@ class Interceptor:
             if self._typo_checked.get(stage) != view.generation:
                 self._typo_check(view, stage)
             return CONTINUE
-        return await self._run(chain, payload, ctx or {})
+        if chain.holds and _depth.current_depth() < self._bus.max_depth:
+            held = self._held_call(chain, payload, ctx or _EMPTY)
+            if held is not None:
+                return held
+        return await self._run(chain, payload, ctx or _EMPTY)
 
     def _typo_check(self, view: View, stage: str) -> None:
         """Warn once (per change of the view) about an undeclared stage that looks like a declared one."""
@@ -150,11 +155,6 @@ class Interceptor:
         depth = _depth.current_depth()
         if depth >= self._bus.max_depth:
             return CONTINUE  # the recursion limit: nothing runs at or past it
-        if chain.holds:  # a held guard: cancelled at once, before anything else is built
-            current = self._canonical(stage, payload)
-            for link in chain.holds:
-                if _wants(link, stage, current):
-                    return self._held_call(link, ctx, depth)
         rid = self._bus.new_id()
         wire_ctx = {
             "session": ctx.get("session"),
@@ -185,21 +185,31 @@ class Interceptor:
         journal.flush()
         return self._final(stage, decision, current, patched, rid)
 
-    def _held_call(self, link: Link, ctx: Mapping[str, Any], depth: int) -> Decision:
-        """A call a held guard wants: its cancel, without a request, journaled.
+    def _held_call(self, chain: StageChain, payload: dict[str, Any], ctx: Mapping[str, Any]) -> Decision | None:
+        """The cancel of a held guard that wants this call (no request), journaled; None if none wants it.
 
         The first call of a window gets an entry of its own; the rest are
         counted and journaled together when the window ends (a held stage of a
         busy agent must not cost a journal message per call).
         """
+        stage = chain.stage
+        current = self._canonical(stage, payload)
+        for link in chain.holds:
+            if link.match is None or current.get(match_field(stage)) in link.match:
+                tally = self._held.get(link.hold)  # type: ignore[arg-type]  # a hold link has its reason
+                if tally is not None:
+                    tally[1] += 1
+                    decision: Decision = tally[3]
+                    return decision
+                return self._held_first(link, ctx)
+        return None
+
+    def _held_first(self, link: Link, ctx: Mapping[str, Any]) -> Decision:
         assert link.hold is not None
         decision = Cancel(link.hold, link.decl.qualname)
-        tally = self._held.get(link.hold)
-        if tally is not None:
-            tally[1] += 1
-            return decision
         timer = asyncio.get_running_loop().call_later(HELD_WINDOW, self._held_window_ends, link.hold)
-        self._held[link.hold] = [link, 0, timer]
+        self._held[link.hold] = [link, 0, timer, decision]
+        depth = _depth.current_depth()
         wire_ctx = {"session": ctx.get("session"), "agent": ctx.get("agent"), "depth": depth, "id": self._bus.new_id()}
         journal = _Journal(self._journal, link.decl.stage, wire_ctx, self.options.journal_neutral)
         journal.add(link, link.outcome, decision, 0.0, link.hold)
@@ -207,7 +217,7 @@ class Interceptor:
         return decision
 
     def _held_window_ends(self, reason: str) -> None:
-        link, count, timer = self._held.pop(reason)
+        link, count, timer, _ = self._held.pop(reason)
         timer.cancel()
         if not count:
             return
