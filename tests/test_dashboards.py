@@ -156,7 +156,7 @@ async def test_every_dashboard_query_parses_and_returns_data(observed: Prometheu
     assert report.cancelled and report.turns_answered
     await workload(nats_url)
     await asyncio.to_thread(observed.wait_for_series, 'hookbus_agent_llm_responses_total{job="hookbus"}')
-    await asyncio.sleep(2.5)  # two more scrapes after the workload, so rate() has two points
+    await asyncio.sleep(2.5)  # Prometheus's pace: two more scrapes after the workload, so rate() has two points
     empty = []
     for name in ("hookbus.json", "agents.json"):
         for title, expr in dashboard_queries(name):
@@ -173,6 +173,8 @@ async def test_every_dashboard_query_parses_and_returns_data(observed: Prometheu
 async def test_agent_metrics_hold_the_workload(observed: Prometheus, nats_url: str) -> None:
     await workload(nats_url)
     await asyncio.to_thread(observed.wait_for_series, 'hookbus_agent_errors_total{job="hookbus"}')
+    # Prometheus's own pace: at least one more scrape (every 1 s) after the first one that saw the workload,
+    # so the samples read below hold all of it; the shell-hook counts below are waited for by value.
     await asyncio.sleep(1.5)
 
     def value(expr: str) -> float:
