@@ -56,7 +56,7 @@ class FakeLLM:
         self.requests.append(body)
         step = self.script.pop(0) if self.script else self.default
         if "hang" in step:
-            await asyncio.sleep(step["hang"])
+            await asyncio.sleep(step["hang"])  # the scenario: a model that answers too late
             step = text("too late")
         if "status" in step:
             return web.Response(status=step["status"], text="scripted failure")

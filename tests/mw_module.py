@@ -39,7 +39,7 @@ def build(args: argparse.Namespace) -> Module:
                 return Cancel("only by hand")
             return Patch({**payload, "served_by": os.getpid()})
         if args.behaviour == "count":
-            await asyncio.sleep(0.01)
+            await asyncio.sleep(0.01)  # the scenario: a handler that takes a moment, so replicas share the load
             return Patch({**payload, "served_by": os.getpid()})
         return Continue()
 
