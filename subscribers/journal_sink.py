@@ -128,7 +128,11 @@ class JournalSink:
             self.store.close()
 
     async def _subscribe(self) -> JetStreamContext.PullSubscription:
-        info = await ensure_stream(self.bus)
+        js = self.bus.nc.jetstream()
+        try:  # the bus role makes the stream; the sink role may only look at it ...
+            info = await js.stream_info(STREAM)
+        except nats.js.errors.NotFoundError:  # ... unless it runs alone on a server nobody prepared
+            info = await ensure_stream(self.bus)
         self._stream = _stream_identity(info)
         config = ConsumerConfig(
             durable_name=self.durable,
@@ -139,7 +143,6 @@ class JournalSink:
             ack_wait=ACK_WAIT_S,
             max_ack_pending=BATCH * 4,
         )
-        js = self.bus.nc.jetstream()
         return await js.pull_subscribe(f"{SUBJECT_PREFIX}.>", durable=self.durable, stream=STREAM, config=config)
 
     async def _resubscribe_if_gone(self, sub: JetStreamContext.PullSubscription) -> JetStreamContext.PullSubscription:

@@ -13,7 +13,7 @@ import os
 import sqlite3
 import subprocess
 import urllib.request
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from subscribers.journal_sink import JournalSink
 from subscribers.journal_store import DB_NAME, JournalStore, Query, Received
 
 from .conftest import hookbus_cmd, run_cli
+from .test_attacks import CONFIG, url
 from .waiting import wait_until
 
 
@@ -213,6 +214,44 @@ async def test_journal_sink_process_counts_poison_on_its_metrics(own_server: Nat
     assert 'hookbus_journal_entries_rejected_total{reason="invalid"} 1.0' in metrics
     assert "hookbus_journal_entries_stored_total 1.0" in metrics
     assert "field 'depth' must be a whole number" in err  # logged, with what was wrong
+
+
+@pytest.fixture(scope="module")
+def shipped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
+    """A server running deploy/nats/permissions.conf as shipped."""
+    tmp = tmp_path_factory.mktemp("shipped")
+    config = tmp / "permissions.conf"
+    config.write_text(CONFIG.read_text().replace("/data/jetstream", str(tmp / "jetstream")))
+    with NatsServer(config_file=config, jetstream=False) as started:
+        yield started
+
+
+async def test_the_sink_user_stores_past_poison_from_an_agent(shipped: NatsServer, workspace: Path) -> None:
+    """On the shipped permissions: the bus role makes the stream, the sink runs as ``sink``, agent bob publishes
+    poison on the one journal subject he may use, then a valid entry: it is stored, named as bob's."""
+    async with Bus(url(shipped, "bus")) as bus_role:
+        await ensure_stream(bus_role)
+    before = rejected("invalid")
+    async with Bus(url(shipped, "sink")) as sink_bus, Bus(url(shipped, "agent-bob")) as bob:
+        sink = JournalSink(sink_bus, workspace)
+        stop = asyncio.Event()
+        task = asyncio.create_task(sink.run(stop))
+        try:
+            subject = "hookbus.journal.middleware.agent-bob"
+            await bob.publish_raw(subject, orjson.dumps({**good("poison"), "depth": 2**63}))
+            await bob.publish_raw(subject, orjson.dumps(good("valid")))
+            await bob.flush()
+            await wait_until(lambda: sink.stored == 1, timeout=20, what="bob's valid entry stored")
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, 15)
+    assert rejected("invalid") == before + 1 and sink.rejected == 1
+    store = JournalStore(workspace / DB_NAME)
+    try:
+        [(_, row)] = store.query(Query())
+    finally:
+        store.close()
+    assert (row.entry.who, row.origin) == ("valid", "agent-bob")
 
 
 def _stored_whos(workspace: Path) -> list[str]:
