@@ -12,6 +12,7 @@ import nats.errors
 import pytest
 
 from bus import Bus, Cancel, ConnectError, Continue, Module, NatsServer, Stage, TurnRequest
+from bus.publisher import ordered_flush
 from bus.testing import EventRecorder, serving, wait_for_chain
 
 from .conftest import run_cli
@@ -69,7 +70,7 @@ async def test_agent_cannot_answer_middleware_requests(server: NatsServer) -> No
             await msg.respond(b'{"decision": "continue"}')
 
         await agent.subscribe("hookbus.mw.guard", cb=impersonate)
-        await agent.flush()
+        await ordered_flush(agent, 5)  # nats-py's own flush may return before the server saw the SUB
         with pytest.raises((nats.errors.NoRespondersError, nats.errors.TimeoutError)):
             await op.request("hookbus.mw.guard", b"{}", timeout=0.5)
     finally:
@@ -87,7 +88,7 @@ async def test_agent_cannot_take_another_agents_turns(server: NatsServer) -> Non
     try:
         await agent.subscribe("hookbus.turn.bob", cb=take)
         await agent.subscribe("hookbus.turn.eva", cb=take)  # its own: where the barrier comes
-        await agent.flush()
+        await ordered_flush(agent, 5)
         async with Bus(url(server, "operator")) as op:
             await op.request_turn(TurnRequest(agent="bob", prompt="for bob only"))
             # the same publisher, then the same subscriber connection: bob's turn would be in first
