@@ -266,14 +266,13 @@ class View:
             return False
         except (nats.errors.Error, nats.js.errors.Error, TimeoutError, OSError):
             return None
-        if (entry.revision or 0) <= self._revisions.get(key, 0) or not entry.value:
+        revision, known = entry.revision or 0, self._revisions.get(key, 0)
+        if revision < known:
+            return None  # a replica behind what the watch gave us: it proves nothing
+        if revision == known or not entry.value:
             return False
-        found = self.instances.get(key)
-        self._on_module(key, entry.value, entry.revision or 0)
-        if key in self.instances and found is not None and self.instances[key][0] == found[0]:
-            ann = found[0]
-            self.instances[key] = (ann, time.monotonic())
-        return True
+        self._on_module(key, entry.value, revision)  # heard of now, unless the new value is malformed
+        return self._revisions.get(key) == revision
 
     def _drop_dead(self) -> bool:
         """At start: drop what the stored announcements' own times say is long dead."""
