@@ -191,6 +191,18 @@ async def test_a_deleted_consumer_is_made_again(sink: RunningSink) -> None:
     await sink.stored("after deletion")
 
 
+async def test_a_stream_made_again_counts_from_1_and_nothing_is_taken_for_a_duplicate(sink: RunningSink) -> None:
+    await sink.publish(orjson.dumps(good("first stream")))
+    first = await sink.stored("first stream")
+    await sink.bus.nc.jetstream().delete_stream(STREAM)
+    await ensure_stream(sink.bus)  # as hookbus up would on its next start
+    for i in range(1, first.stream_seq + 1):  # up to the sequence the first stream's entry has
+        await sink.publish(orjson.dumps(good(f"second stream {i}")))
+    same_place = await sink.stored(f"second stream {first.stream_seq}")
+    assert same_place.stream_seq == first.stream_seq and same_place.stream != first.stream
+    assert len(sink.rows()) == first.stream_seq + 1
+
+
 async def test_journal_sink_process_counts_poison_on_its_metrics(own_server: NatsServer, workspace: Path) -> None:
     """The real ``hookbus journal-sink`` process: depth 2**63 (once a crash on every restart), then a valid entry."""
     port = free_port()
