@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import orjson
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bus import EnvelopeError
+from bus.depth import DEFAULT_MAX_DEPTH
 from bus.envelope import Encoder, decode
 from bus.journal import JournalEntry, JournalError, decode_entry
 
@@ -53,6 +55,11 @@ def test_envelope_decoder_on_envelope_shaped_objects(obj: dict[str, object]) -> 
 )
 def test_everything_encoded_decodes_back(payload: dict[str, object], session: str | None, depth: int) -> None:
     data, _ = Encoder().encode("eva.custom.fuzz", payload, session, depth)
+    if depth >= DEFAULT_MAX_DEPTH:  # no Bus emits it; a receiver refuses it
+        with pytest.raises(EnvelopeError) as refused:
+            decode("eva.custom.fuzz", data)
+        assert refused.value.drop == "depth"
+        return
     event = decode("eva.custom.fuzz", data)
     assert (event.payload, event.session_id, event.depth) == (payload, session, depth)
 
