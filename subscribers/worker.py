@@ -208,8 +208,11 @@ class ShellWorker:
             lane.slots.release()
         self.stats.count(result)
         metrics.record(result)
-        self._log(result, event)
-        await record(self.bus, journal_entry(result, event))
+        try:
+            self._log(result, event)
+            await record(self.bus, journal_entry(result, event))
+        except Exception:  # whatever the event held, the run is over: never an unretrieved task exception
+            log.exception("hook %s on %s: could not log or journal the run", entry.id, event.subject)
 
     def _log(self, result: HookResult, event: Event) -> None:
         """One line for the run, then one line per output line, escaped and prefixed with the hook id."""
