@@ -38,6 +38,22 @@ def nats_url() -> Iterator[str]:
         yield url
 
 
+SHIPPED_PERMISSIONS = Path(__file__).resolve().parent.parent / "deploy" / "nats" / "permissions.conf"
+
+
+def shipped_permissions(folder: Path) -> Path:
+    """deploy/nats/permissions.conf as shipped, but for its JetStream store and fixed monitoring port.
+
+    Tests start several servers from it at once: the store goes to ``folder``
+    and the monitoring port to any free one.
+    """
+    text = SHIPPED_PERMISSIONS.read_text()
+    assert "http: 0.0.0.0:8222" in text and "/data/jetstream" in text, "the shipped file changed shape"
+    config = folder / "permissions.conf"
+    config.write_text(text.replace("/data/jetstream", str(folder / "jetstream")).replace("0.0.0.0:8222", "127.0.0.1:0"))
+    return config
+
+
 @pytest.fixture
 def own_server() -> Iterator[NatsServer]:
     """A nats-server of this test's own, for tests that stop or restart it."""

@@ -25,18 +25,17 @@ from bus.journal import ensure_stream
 from bus.registry import MODULES_BUCKET, Announcement, announcement_of, open_bucket
 from bus.testing import serving, wait_for_chain
 
+from .conftest import shipped_permissions
 from .test_cli import UpProcess
 from .waiting import wait_until
 
-CONFIG = Path(__file__).resolve().parent.parent / "deploy" / "nats" / "permissions.conf"
 RM = {"name": "shell", "input": {"command": "rm -rf /"}}
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
     tmp = tmp_path_factory.mktemp("attacks")
-    config = tmp / "permissions.conf"
-    config.write_text(CONFIG.read_text().replace("/data/jetstream", str(tmp / "jetstream")))
+    config = shipped_permissions(tmp)
     with NatsServer(config_file=config, jetstream=False) as started:
         yield started
 
@@ -254,8 +253,7 @@ async def test_the_inbox_prefix_follows_the_user(server: NatsServer) -> None:
 
 async def test_only_the_bus_role_creates_state_and_hookbus_up_runs_as_it(tmp_path: Path) -> None:
     """On a fresh server an agent may not create the buckets; `hookbus up` as the bus user does, denied nothing."""
-    config = tmp_path / "permissions.conf"
-    config.write_text(CONFIG.read_text().replace("/data/jetstream", str(tmp_path / "jetstream")))
+    config = shipped_permissions(tmp_path)
     with NatsServer(config_file=config, jetstream=False) as fresh:
         async with Bus(url(fresh, "agent-eva")) as eva:
             with pytest.raises(RegistryError, match="may not create it"):

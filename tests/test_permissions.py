@@ -15,10 +15,9 @@ from bus import Bus, Cancel, ConnectError, Continue, Module, NatsServer, Stage, 
 from bus.publisher import ordered_flush
 from bus.testing import EventRecorder, serving, wait_for_chain
 
-from .conftest import run_cli
+from .conftest import run_cli, shipped_permissions
 from .waiting import barrier, wait_until, without_barriers
 
-CONFIG = Path(__file__).resolve().parent.parent / "deploy" / "nats" / "permissions.conf"
 PASSWORDS = {
     "agent-eva": "change-me-agent-eva",
     "module-guard": "change-me-module-guard",
@@ -31,8 +30,7 @@ PASSWORDS = {
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
     """The deploy config as it is, but for its JetStream store (a temporary directory)."""
     tmp = tmp_path_factory.mktemp("permissions")
-    config = tmp / "permissions.conf"
-    config.write_text(CONFIG.read_text().replace("/data/jetstream", str(tmp / "jetstream")))
+    config = shipped_permissions(tmp)
     with NatsServer(config_file=config, jetstream=False) as started:
         yield started
 
