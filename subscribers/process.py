@@ -41,6 +41,7 @@ class HookProcess:
         self._eof = self._loop.create_future()
         os.set_blocking(out_fd, False)
         self._loop.add_reader(out_fd, self._on_output)
+        self._pidfd: int | None = None
         self._exited = self._watch_exit()
         self._stdin = _StdinFeeder(self._loop, popen, stdin_data) if popen.stdin is not None else None
 
@@ -48,16 +49,31 @@ class HookProcess:
         if not _HAS_PIDFD:
             return asyncio.ensure_future(asyncio.to_thread(self._popen.wait))
         exited: asyncio.Future[int] = self._loop.create_future()
-        pidfd = os.pidfd_open(self.pid)
+        self._pidfd = os.pidfd_open(self.pid)
 
         def on_exit() -> None:
+            self._stop_watching()
+            code = self._popen.poll()  # a readable pidfd means exited: this reaps without blocking
+            if not exited.done():
+                exited.set_result(code if code is not None else self._popen.wait())
+
+        self._loop.add_reader(self._pidfd, on_exit)
+        return exited
+
+    def _stop_watching(self) -> None:
+        pidfd, self._pidfd = self._pidfd, None
+        if pidfd is not None:
             self._loop.remove_reader(pidfd)
             os.close(pidfd)
-            code = self._popen.poll()  # a readable pidfd means exited: this reaps without blocking
-            exited.set_result(code if code is not None else self._popen.wait())
 
-        self._loop.add_reader(pidfd, on_exit)
-        return exited
+    def reap(self, timeout: float = 1.0) -> None:
+        """Wait (blocking, bounded) for a process already sent SIGKILL, so no zombie or Popen is left behind.
+
+        For shutdown, when the loop may stop before the exit would be noticed.
+        """
+        self._stop_watching()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._popen.wait(timeout)
 
     def _on_output(self) -> None:
         assert self._out_fd is not None

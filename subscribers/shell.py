@@ -153,8 +153,9 @@ class ShellRunner:
         deadline = _Deadline(proc.pid, entry.action.timeout_ms / 1000, self.kill_grace)
         try:
             code = await proc.wait()
-        except BaseException:  # cancelled (worker shutdown): leave nothing running
+        except BaseException:  # cancelled (worker shutdown): leave nothing running, nothing unreaped
             kill_group(proc.pid, signal.SIGKILL)
+            proc.reap()
             raise
         finally:
             deadline.cancel()
