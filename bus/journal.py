@@ -110,7 +110,12 @@ class JournalEntry:
 
 
 def now_timestamp() -> str:
-    seconds, millis = divmod(time.time_ns() // 1_000_000, 1000)
+    return timestamp_ms(time.time_ns() // 1_000_000)
+
+
+def timestamp_ms(epoch_ms: int) -> str:
+    """``format_timestamp`` for times that come in order, as entries do: the date part is formatted once a second."""
+    seconds, millis = divmod(epoch_ms, 1000)
     if seconds != _second[0]:  # formatting the date and time costs more than a journal entry's rest
         _second[:] = [seconds, format_timestamp(seconds * 1000)[:-5]]
     return f"{_second[1]}.{millis:03d}Z"
@@ -223,6 +228,9 @@ MAX_DURATION_MS: Final = 1e12
 
 _TEXT_FIELDS: Final = ("kind", "point", "phase", "who", "decision", "process", "time", "id")
 _OPTIONAL_TEXT: Final = ("cause", "session", "agent", "trace_id", "identity")
+_TEXT_RULES: Final = tuple(
+    (name, CAUSE_CAP if name == "cause" else TEXT_CAP, name in _OPTIONAL_TEXT) for name in _TEXT_FIELDS + _OPTIONAL_TEXT
+)
 
 
 def decode_entry(data: bytes, subject: str | None = None) -> JournalEntry:
@@ -247,14 +255,17 @@ def decode_checked(data: bytes, subject: str | None = None) -> tuple[JournalEntr
         raise _WrongKind(f"journal entry of kind {kind!r} came on {_shown(subject)}, not {SUBJECT_PREFIX}.{kind}.>")
     fields: dict[str, Any] = {}
     cut: list[str] = []
-    for name in _TEXT_FIELDS + _OPTIONAL_TEXT:
+    for name, cap, optional in _TEXT_RULES:
         value = obj.get(name)
-        if value is None and name in _OPTIONAL_TEXT:
+        if value is None and optional:
             continue
         if not isinstance(value, str) or not value:
-            kind_of = "a string or null" if name in _OPTIONAL_TEXT else "a non-empty string"
-            raise JournalError(f"journal entry field {name!r} must be {kind_of}")
-        fields[name] = _clamped(value, CAUSE_CAP if name == "cause" else TEXT_CAP, name, cut)
+            raise JournalError(
+                f"journal entry field {name!r} must be {'a string or null' if optional else 'a non-empty string'}"
+            )
+        if len(value) > cap or "\x00" in value:
+            value = _clamped(value, cap, name, cut)
+        fields[name] = value
     fields["time"] = _checked_time(fields["time"])
     fields["duration_ms"] = _checked_duration(obj.get("duration_ms"))
     depth = obj.get("depth", 0)
@@ -295,6 +306,9 @@ def _clamped(value: str, cap: int, name: str, cut: list[str]) -> str:
 
 def _checked_time(text: str) -> str:
     try:
+        if len(text) == 24 and text[10] == "T" and text[19] == "." and text[-1] == "Z":  # as sent: canonical
+            datetime.fromisoformat(text)  # a real date and time (a fifth of reformatting it)
+            return text
         return canonical_time(text)
     except (JournalError, ValueError, OverflowError, OSError):
         raise JournalError(f"journal entry field 'time' {_shown(text)} is not an RFC 3339 time") from None
@@ -304,7 +318,5 @@ def _checked_duration(value: object) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= MAX_DURATION_MS:
-        raise JournalError(
-            f"journal entry field 'duration_ms' must be a number from 0 to {MAX_DURATION_MS:.0e} or null"
-        )
+        raise JournalError(f"journal entry field 'duration_ms' must be a number from 0 to {MAX_DURATION_MS:g} or null")
     return float(value)

@@ -32,8 +32,16 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StreamInfo
 from prometheus_client import Counter
 
 from bus.client import Bus
-from bus.envelope import format_timestamp
-from bus.journal import STREAM, SUBJECT_PREFIX, TEXT_CAP, JournalError, decode_checked, ensure_stream, subject_origin
+from bus.journal import (
+    STREAM,
+    SUBJECT_PREFIX,
+    TEXT_CAP,
+    JournalError,
+    decode_checked,
+    ensure_stream,
+    subject_origin,
+    timestamp_ms,
+)
 from bus.ratelog import RateLimitedLog
 from bus.stats import PREFIX
 from subscribers.journal_store import DB_NAME, JSONL_DIR, JournalStore, JsonlWriter, Received
@@ -218,7 +226,7 @@ class JournalSink:
 
 
 def _timestamp(moment: datetime) -> str:
-    return format_timestamp(int(moment.timestamp() * 1000))
+    return timestamp_ms(int(moment.timestamp() * 1000))
 
 
 def _stream_identity(info: StreamInfo) -> str:

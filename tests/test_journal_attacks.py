@@ -30,8 +30,8 @@ from bus.testing import free_port
 from subscribers.journal_sink import JournalSink
 from subscribers.journal_store import DB_NAME, JournalStore, Query, Received
 
-from .conftest import hookbus_cmd, run_cli
-from .test_attacks import CONFIG, url
+from .conftest import hookbus_cmd, run_cli, shipped_permissions
+from .test_attacks import url
 from .waiting import wait_until
 
 
@@ -231,9 +231,7 @@ async def test_journal_sink_process_counts_poison_on_its_metrics(own_server: Nat
 @pytest.fixture(scope="module")
 def shipped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
     """A server running deploy/nats/permissions.conf as shipped."""
-    tmp = tmp_path_factory.mktemp("shipped")
-    config = tmp / "permissions.conf"
-    config.write_text(CONFIG.read_text().replace("/data/jetstream", str(tmp / "jetstream")))
+    config = shipped_permissions(tmp_path_factory.mktemp("shipped"))
     with NatsServer(config_file=config, jetstream=False) as started:
         yield started
 
