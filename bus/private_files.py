@@ -42,7 +42,8 @@ def private_file(path: Path) -> Path:
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
     except FileExistsError:
-        os.chmod(path, FILE_MODE)
+        with contextlib.suppress(PermissionError):  # not ours (another user reading it): leave it
+            os.chmod(path, FILE_MODE)
         return path
     try:
         os.fchmod(fd, FILE_MODE)

@@ -24,6 +24,7 @@ from types import TracebackType
 from typing import Final
 
 from bus.errors import ServerError
+from bus.private_files import private_dir
 
 BINARY_ENV: Final = "HOOKBUS_NATS_SERVER"
 _PR_SET_PDEATHSIG: Final = 1  # from <linux/prctl.h>
@@ -118,7 +119,7 @@ class NatsServer:
         """Start the server and wait until it accepts clients."""
         if self.running():
             return self
-        self.store_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(self.store_dir)  # the journal stream and the middleware state: owner-only if new
         for stale in Path(self._own_dir).glob("*.ports"):
             stale.unlink()
         with open(self.log_path, "ab") as log:

@@ -85,7 +85,7 @@ async def test_up_creates_every_secret_file_owner_only_under_umask_000(up: Up, t
     assert mode(workspace) == 0o700 and mode(workspace.parent) == 0o700  # made by hookbus up, parents too
     for name in ("hooks.json", "api-token", DB_NAME, f"{DB_NAME}-wal", f"{DB_NAME}-shm", "journal/shell_hook.jsonl"):
         assert mode(workspace / name) == 0o600, name
-    assert mode(workspace / "journal") == 0o700
+    assert mode(workspace / "journal") == 0o700 and mode(workspace / "jetstream") == 0o700
 
 
 class Guard:
