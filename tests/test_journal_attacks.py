@@ -159,6 +159,16 @@ async def test_long_texts_are_cut_and_names_never_come_from_an_entry(sink: Runni
     assert sink.sink.rejected == 0
 
 
+async def test_the_journal_table_shows_control_characters_escaped(sink: RunningSink) -> None:
+    """A cause with a terminal escape and a line break cannot paint the operator's terminal or fake a row."""
+    await sink.publish(orjson.dumps({**good("painter"), "cause": "\x1b[2J\x1b[31mok\nFAKE ROW"}))
+    await sink.stored("painter")
+    table = run_cli("journal", "--workspace", str(sink.workspace))
+    assert table.returncode == 0, table.stderr
+    assert "\x1b" not in table.stdout and len(table.stdout.splitlines()) == 2  # the header and one row
+    assert "\\x1b[2J\\x1b[31mok\\nFAKE ROW" in table.stdout
+
+
 async def test_nobody_can_pre_claim_an_entry_id(sink: RunningSink) -> None:
     """Entries that claim the ids of entries still to come suppress nothing: rows are keyed by stream place."""
     ids = [f"victim-{i}" for i in range(20)]
