@@ -40,7 +40,7 @@ async def measure(
     agent_url: str, module_url: str, sub_url: str, events: int, intercepts: int
 ) -> tuple[float, float, float]:
     """(emits per second until all delivered, intercept p50 us, p99 us)."""
-    async with Bus(agent_url, managed=["bench-guard"]) as agent, Bus(sub_url) as sub:
+    async with Bus(agent_url, managed=["bench-guard.allow"]) as agent, Bus(sub_url) as sub:
         got = 0
         done = asyncio.Event()
 

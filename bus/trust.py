@@ -26,6 +26,8 @@ from dataclasses import dataclass
 import orjson
 
 from bus.declaration import Declaration
+from bus.errors import ConfigError
+from bus.subjects import TOKEN_RE
 
 
 class TrustState(enum.StrEnum):
@@ -71,16 +73,29 @@ def approved_identity(data: bytes | None) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class Managed:
-    """The operator's config: handlers (``module.handler``) or whole modules (``module``) that need no approval."""
+    """The operator's config: handlers, each named exactly (``module.handler``), that need no approval.
+
+    A whole module is not accepted: it would trust any handler that the
+    module's credentials ever announce, not the ones the operator reviewed.
+    """
 
     names: frozenset[str]
 
     @classmethod
     def of(cls, names: Iterable[str] | None) -> Managed:
-        return cls(frozenset(names or ()))
+        """Raises ConfigError for a name that is not ``module.handler``."""
+        chosen = frozenset(names or ())
+        for name in sorted(chosen):
+            module, dot, handler = name.partition(".")
+            if not (dot and TOKEN_RE.fullmatch(module) and TOKEN_RE.fullmatch(handler)):
+                raise ConfigError(
+                    f"managed handler {name!r} is not module.handler: name each handler of a module, "
+                    "a whole module would trust whatever its credentials announce"
+                )
+        return cls(chosen)
 
     def covers(self, decl: Declaration) -> bool:
-        return decl.qualname in self.names or decl.module in self.names
+        return decl.qualname in self.names
 
 
 def state_of(decl: Declaration, approved: str | None, managed: Managed) -> TrustState:

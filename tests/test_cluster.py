@@ -75,7 +75,7 @@ async def test_intercepts_and_shell_hooks_across_nodes(cluster: NatsCluster, wor
     (workspace / "hooks.json").write_text(
         '{"hooks": {"tool_call": [{"command": "/bin/sh", "args": ["-c", "echo ran >> hooked"]}]}}'
     )
-    async with Bus(n1, name="agent", managed=["cluster-guard"]) as agent, Bus(n3, name="worker") as worker_bus:
+    async with Bus(n1, name="agent", managed=["cluster-guard.no_rm"]) as agent, Bus(n3, name="worker") as worker_bus:
         async with serving(guard, n2), ShellWorker(worker_bus, workspace, poll_interval=0.05) as worker:
             await wait_for_chain(agent, "tool.call", ["cluster-guard.no_rm"])
             decision = await agent.intercept(Stage.TOOL_CALL, {"name": "shell", "input": {"command": "rm -rf /"}})

@@ -18,7 +18,7 @@ from bus.decisions import Decision
 from bus.depth import set_depth
 from bus.testing import EventRecorder, serving, wait_for_chain
 from deploy.grafana.build_dashboards import render
-from triggers.demo import GUARD, run_demo
+from triggers.demo import GUARD_HANDLERS, run_demo
 
 from .conftest import require_binary
 from .prometheus import Prometheus, free_port
@@ -151,7 +151,7 @@ def observed(workspace: Path, nats_url: str) -> Iterator[Prometheus]:
 
 
 async def test_every_dashboard_query_parses_and_returns_data(observed: Prometheus, nats_url: str) -> None:
-    async with Bus(nats_url, name="demo", managed=[GUARD]) as bus:
+    async with Bus(nats_url, name="demo", managed=GUARD_HANDLERS) as bus:
         report = await run_demo(bus, sessions=8, pace=0, seed=3)  # what `hookbus demo` plays
     assert report.cancelled and report.turns_answered
     await workload(nats_url)

@@ -104,7 +104,7 @@ async def cluster_failover() -> Load:
     """The agent's node of a 3-node cluster dies under load; the handler lives on the other two."""
     with NatsCluster(3) as cluster:
         n1, n2, n3 = cluster.urls
-        async with Bus(n1, name="agent", managed=["failover-guard"]) as agent, Bus(n3) as watcher:
+        async with Bus(n1, name="agent", managed=["failover-guard.check"]) as agent, Bus(n3) as watcher:
             load_box: list[Load] = []
             await watcher.subscribe(
                 "eva.custom.tick", lambda e: load_box[0].received.add(e.payload["n"]) if load_box else None
@@ -130,7 +130,10 @@ async def test_cluster_node_of_the_agent_dies(run: int) -> None:
 
 
 async def test_single_server_restarts_under_load(own_server: NatsServer) -> None:
-    async with Bus(own_server.url, name="agent", managed=["failover-guard"]) as agent, Bus(own_server.url) as watcher:
+    async with (
+        Bus(own_server.url, name="agent", managed=["failover-guard.check"]) as agent,
+        Bus(own_server.url) as watcher,
+    ):
         received: set[int] = set()
         await watcher.subscribe("eva.custom.tick", lambda e: received.add(e.payload["n"]))
         await watcher.flush()

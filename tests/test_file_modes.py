@@ -103,7 +103,7 @@ async def intercept(nats_url: str, module: str, cwd: Path, *extra: str) -> dict[
     """One-shot ``hookbus intercept`` as a real process with umask 000 (the module answers meanwhile)."""
     done = await asyncio.to_thread(
         subprocess.run,
-        [*hookbus_cmd(), "intercept", "tool.call", '{"name": "shell"}', "--managed", module, *extra],
+        [*hookbus_cmd(), "intercept", "tool.call", '{"name": "shell"}', "--managed", f"{module}.chatty", *extra],
         capture_output=True,
         text=True,
         cwd=cwd,

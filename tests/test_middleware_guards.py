@@ -150,7 +150,7 @@ async def test_a_changed_guard_old_version_answers_then_cancels_until_approved(n
 
 async def test_an_unapproved_handler_with_a_dangling_reference_changes_nothing(nats_url: str) -> None:
     guard, stranger, stage = unique("guard"), unique("stranger"), f"custom.{unique('u')}"
-    async with Bus(nats_url, name="strict-agent", managed=[guard]) as kernel:
+    async with Bus(nats_url, name="strict-agent", managed=[f"{guard}.no_rm"]) as kernel:
         view = await kernel.middleware.start()
         broken = EventRecorder(lambda event: event.payload.get("stage") in (stage, "barrier"))
         await kernel.subscribe("eva.broken.*", broken)
@@ -295,7 +295,7 @@ async def test_a_held_stage_accounts_for_every_call_in_the_journal(nats_url: str
     calls = 50
     async with Bus(nats_url) as reader:
         journal = await JournalRecorder().attach(reader)
-        kernel = await Bus(nats_url, managed=[decl.module]).start()
+        kernel = await Bus(nats_url, managed=[decl.qualname]).start()
         view = await kernel.middleware.start()
         guards = await open_bucket(kernel.nc, GUARDS_BUCKET)
         record = GuardRecord(decl, decl.identity(), time.time())

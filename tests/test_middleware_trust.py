@@ -7,9 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 
 from bus import Bus, Cancel, Continue, MiddlewareOptions, Module, Patch, Stage, TrustState
 from bus.declaration import declare
+from bus.errors import ConfigError
 from bus.testing import EventRecorder, JournalRecorder, serving, wait_for_chain
 from tests.conftest import run_cli, unique
 from tests.mwproc import module_process
@@ -83,7 +85,7 @@ async def test_new_and_modified_handlers_wait_for_approval(nats_url: str) -> Non
 
 async def test_managed_handlers_need_no_approval(nats_url: str) -> None:
     name, stage = unique("managed"), f"custom.{unique('m')}"
-    async with Bus(nats_url, managed=[name]) as kernel, serving(guard(name, stage), nats_url):
+    async with Bus(nats_url, managed=[f"{name}.deny"]) as kernel, serving(guard(name, stage), nats_url):
         await wait_for_chain(kernel, stage, [f"{name}.deny"])
         assert isinstance(await kernel.intercept(stage, {}), Cancel)
 
@@ -231,3 +233,12 @@ async def test_shutdown_is_clamped(nats_url: str) -> None:
         release.set()
         assert isinstance(decision, Cancel) and "shutdown" in decision.reason
         assert not journal.entries or journal.entries[0].decision == "shutdown"
+
+
+def test_managed_names_handlers_exactly() -> None:
+    """A whole module is not managed: that would trust whatever its credentials announce."""
+    with pytest.raises(ConfigError, match=r"managed handler 'guard' is not module\.handler"):
+        Bus("nats://127.0.0.1:1", managed=["guard"])
+    with pytest.raises(ConfigError, match=r"is not module\.handler"):
+        Bus("nats://127.0.0.1:1", managed=["guard.no rm"])
+    assert Bus("nats://127.0.0.1:1", managed=["guard.no_rm"]).middleware is not None

@@ -110,7 +110,7 @@ async def test_module_answers_its_stage_but_cannot_publish_lifecycle_events(serv
         await op.subscribe("prx.lifecycle.>", rec)
         await op.flush()
         async with serving(guard, url(server, "module-guard")):
-            async with Bus(url(server, "agent-eva"), managed=["guard"]) as agent:
+            async with Bus(url(server, "agent-eva"), managed=["guard.no_rm"]) as agent:
                 await wait_for_chain(agent, "tool.call", ["guard.no_rm"])
                 decision = await agent.intercept(Stage.TOOL_CALL, {"name": "shell", "input": {"command": "rm -rf /"}})
                 assert decision == Cancel("only by hand", "guard.no_rm")

@@ -36,7 +36,7 @@ async def test_soak_with_faults(own_server: NatsServer) -> None:
         else:
             delivered += 1
 
-    async with Bus(url, name="soak-agent", managed=["soak"]) as agent, Bus(url, name="soak-worker") as worker:
+    async with Bus(url, name="soak-agent", managed=["soak.h"]) as agent, Bus(url, name="soak-worker") as worker:
         await worker.subscribe("eva.custom.soak", count, pending_msgs=200_000)
         await worker.flush()
         with module_process(url, "soak", Stage.TOOL_CALL, "--heartbeat", "0.5") as first:

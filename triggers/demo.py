@@ -27,8 +27,9 @@ from triggers.engine import TriggerEngine
 MODELS: Final = (("openai", "gpt-4o", 900), ("openai", "gpt-4o-mini", 300), ("local", "llama-3.1-8b", 1500))
 COMMANDS: Final = ("ls -la", "git status", "pytest -q", "rm -rf build/", "deploy", "cat README.md")
 DEMO_AGENT: Final = "demo-analyst"
-#: The guard module's name; the demo's own Bus lists it as managed (it needs no approval).
+#: The guard module's name; the demo's own Bus lists its handlers as managed (they need no approval).
 GUARD: Final = "demo-guard"
+GUARD_HANDLERS: Final = (f"{GUARD}.no_rm",)
 
 
 @dataclass

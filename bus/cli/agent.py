@@ -80,7 +80,7 @@ async def run(args: argparse.Namespace) -> int:
     stack = AsyncExitStack()
     try:
         metrics = serve_metrics(stack, args.host, args.metrics_port)
-        managed = [hook_turns.name] if hook_turns else []
+        managed = [decl.qualname for decl in hook_turns.declarations] if hook_turns else []
         async with Bus(
             args.nats_url,
             name=f"hookbus-agent-{args.name}",

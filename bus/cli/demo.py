@@ -27,9 +27,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 async def run(args: argparse.Namespace) -> int:
-    from triggers.demo import GUARD, run_demo
+    from triggers.demo import GUARD_HANDLERS, run_demo
 
-    async with Bus(args.nats_url, name="hookbus-demo", connect_timeout=args.connect_timeout, managed=[GUARD]) as bus:
+    async with Bus(
+        args.nats_url, name="hookbus-demo", connect_timeout=args.connect_timeout, managed=GUARD_HANDLERS
+    ) as bus:
         report = await run_demo(bus, sessions=args.sessions, agents=args.agents, pace=args.pace, seed=args.seed)
     for line in report.lines():
         print(line)

@@ -26,7 +26,7 @@ def add_trust_options(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="NAME",
-        help="a handler (module.handler) or module of the operator's config: runs without approval (repeatable)",
+        help="a handler of the operator's config, as module.handler: runs without approval (repeatable)",
     )
 
 
