@@ -24,8 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import median, print_table, rss_mib, verdict
 from bus import Bus, NatsServer
-from subscribers.process import spawn
-from subscribers.worker import ShellWorker
+from subscribers.shell_hooks.process import spawn
+from subscribers.shell_hooks.worker import ShellWorker
 
 SUBJECT = "prx.lifecycle.tool_call"
 PAYLOAD = {"tool": "shell", "success": True, "output": "ok"}

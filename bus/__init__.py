@@ -1,10 +1,10 @@
 """hookbus: an event bus and middleware bus for AI-agent lifecycle hooks, on NATS."""
 
-from bus.catalog import EventSpec
 from bus.client import Bus, BusState, Handler, Subscription
-from bus.decisions import Cancel, Continue, Decision, Patch
-from bus.envelope import Event, EventDict
-from bus.errors import (
+from bus.core.catalog import EventSpec
+from bus.core.decisions import Cancel, Continue, Decision, Patch
+from bus.core.envelope import Event, EventDict
+from bus.core.errors import (
     BusClosedError,
     CatalogError,
     ConfigError,
@@ -22,14 +22,14 @@ from bus.errors import (
     StageError,
     SubjectError,
 )
-from bus.faults import Outcome
-from bus.intercept import MiddlewareOptions
-from bus.module import Module, StageCtx
-from bus.payloads import LlmRequest, MemorySave, ToolCall, ToolResult
-from bus.server import NatsServer
-from bus.stages import Stage
-from bus.trust import TrustState
-from bus.turns import TurnRequest, TurnResult
+from bus.core.payloads import LlmRequest, MemorySave, ToolCall, ToolResult
+from bus.core.stages import Stage
+from bus.middleware.faults import Outcome
+from bus.middleware.handler.module import Module, StageCtx
+from bus.middleware.kernel.intercept import MiddlewareOptions
+from bus.middleware.trust import TrustState
+from bus.transport.server import NatsServer
+from bus.turns.server import TurnRequest, TurnResult
 
 __all__ = [
     "Bus",

@@ -22,22 +22,22 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription as NatsSubscription
 
-from bus import depth as _depth
-from bus.catalog import check_strict
-from bus.connection import auth_options, open_connection, resolve_servers, with_private_inbox
-from bus.decisions import Decision
-from bus.eager import start_eager
-from bus.envelope import DEFAULT_MAX_BYTES, Encoder, Event, decode
-from bus.errors import BusClosedError, ConfigError, EnvelopeError, SubjectError
-from bus.intercept import Interceptor, MiddlewareOptions
-from bus.journal import JournalEntry, record
-from bus.publisher import Publisher, flush_quietly, ordered_flush
-from bus.ratelog import RateLimitedLog
-from bus.server import NatsServer
-from bus.stats import COLLECTOR, BusStats
-from bus.subjects import INTERNAL_PREFIXES, TOKEN_RE, hides_internal, normalise_pattern
-from bus.trust import Managed
-from bus.turns import TurnHandler, TurnRequest, TurnServer
+from bus.core import depth as _depth
+from bus.core.catalog import check_strict
+from bus.core.decisions import Decision
+from bus.core.eager import start_eager
+from bus.core.envelope import DEFAULT_MAX_BYTES, Encoder, Event, decode
+from bus.core.errors import BusClosedError, ConfigError, EnvelopeError, SubjectError
+from bus.core.ratelog import RateLimitedLog
+from bus.core.stats import COLLECTOR, BusStats
+from bus.core.subjects import INTERNAL_PREFIXES, TOKEN_RE, hides_internal, normalise_pattern
+from bus.journal.entries import JournalEntry, record
+from bus.middleware.kernel.intercept import Interceptor, MiddlewareOptions
+from bus.middleware.trust import Managed
+from bus.transport.connection import auth_options, open_connection, resolve_servers, with_private_inbox
+from bus.transport.publisher import Publisher, flush_quietly, ordered_flush
+from bus.transport.server import NatsServer
+from bus.turns.server import TurnHandler, TurnRequest, TurnServer
 
 log = logging.getLogger("hookbus.bus")
 _current_depth = _depth.current_depth
@@ -72,7 +72,7 @@ class Subscription:
     What an honest emitter never sends (over the size limit, depth out of
     range, bad subject tokens, not UTF-8 JSON) is dropped and counted by
     reason. A pattern starting with a wildcard skips NATS's and hookbus's
-    internal subjects (:data:`bus.subjects.INTERNAL_PREFIXES`) without counting them.
+    internal subjects (:data:`bus.core.subjects.INTERNAL_PREFIXES`) without counting them.
     """
 
     def __init__(self, bus: Bus, pattern: str, queue: str | None, handler: Handler, concurrency: int) -> None:
@@ -407,7 +407,7 @@ class Bus:
 
         A stage nobody declared returns Continue() without touching the
         network. ``ctx`` may carry ``session`` and ``agent``; the recursion
-        depth is the current one (:mod:`bus.depth`). See :mod:`bus.intercept`.
+        depth is the current one (:mod:`bus.core.depth`). See :mod:`bus.middleware.kernel.intercept`.
         """
         return await self.middleware.intercept(stage, payload, ctx)
 
@@ -424,7 +424,7 @@ class Bus:
         """Call ``handler(event)`` for each event matching ``pattern``.
 
         ``pattern`` is a NATS pattern or a PRX-style one (see
-        :func:`bus.subjects.normalise_pattern`). Subscribers sharing a ``queue``
+        :func:`bus.core.subjects.normalise_pattern`). Subscribers sharing a ``queue``
         name share the events: each goes to one of them.
         """
         nats_pattern = normalise_pattern(pattern)
@@ -476,7 +476,7 @@ class Bus:
         """Wait until the server has processed everything sent so far: events, subscriptions, requests.
 
         Unlike nats-py's own ``flush`` this keeps its promise (see
-        :func:`bus.publisher.ordered_flush`). Raises nats.errors.TimeoutError
+        :func:`bus.transport.publisher.ordered_flush`). Raises nats.errors.TimeoutError
         when the server does not answer within ``timeout``.
         """
         await ordered_flush(self.nc, timeout)

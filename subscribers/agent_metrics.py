@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Final
 from prometheus_client import Counter, Histogram
 
 from bus.client import Bus
-from bus.envelope import Event
+from bus.core.envelope import Event
 
 if TYPE_CHECKING:
     from bus.cli.up import UpContext

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from typing import Final
 
 from bus.client import DEFAULT_CONCURRENCY, Bus, Subscription
-from bus.envelope import Event
-from bus.subjects import normalise_pattern
+from bus.core.envelope import Event
+from bus.core.subjects import normalise_pattern
 
 #: A Python subscriber's handler: the event, and the bus to emit on.
 EventHandler = Callable[[Event, Bus], Awaitable[None]]

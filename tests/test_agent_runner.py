@@ -8,8 +8,8 @@ from typing import Any
 
 from bus import Bus, Cancel, Continue, Module, Patch, Stage, TurnRequest
 from bus.testing import EventRecorder, serving, wait_for_chain
-from triggers.llm import ChatClient
-from triggers.runner import TurnRunner
+from triggers.agent.llm import ChatClient
+from triggers.agent.runner import TurnRunner
 
 from . import fake_llm
 from .waiting import wait_until

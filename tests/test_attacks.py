@@ -20,9 +20,9 @@ import pytest
 from nats.aio.client import Client
 
 from bus import Bus, Cancel, Continue, Module, NatsServer, Stage
-from bus.errors import RegistryError
-from bus.journal import ensure_stream
-from bus.registry import MODULES_BUCKET, Announcement, announcement_of, open_bucket
+from bus.core.errors import RegistryError
+from bus.journal.entries import ensure_stream
+from bus.middleware.registry import MODULES_BUCKET, Announcement, announcement_of, open_bucket
 from bus.testing import serving, wait_for_chain
 
 from .conftest import shipped_permissions

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from bus import Bus, Cancel, Continue, Module, Stage
-from bus.journal import STREAM, JournalEntry, ensure_stream, record
+from bus.journal.entries import STREAM, JournalEntry, ensure_stream, record
 from bus.testing import EventRecorder, NatsCluster, serving, wait_for_chain
-from subscribers.journal_sink import JournalSink
-from subscribers.journal_store import DB_NAME, JournalStore
-from subscribers.worker import ShellWorker
+from subscribers.journal.sink import JournalSink
+from subscribers.journal.store import DB_NAME, JournalStore
+from subscribers.shell_hooks.worker import ShellWorker
 
 from .waiting import barrier_payload, is_barrier, probe_until, wait_for_interest, wait_until, without_barriers
 

@@ -14,8 +14,8 @@ import pytest
 from prometheus_client import start_http_server
 
 from bus import Bus, Cancel, Continue, Event, Module, Patch, Stage
-from bus.decisions import Decision
-from bus.depth import set_depth
+from bus.core.decisions import Decision
+from bus.core.depth import set_depth
 from bus.testing import EventRecorder, serving, wait_for_chain
 from deploy.grafana.build_dashboards import render
 from triggers.demo import GUARD_HANDLERS, run_demo

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from bus import Bus, Event
-from bus.depth import depth_from_env
+from bus.core.depth import depth_from_env
 from bus.testing import EventRecorder
 
 from .conftest import run_cli

@@ -1,4 +1,4 @@
-"""Handlers start inline and continue in a task only if they wait (bus.eager)."""
+"""Handlers start inline and continue in a task only if they wait (bus.core.eager)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import contextvars
 
 import pytest
 
-from bus.eager import start_eager
+from bus.core.eager import start_eager
 
 VAR: contextvars.ContextVar[str] = contextvars.ContextVar("VAR", default="unset")
 

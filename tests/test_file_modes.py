@@ -21,10 +21,10 @@ import orjson
 import pytest
 
 from bus import Bus, Cancel, Continue, Module, Stage
-from bus.journal import ensure_stream
+from bus.journal.entries import ensure_stream
 from bus.testing import serving
-from subscribers.journal_sink import JournalSink
-from subscribers.journal_store import DB_NAME, JournalStore, Query
+from subscribers.journal.sink import JournalSink
+from subscribers.journal.store import DB_NAME, JournalStore, Query
 
 from .conftest import hookbus_cmd, unique
 from .waiting import wait_until

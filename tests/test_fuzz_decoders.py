@@ -8,9 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bus import EnvelopeError
-from bus.depth import DEFAULT_MAX_DEPTH
-from bus.envelope import Encoder, decode
-from bus.journal import JournalEntry, JournalError, decode_entry
+from bus.core.depth import DEFAULT_MAX_DEPTH
+from bus.core.envelope import Encoder, decode
+from bus.journal.entries import JournalEntry, JournalError, decode_entry
 
 json_values = st.recursive(
     st.none()

@@ -11,13 +11,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bus import Continue, HookbusError, Module
-from bus.decisions import Cancel, Patch, from_wire
-from bus.errors import ConfigError
-from bus.registry import parse_announcement, version_of
+from bus.core.decisions import Cancel, Patch, from_wire
+from bus.core.errors import ConfigError
+from bus.middleware.registry import parse_announcement, version_of
 from bus.testing import serving
-from bus.turns import TurnRequest, TurnRequestError, decode_turn_request
-from subscribers.hooks_config import parse_config
-from triggers import config as trigger_config
+from bus.turns.server import TurnRequest, TurnRequestError, decode_turn_request
+from subscribers.shell_hooks.hooks_config import parse_config
+from triggers.engine import config as trigger_config
 
 scalars = (
     st.none()

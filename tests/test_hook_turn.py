@@ -10,9 +10,9 @@ import pytest
 
 from bus import Bus, Cancel, ConfigError, Continue, Module, Patch, Stage
 from bus.testing import serving, wait_for_chain
-from triggers import hook_turn
-from triggers.hook_turn import HookTurnSpec
-from triggers.llm import ChatClient
+from triggers.agent import hook_turn
+from triggers.agent.hook_turn import HookTurnSpec
+from triggers.agent.llm import ChatClient
 
 from . import fake_llm
 

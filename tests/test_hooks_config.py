@@ -7,8 +7,8 @@ from typing import Any
 import orjson
 import pytest
 
-from bus.errors import ConfigError, HookConfigError
-from subscribers.hooks_config import HooksConfig, parse_api_hook, parse_config
+from bus.core.errors import ConfigError, HookConfigError
+from subscribers.shell_hooks.hooks_config import HooksConfig, parse_api_hook, parse_config
 
 PRX_EXAMPLE = {
     "hooks": {

@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 
 from bus import Bus, Continue, Module, Stage
-from bus.journal import JournalEntry, record
-from bus.registry import MODULES_BUCKET
+from bus.journal.entries import JournalEntry, record
+from bus.middleware.registry import MODULES_BUCKET
 from bus.testing import EventRecorder, serving, wait_for_chain
-from bus.turns import TurnRequest
-from subscribers.worker import ShellWorker
+from bus.turns.server import TurnRequest
+from subscribers.shell_hooks.worker import ShellWorker
 
 from .conftest import hookbus_cmd, unique
 from .hooks_support import script, wait_for_file, write_hooks

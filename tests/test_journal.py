@@ -12,9 +12,9 @@ import orjson
 import pytest
 
 from bus import Bus, NatsServer
-from bus.journal import STREAM, JournalEntry, JournalError, decode_entry, ensure_stream, record
-from subscribers.journal_sink import JournalSink, durable_for
-from subscribers.journal_store import DB_NAME, JournalStore, JsonlWriter, Query, Received
+from bus.journal.entries import STREAM, JournalEntry, JournalError, decode_entry, ensure_stream, record
+from subscribers.journal.sink import JournalSink, durable_for
+from subscribers.journal.store import DB_NAME, JournalStore, JsonlWriter, Query, Received
 
 from .conftest import hookbus_cmd, run_cli
 from .waiting import wait_until

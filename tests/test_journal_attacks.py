@@ -25,10 +25,10 @@ from hypothesis import strategies as st
 from prometheus_client import REGISTRY
 
 from bus import Bus, NatsServer
-from bus.journal import CAUSE_CAP, STREAM, TEXT_CAP, JournalEntry, JournalError, decode_checked, ensure_stream
+from bus.journal.entries import CAUSE_CAP, STREAM, TEXT_CAP, JournalEntry, JournalError, decode_checked, ensure_stream
 from bus.testing import free_port
-from subscribers.journal_sink import JournalSink
-from subscribers.journal_store import DB_NAME, JournalStore, Query, Received
+from subscribers.journal.sink import JournalSink
+from subscribers.journal.store import DB_NAME, JournalStore, Query, Received
 
 from .conftest import hookbus_cmd, run_cli, shipped_permissions
 from .test_attacks import url

@@ -5,8 +5,8 @@ from __future__ import annotations
 from prometheus_client import REGISTRY, generate_latest
 
 from bus import Bus, Event
-from bus.publisher import fast_path_available
 from bus.testing import EventRecorder
+from bus.transport.publisher import fast_path_available
 
 from .waiting import barrier, wait_until
 

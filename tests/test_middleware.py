@@ -23,7 +23,7 @@ from bus import (
     StageCtx,
     ToolCall,
 )
-from bus.declaration import MAX_TIMEOUT
+from bus.core.declaration import MAX_TIMEOUT
 from bus.testing import JournalRecorder, serving, wait_for_chain
 
 from .conftest import unique
@@ -152,7 +152,7 @@ async def test_stage_ctx_carries_context_and_depth(kernel: Bus, nats_url: str) -
     @mod.stage("llm.request")
     async def look(stage: str, payload: dict[str, Any], ctx: StageCtx) -> Continue:
         got.append(ctx)
-        from bus import depth
+        from bus.core import depth
 
         inner_depths.append(depth.current_depth())
         assert ctx.bus is not None

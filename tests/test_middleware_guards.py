@@ -17,12 +17,12 @@ import orjson
 import pytest
 
 from bus import Bus, Cancel, Continue, Decision, MiddlewareOptions, Module, Patch
-from bus.declaration import declare
-from bus.guards import GUARDS_BUCKET, GuardRecord
-from bus.journal import JournalEntry
-from bus.registry import open_bucket
+from bus.core.declaration import declare
+from bus.journal.entries import JournalEntry
+from bus.middleware.guards import GUARDS_BUCKET, GuardRecord
+from bus.middleware.kernel.view import View
+from bus.middleware.registry import open_bucket
 from bus.testing import EventRecorder, JournalRecorder, serving, wait_for_chain
-from bus.view import View
 from tests.conftest import run_cli, unique
 from tests.mwproc import module_process
 

@@ -8,7 +8,7 @@ from typing import Any
 from prometheus_client import REGISTRY
 
 from bus import Bus, Cancel, Continue, Module
-from bus.intercept import MiddlewareOptions
+from bus.middleware.kernel.intercept import MiddlewareOptions
 from bus.testing import JournalRecorder, serving, wait_for_chain
 
 

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from bus import Cancel, Continue, DecisionError, Module, Patch, ToolResult
-from bus.chain import BrokenChain, order
-from bus.decisions import from_wire
-from bus.declaration import declare
-from bus.drain import Drain
+from bus.core.decisions import from_wire
+from bus.core.declaration import declare
+from bus.middleware.kernel.chain import BrokenChain, order
+from bus.middleware.kernel.drain import Drain
 
 
 def test_order_follows_references_then_names() -> None:

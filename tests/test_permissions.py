@@ -12,8 +12,8 @@ import nats.errors
 import pytest
 
 from bus import Bus, Cancel, ConnectError, Continue, Module, NatsServer, Stage, TurnRequest
-from bus.publisher import ordered_flush
 from bus.testing import EventRecorder, serving, wait_for_chain
+from bus.transport.publisher import ordered_flush
 
 from .conftest import run_cli, shipped_permissions
 from .waiting import barrier, wait_until, without_barriers

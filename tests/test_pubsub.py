@@ -237,7 +237,7 @@ async def test_embedded_bus_runs_its_own_server() -> None:
 
 
 async def test_handler_errors_are_journaled(bus: Bus) -> None:
-    from bus.journal import decode_entry
+    from bus.journal.entries import decode_entry
 
     entries = []
 

@@ -23,12 +23,12 @@ from hypothesis import strategies as st
 from nats.aio.client import Client
 
 from bus import Bus, Event
-from bus.depth import DEFAULT_MAX_DEPTH
-from bus.envelope import DEFAULT_MAX_BYTES
-from bus.subjects import event_name
+from bus.core.depth import DEFAULT_MAX_DEPTH
+from bus.core.envelope import DEFAULT_MAX_BYTES
+from bus.core.subjects import event_name
 from bus.testing import EventRecorder
-from bus.turns import TurnRequest, turn_subject
-from triggers.engine import TriggerEngine
+from bus.turns.server import TurnRequest, turn_subject
+from triggers.engine.engine import TriggerEngine
 
 from .conftest import unique
 from .waiting import wait_until

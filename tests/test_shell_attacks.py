@@ -20,11 +20,11 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from bus import Bus
-from bus.errors import HookConfigError
-from bus.journal import SUBJECT_PREFIX
-from subscribers.hooks_config import parse_api_hook
-from subscribers.hooks_file import load
-from subscribers.worker import ShellWorker
+from bus.core.errors import HookConfigError
+from bus.journal.entries import SUBJECT_PREFIX
+from subscribers.shell_hooks.hooks_config import parse_api_hook
+from subscribers.shell_hooks.hooks_file import load
+from subscribers.shell_hooks.worker import ShellWorker
 
 from .conftest import run_cli
 from .hooks_support import script, wait_for_file, wait_until, write_hooks
@@ -197,7 +197,7 @@ WRITER = textwrap.dedent(
     """
     import asyncio, sys
     from pathlib import Path
-    from subscribers.hooks_store import HooksStore
+    from subscribers.shell_hooks.hooks_store import HooksStore
 
     async def main():
         store = HooksStore(Path(sys.argv[1]))

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from bus import Bus, ConfigError, TurnRequest
-from bus.journal import JournalEntry, decode_entry
-from triggers import config
-from triggers.engine import TriggerEngine
+from bus.journal.entries import JournalEntry, decode_entry
+from triggers.engine import config
+from triggers.engine.engine import TriggerEngine
 
 from .waiting import wait_until
 
@@ -28,8 +28,8 @@ def test_catastrophic_pattern_answers_at_once() -> None:
     """Run in a process of its own: a backtracking engine holds the GIL, so only a process can be bounded."""
     script = textwrap.dedent(
         f"""
-        from bus.envelope import Encoder, decode
-        from triggers import config
+        from bus.core.envelope import Encoder, decode
+        from triggers.engine import config
 
         item = {{"name": "t", "on": "eva.x", "prompt": "p", "agent": "a",
                 "filter": {{"payload.s": {{"matches": "(a+)+$"}}}}}}

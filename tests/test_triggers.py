@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 
 from bus import Bus, ConfigError, TurnRequest
-from bus.envelope import Encoder, Event, decode
-from bus.filewatch import WatchedFile
-from bus.journal import JournalEntry, decode_entry
-from triggers import config
-from triggers.config import TriggerSpec
-from triggers.engine import TriggerEngine
+from bus.core.envelope import Encoder, Event, decode
+from bus.core.filewatch import WatchedFile
+from bus.journal.entries import JournalEntry, decode_entry
+from triggers.engine import config
+from triggers.engine.config import TriggerSpec
+from triggers.engine.engine import TriggerEngine
 
 from .conftest import run_cli
 from .waiting import barrier_payload, probe_until, wait_until

@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from bus.client import Bus
-from bus.decisions import Cancel, Continue, Decision, Patch
-from bus.module import Module
-from bus.stages import Stage
-from bus.turns import TurnRequest
-from triggers import config
-from triggers.engine import TriggerEngine
+from bus.core.decisions import Cancel, Continue, Decision, Patch
+from bus.core.stages import Stage
+from bus.middleware.handler.module import Module
+from bus.turns.server import TurnRequest
+from triggers.engine import config
+from triggers.engine.engine import TriggerEngine
 
 MODELS: Final = (("openai", "gpt-4o", 900), ("openai", "gpt-4o-mini", 300), ("local", "llama-3.1-8b", 1500))
 COMMANDS: Final = ("ls -la", "git status", "pytest -q", "rm -rf build/", "deploy", "cat README.md")

@@ -32,7 +32,7 @@ from bus.cli import (
     worker,
 )
 from bus.cli.common import apply_auth_flags
-from bus.errors import HookbusError
+from bus.core.errors import HookbusError
 
 _COMMANDS = (
     up,

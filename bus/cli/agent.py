@@ -11,8 +11,8 @@ from pathlib import Path
 from bus.cli.common import add_metrics_port, add_nats_url, serve_metrics, stop_on_signals
 from bus.cli.middleware import add_drain_workspace, middleware_options
 from bus.client import Bus
-from bus.errors import ConfigError
-from bus.subjects import TOKEN_RE
+from bus.core.errors import ConfigError
+from bus.core.subjects import TOKEN_RE
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -54,8 +54,8 @@ def client_key(args: argparse.Namespace) -> str | None:
 
 
 async def run(args: argparse.Namespace) -> int:
-    from triggers.llm import ChatClient
-    from triggers.runner import TurnRunner
+    from triggers.agent.llm import ChatClient
+    from triggers.agent.runner import TurnRunner
 
     if not TOKEN_RE.fullmatch(args.name):
         raise ConfigError(f"--name {args.name!r} must match [A-Za-z0-9_-]+")
@@ -71,7 +71,7 @@ async def run(args: argparse.Namespace) -> int:
     )
     hook_turns = None
     if args.hook_turns is not None:
-        from triggers import hook_turn
+        from triggers.agent import hook_turn
 
         specs = hook_turn.load(args.hook_turns)
         judge = ChatClient(args.llm_url, args.model, client_key(args), attempts=1, provider=args.provider)

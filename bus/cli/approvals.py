@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from bus.approvals import queue
 from bus.cli.middleware import add_options, open_view
+from bus.middleware.kernel.approvals import queue
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from bus.approvals import approve
 from bus.cli.middleware import add_options, open_view
+from bus.middleware.kernel.approvals import approve
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

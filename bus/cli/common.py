@@ -13,8 +13,8 @@ from typing import Any
 import orjson
 from prometheus_client import start_http_server
 
-from bus.connection import URL_ENV
-from bus.errors import ConfigError
+from bus.core.errors import ConfigError
+from bus.transport.connection import URL_ENV
 
 
 def add_nats_url(parser: argparse.ArgumentParser) -> None:

@@ -12,11 +12,11 @@ import getpass
 import socket
 
 from bus.cli.middleware import add_options, open_view
-from bus.errors import MiddlewareError
-from bus.guards import designates, detach
-from bus.journal import JournalEntry, record
-from bus.stages import phase
-from bus.subjects import MODULE_DETACHED
+from bus.core.errors import MiddlewareError
+from bus.core.stages import phase
+from bus.core.subjects import MODULE_DETACHED
+from bus.journal.entries import JournalEntry, record
+from bus.middleware.guards import designates, detach
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

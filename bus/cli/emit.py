@@ -7,8 +7,8 @@ import sys
 
 from bus.cli.common import add_nats_url, read_json_object
 from bus.client import Bus
-from bus.depth import DEPTH_ENV, depth_from_env, set_depth
-from bus.subjects import subject_for
+from bus.core.depth import DEPTH_ENV, depth_from_env, set_depth
+from bus.core.subjects import subject_for
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

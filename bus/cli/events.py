@@ -6,7 +6,7 @@ import argparse
 
 import orjson
 
-from bus.catalog import CATALOG, FAMILIES
+from bus.core.catalog import CATALOG, FAMILIES
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -11,11 +11,11 @@ import os
 from pathlib import Path
 
 from bus.cli.common import read_json_object
-from bus.connection import URL_ENV
+from bus.transport.connection import URL_ENV
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from subscribers.limits import DEFAULT_KILL_GRACE
+    from subscribers.shell_hooks.limits import DEFAULT_KILL_GRACE
 
     parser = subparsers.add_parser("hooks", help="work with the shell hooks of a workspace", description=__doc__)
     commands = parser.add_subparsers(dest="hooks_command", metavar="COMMAND", required=True)
@@ -39,9 +39,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 async def run(args: argparse.Namespace) -> int:
-    from bus.subjects import subject_for
-    from subscribers.hook_test import describe, make_event, run_matching
-    from subscribers.shell import Outcome, ShellRunner
+    from bus.core.subjects import subject_for
+    from subscribers.shell_hooks.hook_test import describe, make_event, run_matching
+    from subscribers.shell_hooks.shell import Outcome, ShellRunner
 
     payload = read_json_object(args.payload if args.payload is not None else "{}", "the payload")
     event = make_event(subject_for(args.event), payload, args.session)

@@ -9,8 +9,8 @@ import orjson
 
 from bus.cli.common import read_json_object
 from bus.cli.middleware import add_drain_workspace, add_options, open_view
-from bus.decisions import Cancel, Patch
-from bus.stages import validate_stage
+from bus.core.decisions import Cancel, Patch
+from bus.core.stages import validate_stage
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

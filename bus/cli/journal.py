@@ -10,8 +10,8 @@ from pathlib import Path
 
 from bus.cli.common import add_metrics_port, add_nats_url, serve_metrics, stop_on_signals
 from bus.client import Bus
-from bus.errors import ConfigError
-from bus.journal import canonical_time
+from bus.core.errors import ConfigError
+from bus.journal.entries import canonical_time
 
 _COLUMNS = ("time", "kind", "point", "phase", "who", "decision", "duration_ms", "session", "cause")
 #: Control characters an entry may carry (terminal escapes, fake line breaks) are shown escaped.
@@ -52,7 +52,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 async def run_query(args: argparse.Namespace) -> int:
-    from subscribers.journal_store import DB_NAME, JournalStore, Query, dumps_line
+    from subscribers.journal.store import DB_NAME, JournalStore, Query, dumps_line
 
     path: Path = args.workspace / DB_NAME
     if not path.exists():  # noqa: ASYNC240 - one stat before anything runs
@@ -95,7 +95,7 @@ def _cell(value: object) -> str:
 
 
 async def run_sink(args: argparse.Namespace) -> int:
-    from subscribers.journal_sink import JournalSink
+    from subscribers.journal.sink import JournalSink
 
     stop = stop_on_signals()
     async with AsyncExitStack() as stack:

@@ -9,10 +9,10 @@ from pathlib import Path
 
 from bus.cli.common import add_nats_url
 from bus.client import Bus
-from bus.declaration import Declaration
-from bus.intercept import MiddlewareOptions
-from bus.registry import Announcement
-from bus.view import Link, StageChain, View
+from bus.core.declaration import Declaration
+from bus.middleware.kernel.intercept import MiddlewareOptions
+from bus.middleware.kernel.view import Link, StageChain, View
+from bus.middleware.registry import Announcement
 
 
 def add_trust_options(parser: argparse.ArgumentParser) -> None:

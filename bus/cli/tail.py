@@ -10,8 +10,8 @@ import orjson
 
 from bus.cli.common import add_nats_url
 from bus.client import Bus
-from bus.envelope import Event
-from bus.visible import visible
+from bus.core.envelope import Event
+from bus.core.visible import visible
 
 _MAX_PAYLOAD_CHARS = 200
 

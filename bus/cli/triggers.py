@@ -12,8 +12,8 @@ import orjson
 
 from bus.cli.common import add_nats_url, read_json_object
 from bus.client import Bus
-from bus.errors import ConfigError, ConnectError
-from bus.subjects import validate_subject
+from bus.core.errors import ConfigError, ConnectError
+from bus.core.subjects import validate_subject
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -33,7 +33,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 async def run(args: argparse.Namespace) -> int:
-    from triggers import config
+    from triggers.engine import config
 
     specs = config.load(args.workspace / config.FILE_NAME)
     if args.action == "test":
@@ -61,7 +61,7 @@ async def run(args: argparse.Namespace) -> int:
 
 
 async def _running_status(args: argparse.Namespace) -> list[dict[str, Any]] | None:
-    from triggers.engine import STATUS_SUBJECT
+    from triggers.engine.engine import STATUS_SUBJECT
 
     try:
         async with Bus(args.nats_url, name="hookbus-triggers-cli", connect_timeout=args.connect_timeout) as bus:
@@ -73,8 +73,8 @@ async def _running_status(args: argparse.Namespace) -> list[dict[str, Any]] | No
 
 
 def _test(args: argparse.Namespace, specs: Mapping[str, object]) -> int:
-    from bus.envelope import Encoder, decode
-    from triggers.config import TriggerSpec
+    from bus.core.envelope import Encoder, decode
+    from triggers.engine.config import TriggerSpec
 
     spec = specs.get(args.name)
     if not isinstance(spec, TriggerSpec):
@@ -89,7 +89,7 @@ def _test(args: argparse.Namespace, specs: Mapping[str, object]) -> int:
     payload = read_json_object(args.payload, "the payload")
     data, _ = Encoder().encode(subject, payload, args.session, args.depth)
     event = decode(subject, data)
-    from bus.subjects import matches
+    from bus.core.subjects import matches
 
     if not matches(spec.pattern, subject):
         print(f"would NOT fire: {subject} does not match {spec.on!r}")

@@ -19,12 +19,12 @@ from pathlib import Path
 
 from bus.cli.common import add_nats_url, serve_metrics, stop_on_signals
 from bus.client import Bus
-from bus.connection import URL_ENV
-from bus.errors import ConfigError, ServerError
-from bus.filelock import WorkspaceLock
-from bus.private_files import private_dir
-from bus.registry import ensure_buckets
-from bus.server import NatsServer
+from bus.core.errors import ConfigError, ServerError
+from bus.core.filelock import WorkspaceLock
+from bus.core.private_files import private_dir
+from bus.middleware.registry import ensure_buckets
+from bus.transport.connection import URL_ENV
+from bus.transport.server import NatsServer
 
 DEFAULT_PORT = 4222
 DEFAULT_HTTP_PORT = 8477
@@ -50,15 +50,16 @@ Service = Callable[[UpContext], AbstractAsyncContextManager[None]]
 def services() -> list[Service]:
     """The workers ``hookbus up`` runs, in start order (imported here, not at module load)."""
     # Imported here: bus/ must not import the workers when it is loaded.
-    from subscribers import agent_metrics, journal_sink
-    from subscribers.services import shell_hooks  # the shell-hook worker and the hooks HTTP API
-    from triggers import service as triggers
+    from subscribers import agent_metrics
+    from subscribers.journal import sink as journal_sink
+    from subscribers.shell_hooks.service import shell_hooks  # the shell-hook worker and the hooks HTTP API
+    from triggers.engine import service as triggers
 
     return [journal_sink.service, agent_metrics.service, shell_hooks, triggers.service]
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from subscribers.worker_options import add_worker_options  # the shell worker's flags; light, no worker
+    from subscribers.shell_hooks.options import add_worker_options  # the shell worker's flags; light, no worker
 
     parser = subparsers.add_parser(
         "up",
@@ -121,7 +122,7 @@ async def run(args: argparse.Namespace) -> int:
             nats_url = server.url
         bus = await stack.enter_async_context(Bus(nats_url, name="hookbus-up", connect_timeout=args.connect_timeout))
         await ensure_buckets(bus.nc)  # agents and modules may read the middleware state, not create it
-        from subscribers.hook_security import public_url  # workers load with the services, not with the CLI
+        from subscribers.shell_hooks.security import public_url  # workers load with the services, not with the CLI
 
         lines = [f"hookbus up: workspace {workspace}"]
         shown = public_url(nats_url)  # never print credentials

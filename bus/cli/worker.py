@@ -14,7 +14,7 @@ from bus.cli.common import add_metrics_port, add_nats_url, serve_metrics, stop_o
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from subscribers.worker_options import add_worker_options
+    from subscribers.shell_hooks.options import add_worker_options
 
     parser = subparsers.add_parser(
         "worker",
@@ -34,8 +34,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 async def run(args: argparse.Namespace) -> int:
     from bus.client import Bus
-    from subscribers.worker import ShellWorker
-    from subscribers.worker_options import worker_kwargs
+    from subscribers.shell_hooks.options import worker_kwargs
+    from subscribers.shell_hooks.worker import ShellWorker
 
     workspace: Path = args.workspace.resolve()
     kwargs = worker_kwargs(args)

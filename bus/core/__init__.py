@@ -1,0 +1,1 @@
+"""The core: envelope, subjects, depth, errors, stages, decisions, declarations, payloads; no I/O."""

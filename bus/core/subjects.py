@@ -1,0 +1,195 @@
+"""Subject and pattern rules: the one place that knows them.
+
+Subjects are dot-separated tokens matching ``[A-Za-z0-9_-]+``. Events live on
+``prx.lifecycle.<event>`` (the eight PRX events), ``eva.<name>`` (Eva events,
+dotted names such as ``eva.turn.completed``) and ``eva.custom.<name>``; any
+other valid subject is allowed too, the bus is open.
+
+Subscription patterns use NATS wildcards (``*`` one token, ``>`` the rest) and
+also accept the PRX-style forms, mapped by :func:`normalise_pattern`.
+"""
+
+from __future__ import annotations
+
+import re
+
+from bus.core.errors import SubjectError
+
+TOKEN_RE = re.compile(r"[A-Za-z0-9_-]+")
+
+PRX_DOMAIN = "prx.lifecycle"
+EVA_DOMAIN = "eva"
+
+#: The eight PRX lifecycle events, in the order the PRX document lists them.
+PRX_EVENTS = (
+    "agent_start",
+    "agent_end",
+    "llm_request",
+    "llm_response",
+    "tool_call_start",
+    "tool_call",
+    "turn_complete",
+    "error",
+)
+_PRX_EVENT_SET = frozenset(PRX_EVENTS)
+
+
+def _tokens(text: object, what: str) -> list[str]:
+    if not isinstance(text, str):
+        raise SubjectError(text, f"a {what} must be a string, not {type(text).__name__}")
+    if not text:
+        raise SubjectError(text, f"empty {what}")
+    tokens = text.split(".")
+    if "" in tokens:
+        raise SubjectError(text, "empty token (leading, trailing or doubled dot)")
+    return tokens
+
+
+def validate_subject(subject: object) -> str:
+    """Return ``subject`` if events may be published to it, else raise SubjectError."""
+    for token in _tokens(subject, "subject"):
+        if token in ("*", ">"):
+            raise SubjectError(subject, f"wildcard {token!r} is not allowed when publishing")
+        if not TOKEN_RE.fullmatch(token):
+            raise SubjectError(subject, f"token {token!r} has characters outside [A-Za-z0-9_-]")
+    assert isinstance(subject, str)
+    return subject
+
+
+#: Whole subjects as publishers may use them (one C call; the receive path checks every message).
+_SUBJECT_RE = re.compile(r"[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*")
+#: Received subjects remembered as valid, with their event names (bounded; cleared when full).
+_received: dict[str, str] = {}
+_RECEIVED_CACHE_SIZE = 4096
+#: Fast accessor for hot paths: the event name of a subject already found valid, else None.
+known_event_name = _received.get
+
+
+def received_event_name(subject: str) -> str | None:
+    """The event name a valid received ``subject`` carries, or None if the subject breaks the rules.
+
+    Receivers check subjects as if the sender were hostile: NATS itself lets
+    ``ü``, ``$`` or ``*`` inside tokens through. Cached, since this runs per message.
+    """
+    name = _received.get(subject)
+    if name is None:
+        if not _SUBJECT_RE.fullmatch(subject):
+            return None
+        if len(_received) >= _RECEIVED_CACHE_SIZE:
+            _received.clear()
+        name = _received[subject] = event_name(subject)
+    return name
+
+
+def subject_problem(subject: str) -> str | None:
+    """Why a received ``subject`` is refused (naming the bad token), or None."""
+    if received_event_name(subject) is not None:
+        return None
+    try:
+        validate_subject(subject)
+    except SubjectError as exc:
+        return exc.reason
+    return "not a valid subject"  # pragma: no cover - the two checks agree
+
+
+def validate_pattern(pattern: object) -> str:
+    """Return a NATS subscription pattern if valid, else raise SubjectError."""
+    tokens = _tokens(pattern, "pattern")
+    last = len(tokens) - 1
+    for index, token in enumerate(tokens):
+        if token == ">" and index != last:
+            raise SubjectError(pattern, "'>' may only be the last token")
+        if token not in ("*", ">") and not TOKEN_RE.fullmatch(token):
+            raise SubjectError(pattern, f"token {token!r} has characters outside [A-Za-z0-9_-]")
+    assert isinstance(pattern, str)
+    return pattern
+
+
+def normalise_pattern(pattern: object) -> str:
+    """Map a PRX-style or NATS pattern to the NATS pattern to subscribe to.
+
+    - ``*`` or ``>`` alone: every event (``>``).
+    - a bare PRX event name (``tool_call``): ``prx.lifecycle.tool_call``.
+    - ``<domain>.*`` (two tokens, the PRX "hierarchical" form, e.g. ``prx.*``,
+      ``eva.*``): everything under the domain (``<domain>.>``). No hookbus event
+      has only two tokens, so the NATS reading would match nothing.
+    - anything else: NATS semantics unchanged (``prx.lifecycle.*`` is one token).
+    """
+    if pattern == "*":
+        return ">"
+    if isinstance(pattern, str) and pattern in _PRX_EVENT_SET:
+        return f"{PRX_DOMAIN}.{pattern}"
+    tokens = validate_pattern(pattern).split(".")
+    if len(tokens) == 2 and tokens[1] == "*" and tokens[0] not in ("*", ">"):
+        return f"{tokens[0]}.>"
+    return ".".join(tokens)
+
+
+def event_name(subject: str) -> str:
+    """The envelope's ``event``: the subject without its domain prefix.
+
+    ``prx.lifecycle.tool_call`` -> ``tool_call``; ``eva.turn.completed`` ->
+    ``turn.completed``; ``eva.custom.deploy`` -> ``custom.deploy``. Other
+    subjects lose their first token (``acme.build.done`` -> ``build.done``);
+    a one-token subject is its own name.
+    """
+    if subject.startswith(PRX_DOMAIN + ".") and subject.count(".") >= 2:
+        return subject[len(PRX_DOMAIN) + 1 :]
+    head, sep, rest = subject.partition(".")
+    return rest if sep else head
+
+
+def subject_for(name: str) -> str:
+    """The subject of a bare event name: PRX events go under ``prx.lifecycle``."""
+    if name in _PRX_EVENT_SET:
+        return f"{PRX_DOMAIN}.{name}"
+    return validate_subject(name)
+
+
+def matches(pattern: str, subject: str) -> bool:
+    """Whether a NATS ``pattern`` (already normalised) matches ``subject``."""
+    ptoks = pattern.split(".")
+    stoks = subject.split(".")
+    for index, ptok in enumerate(ptoks):
+        if ptok == ">":
+            return len(stoks) > index
+        if index >= len(stoks) or (ptok != "*" and ptok != stoks[index]):
+            return False
+    return len(ptoks) == len(stoks)
+
+
+#: Subjects that are NATS's or hookbus's own plumbing, not events: reply inboxes, JetStream,
+#: KV, object store and system traffic (every ``$`` subject), and hookbus's middleware
+#: requests, registry, turns and journal (``hookbus.``). Only a pattern that names them gets them.
+INTERNAL_PREFIXES = ("_INBOX.", "$", "hookbus.")
+
+
+def is_internal(subject: str) -> bool:
+    """Whether ``subject`` is plumbing (see INTERNAL_PREFIXES) rather than an event."""
+    return subject.startswith(INTERNAL_PREFIXES)
+
+
+def hides_internal(pattern: str) -> bool:
+    """Whether a subscription on ``pattern`` must skip internal subjects: it starts with a wildcard.
+
+    ``>``, ``*.>`` or ``*.mw.*`` would otherwise match them; ``hookbus.>`` or
+    ``_INBOX.>`` name them and get them.
+    """
+    return pattern[:1] in ("*", ">") and pattern[1:2] in ("", ".")
+
+
+#: Middleware requests to a module go to ``hookbus.mw.<module>`` (queue group of the same name).
+MIDDLEWARE_PREFIX = "hookbus.mw"
+#: Published when a stage's chain is disabled (cycle, dangling reference), and when it works again.
+BROKEN_SET = "eva.broken.set"
+BROKEN_CLEARED = "eva.broken.cleared"
+#: Published when a middleware module appears, and when it is detached (gone fail-open, or by an operator).
+MODULE_ATTACHED = "eva.module.attached"
+MODULE_DETACHED = "eva.module.detached"
+
+
+def module_subject(module: str) -> str:
+    """The request subject (and queue group) of a middleware module."""
+    if not TOKEN_RE.fullmatch(module):
+        raise SubjectError(module, "a module name must match [A-Za-z0-9_-]+")
+    return f"{MIDDLEWARE_PREFIX}.{module}"

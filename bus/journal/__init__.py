@@ -1,0 +1,1 @@
+"""The journal: entries of what happened, published to a JetStream stream."""

@@ -1,0 +1,322 @@
+"""The shared journal: one entry format for everything that intervened or reacted.
+
+Middleware reactions, shell-hook runs, subscriber errors and trigger firings
+all become a :class:`JournalEntry`, published on ``hookbus.journal.<kind>``.
+A JetStream stream captures that subject space, so a sink that was down writes
+every entry once it is back (see ``subscribers.journal.sink``).
+
+Entries record what a hook *did*, never the payload it saw: a redacting hook
+must not have its secret written to the journal by the journal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Final
+
+import nats.errors
+import nats.js.errors
+import orjson
+from nats.js.api import RetentionPolicy, StorageType, StreamConfig, StreamInfo
+
+from bus.core.eager import run_eager
+from bus.core.envelope import Encoder, format_timestamp
+from bus.core.errors import BusClosedError, HookbusError
+from bus.core.jsonobject import json_object
+from bus.transport.connection import jetstream_replicas
+
+if TYPE_CHECKING:
+    from bus.client import Bus
+
+log = logging.getLogger("hookbus.journal")
+
+SUBJECT_PREFIX: Final = "hookbus.journal"
+STREAM: Final = "HOOKBUS_JOURNAL"
+#: The kinds of entry; each is the last token of its subject.
+KINDS: Final = ("middleware", "shell_hook", "subscriber", "trigger")
+#: How long the stream keeps entries a sink has not taken yet, and how much of them.
+STREAM_MAX_AGE_S: Final = 7 * 24 * 3600
+STREAM_MAX_BYTES: Final = 1024 * 1024 * 1024
+
+_ids = Encoder()  # only for its unique-id generator
+PROCESS: Final = f"{socket.gethostname()}:{os.getpid()}"
+
+
+class JournalError(HookbusError):
+    """Bytes on a journal subject are not a valid entry; ``reason`` is the metric label of why."""
+
+    reason: str = "invalid"
+
+
+class _MalformedEntry(JournalError):
+    """Not a JSON object at all (not JSON, not UTF-8, an array ...)."""
+
+    reason = "malformed"
+
+
+class _WrongKind(JournalError):
+    """An unknown kind, or not the kind of the subject it came on."""
+
+    reason = "kind"
+
+
+@dataclass(slots=True)
+class JournalEntry:
+    """One intervention or reaction.
+
+    ``point`` is the stage (``tool.call``) or the subject; ``phase`` says where
+    in the point's life it happened (``request``, ``result``, ``run``, ``fire``);
+    ``who`` names the handler, hook or trigger and ``identity`` its identity
+    hash where it has one; ``decision`` is the outcome (``continue``,
+    ``cancel``, ``patch``, ``absent``, ``failed``, ``timeout``, ``denied``,
+    ``ok``, ``exit_nonzero``, ``refused``, ``fired``, ``suppressed`` ...) and
+    ``cause`` why.
+    """
+
+    kind: str
+    point: str
+    phase: str
+    who: str
+    decision: str
+    cause: str | None = None
+    duration_ms: float | None = None
+    session: str | None = None
+    agent: str | None = None
+    depth: int = 0
+    trace_id: str | None = None
+    identity: str | None = None
+    process: str = PROCESS
+    time: str = ""
+    id: str = field(default_factory=_ids.new_id)
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise JournalError(f"journal kind {self.kind!r} is not one of {', '.join(KINDS)}")
+        if not self.time:
+            self.time = now_timestamp()
+
+    def subject(self, origin: str | None) -> str:
+        """``hookbus.journal.<kind>.<origin>``: the origin is the publisher's NATS user (see journal_origin)."""
+        return f"{SUBJECT_PREFIX}.{self.kind}.{origin}" if origin else f"{SUBJECT_PREFIX}.{self.kind}"
+
+    def encode(self) -> bytes:
+        return orjson.dumps(self)  # orjson encodes dataclasses itself: as asdict(), several times faster
+
+
+def now_timestamp() -> str:
+    return timestamp_ms(time.time_ns() // 1_000_000)
+
+
+def timestamp_ms(epoch_ms: int) -> str:
+    """``format_timestamp`` for times that come in order, as entries do: the date part is formatted once a second."""
+    seconds, millis = divmod(epoch_ms, 1000)
+    if seconds != _second[0]:  # formatting the date and time costs more than a journal entry's rest
+        _second[:] = [seconds, format_timestamp(seconds * 1000)[:-5]]
+    return f"{_second[1]}.{millis:03d}Z"
+
+
+_second: list[Any] = [-1, ""]
+
+
+def canonical_time(text: str) -> str:
+    """An RFC 3339 time (any offset, optional fraction, or a bare date) in the journal's own form."""
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise JournalError(f"{text!r} is not an RFC 3339 time such as 2026-11-30T10:00:00Z") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return format_timestamp(int(moment.timestamp() * 1000))
+
+
+async def record(bus: Bus, entry: JournalEntry) -> bool:
+    """Publish ``entry`` (fire-and-forget, like emit); False if it could not be sent."""
+    try:
+        await bus.publish_raw(entry.subject(bus.journal_origin), entry.encode())
+    except (BusClosedError, nats.errors.Error):
+        bus.stats.dropped.add("journal")
+        return False
+    return True
+
+
+class JournalSink:
+    """Publishes entries off the caller's path: each waits up to ``window`` seconds for company.
+
+    For hot paths (middleware records a reaction per handler per call):
+    awaiting one publish per entry added a write to every call and about a
+    fifth to its latency (bench/bench_middleware.py). Entries still go out one
+    message each, in the order they were given, on the fast publisher.
+    """
+
+    def __init__(self, bus: Bus, window: float = 0.005, max_batch: int = 200) -> None:
+        self._bus = bus
+        self._window = window
+        self._max_batch = max_batch
+        self._pending: list[JournalEntry] = []
+        self._timer: asyncio.TimerHandle | None = None
+        self._sending: set[asyncio.Task[Any]] = set()
+
+    def add(self, entries: list[JournalEntry]) -> None:
+        """Queue entries (kept together and in order)."""
+        self._pending.extend(entries)
+        if len(self._pending) >= self._max_batch:
+            self.flush()
+        elif self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(self._window, self.flush)
+
+    def flush(self) -> None:
+        """Publish what is queued now."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        pending, self._pending = self._pending, []
+        for entry in pending:
+            try:
+                subject = entry.subject(self._bus.journal_origin)
+                finished, task = run_eager(self._bus.push(subject, entry.encode()))  # rarely waits
+            except Exception as exc:
+                log.warning("journal entry not published: %r", exc)
+                continue
+            if not finished:
+                self._sending.add(task)
+                task.add_done_callback(self._sending.discard)
+
+    async def drain(self, timeout: float = 2.0) -> None:
+        """Publish what is queued and wait (bounded) until it went out: for closing."""
+        self.flush()
+        if self._sending:
+            await asyncio.wait(set(self._sending), timeout=timeout)
+
+
+async def ensure_stream(bus: Bus, replicas: int | None = None) -> StreamInfo:
+    """Create (or update) the JetStream stream that captures every journal entry; return its state.
+
+    ``replicas`` defaults to 3 on a cluster of three or more nodes, else 1.
+    """
+    if replicas is None:
+        replicas = jetstream_replicas(bus.nc)
+    config = StreamConfig(
+        name=STREAM,
+        subjects=[f"{SUBJECT_PREFIX}.>"],
+        retention=RetentionPolicy.LIMITS,
+        storage=StorageType.FILE,
+        max_age=STREAM_MAX_AGE_S,
+        max_bytes=STREAM_MAX_BYTES,
+        num_replicas=replicas,
+        duplicate_window=120,
+    )
+    js = bus.nc.jetstream()
+    try:
+        return await js.add_stream(config)
+    except nats.js.errors.BadRequestError:
+        return await js.update_stream(config)
+
+
+#: Longest text a field keeps (longer is cut, marked with an ellipsis): names and ids, and the cause.
+TEXT_CAP: Final = 256
+CAUSE_CAP: Final = 4096
+#: Depths the journal takes: far beyond any recursion limit, and well inside SQLite's integers.
+MAX_DEPTH: Final = 2**31 - 1
+#: A duration beyond this (about 31 years) is not a duration.
+MAX_DURATION_MS: Final = 1e12
+
+_TEXT_FIELDS: Final = ("kind", "point", "phase", "who", "decision", "process", "time", "id")
+_OPTIONAL_TEXT: Final = ("cause", "session", "agent", "trace_id", "identity")
+_TEXT_RULES: Final = tuple(
+    (name, CAUSE_CAP if name == "cause" else TEXT_CAP, name in _OPTIONAL_TEXT) for name in _TEXT_FIELDS + _OPTIONAL_TEXT
+)
+
+
+def decode_entry(data: bytes, subject: str | None = None) -> JournalEntry:
+    """Decode a journal entry, naming what is wrong if it is not one (see :func:`decode_checked`)."""
+    return decode_checked(data, subject)[0]
+
+
+def decode_checked(data: bytes, subject: str | None = None) -> tuple[JournalEntry, tuple[str, ...]]:
+    """Decode, check and clamp an entry from anyone; also return the names of the fields that were cut.
+
+    Whatever it returns can be stored: texts are capped (``TEXT_CAP``, the
+    cause ``CAUSE_CAP``) with NUL replaced by U+FFFD, numbers are in range,
+    the time is canonical, and the kind is the one of ``subject`` (when given),
+    so a publisher allowed one kind cannot write another. Anything else raises
+    :class:`JournalError` naming the field.
+    """
+    obj = json_object(data, "journal entry", _MalformedEntry)
+    kind = obj.get("kind")
+    if not isinstance(kind, str) or kind not in KINDS:
+        raise _WrongKind(f"journal entry kind {_shown(kind)} is not one of {', '.join(KINDS)}")
+    if subject is not None and subject_kind(subject) != kind:
+        raise _WrongKind(f"journal entry of kind {kind!r} came on {_shown(subject)}, not {SUBJECT_PREFIX}.{kind}.>")
+    fields: dict[str, Any] = {}
+    cut: list[str] = []
+    for name, cap, optional in _TEXT_RULES:
+        value = obj.get(name)
+        if value is None and optional:
+            continue
+        if not isinstance(value, str) or not value:
+            raise JournalError(
+                f"journal entry field {name!r} must be {'a string or null' if optional else 'a non-empty string'}"
+            )
+        if len(value) > cap or "\x00" in value:
+            value = _clamped(value, cap, name, cut)
+        fields[name] = value
+    fields["time"] = _checked_time(fields["time"])
+    fields["duration_ms"] = _checked_duration(obj.get("duration_ms"))
+    depth = obj.get("depth", 0)
+    if isinstance(depth, bool) or not isinstance(depth, int) or not 0 <= depth <= MAX_DEPTH:
+        raise JournalError(f"journal entry field 'depth' must be a whole number from 0 to {MAX_DEPTH}")
+    fields["depth"] = depth
+    return JournalEntry(**fields), tuple(cut)
+
+
+def subject_kind(subject: str) -> str | None:
+    """The kind a journal subject names (``hookbus.journal.<kind>[.<origin>]``), or None."""
+    tokens = subject.split(".")
+    if len(tokens) not in (3, 4) or f"{tokens[0]}.{tokens[1]}" != SUBJECT_PREFIX:
+        return None
+    return tokens[2]
+
+
+def subject_origin(subject: str) -> str | None:
+    """The publisher's user a journal subject ends with, if it has one: the permissions vouch for it."""
+    tokens = subject.split(".")
+    return tokens[3] if len(tokens) == 4 else None
+
+
+def _shown(value: object) -> str:
+    """A value for an error message, itself capped: the message is logged."""
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:77]}..."
+
+
+def _clamped(value: str, cap: int, name: str, cut: list[str]) -> str:
+    if "\x00" in value:  # a NUL ends the text for C readers of the database and of logs
+        value = value.replace("\x00", "\ufffd")
+    if len(value) > cap:
+        cut.append(name)
+        value = value[: cap - 1] + "…"
+    return value
+
+
+def _checked_time(text: str) -> str:
+    try:
+        if len(text) == 24 and text[10] == "T" and text[19] == "." and text[-1] == "Z":  # as sent: canonical
+            datetime.fromisoformat(text)  # a real date and time (a fifth of reformatting it)
+            return text
+        return canonical_time(text)
+    except (JournalError, ValueError, OverflowError, OSError):
+        raise JournalError(f"journal entry field 'time' {_shown(text)} is not an RFC 3339 time") from None
+
+
+def _checked_duration(value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= MAX_DURATION_MS:
+        raise JournalError(f"journal entry field 'duration_ms' must be a number from 0 to {MAX_DURATION_MS:g} or null")
+    return float(value)

@@ -1,0 +1,1 @@
+"""The handler side of the middleware: modules and how they are served."""

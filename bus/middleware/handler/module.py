@@ -1,0 +1,315 @@
+"""The handler side: a Module declares stage handlers and serves them on the bus.
+
+``Module(name)`` collects handlers with ``@module.stage(...)``;
+``await module.serve(servers)`` announces the declarations in the registry
+(see :mod:`bus.middleware.registry`) and its fail-closed handlers (:mod:`bus.middleware.guards`),
+answers the kernel's requests on ``hookbus.mw.<name>.<version>`` in a queue
+group (replicas of one version share the load) and runs until cancelled.
+Requests are answered concurrently, up to ``concurrency`` at once (and as
+many again for nested calls), so a slow call does not stall the others and
+A -> B -> A re-entry does not deadlock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import inspect
+import logging
+import time
+from collections.abc import Callable, Coroutine, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final, TypeVar, cast, get_type_hints
+
+from bus.core import depth as _depth
+from bus.core.decisions import Cancel, Continue, Decision, Patch
+from bus.core.declaration import DEFAULT_TIMEOUT, Declaration, declare
+from bus.core.eager import run_eager
+from bus.core.errors import DeclarationError
+from bus.core.payloads import from_dict, is_typed, to_dict
+from bus.core.results import apply_patch
+from bus.core.subjects import TOKEN_RE
+from bus.middleware.faults import Outcome, fault_decision
+
+if TYPE_CHECKING:
+    from bus.client import Bus
+
+log = logging.getLogger("hookbus.module")
+
+#: Requests one module process answers at once before it stops reading more.
+DEFAULT_CONCURRENCY: Final = 64
+
+#: A stage handler: ``async def h(stage, payload[, ctx])`` returning a decision.
+StageHandler = Callable[..., Coroutine[Any, Any, Decision]]
+F = TypeVar("F", bound=StageHandler)
+
+
+@dataclass(frozen=True, slots=True)
+class StageCtx:
+    """What a handler may ask for (a parameter named ``ctx``): the call's context and a bus.
+
+    Emits and intercepts made through ``bus`` inside the handler carry
+    ``depth + 1`` (the depth rule of :mod:`bus.core.depth`).
+    """
+
+    stage: str
+    handler: str
+    session: str | None
+    agent: str | None
+    depth: int
+    deadline: float  # Unix time (seconds) after which the kernel stops waiting
+    request_id: str
+    bus: Bus | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Handler:
+    decl: Declaration
+    func: StageHandler
+    wants_ctx: bool
+    payload_type: type | None
+
+
+@dataclass(frozen=True, slots=True)
+class Reaction:
+    """How one handler reacted to one request (the journal's unit)."""
+
+    handler: str
+    outcome: Outcome
+    decision: Decision
+    duration_ms: float
+    cause: str | None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        wire = {
+            "handler": self.handler,
+            "outcome": self.outcome.value,
+            "decision": self.decision.kind,
+            "duration_ms": self.duration_ms,
+            "cause": self.cause,
+        }
+        if isinstance(self.decision, Cancel):
+            wire["reason"] = self.decision.reason
+        return wire
+
+
+class Module:
+    """A named set of stage handlers, served as one middleware module."""
+
+    def __init__(self, name: str, *, concurrency: int = DEFAULT_CONCURRENCY, heartbeat: float = 1.0) -> None:
+        if not isinstance(name, str) or not TOKEN_RE.fullmatch(name):
+            raise DeclarationError(str(name), "a module name must match [A-Za-z0-9_-]+")
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, not {concurrency}")
+        self.name = name
+        self.concurrency = concurrency
+        self.heartbeat = heartbeat
+        self._handlers: dict[str, _Handler] = {}
+        self._by_stage: dict[str, list[_Handler]] = {}
+
+    def stage(
+        self,
+        stage: str,
+        *,
+        fail_closed: bool = False,
+        timeout: float = DEFAULT_TIMEOUT,
+        before: str | Iterable[str] = (),
+        after: str | Iterable[str] = (),
+        match: str | Iterable[str] | None = None,
+        name: str | None = None,
+        code: str | None = None,
+    ) -> Callable[[F], F]:
+        """Declare the decorated coroutine function as this module's handler of ``stage``.
+
+        ``code`` stands for what the handler does when its Python code does not
+        say it (a generic function driven by config, such as a prompt): its
+        digest goes into the handler's identity instead of the bytecode's.
+        """
+
+        def register(func: F) -> F:
+            handler_name = name or func.__name__
+            if not inspect.iscoroutinefunction(cast(Any, func)):  # cast: keep func's type F unnarrowed
+                raise DeclarationError(f"{self.name}.{handler_name}", "a stage handler must be an async def")
+            if handler_name in self._handlers:
+                raise DeclarationError(f"{self.name}.{handler_name}", "declared twice in this module (give name=)")
+            decl = declare(
+                self.name,
+                handler_name,
+                stage,
+                fail_closed=fail_closed,
+                timeout=timeout,
+                before=before,
+                after=after,
+                match=match,
+                code=hashlib.sha256(code.encode()).hexdigest()[:16] if code is not None else _code_digest(func),
+            )
+            handler = _Handler(decl, func, "ctx" in inspect.signature(func).parameters, _payload_type(func))
+            self._handlers[handler_name] = handler
+            self._by_stage.setdefault(decl.stage, []).append(handler)
+            return func
+
+        return register
+
+    @property
+    def declarations(self) -> list[Declaration]:
+        """Every handler's declaration, in declaration order."""
+        return [handler.decl for handler in self._handlers.values()]
+
+    async def handle(self, request: dict[str, Any], bus: Bus | None = None) -> dict[str, Any]:
+        """Answer one request ``{stage, payload, ctx, handlers}``: run the named handlers in order.
+
+        Patches compose in that order, a cancel ends the run, faults read per
+        each handler's fail mode. Usable without NATS, to test handlers.
+        """
+        stage = str(request.get("stage", ""))
+        current: dict[str, Any] = request.get("payload") or {}
+        wire_ctx = request.get("ctx") or {}
+        names = request.get("handlers")
+        todo = [h.decl.name for h in self._by_stage.get(stage, [])] if names is None else names
+        reactions: list[Reaction] = []
+        patched = False
+        for name in todo:
+            handler = self._handlers.get(name)
+            if handler is None or handler.decl.stage != stage:
+                reactions.append(Reaction(f"{self.name}.{name}", Outcome.ABSENT, Continue(), 0.0, "not declared here"))
+                continue
+            reaction = await self._run(handler, stage, current, wire_ctx, bus)
+            reactions.append(reaction)
+            decision = reaction.decision
+            if isinstance(decision, Cancel):
+                reactions_wire = _wire(reactions)
+                return {
+                    "decision": "cancel",
+                    "reason": decision.reason,
+                    "handler": reaction.handler,
+                    "reactions": reactions_wire,
+                }
+            if isinstance(decision, Patch):
+                current = apply_patch(stage, to_dict(decision.payload), reaction.handler)
+                patched = True
+        if patched:
+            return {"decision": "patch", "payload": current, "reactions": _wire(reactions)}
+        return {"decision": "continue", "reactions": _wire(reactions)}
+
+    async def _run(
+        self, handler: _Handler, stage: str, payload: dict[str, Any], wire_ctx: dict[str, Any], bus: Bus | None
+    ) -> Reaction:
+        decl = handler.decl
+        depth = int(wire_ctx.get("depth", 0))
+        arg = from_dict(handler.payload_type, payload) if handler.payload_type else payload
+        started = time.perf_counter()
+        outer = _depth.current_depth()
+        # Set and restored without a token: a handler that waits goes on in a task of its own context.
+        _depth.set_depth(_depth.child_depth(depth))
+        try:
+            # Inline while the handler does not wait (most do not); a timer only once it does.
+            # Not asyncio.timeout: this may run inline in the subscription's task (bus.core.eager),
+            # which asyncio.timeout would cancel; wait_for cancels only the handler's own task.
+            if handler.wants_ctx:
+                coro = handler.func(stage, arg, ctx=_stage_ctx(decl, wire_ctx, depth, bus))
+            else:
+                coro = handler.func(stage, arg)
+            finished, result = run_eager(coro)
+            if not finished:
+                result = await asyncio.wait_for(result, decl.timeout)
+            outcome, cause = _check(result)
+        except TimeoutError:
+            outcome, cause = Outcome.TIMEOUT, f"no answer within {decl.timeout:g}s"
+        except Exception as exc:
+            log.warning("handler %s raised on %s", decl.qualname, stage, exc_info=True)
+            outcome, cause = Outcome.FAILED, f"raised {type(exc).__name__}: {exc}"
+        finally:
+            _depth.set_depth(outer)
+        elapsed = (time.perf_counter() - started) * 1000
+        if outcome is not Outcome.OK:
+            return Reaction(
+                decl.qualname,
+                outcome,
+                fault_decision(decl.fail_closed, decl.qualname, outcome, cause or ""),
+                elapsed,
+                cause,
+            )
+        return Reaction(decl.qualname, outcome, result, elapsed)
+
+    async def serve(
+        self,
+        servers: str | list[str] | None = None,
+        *,
+        bus: Bus | None = None,
+        ready: asyncio.Event | None = None,
+        detach_on_stop: bool = False,
+    ) -> None:
+        """Announce the handlers and answer requests until cancelled.
+
+        ``servers`` as for :class:`bus.Bus`; or pass an open ``bus`` to share
+        its connection. ``ready`` is set once requests are being answered.
+        A fail-closed handler keeps guarding after its module stops, until an
+        operator detaches it; ``detach_on_stop=True`` (a demo, a test) detaches
+        it when this process stops cleanly.
+        """
+        from bus.client import Bus
+        from bus.middleware.handler.serving import ModuleServer
+
+        if bus is not None:
+            await ModuleServer(self, bus, detach_on_stop=detach_on_stop).run(ready)
+            return
+        async with Bus(servers, name=f"hookbus-module-{self.name}") as own:
+            await ModuleServer(self, own, detach_on_stop=detach_on_stop).run(ready)
+
+
+def _check(result: object) -> tuple[Outcome, str | None]:
+    """Whether a handler's return value is a valid decision, and why not."""
+    if isinstance(result, Continue):
+        return Outcome.OK, None
+    if isinstance(result, Cancel):
+        return (
+            (Outcome.OK, None) if isinstance(result.reason, str) else (Outcome.INVALID, "cancel reason is not a string")
+        )
+    if isinstance(result, Patch):
+        try:
+            to_dict(result.payload)
+        except TypeError as exc:
+            return Outcome.INVALID, str(exc)
+        return Outcome.OK, None
+    return Outcome.INVALID, f"returned {type(result).__name__}, not Continue/Cancel/Patch"
+
+
+def _wire(reactions: list[Reaction]) -> list[dict[str, Any]]:
+    return [reaction.to_wire() for reaction in reactions]
+
+
+def _stage_ctx(decl: Declaration, wire_ctx: dict[str, Any], depth: int, bus: Bus | None) -> StageCtx:
+    return StageCtx(
+        stage=decl.stage,
+        handler=decl.qualname,
+        session=wire_ctx.get("session"),
+        agent=wire_ctx.get("agent"),
+        depth=depth,
+        deadline=float(wire_ctx.get("deadline", 0.0)),
+        request_id=str(wire_ctx.get("id", "")),
+        bus=bus,
+    )
+
+
+def _payload_type(func: StageHandler) -> type | None:
+    """The typed payload class the handler's second parameter asks for, if any."""
+    params = list(inspect.signature(func).parameters)
+    if len(params) < 2:
+        return None
+    try:
+        hint = get_type_hints(func).get(params[1])
+    except Exception:  # unresolvable annotations: treat the payload as a dict
+        return None
+    return hint if is_typed(hint) else None
+
+
+def _code_digest(func: StageHandler) -> str:
+    """A digest of the handler's compiled code: a changed body is a changed handler."""
+    return _digest_code(func.__code__)[:16]
+
+
+def _digest_code(code: Any) -> str:
+    """Hash bytecode, constants (nested code objects by their own digest) and names."""
+    consts = [_digest_code(c) if inspect.iscode(c) else repr(c) for c in code.co_consts]
+    raw = code.co_code + repr(consts).encode() + repr(code.co_names).encode()
+    return hashlib.sha256(raw).hexdigest()

@@ -1,0 +1,183 @@
+"""Serving a Module: the request subscription, the announcement heartbeat, a bounded shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import functools
+import logging
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any, Final
+
+import nats.errors
+import orjson
+from nats.aio.msg import Msg
+
+from bus.core.depth import DEFAULT_MAX_DEPTH
+from bus.core.eager import run_eager
+from bus.core.errors import RegistryError
+from bus.middleware.guards import GUARDS_BUCKET, mark_stopped, put_records, remove_records
+from bus.middleware.registry import MODULES_BUCKET, announcement_of, open_bucket, request_subject
+from bus.transport.publisher import ordered_flush
+
+if TYPE_CHECKING:
+    from bus.client import Bus
+    from bus.middleware.handler.module import Module
+
+log = logging.getLogger("hookbus.module")
+
+#: How long a stopping module lets its in-flight handlers finish before cancelling them.
+STOP_GRACE: Final = 2.0
+#: Requests from agents queued while every slot is busy; beyond this they are dropped (the kernel's
+#: timeout then applies the fail mode).
+MAX_WAITING: Final = 10_000
+
+
+class ModuleServer:
+    """Runs one Module on one Bus until cancelled."""
+
+    def __init__(self, module: Module, bus: Bus, *, detach_on_stop: bool = False) -> None:
+        self.module = module
+        self.bus = bus
+        self.detach_on_stop = detach_on_stop
+        self.announcement = announcement_of(module)
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._nested = 0  # of the running tasks, those answering nested calls (depth > 0)
+        self._waiting: collections.deque[tuple[str, dict[str, Any]]] = collections.deque()
+        self._waiting_nested: collections.deque[tuple[str, dict[str, Any]]] = collections.deque()
+
+    async def run(self, ready: asyncio.Event | None = None) -> None:
+        nc = self.bus.nc
+        kv = await open_bucket(nc, MODULES_BUCKET)
+        guards = await self._guard_records(nc)
+        subject = request_subject(self.announcement)
+        sub = await nc.subscribe(subject, queue=subject, cb=self._on_msg, pending_msgs_limit=100_000)
+        await ordered_flush(nc, 5.0)  # the subscription is in place before the module announces itself
+        key, data = self.announcement.key, self.announcement.to_bytes()
+        try:
+            await kv.put(key, data)
+            log.info("module %s serving on %s (instance %s)", self.module.name, subject, self.announcement.instance)
+            if ready is not None:
+                ready.set()
+            while True:
+                await asyncio.sleep(self.module.heartbeat)
+                await self._beat(kv, key)
+        finally:
+            await self._stop(sub, kv, key, guards)
+
+    async def _guard_records(self, nc: Any) -> Any:
+        """Record the fail-closed handlers (before announcing), so they stay in force if this process dies."""
+        if not any(decl.fail_closed for decl in self.module.declarations):
+            return None
+        try:
+            guards = await open_bucket(nc, GUARDS_BUCKET)
+            await put_records(guards, self.module.declarations)
+        except (nats.errors.Error, RegistryError) as exc:
+            log.warning("module %s: could not record its fail-closed handlers (%r)", self.module.name, exc)
+            return None
+        return guards
+
+    async def _beat(self, kv: Any, key: str) -> None:
+        try:
+            await kv.put(key, self.announcement.to_bytes())
+        except (nats.errors.Error, RegistryError) as exc:
+            log.warning("module %s: heartbeat failed (%s); retrying", self.module.name, exc)
+
+    async def _stop(self, sub: Any, kv: Any, key: str, guards: Any) -> None:
+        if guards is not None:  # they stay in force (only an operator detaches them) unless told otherwise
+            end = remove_records if self.detach_on_stop else mark_stopped
+            with contextlib.suppress(nats.errors.Error, asyncio.TimeoutError):
+                await asyncio.wait_for(end(guards, self.module.declarations), STOP_GRACE)
+        with contextlib.suppress(nats.errors.Error, asyncio.TimeoutError):
+            await asyncio.wait_for(kv.delete(key), STOP_GRACE)
+        with contextlib.suppress(nats.errors.Error):
+            await sub.unsubscribe()
+        if self._tasks:
+            _, pending = await asyncio.wait(set(self._tasks), timeout=STOP_GRACE)
+            for task in pending:
+                task.cancel()
+            if pending:
+                log.warning("module %s: %d requests still running at stop: cancelled", self.module.name, len(pending))
+
+    async def _on_msg(self, msg: Msg) -> None:
+        try:
+            request = orjson.loads(msg.data)
+            if not isinstance(request, dict):
+                raise TypeError("the request is not a JSON object")
+            depth = _depth_of(request)
+        except (orjson.JSONDecodeError, TypeError, ValueError) as exc:
+            await self._reply(msg.reply, {"error": f"malformed request: {exc}"})
+            return
+        # Calls from an agent (depth 0) share ``concurrency`` slots; calls made while handling one
+        # (A -> B -> A) get as many again of their own, so re-entry never waits behind agents'
+        # calls, and the total stays bounded whatever depth a request claims. Beyond that they
+        # wait in a queue (never by blocking this callback: the calls behind it would wait too).
+        nested = depth > 0
+        if self._has_slot(nested):
+            replying = self._start(msg.reply, request, nested)
+            if replying is not None:
+                await replying
+        elif len(self._waiting) + len(self._waiting_nested) < MAX_WAITING:
+            (self._waiting_nested if nested else self._waiting).append((msg.reply, request))
+        else:
+            log.warning("module %s: %d requests waiting; one dropped", self.module.name, MAX_WAITING)
+
+    def _has_slot(self, nested: bool) -> bool:
+        if nested:
+            return self._nested < self.module.concurrency
+        return len(self._tasks) - self._nested < self.module.concurrency
+
+    def _start(self, inbox: str, request: dict[str, Any], nested: bool) -> Coroutine[Any, Any, None] | None:
+        """Run the handlers inline as far as they go (most never wait: no task for them).
+
+        Returns the reply to send if they finished, else None (a task answers later).
+        """
+        try:
+            finished, value = run_eager(self.module.handle(request, self.bus))
+        except Exception as exc:  # handler faults are caught in handle(): this is a malformed request
+            return self._reply(inbox, {"error": f"malformed request: {exc!r}"})
+        if finished:
+            return self._reply(inbox, value)
+        self._tasks.add(value)
+        self._nested += nested
+        value.add_done_callback(functools.partial(self._finished, inbox, nested))
+        return None
+
+    def _finished(self, inbox: str, nested: bool, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        self._nested -= nested
+        if not task.cancelled():
+            failed = task.exception()
+            reply = {"error": f"request failed: {failed!r}"} if failed is not None else task.result()
+            self._send_later(self._reply(inbox, reply))
+        for queue, deeper in ((self._waiting_nested, True), (self._waiting, False)):
+            while queue and self._has_slot(deeper):
+                replying = self._start(*queue.popleft(), deeper)
+                if replying is not None:
+                    self._send_later(replying)
+
+    def _send_later(self, replying: Coroutine[Any, Any, None]) -> None:
+        """Send a reply from synchronous code: inline, or in a task if the send must wait."""
+        finished, task = run_eager(replying)
+        if not finished:
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _reply(self, inbox: str, reply: dict[str, Any]) -> None:
+        if not inbox:
+            return
+        data = orjson.dumps(reply)
+        limit = self.bus.nc.max_payload
+        if len(data) > limit:  # the server would drop the connection for it: say so instead
+            data = orjson.dumps({"error": f"reply of {len(data)} bytes is over the server's max_payload ({limit})"})
+        await self.bus.push(inbox, data)
+
+
+def _depth_of(request: dict[str, Any]) -> int:
+    """The depth a request claims; ValueError if it is not a whole number in 0..limit-1."""
+    ctx = request.get("ctx")
+    depth = ctx.get("depth", 0) if isinstance(ctx, dict) else 0
+    if type(depth) is not int or not 0 <= depth < DEFAULT_MAX_DEPTH:
+        raise ValueError(f"ctx.depth {depth!r} is not a whole number in 0..{DEFAULT_MAX_DEPTH - 1}")
+    return depth

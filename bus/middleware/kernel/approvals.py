@@ -1,0 +1,41 @@
+"""The approval queue: live handlers that may not run yet, and approving them by name."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bus.core.declaration import Declaration
+from bus.core.errors import MiddlewareError
+from bus.middleware.kernel.view import View
+from bus.middleware.trust import TrustState
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """A declared handler waiting for approval."""
+
+    decl: Declaration
+    state: TrustState  # Untrusted (never approved) or Modified (changed since approval)
+
+
+def queue(view: View) -> list[Waiting]:
+    """Every live handler that is Untrusted or Modified (a version nobody approved), by name."""
+    waiting = {link.decl.qualname: link for chain in view.chains.values() for link in chain.waiting}
+    return [Waiting(waiting[name].decl, waiting[name].trust) for name in sorted(waiting)]
+
+
+def select(view: View, name: str) -> list[Declaration]:
+    """The waiting handlers ``name`` designates: ``module.handler``, or ``module`` for all of its handlers."""
+    chosen = [w.decl for w in queue(view) if name in (w.decl.qualname, w.decl.module)]
+    if not chosen:
+        known = ", ".join(w.decl.qualname for w in queue(view)) or "none"
+        raise MiddlewareError(f"no handler named {name!r} is waiting for approval (waiting: {known})")
+    return chosen
+
+
+async def approve(view: View, name: str) -> list[Declaration]:
+    """Approve the handlers ``name`` designates as they are declared now; return them."""
+    chosen = select(view, name)
+    for decl in chosen:
+        await view.approve(decl)
+    return chosen

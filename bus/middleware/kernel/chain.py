@@ -1,0 +1,71 @@
+"""Ordering a stage's handlers into a chain by their before/after references.
+
+The order is a topological sort of the references (ties broken by name, so
+every kernel computes the same chain), never registration time. A cycle or a
+reference to a handler nobody knows breaks the whole chain: the kernel then
+calls none of it and says why. A reference to a handler the kernel knows but
+that is not in the chain (its module is gone, or it is not approved) orders
+nothing and breaks nothing.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Collection, Sequence
+
+from bus.core.declaration import Declaration
+
+
+class BrokenChain(Exception):
+    """The stage's declarations cannot be ordered."""
+
+    def __init__(self, stage: str, reason: str) -> None:
+        self.stage = stage
+        self.reason = reason
+        super().__init__(f"chain of {stage!r} is broken: {reason}")
+
+
+def order(stage: str, decls: Sequence[Declaration], known: Collection[str] = ()) -> list[Declaration]:
+    """The handlers of ``stage`` in chain order; raise BrokenChain on a cycle or dangling reference.
+
+    ``known``: names that are not dangling although they are not in ``decls``
+    (references to them are left out of the order).
+    """
+    by_name = {decl.qualname: decl for decl in decls}
+    edges: dict[str, set[str]] = {name: set() for name in by_name}
+    for decl in decls:
+        for ref in decl.before:
+            if _need(stage, by_name, known, decl, ref):
+                edges[decl.qualname].add(ref)
+        for ref in decl.after:
+            if _need(stage, by_name, known, decl, ref):
+                edges[ref].add(decl.qualname)
+    indegree = {name: 0 for name in by_name}
+    for targets in edges.values():
+        for target in targets:
+            indegree[target] += 1
+    ready = [name for name, count in indegree.items() if count == 0]
+    heapq.heapify(ready)
+    out: list[Declaration] = []
+    while ready:
+        name = heapq.heappop(ready)
+        out.append(by_name[name])
+        for target in edges[name]:
+            indegree[target] -= 1
+            if indegree[target] == 0:
+                heapq.heappush(ready, target)
+    if len(out) < len(by_name):
+        stuck = sorted(name for name, count in indegree.items() if count > 0)
+        raise BrokenChain(stage, f"cycle among {', '.join(stuck)}")
+    return out
+
+
+def _need(stage: str, by_name: dict[str, Declaration], known: Collection[str], decl: Declaration, ref: str) -> bool:
+    """Whether ``ref`` is an edge of the order; raise BrokenChain if it dangles or is a self-reference."""
+    if ref == decl.qualname:
+        raise BrokenChain(stage, f"{decl.qualname} refers to itself")
+    if ref in by_name:
+        return True
+    if ref in known:
+        return False
+    raise BrokenChain(stage, f"{decl.qualname} refers to {ref}, which is not declared on {stage}")

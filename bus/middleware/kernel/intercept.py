@@ -1,0 +1,528 @@
+"""The kernel side: run a stage's chain and return the composed decision.
+
+``Interceptor.intercept`` looks the stage up in the live view (no network for
+a stage nobody declared), then calls the chain's handlers in order: each sees
+the payload as patched by those before it, a cancel ends the chain, faults
+read per each handler's fail mode (:mod:`bus.middleware.faults`). Consecutive handlers
+served by one module go in one request (the module answers its sub-chain).
+A call a held guard wants (its module gone, or replaced and waiting for
+approval) is cancelled at once, without a request. Whatever a module answers
+is read through the kernel's own declarations: a hostile or odd reply yields
+the fail mode, never an exception. Every reaction is journaled on
+``hookbus.journal.middleware``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+import orjson
+
+from bus.core import depth as _depth
+from bus.core.decisions import CONTINUE, Cancel, Decision, Patch, from_wire
+from bus.core.errors import BusClosedError, DecisionError
+from bus.core.results import apply_patch, hide_output
+from bus.core.stages import Stage, match_field, phase
+from bus.journal.entries import JournalEntry, JournalSink
+from bus.middleware.faults import REPORTED, Outcome, fault_decision
+from bus.middleware.kernel.drain import DEFAULT_BUDGET, Drain
+from bus.middleware.kernel.metrics import MIDDLEWARE
+from bus.middleware.kernel.view import Link, StageChain, View
+from bus.middleware.registry import LIVENESS_FACTOR
+from bus.middleware.trust import Managed
+from bus.transport.requester import Aborted, NoResponders, Requester, RequestTimeout
+
+if TYPE_CHECKING:
+    from bus.client import Bus
+
+log = logging.getLogger("hookbus.middleware")
+
+#: Seconds a request waits beyond the sum of its handlers' timeouts (the module enforces those).
+REPLY_GRACE: Final = 0.5
+#: How long closing a Bus waits for pending intercepts before it gives up on them.
+DEFAULT_SHUTDOWN_CLAMP: Final = 2.0
+_TOOL_STAGES: Final = frozenset({Stage.TOOL_CALL.value, Stage.TOOL_RESULT.value})
+#: Characters of a module-reported cause the journal keeps (a module cannot flood it).
+CAUSE_LIMIT: Final = 1000
+_EMPTY: Final[Mapping[str, Any]] = {}
+#: A held stage journals its first cancel at once, then one entry per this many seconds counting the rest.
+HELD_WINDOW: Final = 1.0
+
+
+@dataclass
+class MiddlewareOptions:
+    """Kernel-side middleware settings of a Bus."""
+
+    #: Tool name aliases: alias -> canonical name (matchers and handlers see the canonical one).
+    tool_aliases: Mapping[str, str] = field(default_factory=dict)
+    drain_dir: Path | None = None
+    drain_budget: int = DEFAULT_BUDGET
+    shutdown_clamp: float = DEFAULT_SHUTDOWN_CLAMP
+    #: Journal reactions that let the action pass unchanged too (off: a neutral continue writes nothing).
+    journal_neutral: bool = False
+    #: An instance unheard of for this many of its heartbeats (and confirmed by the registry) is gone.
+    liveness_factor: float = LIVENESS_FACTOR
+
+
+class Interceptor:
+    """The middleware chain runner of one Bus."""
+
+    def __init__(self, bus: Bus, *, managed: Managed, trust_new: bool, options: MiddlewareOptions) -> None:
+        self._bus = bus
+        self._managed = managed
+        self._trust_new = trust_new
+        self.options = options
+        self._aliases = dict(options.tool_aliases)
+        self._drain = (
+            Drain(options.drain_dir, options.drain_budget) if options.drain_dir else Drain(budget=options.drain_budget)
+        )
+        self.view: View | None = None
+        self._journal = JournalSink(bus)
+        self._requester: Requester | None = None
+        self._starting: asyncio.Future[None] | None = None
+        self._closing = False
+        self._typo_checked: dict[str, int] = {}  # undeclared stage -> view generation it was checked at
+        self._typo_warned: dict[str, str] = {}  # undeclared stage -> the stage it was said to look like
+        self._held: dict[str, list[Any]] = {}  # hold reason -> [link, calls since its last entry, timer, the cancel]
+
+    async def start(self) -> View:
+        """Load the registry and start following it (done by the first intercept if not before)."""
+        if self.view is not None:
+            return self.view
+        if self._starting is not None:
+            await asyncio.shield(self._starting)
+            assert self.view is not None
+            return self.view
+        self._starting = asyncio.get_running_loop().create_future()
+        try:
+            nc = self._bus.nc
+            requester = Requester(nc, self._bus.push)
+            await requester.start()
+            view = View(
+                nc,
+                managed=self._managed,
+                trust_new=self._trust_new,
+                aliases=self._aliases,
+                notify=self._notify,
+                liveness_factor=self.options.liveness_factor,
+            )
+            await view.start()
+        except BaseException as exc:
+            self._starting.set_exception(exc)
+            self._starting.exception()  # retrieved: the waiting callers re-raise it themselves
+            self._starting = None
+            raise
+        self._requester, self.view = requester, view
+        self._starting.set_result(None)
+        return view
+
+    async def intercept(self, stage: str, payload: dict[str, Any], ctx: Mapping[str, Any] | None = None) -> Decision:
+        view = self.view
+        if view is None or self._closing:
+            if self._closing:
+                raise BusClosedError("intercept on a closed Bus")
+            view = await self.start()
+        chain = view.chains.get(stage)
+        if chain is None:
+            if self._typo_checked.get(stage) != view.generation:
+                self._typo_check(view, stage)
+            return CONTINUE
+        if chain.holds and _depth.current_depth() < self._bus.max_depth:
+            held = self._held_call(chain, payload, ctx or _EMPTY)
+            if held is not None:
+                return held
+        return await self._run(chain, payload, ctx or _EMPTY)
+
+    def _typo_check(self, view: View, stage: str) -> None:
+        """Warn once (per change of the view) about an undeclared stage that looks like a declared one."""
+        if len(self._typo_checked) > 1000:  # bounded: stage names may come from anywhere
+            self._typo_checked.clear()
+            self._typo_warned.clear()
+        self._typo_checked[stage] = view.generation
+        likely = view.similar_stage(stage)
+        if likely is not None and self._typo_warned.get(stage) != likely:
+            self._typo_warned[stage] = likely
+            log.warning("stage %r has no handler, but %r does: a typo? (the call continues)", stage, likely)
+
+    async def _run(self, chain: StageChain, payload: dict[str, Any], ctx: Mapping[str, Any]) -> Decision:
+        stage = chain.stage
+        depth = _depth.current_depth()
+        if depth >= self._bus.max_depth:
+            return CONTINUE  # the recursion limit: nothing runs at or past it
+        rid = self._bus.new_id()
+        wire_ctx = {
+            "session": ctx.get("session"),
+            "agent": ctx.get("agent"),
+            "depth": depth,
+            "id": rid,
+        }
+        journal = _Journal(self._journal, stage, wire_ctx, self.options.journal_neutral)
+        current = self._canonical(stage, payload)
+        for link in chain.waiting:
+            if _wants(link, stage, current):
+                journal.add(link, Outcome.UNTRUSTED, CONTINUE, 0.0, f"{link.trust.value}: not approved")
+        if chain.broken:
+            journal.flush()
+            return _broken(chain, journal)
+        links = [link for link in chain.links if _wants(link, stage, current)]
+        patched = False
+        decision: Decision = CONTINUE
+        index = 0
+        while index < len(links):
+            batch = _batch(links, index)
+            index += len(batch)
+            decision = await self._call(stage, batch, current, wire_ctx, journal)
+            if isinstance(decision, Cancel):
+                break
+            if isinstance(decision, Patch):
+                current, patched = decision.payload, True
+        journal.flush()
+        return self._final(stage, decision, current, patched, rid)
+
+    def _held_call(self, chain: StageChain, payload: dict[str, Any], ctx: Mapping[str, Any]) -> Decision | None:
+        """The cancel of a held guard that wants this call (no request), journaled; None if none wants it.
+
+        The first call of a window gets an entry of its own; the rest are
+        counted and journaled together when the window ends (a held stage of a
+        busy agent must not cost a journal message per call).
+        """
+        stage = chain.stage
+        current = self._canonical(stage, payload)
+        for link in chain.holds:
+            if link.match is None or current.get(match_field(stage)) in link.match:
+                tally = self._held.get(link.hold)  # type: ignore[arg-type]  # a hold link has its reason
+                if tally is not None:
+                    tally[1] += 1
+                    decision: Decision = tally[3]
+                    return decision
+                return self._held_first(link, ctx)
+        return None
+
+    def _held_first(self, link: Link, ctx: Mapping[str, Any]) -> Decision:
+        assert link.hold is not None
+        decision = Cancel(link.hold, link.decl.qualname)
+        timer = asyncio.get_running_loop().call_later(HELD_WINDOW, self._held_window_ends, link.hold)
+        self._held[link.hold] = [link, 0, timer, decision]
+        depth = _depth.current_depth()
+        wire_ctx = {"session": ctx.get("session"), "agent": ctx.get("agent"), "depth": depth, "id": self._bus.new_id()}
+        journal = _Journal(self._journal, link.decl.stage, wire_ctx, self.options.journal_neutral)
+        journal.add(link, link.outcome, decision, 0.0, link.hold)
+        journal.flush()
+        return decision
+
+    def _held_window_ends(self, reason: str) -> None:
+        link, count, timer, _ = self._held.pop(reason)
+        timer.cancel()
+        if not count:
+            return
+        wire_ctx = {"session": None, "agent": None, "depth": 0, "id": None}
+        journal = _Journal(self._journal, link.decl.stage, wire_ctx, self.options.journal_neutral)
+        cause = f"{reason}; {count} more call{'s' if count != 1 else ''} cancelled alike within {HELD_WINDOW:g}s"
+        journal.add(link, link.outcome, Cancel(cause, link.decl.qualname), 0.0, cause, count)
+        journal.flush()
+
+    def _canonical(self, stage: str, payload: dict[str, Any]) -> dict[str, Any]:
+        """On tool stages, the payload with the tool's canonical name (one run per call, not per alias)."""
+        if stage in _TOOL_STAGES and self._aliases:
+            name = payload.get("name")
+            canonical = self._aliases.get(name) if isinstance(name, str) else None
+            if canonical is not None:
+                return {**payload, "name": canonical}
+        return payload
+
+    async def _call(
+        self, stage: str, batch: Sequence[Link], payload: dict[str, Any], wire_ctx: dict[str, Any], journal: _Journal
+    ) -> Decision:
+        """One request for a run of handlers of one module; journal their reactions."""
+        assert self._requester is not None
+        timeout = sum(link.decl.timeout for link in batch) + REPLY_GRACE
+        request = {
+            "stage": stage,
+            "payload": payload,
+            "ctx": {**wire_ctx, "deadline": time.time() + timeout},
+            "handlers": [link.decl.name for link in batch],
+        }
+        started = time.perf_counter()
+        subject = batch[0].subject
+        data = orjson.dumps(request)
+        limit = self._bus.nc.max_payload
+        if len(data) > limit:
+            cause = f"request of {len(data)} bytes is over the server's max_payload ({limit})"
+            return _faulted(batch, Outcome.OVERSIZE, cause, started, journal)
+        try:
+            raw = await self._requester.request(subject, data, timeout)
+        except NoResponders:
+            return _faulted(batch, Outcome.ABSENT, "no responders: the module is not running", started, journal)
+        except RequestTimeout:
+            return _faulted(batch, Outcome.TIMEOUT, f"no reply within {timeout:g}s", started, journal)
+        except Aborted:
+            return _faulted(batch, Outcome.SHUTDOWN, "the bus closed while waiting", started, journal)
+        try:
+            reply = orjson.loads(raw)
+            decision = from_wire(reply, subject)
+        except (orjson.JSONDecodeError, DecisionError) as exc:
+            return _faulted(
+                batch, Outcome.INVALID, _bounded(f"invalid reply: {exc}") or "invalid reply", started, journal
+            )
+        return _answered(stage, batch, reply, decision, started, journal)
+
+    def _final(self, stage: str, decision: Decision, current: dict[str, Any], patched: bool, rid: str) -> Decision:
+        if isinstance(decision, Cancel):
+            handler = decision.handler or "?"  # the kernel's own name for it (see _answered)
+            reason = self._drained(decision.reason, f"{rid}-{handler[:64]}-reason")
+            hidden = hide_output(current, reason, handler) if stage == Stage.TOOL_RESULT else None
+            return Cancel(reason, handler, hidden)
+        if patched:
+            try:
+                return Patch(self._drain.payload(current, f"{rid}-patch"))
+            except OSError as exc:  # the drain directory is unusable: the patch cannot be kept whole
+                log.error("could not drain a patched payload (%r): the call is cancelled", exc)
+                return Cancel(f"the patched payload is over the drain budget and could not be stored: {exc}")
+        return CONTINUE
+
+    def _drained(self, text: str, label: str) -> str:
+        try:
+            return self._drain.text(text, label)
+        except OSError as exc:  # never let the drain directory turn a decision into an exception
+            budget = self._drain.budget
+            return f"{text[:budget]}…[hookbus: {len(text) - budget} characters cut; could not store them: {exc}]"
+
+    def _notify(self, subject: str, payload: dict[str, Any]) -> None:
+        task = asyncio.get_running_loop().create_task(self._bus.emit(subject, payload))
+        task.add_done_callback(_log_failure)
+
+    async def close(self) -> None:
+        """Give pending intercepts up to the shutdown clamp, then end them (fail mode applies) and stop."""
+        self._closing = True
+        requester, view = self._requester, self.view
+        if requester is not None and requester.pending:
+            clamp = self.options.shutdown_clamp
+            await requester.wait_idle(clamp)
+            aborted = requester.abort_all()
+            if aborted:
+                log.warning("%d intercepts still waiting after the %.1fs shutdown clamp: ended", aborted, clamp)
+                await asyncio.sleep(0)  # let them journal and return
+        for reason in list(self._held):  # the calls counted in a window still open
+            self._held_window_ends(reason)
+        await self._journal.drain()
+        if view is not None:
+            await view.stop()
+
+
+def _wants(link: Link, stage: str, payload: dict[str, Any]) -> bool:
+    if link.match is None:
+        return True
+    return payload.get(match_field(stage)) in link.match
+
+
+def _broken(chain: StageChain, journal: _Journal) -> Decision:
+    """A broken chain: nothing called; cancelled if a trusted fail-closed handler is in it, else continue."""
+    assert chain.broken is not None
+    if chain.guard is None:
+        journal.add(None, Outcome.BROKEN, CONTINUE, 0.0, chain.broken)
+        return CONTINUE
+    decision = Cancel(f"chain of {chain.stage} broken: {chain.broken}", chain.guard)
+    journal.add(None, Outcome.BROKEN, decision, 0.0, decision.reason)
+    return decision
+
+
+def _batch(links: Sequence[Link], start: int) -> list[Link]:
+    """The run of handlers from ``start`` that one module answers in one request."""
+    first = links[start]
+    batch = [first]
+    if not first.batch:
+        return batch
+    for link in links[start + 1 :]:
+        if link.subject != first.subject:
+            break
+        batch.append(link)
+    return batch
+
+
+def _faulted(batch: Sequence[Link], outcome: Outcome, cause: str, started: float, journal: _Journal) -> Decision:
+    """Every handler of a failed request reads per its own fail mode, in order."""
+    elapsed = (time.perf_counter() - started) * 1000
+    for link in batch:
+        decl = link.decl
+        decision = fault_decision(decl.fail_closed, decl.qualname, outcome, cause)
+        journal.add(link, outcome, decision, elapsed, cause)
+        if isinstance(decision, Cancel):
+            return decision
+    return CONTINUE
+
+
+def _answered(
+    stage: str, batch: Sequence[Link], reply: dict[str, Any], decision: Decision, started: float, journal: _Journal
+) -> Decision:
+    """Read a module's reply through the kernel's declarations: its faults per their declared fail mode."""
+    reactions = reply.get("reactions")
+    if isinstance(reactions, list) and reactions:
+        return _accounted(stage, batch, reactions, decision, started, journal)
+    # No account per handler: the decision is the run's as a whole, named by the kernel.
+    link = batch[0]
+    handler = reply.get("handler")
+    for candidate in batch:
+        if handler == candidate.decl.qualname:
+            link = candidate
+    journal.add(link, Outcome.OK, decision, (time.perf_counter() - started) * 1000, None)
+    return _named(stage, decision, link)
+
+
+def _accounted(
+    stage: str, batch: Sequence[Link], reactions: list[Any], decision: Decision, started: float, journal: _Journal
+) -> Decision:
+    """Walk the batch with the module's reactions: a fault reads per the kernel's declared fail mode."""
+    count = len(reactions)
+    for index, link in enumerate(batch):
+        decl = link.decl
+        qualname = decl.qualname
+        item = reactions[index] if index < count else None
+        handler = item.get("handler") if type(item) is dict else None
+        if handler is None or (handler != qualname and handler != decl.name):
+            cause = "the module's reply does not account for it"
+            fault = fault_decision(decl.fail_closed, qualname, Outcome.INVALID, cause)
+            journal.add(link, Outcome.INVALID, fault, _elapsed(started), cause)
+            if isinstance(fault, Cancel):
+                return fault
+            continue
+        assert item is not None
+        outcome, kind, ms = item.get("outcome"), item.get("decision"), item.get("duration_ms")
+        if (type(ms) is not float and type(ms) is not int) or not 0 <= ms < 1e8:  # not a plausible duration
+            ms = _elapsed(started)
+        if outcome == _OK:
+            if kind == "continue" or kind == "patch":
+                journal.ok(link, qualname, kind, ms)
+                continue
+            if kind == "cancel":
+                reason = decision.reason if isinstance(decision, Cancel) else item.get("reason")
+                cancel = Cancel(reason if isinstance(reason, str) else "cancelled", qualname)
+                journal.add(link, Outcome.OK, cancel, ms, None)
+                return _named(stage, cancel, link)
+        read = Outcome(outcome) if outcome in REPORTED and outcome != _OK else Outcome.INVALID
+        cause = _bounded(item.get("cause")) or f"reported {_bounded(repr(outcome))}, {_bounded(repr(kind))}"
+        fault = fault_decision(decl.fail_closed, qualname, read, cause)
+        journal.add(link, read, fault, ms, cause)
+        if isinstance(fault, Cancel):
+            return fault
+    return _named(stage, decision, batch[-1])
+
+
+def _named(stage: str, decision: Decision, link: Link) -> Decision:
+    """The decision with the kernel's own name for the handler (a module cannot pick it)."""
+    if isinstance(decision, Cancel):
+        return Cancel(decision.reason, link.decl.qualname)
+    if isinstance(decision, Patch):
+        return Patch(apply_patch(stage, decision.payload, link.decl.qualname))
+    return decision
+
+
+_OK: Final = Outcome.OK.value
+
+
+def _elapsed(started: float) -> float:
+    return (time.perf_counter() - started) * 1000
+
+
+def _bounded(value: Any) -> str | None:
+    """A module-supplied text, cut to CAUSE_LIMIT characters; None if it is not text."""
+    if not isinstance(value, str):
+        return None
+    return value if len(value) <= CAUSE_LIMIT else value[:CAUSE_LIMIT] + "…"
+
+
+class _Journal:
+    """Collects one call's reactions as shared-journal entries (kind ``middleware``), in chain order."""
+
+    def __init__(self, sink: JournalSink, stage: str, wire_ctx: dict[str, Any], neutral: bool) -> None:
+        self._sink = sink
+        self._neutral = neutral
+        self._stage = stage
+        self._phase = phase(stage)
+        self._ctx = wire_ctx
+        self._entries: list[JournalEntry] = []
+
+    def add(
+        self,
+        link: Link | None,
+        outcome: Outcome,
+        decision: Decision,
+        duration_ms: float,
+        cause: str | None,
+        count: int = 1,
+    ) -> None:
+        reason = decision.reason if isinstance(decision, Cancel) else None
+        self._add(
+            link.decl.qualname if link else "*",
+            link.identity if link else None,
+            outcome.value,
+            decision.kind,
+            reason,
+            cause,
+            duration_ms,
+            count,
+        )
+
+    def ok(self, link: Link, who: str, kind: str, duration_ms: float) -> None:
+        """A handler's continue or patch, as its module reported it (the common case: kept cheap)."""
+        MIDDLEWARE.observe(who, self._stage, _OK, kind, duration_ms / 1000)
+        if kind == "patch" or self._neutral:
+            self._entries.append(self._entry(who, link.identity, kind, None, duration_ms))
+
+    def _add(
+        self,
+        who: str,
+        identity: str | None,
+        outcome: str,
+        kind: str,
+        reason: str | None,
+        cause: Any,
+        ms: Any,
+        count: int = 1,
+    ) -> None:
+        if outcome == _OK:
+            verdict, why = kind, reason
+        elif outcome == Outcome.UNTRUSTED:
+            verdict, why = "denied", cause
+        elif outcome in (Outcome.BROKEN, Outcome.CHANGED) or reason == cause:  # a hold: the cause is the reason
+            verdict, why = outcome, cause
+        else:  # a fault: the outcome, and what it read as
+            verdict = outcome
+            why = f"{cause}; read as {kind} ({'fail-closed' if kind == 'cancel' else 'fail-open'})"
+        seconds = float(ms) / 1000 if isinstance(ms, int | float) else None
+        MIDDLEWARE.observe(who, self._stage, outcome, kind, seconds, count)
+        if verdict == "continue" and not self._neutral:
+            return  # a neutral continue changes nothing: counted, not journaled
+        duration = float(ms) if isinstance(ms, int | float) else None
+        self._entries.append(self._entry(who, identity, verdict, why if isinstance(why, str) else None, duration))
+
+    def _entry(self, who: str, identity: str | None, verdict: str, cause: str | None, ms: float | None) -> JournalEntry:
+        ctx = self._ctx
+        return JournalEntry(
+            kind="middleware",
+            point=self._stage,
+            phase=self._phase,
+            who=who,
+            decision=verdict,
+            cause=cause,
+            duration_ms=ms,
+            session=ctx["session"],
+            agent=ctx["agent"],
+            depth=ctx["depth"],
+            trace_id=ctx["id"],
+            identity=identity,
+        )
+
+    def flush(self) -> None:
+        if self._entries:
+            self._sink.add(self._entries)
+
+
+def _log_failure(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("could not publish a middleware event: %r", task.exception())

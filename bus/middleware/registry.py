@@ -1,0 +1,257 @@
+"""The handler registry and trust store on JetStream KV: the handshake of the middleware.
+
+Three buckets:
+
+- ``hookbus_modules``: one key per serving process, ``<module>.<instance>``,
+  whose value is the module's announcement (its declarations, its request
+  subject, its heartbeat). A module re-puts it every heartbeat and deletes it
+  when it stops; the kernel drops an instance it has not heard from for
+  ``LIVENESS_FACTOR`` heartbeats once the bucket confirms no newer beat, so a
+  killed module stops being called within a bounded time.
+- ``hookbus_trust``: one key per handler, ``<module>.<handler>``, holding the
+  approved identity (see :mod:`bus.middleware.trust`).
+- ``hookbus_guards``: the fail-closed handlers modules recorded (see :mod:`bus.middleware.guards`).
+
+The kernel watches them and keeps a local view; ``Bus.intercept`` reads only
+that view, so an undeclared stage costs a dict lookup.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import math
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final
+
+import nats.errors
+import nats.js.errors
+import orjson
+from nats.aio.client import Client
+from nats.js.kv import KeyValue
+
+from bus.core.declaration import Declaration, from_wire
+from bus.core.errors import RegistryError
+from bus.core.subjects import module_subject
+from bus.middleware.guards import GUARDS_BUCKET
+from bus.transport.connection import jetstream_replicas
+
+if TYPE_CHECKING:
+    from bus.middleware.handler.module import Module
+
+log = logging.getLogger("hookbus.registry")
+
+MODULES_BUCKET: Final = "hookbus_modules"
+TRUST_BUCKET: Final = "hookbus_trust"
+PROTOCOL: Final = 1
+#: An instance unheard of for this many heartbeats is taken as dead.
+LIVENESS_FACTOR: Final = 3
+#: The modules bucket forgets keys this old (long-dead instances that never deleted themselves).
+MODULES_MAX_AGE: Final = 300.0
+
+
+async def open_bucket(nc: Client, bucket: str) -> KeyValue:
+    """Bind to a bucket, creating it on first use; RegistryError when JetStream is off."""
+    js = nc.jetstream()
+    try:
+        return await js.key_value(bucket)
+    except nats.js.errors.BucketNotFoundError:
+        pass
+    except (nats.js.errors.ServiceUnavailableError, nats.errors.NoRespondersError, nats.errors.TimeoutError) as exc:
+        raise RegistryError(
+            f"JetStream is not available on this server ({type(exc).__name__}); run nats-server with -js"
+        ) from None
+    max_age = MODULES_MAX_AGE if bucket == MODULES_BUCKET else None
+    try:
+        return await js.create_key_value(bucket=bucket, history=1, ttl=max_age, replicas=jetstream_replicas(nc))
+    except nats.js.errors.BadRequestError:
+        return await js.key_value(bucket)  # created by someone else meanwhile
+    except nats.errors.TimeoutError:  # what a create the server denied looks like from here
+        raise RegistryError(
+            f"the {bucket} bucket does not exist and this user may not create it: "
+            "start 'hookbus up' (the bus role creates it) or run a hookbus command as the operator"
+        ) from None
+
+
+async def ensure_buckets(nc: Client) -> None:
+    """Create the middleware state buckets if missing (``hookbus up`` does, as the bus role)."""
+    for bucket in (MODULES_BUCKET, TRUST_BUCKET, GUARDS_BUCKET):
+        await open_bucket(nc, bucket)
+
+
+@dataclass(frozen=True, slots=True)
+class Announcement:
+    """One serving process of a module, as it announced itself."""
+
+    module: str
+    instance: str
+    subject: str
+    heartbeat: float
+    batch: bool
+    declarations: tuple[Declaration, ...]
+    #: Unix time of the announcement by the module's clock (compare=False: a heartbeat is no change).
+    at: float = field(default=0.0, compare=False)
+
+    @property
+    def key(self) -> str:
+        return f"{self.module}.{self.instance}"
+
+    def to_bytes(self) -> bytes:
+        return orjson.dumps(
+            {
+                "protocol": PROTOCOL,
+                "module": self.module,
+                "instance": self.instance,
+                "subject": self.subject,
+                "heartbeat": self.heartbeat,
+                "batch": self.batch,
+                "handlers": [decl.to_wire() for decl in self.declarations],
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "at": time.time(),
+            }
+        )
+
+
+class ForeignAnnouncement(ValueError):
+    """A registry entry that claims another module's name: an impersonation attempt, not a typo."""
+
+
+def parse_announcement(data: bytes, key: str | None = None) -> Announcement:
+    """Decode an announcement; raises ValueError/KeyError/TypeError (and hookbus errors) if malformed.
+
+    A module's identity is its name, bound to its credentials by the key it may
+    write (``<module>.<instance>``; the shipped permissions let each module user
+    put only its own keys): the ``module`` field must agree with ``key``, and the
+    request subject is derived from the name, never taken from the entry.
+    Raises ForeignAnnouncement when they disagree.
+    """
+    obj: dict[str, Any] = orjson.loads(data)
+    if not isinstance(obj, dict) or not isinstance(obj.get("handlers"), list):
+        raise TypeError("an announcement is an object with a 'handlers' list")
+    module = obj["module"]
+    subject = module_subject(module)  # SubjectError (or TypeError) for a name that is no token
+    if key is not None and key != f"{module}.{obj.get('instance')}":
+        raise ForeignAnnouncement(f"entry {key!r} announces module {module!r} (instance {obj.get('instance')!r})")
+    if obj.get("subject", subject) != subject:
+        raise ForeignAnnouncement(f"module {module!r} announces subject {obj['subject']!r}, not its own {subject!r}")
+    decls = tuple(from_wire(item) for item in obj["handlers"])
+    if any(decl.module != module for decl in decls):
+        raise ForeignAnnouncement("a handler names another module")
+    heartbeat = float(obj.get("heartbeat", 1.0))
+    if not 0.05 <= heartbeat <= 60:  # also rejects NaN
+        raise ValueError(f"heartbeat {heartbeat!r} is outside 0.05..60 s")
+    at = float(obj.get("at", 0.0))
+    if not math.isfinite(at):
+        raise ValueError("'at' is not a finite time")
+    return Announcement(
+        module=obj["module"],
+        instance=str(obj["instance"]),
+        subject=subject,
+        heartbeat=heartbeat,
+        batch=bool(obj.get("batch", False)),
+        declarations=decls,
+        at=at,
+    )
+
+
+def version_of(declarations: Iterable[Declaration]) -> str:
+    """A digest of a module's declared identities: instances with equal versions declare the same handlers."""
+    joined = ",".join(sorted(decl.identity() for decl in declarations))
+    return hashlib.sha256(joined.encode()).hexdigest()[:16]
+
+
+def request_subject(ann: Announcement) -> str:
+    """Where requests for this instance's handlers go: ``<subject>.<version>``.
+
+    The kernel derives the version from the declarations itself, so a request
+    reaches only instances that declare exactly these identities (old and new
+    versions side by side in a rolling deploy are never mixed up).
+    """
+    return f"{ann.subject}.{version_of(ann.declarations)}"
+
+
+def announcement_of(module: Module) -> Announcement:
+    return Announcement(
+        module=module.name,
+        instance=uuid.uuid4().hex[:12],
+        subject=module_subject(module.name),
+        heartbeat=module.heartbeat,
+        batch=True,
+        declarations=tuple(module.declarations),
+    )
+
+
+class Watch:
+    """Follows one bucket: calls ``on_change(key, value or None, revision)`` for each put or delete.
+
+    :meth:`restart` opens a new watch (after a stall the kernel noticed) and
+    reports as deleted the keys the new one no longer delivers; what the old
+    one delivered stays known meanwhile.
+    """
+
+    def __init__(self, kv: KeyValue, on_change: Callable[[str, bytes | None, int], None]) -> None:
+        self._kv = kv
+        self._on_change = on_change
+        self._task: asyncio.Task[None] | None = None
+        self.keys: set[str] = set()
+        self.loaded = asyncio.Event()
+
+    async def start(self) -> None:
+        watcher = await self._kv.watchall()
+        self._task = asyncio.get_running_loop().create_task(self._follow(watcher, None))
+        await self.loaded.wait()
+
+    async def restart(self) -> bool:
+        """Replace the watch; False (the old one kept) if the server does not answer now."""
+        try:
+            watcher = await self._kv.watchall()
+        except (TimeoutError, nats.errors.Error, nats.js.errors.Error) as exc:
+            log.info("registry watch could not restart (%r); keeping what is known", exc)
+            return False
+        await self.stop()
+        self._task = asyncio.get_running_loop().create_task(self._follow(watcher, set()))
+        return True
+
+    async def _follow(self, watcher: KeyValue.KeyWatcher, fresh: set[str] | None) -> None:
+        try:
+            async for entry in watcher:
+                if entry is None:  # the end of what was stored when the watch began
+                    self._loaded(fresh)
+                    fresh = None
+                    continue
+                deleted = entry.operation in ("DEL", "PURGE") or not entry.value
+                if deleted:
+                    self.keys.discard(entry.key)
+                else:
+                    self.keys.add(entry.key)
+                    if fresh is not None:
+                        fresh.add(entry.key)
+                self._on_change(entry.key, None if deleted else entry.value, entry.revision or 0)
+                if entry.delta == 0:
+                    self._loaded(fresh)
+                    fresh = None
+        finally:
+            with contextlib.suppress(nats.errors.Error, AttributeError):
+                await watcher.stop()  # type: ignore[no-untyped-call]  # nats-py leaves it unannotated
+
+    def _loaded(self, fresh: set[str] | None) -> None:
+        """The initial values are in: after a restart, keys not delivered again were deleted meanwhile."""
+        if fresh is not None:
+            for key in self.keys - fresh:
+                self.keys.discard(key)
+                self._on_change(key, None, 0)
+        self.loaded.set()
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None

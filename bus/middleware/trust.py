@@ -1,0 +1,107 @@
+"""Trust: whether a declared handler may be executed.
+
+A handler's identity is the hash of its normalised declaration
+(:meth:`bus.core.declaration.Declaration.identity`), so changing its code, its fail
+mode, its matcher or its before/after references changes it. States:
+
+- Managed: named in the operator's config (``Bus(managed=...)``); runs, needs no approval.
+- Trusted: the trust store holds exactly this identity; runs.
+- Modified: the trust store holds another identity (it changed since approval); skipped.
+- Untrusted: never approved; skipped.
+
+The trust store is the ``hookbus_trust`` KV bucket, so ``hookbus approve`` works
+from any machine. ``trust_new`` (development) approves handlers never seen
+before on first sight; a Modified handler still needs ``hookbus approve``.
+"""
+
+from __future__ import annotations
+
+import enum
+import getpass
+import socket
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import orjson
+
+from bus.core.declaration import Declaration
+from bus.core.errors import ConfigError
+from bus.core.subjects import TOKEN_RE
+
+
+class TrustState(enum.StrEnum):
+    MANAGED = "managed"
+    TRUSTED = "trusted"
+    MODIFIED = "modified"
+    UNTRUSTED = "untrusted"
+
+    @property
+    def runs(self) -> bool:
+        return self in (TrustState.MANAGED, TrustState.TRUSTED)
+
+
+def trust_key(decl: Declaration) -> str:
+    """The trust store key of a handler: ``<module>.<handler>``."""
+    return decl.qualname
+
+
+def record(decl: Declaration, how: str) -> bytes:
+    """The trust store value approving ``decl`` as it is declared now."""
+    return orjson.dumps(
+        {
+            "identity": decl.identity(),
+            "declaration": decl.to_wire(),
+            "approved_by": f"{getpass.getuser()}@{socket.gethostname()}",
+            "how": how,
+            "at": time.time(),
+        }
+    )
+
+
+def approved_identity(data: bytes | None) -> str | None:
+    """The identity a trust store value approves (None if absent or unreadable)."""
+    if not data:
+        return None
+    try:
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    identity = value.get("identity") if isinstance(value, dict) else None
+    return identity if isinstance(identity, str) else None
+
+
+@dataclass(frozen=True, slots=True)
+class Managed:
+    """The operator's config: handlers, each named exactly (``module.handler``), that need no approval.
+
+    A whole module is not accepted: it would trust any handler that the
+    module's credentials ever announce, not the ones the operator reviewed.
+    """
+
+    names: frozenset[str]
+
+    @classmethod
+    def of(cls, names: Iterable[str] | None) -> Managed:
+        """Raises ConfigError for a name that is not ``module.handler``."""
+        chosen = frozenset(names or ())
+        for name in sorted(chosen):
+            module, dot, handler = name.partition(".")
+            if not (dot and TOKEN_RE.fullmatch(module) and TOKEN_RE.fullmatch(handler)):
+                raise ConfigError(
+                    f"managed handler {name!r} is not module.handler: name each handler of a module, "
+                    "a whole module would trust whatever its credentials announce"
+                )
+        return cls(chosen)
+
+    def covers(self, decl: Declaration) -> bool:
+        return decl.qualname in self.names
+
+
+def state_of(decl: Declaration, approved: str | None, managed: Managed) -> TrustState:
+    """The trust state of a declared handler given the identity the store approves."""
+    if managed.covers(decl):
+        return TrustState.MANAGED
+    if approved is None:
+        return TrustState.UNTRUSTED
+    return TrustState.TRUSTED if approved == decl.identity() else TrustState.MODIFIED

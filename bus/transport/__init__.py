@@ -1,0 +1,1 @@
+"""The transport: the one place that talks to NATS through nats-py."""

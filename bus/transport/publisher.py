@@ -1,0 +1,109 @@
+"""Publishing envelope bytes with as little work per message as possible.
+
+nats-py's ``publish`` re-checks what hookbus already guarantees (subject shape,
+size) and goes through three coroutine layers per message; on the agent's hot
+path that costs as much as building the envelope. When connected, this module
+builds the ``PUB`` command itself and hands it to the client's outgoing buffer
+the way ``publish`` ends (append to the pending buffer, kick the flusher), so buffering, flow
+control and flushing stay nats-py's. It is checked against the installed
+nats-py when a Bus connects (and by the test suite); if the internals it needs
+are missing, or while disconnected, it falls back to ``publish``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from typing import Final
+
+import nats.errors
+from nats.aio.client import Client
+
+_CONNECTED: Final = Client.CONNECTED
+_CRLF: Final = b"\r\n"
+_NEEDED: Final = (
+    "_status",
+    "_transport",
+    "_pending",
+    "_pending_data_size",
+    "_max_pending_size",
+    "_flush_queue",
+    "_flush_pending",
+)
+
+
+def fast_path_available(nc: Client) -> bool:
+    """Whether the installed nats-py client has the internals the fast path uses."""
+    return all(hasattr(nc, name) for name in _NEEDED)
+
+
+class Publisher:
+    """Publishes pre-encoded event bytes on one nats-py client."""
+
+    def __init__(self, nc: Client) -> None:
+        self._nc = nc
+        self.fast = fast_path_available(nc)
+        self._prefixes: dict[str, bytes] = {}
+
+    def push(self, subject: str, data: bytes, reply: str = "") -> Awaitable[None] | None:
+        """Publish ``data`` on a subject that bus.core.subjects has validated (``reply``: an inbox, for requests).
+
+        Returns None when the message is in the outgoing buffer, or an awaitable
+        the caller must await (a flush to kick, or the plain publish fallback),
+        so the common case costs no coroutine.
+        """
+        nc = self._nc
+        if not self.fast or nc._status != _CONNECTED:
+            return nc.publish(subject, data, reply=reply)
+        prefix = self._prefixes.get(subject) if not reply else b"PUB %s %s " % (subject.encode(), reply.encode())
+        if prefix is None:
+            if len(self._prefixes) >= 4096:
+                self._prefixes.clear()
+            prefix = self._prefixes[subject] = b"PUB %s " % subject.encode()
+        # Three chunks instead of one joined command: the payload is not copied
+        # here, the transport's writelines joins the buffer once per flush.
+        header = b"%s%d\r\n" % (prefix, len(data))
+        pending = nc._pending
+        pending.append(header)
+        pending.append(data)
+        pending.append(_CRLF)
+        nc._pending_data_size += len(header) + len(data) + 2
+        if nc._pending_data_size > nc._max_pending_size:
+            return nc._flush_pending(force_flush=True)
+        queue = nc._flush_queue
+        if queue is not None and queue.empty():
+            return nc._flush_pending()
+        return None
+
+
+async def ordered_flush(nc: Client, timeout: float) -> None:
+    """Return once the server has processed everything this client queued before the call.
+
+    nats-py 2.x's ``flush`` writes its ``PING`` straight to the transport while
+    ``SUB`` and ``PUB`` commands wait in the pending buffer for the flusher task,
+    so the ``PONG`` can come back before the server has seen them. Here the
+    pending buffer is handed to the transport first, then the ping goes out
+    behind it. Without the internals this needs, two plain flushes do the same:
+    the first one's flusher run writes the buffer before its ``PONG`` can arrive.
+    Raises nats.errors.TimeoutError (a FlushTimeoutError) when no ``PONG`` comes.
+    """
+    whole = max(1, int(timeout))  # nats-py takes whole seconds here
+    transport = nc._transport if fast_path_available(nc) else None
+    if transport is None:
+        await nc.flush(timeout=whole)
+        await nc.flush(timeout=whole)
+        return
+    if nc._status == _CONNECTED and nc._pending_data_size > 0:
+        transport.writelines(nc._pending[:])
+        nc._pending = []
+        nc._pending_data_size = 0
+    await nc.flush(timeout=whole)
+
+
+async def flush_quietly(nc: Client, timeout: float) -> bool:
+    """``ordered_flush`` that reports trouble as False instead of raising (closing paths)."""
+    try:
+        await asyncio.wait_for(ordered_flush(nc, timeout), timeout=timeout + 1)
+    except (TimeoutError, nats.errors.Error):
+        return False
+    return True

@@ -1,0 +1,1 @@
+"""Agent turns: requests for a turn and the server that runs them."""

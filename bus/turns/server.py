@@ -1,0 +1,183 @@
+"""Turn requests: how a trigger (or anyone) asks an agent to start a turn.
+
+Wire: a JSON object published on ``hookbus.turn.<agent>`` (see
+docs/protocol.md), with a reply subject when the sender wants to know when the
+turn ends. Agent replicas subscribe in the queue group ``hookbus-agent-<agent>``
+so each turn starts once. Inside the turn handler the recursion depth is the
+request's depth, so everything the turn emits carries it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, Final
+
+import nats.errors
+import orjson
+from nats.aio.msg import Msg
+
+from bus.core import depth as _depth
+from bus.core.depth import depth_problem
+from bus.core.envelope import Encoder, format_timestamp
+from bus.core.errors import HookbusError
+from bus.core.jsonobject import json_object
+from bus.core.ratelog import RateLimitedLog
+from bus.core.subjects import TOKEN_RE
+
+if TYPE_CHECKING:
+    from bus.client import Bus
+
+log = logging.getLogger("hookbus.turns")
+
+SUBJECT_PREFIX: Final = "hookbus.turn"
+_ids = Encoder()
+
+
+class TurnRequestError(HookbusError):
+    """Bytes on a turn subject are not a valid turn request."""
+
+
+@dataclass(slots=True)
+class TurnRequest:
+    """Start a turn on ``agent`` with ``prompt``; ``event`` is what caused it, if anything."""
+
+    agent: str
+    prompt: str
+    depth: int = 0
+    trigger: str | None = None
+    event: dict[str, Any] | None = None
+    session_id: str | None = None
+    id: str = field(default_factory=_ids.new_id)
+    timestamp: str = ""
+
+    def __post_init__(self) -> None:
+        if not TOKEN_RE.fullmatch(self.agent):
+            raise TurnRequestError(f"agent name {self.agent!r} must match [A-Za-z0-9_-]+")
+        if not self.timestamp:
+            self.timestamp = format_timestamp(time.time_ns() // 1_000_000)
+
+    @property
+    def subject(self) -> str:
+        return turn_subject(self.agent)
+
+    def encode(self) -> bytes:
+        return orjson.dumps(asdict(self))
+
+
+@dataclass(slots=True)
+class TurnResult:
+    """What an agent replies when a turn it was asked for ends."""
+
+    id: str
+    agent: str
+    status: str  # "completed" | "failed"
+    answer: str | None = None
+    error: str | None = None
+
+
+def turn_subject(agent: str) -> str:
+    return f"{SUBJECT_PREFIX}.{agent}"
+
+
+def decode_turn_request(data: bytes) -> TurnRequest:
+    """Decode a turn request, naming what is wrong if it is not one."""
+    obj = json_object(data, "turn request", TurnRequestError)
+    for name, kinds in (("agent", str), ("prompt", str), ("id", str)):
+        if not isinstance(obj.get(name), kinds):
+            raise TurnRequestError(f"turn request field {name!r} must be a string")
+    depth = obj.get("depth", 0)
+    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
+        raise TurnRequestError("turn request field 'depth' must be a non-negative integer")
+    for name in ("trigger", "session_id", "timestamp"):
+        if obj.get(name) is not None and not isinstance(obj[name], str):
+            raise TurnRequestError(f"turn request field {name!r} must be a string or null")
+    if obj.get("event") is not None and not isinstance(obj["event"], dict):
+        raise TurnRequestError("turn request field 'event' must be an object or null")
+    known = {name: obj[name] for name in TurnRequest.__dataclass_fields__ if name in obj}
+    return TurnRequest(**known)
+
+
+#: An agent's turn handler: returns the answer (or raises, and the turn failed).
+TurnHandler = Callable[[TurnRequest], Awaitable[str | None]]
+
+
+class TurnServer:
+    """Receives turn requests for one agent and runs ``handler`` for each, bounded."""
+
+    def __init__(self, bus: Bus, agent: str, handler: TurnHandler, concurrency: int = 4) -> None:
+        if not TOKEN_RE.fullmatch(agent):
+            raise TurnRequestError(f"agent name {agent!r} must match [A-Za-z0-9_-]+")
+        self.bus = bus
+        self.agent = agent
+        self.handler = handler
+        self._slots = asyncio.Semaphore(concurrency)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._bad = RateLimitedLog(log)
+        self.started = 0
+        self.rejected = 0
+
+    async def start(self) -> TurnServer:
+        await self.bus.nc.subscribe(turn_subject(self.agent), queue=f"hookbus-agent-{self.agent}", cb=self._on_msg)
+        await self.bus.flush()  # requests sent once serve_turns returns reach this server
+        return self
+
+    def _check(self, msg: Msg) -> TurnRequest | None:
+        """The request in ``msg``, or None after dropping and counting what an honest sender never sends."""
+        drop, problem = "malformed", None
+        if len(msg.data) > self.bus.max_bytes:
+            drop, problem = "oversize", f"{len(msg.data)} bytes, over the {self.bus.max_bytes}-byte limit"
+        else:
+            try:
+                request = decode_turn_request(msg.data)
+            except TurnRequestError as exc:
+                problem = str(exc)
+            else:
+                if request.agent != self.agent:
+                    problem = f"turn request for agent {request.agent!r} on the subject of {self.agent!r}"
+                elif (problem := depth_problem(request.depth, self.bus.max_depth)) is not None:
+                    drop = "depth"
+                else:
+                    return request
+        self.rejected += 1
+        self.bus.stats.dropped.add(drop)
+        self._bad.warning("turn request refused on %r: %s; skipped", msg.subject, problem)
+        return None
+
+    async def _on_msg(self, msg: Msg) -> None:
+        request = self._check(msg)
+        if request is None:
+            return
+        await self._slots.acquire()
+        token = _depth._current.set(request.depth)  # the turn runs at the request's depth
+        try:
+            task = asyncio.get_running_loop().create_task(self._run(request, msg.reply))
+        finally:
+            _depth._current.reset(token)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run(self, request: TurnRequest, reply: str) -> None:
+        self.started += 1
+        try:
+            answer = await self.handler(request)
+            result = TurnResult(request.id, self.agent, "completed", answer=answer)
+        except Exception as exc:
+            log.warning("turn %s on agent %s failed: %r", request.id, self.agent, exc)
+            result = TurnResult(request.id, self.agent, "failed", error=f"{type(exc).__name__}: {exc}")
+        finally:
+            self._slots.release()
+        if reply:
+            try:
+                await self.bus.nc.publish(reply, orjson.dumps(asdict(result)))
+            except nats.errors.Error:
+                log.debug("could not report the end of turn %s", request.id)
+
+    async def stop(self, timeout: float = 5.0) -> None:
+        if self._tasks:
+            _, pending = await asyncio.wait(set(self._tasks), timeout=timeout)
+            for task in pending:
+                task.cancel()

@@ -1,0 +1,1 @@
+"""The journal sink: stores journal entries in SQLite and JSONL."""

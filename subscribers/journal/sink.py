@@ -1,0 +1,249 @@
+"""The journal sink: takes entries from the JetStream stream and stores them.
+
+A durable pull consumer reads the ``HOOKBUS_JOURNAL`` stream in batches. Every
+entry is checked and clamped as if its publisher were hostile
+(:func:`bus.journal.entries.decode_checked`); one that cannot be stored is logged
+(rate-limited), counted and skipped, and the sink goes on. Each batch is
+stored in one SQLite transaction keyed by stream sequence, written to JSONL,
+and only then acknowledged: a sink that crashes after storing but before
+acknowledging gets the batch again and stores nothing twice; one that was
+stopped finds everything it missed waiting in the stream; one whose consumer
+was deleted under it makes it again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import socket
+import sqlite3
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+import nats.errors
+import nats.js.errors
+from nats.aio.msg import Msg
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StreamInfo
+from prometheus_client import Counter
+
+from bus.client import Bus
+from bus.core.ratelog import RateLimitedLog
+from bus.core.stats import PREFIX
+from bus.journal.entries import (
+    STREAM,
+    SUBJECT_PREFIX,
+    TEXT_CAP,
+    JournalError,
+    decode_checked,
+    ensure_stream,
+    subject_origin,
+    timestamp_ms,
+)
+from subscribers.journal.store import DB_NAME, JSONL_DIR, JournalStore, JsonlWriter, Received
+
+if TYPE_CHECKING:
+    from nats.js.client import JetStreamContext
+
+    from bus.cli.up import UpContext
+
+log = logging.getLogger("hookbus.journal")
+
+DURABLE_PREFIX: Final = "hookbus-journal-"
+
+#: Why an entry was not stored: not a JSON object, a field out of its rules, a kind not
+#: its subject's (or unknown), refused by SQLite.
+REJECT_REASONS: Final = ("malformed", "invalid", "kind", "store")
+STORED: Final = Counter(f"{PREFIX}_journal_entries_stored", "Journal entries stored by the sink.")
+REJECTED: Final = Counter(
+    f"{PREFIX}_journal_entries_rejected", "Journal entries the sink could not store: logged and skipped.", ["reason"]
+)
+CLAMPED: Final = Counter(
+    f"{PREFIX}_journal_entries_clamped", "Journal entries stored with a text field cut to its cap."
+)
+JSONL_ERRORS: Final = Counter(
+    f"{PREFIX}_journal_jsonl_errors", "Batches stored in SQLite whose JSONL copy could not be written."
+)
+for _reason in REJECT_REASONS:
+    REJECTED.labels(_reason)
+
+
+def durable_for(workspace: Path) -> str:
+    """The consumer name of a workspace's sink: each journal.db gets every entry.
+
+    Sinks of different workspaces (one per machine, say) must not share one
+    consumer, or each database would hold only a part of the journal; a sink
+    restarted on the same workspace takes up where it stopped.
+    """
+    where = f"{socket.gethostname()}:{workspace.resolve()}"
+    return DURABLE_PREFIX + hashlib.sha256(where.encode()).hexdigest()[:12]
+
+
+BATCH: Final = 500
+#: Unacknowledged entries (a crashed sink's last batch) come back after this many seconds.
+ACK_WAIT_S: Final = 5
+#: After this many idle seconds the sink checks that its consumer still exists.
+CONSUMER_CHECK_S: Final = 2.0
+
+
+class JournalSink:
+    """Moves journal entries from the stream into the workspace's SQLite and JSONL files."""
+
+    def __init__(self, bus: Bus, workspace: Path, durable: str | None = None) -> None:
+        self.bus = bus
+        self.store = JournalStore(workspace / DB_NAME)
+        self.jsonl = JsonlWriter(workspace / JSONL_DIR)
+        self.durable = durable or durable_for(workspace)
+        self.stored = 0
+        self.rejected = 0
+        self.clamped = 0
+        self._stream = ""
+        self._bad_log = RateLimitedLog(log)
+        self._cut_log = RateLimitedLog(log)
+        self._store_log = RateLimitedLog(log)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Store entries until ``stop`` is set."""
+        try:
+            sub = await self._subscribe()
+        except (nats.errors.Error, nats.js.errors.Error) as exc:
+            log.error("journal sink disabled: JetStream is not available on %s (%r)", ", ".join(self.bus.servers), exc)
+            self.store.close()
+            return
+        loop = asyncio.get_running_loop()
+        checked = loop.time()
+        try:
+            while not stop.is_set():
+                try:
+                    batch = await sub.fetch(BATCH, timeout=0.5)
+                except (nats.errors.TimeoutError, TimeoutError):
+                    if loop.time() - checked >= CONSUMER_CHECK_S:
+                        checked = loop.time()
+                        sub = await self._resubscribe_if_gone(sub)
+                    continue
+                except (nats.errors.ConnectionClosedError, nats.js.errors.Error, nats.errors.Error) as exc:
+                    log.warning("journal sink: fetch failed (%r); retrying", exc)
+                    await asyncio.sleep(0.5)
+                    sub = await self._resubscribe_if_gone(sub)
+                    continue
+                if batch:
+                    await self._store(batch)
+        finally:
+            self.store.close()
+
+    async def _subscribe(self) -> JetStreamContext.PullSubscription:
+        js = self.bus.nc.jetstream()
+        try:  # the bus role makes the stream; the sink role may only look at it ...
+            info = await js.stream_info(STREAM)
+        except nats.js.errors.NotFoundError:  # ... unless it runs alone on a server nobody prepared
+            info = await ensure_stream(self.bus)
+        self._stream = _stream_identity(info)
+        config = ConsumerConfig(
+            durable_name=self.durable,
+            # Explicit acks: acknowledging "all up to N" would also acknowledge what a
+            # crashed sink had fetched and never stored.
+            ack_policy=AckPolicy.EXPLICIT,
+            deliver_policy=DeliverPolicy.ALL,
+            ack_wait=ACK_WAIT_S,
+            max_ack_pending=BATCH * 4,
+        )
+        return await js.pull_subscribe(f"{SUBJECT_PREFIX}.>", durable=self.durable, stream=STREAM, config=config)
+
+    async def _resubscribe_if_gone(self, sub: JetStreamContext.PullSubscription) -> JetStreamContext.PullSubscription:
+        """Make the consumer (and the stream) again if someone deleted them; else keep ``sub``."""
+        try:
+            await sub.consumer_info()
+            return sub
+        except nats.js.errors.NotFoundError:
+            log.warning("journal sink: consumer %s is gone; making it again", self.durable)
+        except (nats.errors.Error, nats.js.errors.Error):
+            return sub  # no answer now (disconnected, say): look again later
+        with contextlib.suppress(nats.errors.Error):
+            await sub.unsubscribe()
+        try:
+            return await self._subscribe()
+        except (nats.errors.Error, nats.js.errors.Error) as exc:
+            log.warning("journal sink: could not make consumer %s again (%r); retrying", self.durable, exc)
+            return sub
+
+    async def _store(self, batch: list[Msg]) -> None:
+        rows = [row for row in map(self._receive, batch) if row is not None]
+        try:
+            fresh, refused = await asyncio.to_thread(self.store.insert_many, rows)
+        except sqlite3.Error as exc:  # the database itself: nothing stored; the batch comes back
+            self._store_log.warning("journal sink: cannot write %s (%r); retrying the batch", self.store.path, exc)
+            for msg in batch:
+                with contextlib.suppress(nats.errors.Error):
+                    await msg.nak(delay=ACK_WAIT_S)
+            return
+        for row, reason in refused:
+            self._reject("store", f"SQLite refused it ({reason})", f"stream sequence {row.stream_seq}")
+        if fresh:
+            try:
+                await asyncio.to_thread(self.jsonl.write, fresh)
+            except OSError as exc:
+                JSONL_ERRORS.inc()
+                self._store_log.warning("journal sink: JSONL not written (%r); the entries are in SQLite", exc)
+        self.stored += len(fresh)
+        STORED.inc(len(fresh))
+        for msg in batch:  # only now that the batch is stored
+            with contextlib.suppress(nats.errors.Error):  # not acknowledged: it comes back, and is a duplicate
+                await msg.ack()
+
+    def _receive(self, msg: Msg) -> Received | None:
+        """The row for one message, or None (counted and logged) if it cannot be stored."""
+        try:
+            meta = msg.metadata
+        except (nats.errors.Error, ValueError, IndexError) as exc:
+            self._reject("malformed", f"no stream metadata ({exc!r})", msg.subject)
+            return None
+        try:
+            entry, cut = decode_checked(msg.data, msg.subject)
+        except JournalError as exc:
+            self._reject(exc.reason, str(exc), f"{msg.subject[:TEXT_CAP]} (stream sequence {meta.sequence.stream})")
+            return None
+        if cut:
+            self.clamped += 1
+            CLAMPED.inc()
+            self._cut_log.warning("journal sink: entry %s stored with %s cut to size", entry.id, ", ".join(cut))
+        origin = subject_origin(msg.subject)
+        return Received(
+            entry,
+            stream_seq=meta.sequence.stream,
+            received=_timestamp(meta.timestamp),
+            stream=self._stream,
+            origin=origin[:TEXT_CAP] if origin else None,
+        )
+
+    def _reject(self, reason: str, why: str, where: str) -> None:
+        self.rejected += 1
+        REJECTED.labels(reason).inc()
+        self._bad_log.warning("journal sink: %s on %s; skipped", why, where)
+
+
+def _timestamp(moment: datetime) -> str:
+    return timestamp_ms(int(moment.timestamp() * 1000))
+
+
+def _stream_identity(info: StreamInfo) -> str:
+    """The stream's creation time: a stream deleted and made again counts its sequence from 1 again."""
+    created: Any = info.created
+    return created.isoformat() if isinstance(created, datetime) else str(created or "")
+
+
+@asynccontextmanager
+async def service(ctx: UpContext) -> AsyncIterator[None]:
+    """``hookbus up`` runs the sink for its workspace."""
+    sink = JournalSink(ctx.bus, ctx.workspace)
+    stop = asyncio.Event()
+    task = asyncio.create_task(sink.run(stop), name="journal-sink")
+    ctx.lines.append(f"  journal  {sink.store.path} (+ {sink.jsonl.directory}/*.jsonl)")
+    try:
+        yield
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, timeout=10)

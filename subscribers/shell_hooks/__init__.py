@@ -1,0 +1,1 @@
+"""Shell hooks: hooks.json, the worker that runs them, its limits and metrics."""

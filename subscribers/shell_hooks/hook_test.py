@@ -1,0 +1,50 @@
+"""Run the hooks an event would trigger, once, locally, and report what each did.
+
+In the spirit of agent_os's hook_tool: try a hook without an agent or a bus.
+The event is built with the bus's own envelope codec, so the hook sees exactly
+what it will see in production.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from bus.core.depth import depth_from_env
+from bus.core.envelope import Encoder, Event, decode
+from bus.core.visible import visible_lines
+from subscribers.shell_hooks.hooks_config import HookEntry
+from subscribers.shell_hooks.hooks_file import HOOKS_FILE, load
+from subscribers.shell_hooks.shell import HookResult, Outcome, ShellRunner
+
+
+def make_event(subject: str, payload: Mapping[str, Any], session_id: str | None) -> Event:
+    """An event on ``subject`` as a subscriber would receive it (depth from ``$HOOKBUS_DEPTH``)."""
+    data, _ = Encoder(source="hookbus-hooks-test").encode(subject, payload, session_id, depth_from_env())
+    return decode(subject, data)
+
+
+async def run_matching(workspace: Path, event: Event, runner: ShellRunner) -> list[tuple[HookEntry, HookResult]]:
+    """Run every enabled hook of the workspace that matches the event, concurrently."""
+    entries = load(workspace / HOOKS_FILE).matching(event.subject)
+    results = await asyncio.gather(*(runner.run(entry, event) for entry in entries))
+    return list(zip(entries, results, strict=True))
+
+
+def describe(entry: HookEntry, result: HookResult) -> str:
+    """A human report of one run: outcome line, then the output indented."""
+    head = f"hook {result.hook_id} ({result.event}) {entry.action.command}: {result.outcome.value}"
+    if result.outcome is Outcome.REFUSED:
+        return f"{head}: {result.reason}"
+    if result.exit_code is not None:
+        head += f", exit {result.exit_code}"
+    head += f" in {result.duration * 1000:.0f} ms"
+    if result.reason and not result.reason.startswith("exit code"):
+        head += f" ({result.reason})"
+    lines = [head]
+    lines.extend(f"  | {line}" for line in visible_lines(result.output.decode(errors="replace")))
+    if result.output_bytes > len(result.output):
+        lines.append(f"  | [... {result.output_bytes - len(result.output)} more bytes]")
+    return "\n".join(lines)

@@ -1,0 +1,144 @@
+"""hooks.json on disk: load it, watch it for changes, replace it atomically.
+
+Watching polls the file's (mtime_ns, size, inode) signature: no dependency,
+and robust to editors that write a new file and rename it over the old one
+(the inode changes) as well as to in-place writes (mtime and size change).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Final
+
+from bus.core.errors import HookConfigError
+from bus.core.private_files import FILE_MODE
+from subscribers.shell_hooks.hooks_config import HooksConfig, parse_config
+from subscribers.shell_hooks.metrics import CONFIG_ERRORS
+
+log = logging.getLogger("hookbus.hooks")
+
+HOOKS_FILE: Final = "hooks.json"
+#: Seconds between two looks at hooks.json.
+DEFAULT_POLL_INTERVAL: Final = 0.5
+
+Signature = tuple[int, int, int] | None
+
+
+def signature(path: Path) -> Signature:
+    """What identifies this version of the file; None when it does not exist."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+
+def load(path: Path) -> HooksConfig:
+    """Read and validate hooks.json; a missing file is an empty configuration."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return HooksConfig()
+    except OSError as exc:
+        raise HookConfigError(f"cannot read: {exc.strerror or exc}", file=str(path)) from None
+    return parse_config(data, str(path))
+
+
+def write_atomic(path: Path, config: HooksConfig) -> None:
+    """Replace hooks.json with ``config``: temp file in the same directory, fsync, rename."""
+    data = config.to_json_bytes()
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)  # 0600
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, FILE_MODE)  # hooks may carry secrets (environment values): owner-only, whatever was there
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+class HooksFile:
+    """The workspace's hooks.json as a live configuration: the last good version, kept current.
+
+    ``on_change(config)`` is called with every new valid configuration. A
+    broken version is logged once (file, entry, field) and the last good one
+    stays in force.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        on_change: Callable[[HooksConfig], None],
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
+    ) -> None:
+        self.path = path
+        self.config = HooksConfig()
+        self.last_error: HookConfigError | None = None
+        self._on_change = on_change
+        self._poll_interval = poll_interval
+        self._seen: Signature | object = object()  # never equal to a real signature
+        self._task: asyncio.Task[None] | None = None
+
+    def check(self) -> bool:
+        """Reload if the file changed since the last look; True if a new configuration took effect."""
+        current = signature(self.path)
+        if current == self._seen:
+            return False
+        self._seen = current
+        try:
+            config = load(self.path)
+        except HookConfigError as exc:
+            self.last_error = exc
+            CONFIG_ERRORS.inc()
+            log.error("%s; keeping the last good configuration (%d hooks)", exc, len(self.config.entries))
+            return False
+        self.last_error = None
+        self.config = config
+        _log_refusals(config)
+        self._on_change(config)
+        return True
+
+    async def _watch(self) -> None:
+        while True:
+            await asyncio.sleep(self._poll_interval)
+            try:
+                self.check()
+            except Exception:
+                log.exception("reloading %s failed", self.path)
+
+    def start(self) -> None:
+        """Load now, then keep watching in the background."""
+        self.check()
+        self._task = asyncio.create_task(self._watch(), name=f"watch {self.path}")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+def _log_refusals(config: HooksConfig) -> None:
+    for entry in config.entries:
+        if entry.refused is not None:
+            log.error("hook %s (%s) refused, it will not run: %s", entry.id, entry.event, entry.refused)
+        ignored = entry.action.ignored_env()
+        if ignored:
+            names = ", ".join(ignored)
+            log.warning("hook %s (%s): env %s ignored (a hook's env may not set these)", entry.id, entry.event, names)

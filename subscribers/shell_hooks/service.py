@@ -1,0 +1,32 @@
+"""What ``hookbus up`` runs from this package: the shell-hook worker and the hooks HTTP API."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
+
+from subscribers.http_api.server import make_app, serve
+from subscribers.http_api.token import load_token
+from subscribers.shell_hooks.options import worker_kwargs
+from subscribers.shell_hooks.worker import ShellWorker
+
+if TYPE_CHECKING:
+    from bus.cli.up import UpContext
+
+
+@asynccontextmanager
+async def shell_hooks(ctx: UpContext) -> AsyncIterator[None]:
+    """Run the workspace's shell hooks, and the API that edits them, while the bus is up."""
+    worker = ShellWorker(ctx.bus, ctx.workspace, nats_url=ctx.nats_url, **worker_kwargs(ctx.args))
+    await worker.start()
+    try:
+        hooks = worker.hooks.path
+        ctx.lines.append(f"  hooks    {hooks} ({len(worker.config.entries)} hooks, queue group {worker.queue or '-'})")
+        token, token_from = load_token(ctx.workspace)
+        app = make_app(hooks, token, on_write=worker.reload)
+        async with serve(app, ctx.args.host, ctx.args.http_port) as url:
+            ctx.lines.append(f"  api      {url}/api/hooks (bearer token: {token_from})")
+            yield
+    finally:
+        await worker.stop()

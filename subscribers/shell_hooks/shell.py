@@ -1,0 +1,237 @@
+"""Run one shell hook process, exactly as the PRX document describes.
+
+The event's envelope JSON reaches the process through three channels at once:
+``ZERO_HOOK_PAYLOAD`` (unless it exceeds 8 KB), a temporary file named by
+``ZERO_HOOK_PAYLOAD_FILE`` (removed when the process ends) and, with
+``stdin_json``, standard input. The environment is rebuilt from nothing: a safe
+PATH, the ``ZERO_HOOK_*`` variables, ``HOOKBUS_DEPTH`` (event depth + 1, so that
+``hookbus emit`` inside the hook carries the recursion counter), ``NATS_URL``
+without credentials, then the variables the action's ``env`` may set (see
+:mod:`subscribers.shell_hooks.security`). A NUL byte from the event (session id,
+event name, timestamp) refuses the run: it cannot reach an environment.
+
+The process leads its own process group: a timeout sends SIGTERM to the whole
+group, then SIGKILL after a grace period. Output (stdout and stderr merged) is
+read to the end but only its first bytes are kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import os
+import signal
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from bus.core.depth import DEPTH_ENV, child_depth
+from bus.core.envelope import Event
+from subscribers.shell_hooks.hooks_config import HookEntry
+from subscribers.shell_hooks.limits import DEFAULT_KILL_GRACE
+from subscribers.shell_hooks.process import HookProcess, spawn
+from subscribers.shell_hooks.security import (
+    is_allowed_env,
+    nul_problem,
+    public_url,
+    resolve_command,
+    resolve_cwd,
+    safe_path,
+)
+
+#: Above this many bytes the payload is not put in ZERO_HOOK_PAYLOAD (PRX: 8 KB).
+ENV_PAYLOAD_LIMIT: Final = 8 * 1024
+#: Bytes of a hook's output kept for the log; the rest is read and discarded.
+DEFAULT_OUTPUT_LIMIT: Final = 4096
+#: How long to keep reading output after the process exits (background children may hold the pipe).
+_OUTPUT_LINGER: Final = 0.5
+_ABANDONED: Final = b"\n[output cut short: a background process of the hook kept the pipe open]"
+
+
+class Outcome(enum.Enum):
+    """How a hook run ended."""
+
+    OK = "ok"
+    FAILED = "failed"  # non-zero exit, killed by a signal, or could not start
+    TIMEOUT = "timeout"
+    REFUSED = "refused"  # security rules: never started
+
+
+@dataclass(frozen=True, slots=True)
+class HookResult:
+    """What one hook run did."""
+
+    hook_id: str
+    event: str
+    outcome: Outcome
+    exit_code: int | None = None
+    duration: float = 0.0
+    output: bytes = b""
+    output_bytes: int = 0
+    reason: str | None = None
+    #: True when the timeout had to escalate to SIGKILL.
+    killed: bool = False
+
+
+class ShellRunner:
+    """Starts hook processes for one workspace and keeps track of the running ones."""
+
+    def __init__(
+        self,
+        workspace: Path,
+        *,
+        nats_url: str | None = None,
+        kill_grace: float = DEFAULT_KILL_GRACE,
+        output_limit: int = DEFAULT_OUTPUT_LIMIT,
+    ) -> None:
+        self.workspace = workspace.resolve()
+        self.nats_url = nats_url
+        self.kill_grace = kill_grace
+        self.output_limit = output_limit
+        self._path = safe_path()
+        #: Process-group ids of hooks running now (killed on shutdown).
+        self.running: set[int] = set()
+
+    def environment(self, entry: HookEntry, event: Event, payload_file: str) -> dict[str, str]:
+        """The sanitised environment of one hook process."""
+        env = {key: value for key, value in entry.action.env.items() if is_allowed_env(key)}
+        url = env.get("NATS_URL") or self.nats_url
+        if url:
+            env["NATS_URL"] = public_url(url)
+        env["PATH"] = self._path
+        env["ZERO_HOOK_EVENT"] = event.event
+        env["ZERO_HOOK_SESSION"] = event.session_id or ""
+        env["ZERO_HOOK_TIMESTAMP"] = event.timestamp
+        env["ZERO_HOOK_PAYLOAD_FILE"] = payload_file
+        env.pop("ZERO_HOOK_PAYLOAD", None)
+        if len(event.raw) <= ENV_PAYLOAD_LIMIT:
+            env["ZERO_HOOK_PAYLOAD"] = event.raw.decode()
+        env[DEPTH_ENV] = str(child_depth(event.depth))
+        return env
+
+    async def run(self, entry: HookEntry, event: Event) -> HookResult:
+        """Run ``entry`` for ``event``; never raises for the hook's own trouble."""
+        if entry.refused is not None:
+            return HookResult(entry.id, entry.event, Outcome.REFUSED, reason=entry.refused)
+        cwd, problem = resolve_cwd(entry.action.cwd, self.workspace)
+        if cwd is None:
+            return HookResult(entry.id, entry.event, Outcome.REFUSED, reason=problem)
+        fd, payload_file = tempfile.mkstemp(prefix="hookbus-hook-", suffix=".json")
+        try:
+            try:
+                os.write(fd, event.raw)  # at most the 64 KiB event limit: one write
+            finally:
+                os.close(fd)
+            return await self._spawn(entry, event, cwd, payload_file)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(payload_file)
+
+    async def _spawn(self, entry: HookEntry, event: Event, cwd: Path, payload_file: str) -> HookResult:
+        action = entry.action
+        command = resolve_command(action.command, self.workspace)
+        env = self.environment(entry, event, payload_file)
+        refused = nul_problem([command, *action.args, str(cwd)], env)
+        if refused is not None:
+            return HookResult(entry.id, entry.event, Outcome.REFUSED, reason=f"event refused: {refused}")
+        started = time.monotonic()
+        try:
+            proc = spawn(
+                [command, *action.args],
+                env=env,
+                cwd=cwd,
+                stdin_data=event.raw if action.stdin_json else None,
+                output_limit=self.output_limit,
+            )
+        except (OSError, ValueError) as exc:  # ValueError: what execve cannot take (checked above; a backstop)
+            reason = f"cannot start {command!r}: {getattr(exc, 'strerror', None) or exc}"
+            return HookResult(entry.id, entry.event, Outcome.FAILED, duration=time.monotonic() - started, reason=reason)
+        self.running.add(proc.pid)
+        try:
+            return await self._supervise(entry, proc, started)
+        finally:
+            self.running.discard(proc.pid)
+            proc.close()
+
+    async def _supervise(self, entry: HookEntry, proc: HookProcess, started: float) -> HookResult:
+        deadline = _Deadline(proc.pid, entry.action.timeout_ms / 1000, self.kill_grace)
+        try:
+            code = await proc.wait()
+        except BaseException:  # cancelled (worker shutdown): leave nothing running, nothing unreaped
+            kill_group(proc.pid, signal.SIGKILL)
+            proc.reap()
+            raise
+        finally:
+            deadline.cancel()
+        duration = time.monotonic() - started
+        complete = await proc.finish_output(_OUTPUT_LINGER)
+        output = bytes(proc.output) if complete else bytes(proc.output) + _ABANDONED
+        reason: str | None
+        if deadline.expired:
+            outcome = Outcome.TIMEOUT
+            escalated = "; SIGKILL after grace" if deadline.killed else ""
+            reason = f"timed out after {entry.action.timeout_ms} ms{escalated}"
+        else:
+            outcome = Outcome.OK if code == 0 else Outcome.FAILED
+            reason = None if code == 0 else _exit_reason(code)
+        total = proc.output_bytes
+        return HookResult(entry.id, entry.event, outcome, code, duration, output, total, reason, deadline.killed)
+
+    def kill_all(self) -> int:
+        """SIGKILL the process group of every running hook (worker shutdown); how many."""
+        groups = list(self.running)
+        for pgid in groups:
+            kill_group(pgid, signal.SIGKILL)
+        return len(groups)
+
+
+class _Deadline:
+    """A hook's timeout: SIGTERM to its group when it expires, SIGKILL after the grace.
+
+    Timers on the loop rather than a task per run: the common case (the hook
+    ends in time) costs one cancelled timer handle.
+    """
+
+    def __init__(self, pgid: int, timeout: float, grace: float) -> None:
+        self.pgid = pgid
+        self.grace = grace
+        self.expired = False
+        self.killed = False
+        self._loop = asyncio.get_running_loop()
+        self._timer: asyncio.TimerHandle | None = self._loop.call_later(timeout, self._expire)
+
+    def _expire(self) -> None:
+        self.expired = True
+        kill_group(self.pgid, signal.SIGTERM)
+        self._timer = self._loop.call_later(self.grace, self._kill)
+
+    def _kill(self) -> None:
+        self.killed = True
+        self._timer = None
+        kill_group(self.pgid, signal.SIGKILL)
+
+    def cancel(self) -> None:
+        """The leader exited: stop the timers; after a timeout, SIGKILL group members that ignored TERM."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self.expired and not self.killed:
+            kill_group(self.pgid, signal.SIGKILL)
+
+
+def kill_group(pgid: int, sig: signal.Signals) -> None:
+    """Signal a whole process group; a group already gone is fine."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def _exit_reason(code: int | None) -> str:
+    if code is not None and code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"

@@ -1,0 +1,312 @@
+"""The shell-hook worker: subscribe to what hooks.json names, run the hooks, bounded.
+
+One subscription per event key (NATS pattern) of hooks.json, in a queue group
+so that workers on many machines share the events (each event's hooks run on
+one worker: at-most-once). Each key is a lane of its own: the NATS callback
+only enqueues into the key's bounded queue (full: the event is shed and
+counted), and the key's dispatcher starts each hook once one of the key's
+``max_procs`` process slots is free. So the worker never forks without bound,
+its memory is bounded by ``queue_size`` per key, and a slow or flooded key
+never delays or sheds another. The actions of one event run concurrently and
+independently. A change to hooks.json changes the subscriptions in place.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bus.client import Bus, Subscription
+from bus.core.envelope import Event
+from bus.core.ratelog import RateLimitedLog
+from bus.core.visible import visible, visible_lines
+from bus.journal.entries import JournalEntry, record
+from subscribers.shell_hooks import metrics
+from subscribers.shell_hooks.hooks_config import HookEntry, HooksConfig
+from subscribers.shell_hooks.hooks_file import DEFAULT_POLL_INTERVAL, HOOKS_FILE, HooksFile
+from subscribers.shell_hooks.limits import (
+    DEFAULT_DRAIN_TIMEOUT,
+    DEFAULT_KILL_GRACE,
+    DEFAULT_MAX_PROCS,
+    DEFAULT_QUEUE,
+    DEFAULT_QUEUE_SIZE,
+)
+from subscribers.shell_hooks.shell import HookResult, Outcome, ShellRunner
+
+log = logging.getLogger("hookbus.shell")
+
+
+@dataclass
+class WorkerStats:
+    """What this worker did, as plain numbers (Prometheus has the per-hook view)."""
+
+    received: int = 0
+    shed: int = 0
+    #: Events shed, per event key (each key sheds only its own).
+    shed_by_key: Counter[str] = field(default_factory=Counter)
+    runs: int = 0
+    failures: int = 0
+    timeouts: int = 0
+    refusals: int = 0
+    running_peak: int = 0
+
+    def count(self, result: HookResult) -> None:
+        if result.outcome is Outcome.REFUSED:
+            self.refusals += 1
+            return
+        if result.exit_code is not None:
+            self.runs += 1
+        if result.outcome is Outcome.TIMEOUT:
+            self.timeouts += 1
+        elif result.outcome is Outcome.FAILED:
+            self.failures += 1
+
+
+Job = tuple[tuple[HookEntry, ...], Event]
+
+
+def journal_entry(result: HookResult, event: Event) -> JournalEntry:
+    """What a hook run did, for the shared journal (never the payload it was given)."""
+    return JournalEntry(
+        kind="shell_hook",
+        point=event.subject,
+        phase="run",
+        who=result.hook_id,
+        decision=result.outcome.value,
+        cause=result.reason,
+        duration_ms=round(result.duration * 1000, 3),
+        session=event.session_id,
+        depth=event.depth,
+        trace_id=event.id,
+    )
+
+
+class ShellWorker:
+    """Runs the shell hooks of one workspace, fed from the bus."""
+
+    def __init__(
+        self,
+        bus: Bus,
+        workspace: Path,
+        *,
+        nats_url: str | None = None,
+        queue: str | None = DEFAULT_QUEUE,
+        max_procs: int = DEFAULT_MAX_PROCS,
+        queue_size: int = DEFAULT_QUEUE_SIZE,
+        kill_grace: float = DEFAULT_KILL_GRACE,
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
+        drain_timeout: float = DEFAULT_DRAIN_TIMEOUT,
+    ) -> None:
+        if max_procs < 1 or queue_size < 1:
+            raise ValueError(f"max_procs and queue_size must be at least 1 (got {max_procs}, {queue_size})")
+        self.bus = bus
+        self.queue = queue or None
+        self.max_procs = max_procs
+        self.drain_timeout = drain_timeout
+        self.runner = ShellRunner(workspace, nats_url=nats_url or ",".join(bus.servers), kill_grace=kill_grace)
+        self.hooks = HooksFile(workspace / HOOKS_FILE, self._on_config, poll_interval)
+        self.stats = WorkerStats()
+        self.queue_size = queue_size
+        self._lanes: dict[str, _Lane] = {}
+        self._queued = 0
+        self._active = 0
+        self._groups: dict[str, tuple[HookEntry, ...]] = {}
+        self._subs: dict[str, Subscription] = {}
+        self._sync_lock = asyncio.Lock()
+        self._stopping = False
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._started = False
+        self._refusal_log = RateLimitedLog(log, interval=5.0)
+
+    @property
+    def config(self) -> HooksConfig:
+        return self.hooks.config
+
+    @property
+    def patterns(self) -> list[str]:
+        """The NATS patterns subscribed to now."""
+        return sorted(self._subs)
+
+    async def start(self) -> ShellWorker:
+        """Load hooks.json, subscribe, and start watching the file and running hooks."""
+        self._started = True
+        self.hooks.start()
+        await self._sync_subscriptions()
+        return self
+
+    async def reload(self) -> bool:
+        """Look at hooks.json now (the HTTP API calls this after a write); True if it changed."""
+        changed = self.hooks.check()
+        await self._sync_subscriptions()
+        return changed
+
+    def _on_config(self, config: HooksConfig) -> None:
+        self._groups = config.runnable_by_pattern()
+        log.info("hooks.json: %d hooks on %d patterns", len(config.entries), len(self._groups))
+        if self._started:
+            task = asyncio.create_task(self._sync_subscriptions())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _sync_subscriptions(self) -> None:
+        """Subscribe to new patterns, unsubscribe from gone ones."""
+        async with self._sync_lock:
+            if self._stopping:
+                return
+            wanted = set(self._groups)
+            for pattern in sorted(set(self._subs) - wanted):
+                await self._subs.pop(pattern).unsubscribe(timeout=1.0)
+                await self._lanes.pop(pattern).close()
+            added = sorted(wanted - set(self._subs))
+            for pattern in added:
+                self._lanes[pattern] = _Lane(self, pattern)
+                handler = _Enqueue(self, pattern)
+                self._subs[pattern] = await self.bus.subscribe(pattern, handler, self.queue)
+            if added:
+                await self.bus.flush()  # the server has the subscriptions: "started" means receiving
+
+    def enqueue(self, pattern: str, event: Event) -> None:
+        """The NATS callback: queue the event with the hooks of its key, or shed it (that key full)."""
+        entries = self._groups.get(pattern)
+        lane = self._lanes.get(pattern)
+        if not entries or lane is None:
+            return
+        self.stats.received += 1
+        try:
+            lane.queue.put_nowait((entries, event))
+        except asyncio.QueueFull:
+            lane.count_shed()
+            return
+        self._count_queued(1)
+
+    def _count_queued(self, change: int) -> None:
+        self._queued += change
+        metrics.QUEUED.set(self._queued)
+
+    def _start(self, lane: _Lane, entry: HookEntry, event: Event) -> None:
+        """Run one hook in a slot of ``lane`` (already acquired)."""
+        self._active += 1
+        self.stats.running_peak = max(self.stats.running_peak, self._active)
+        task = asyncio.create_task(self._run(lane, entry, event))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run(self, lane: _Lane, entry: HookEntry, event: Event) -> None:
+        metrics.RUNNING.inc()
+        try:
+            result = await self.runner.run(entry, event)
+        except Exception as exc:  # a bug or an OS failure: reported like a failed run, never left in the task
+            log.exception("hook %s on %s could not run", entry.id, event.subject)
+            result = HookResult(entry.id, entry.event, Outcome.FAILED, reason=f"{type(exc).__name__}: {exc}")
+        finally:
+            metrics.RUNNING.dec()
+            self._active -= 1
+            lane.slots.release()
+        self.stats.count(result)
+        metrics.record(result)
+        try:
+            self._log(result, event)
+            await record(self.bus, journal_entry(result, event))
+        except Exception:  # whatever the event held, the run is over: never an unretrieved task exception
+            log.exception("hook %s on %s: could not log or journal the run", entry.id, event.subject)
+
+    def _log(self, result: HookResult, event: Event) -> None:
+        """One line for the run, then one line per output line, escaped and prefixed with the hook id."""
+        if result.outcome is Outcome.OK and not log.isEnabledFor(logging.INFO):
+            return
+        what = f"hook {result.hook_id} ({event.subject}, id {visible(event.id)})"
+        if result.outcome is Outcome.REFUSED:
+            self._refusal_log.warning("%s refused, not run: %s", what, visible(result.reason or ""))
+            return
+        level = logging.INFO if result.outcome is Outcome.OK else logging.WARNING
+        status = "exit 0" if result.outcome is Outcome.OK else result.reason
+        log.log(level, "%s %s in %.0f ms", what, status, result.duration * 1000)
+        for line in visible_lines(result.output.decode(errors="replace")):
+            log.log(level, "hook %s | %s", result.hook_id, line)
+        if result.output_bytes > len(result.output):
+            more = result.output_bytes - len(result.output)
+            log.log(level, "hook %s | [... %d more bytes not logged]", result.hook_id, more)
+
+    async def stop(self) -> None:
+        """Stop taking events, let running hooks finish within the drain bound, then kill their groups."""
+        await self.hooks.stop()
+        async with self._sync_lock:
+            self._stopping = True
+            for sub in self._subs.values():
+                await sub.unsubscribe(timeout=1.0)
+            self._subs.clear()
+            lanes, self._lanes = list(self._lanes.values()), {}
+        for lane in lanes:
+            await lane.close()
+        await self._drain()
+
+    async def _drain(self) -> None:
+        tasks = set(self._tasks)
+        if not tasks:
+            return
+        _, pending = await asyncio.wait(tasks, timeout=self.drain_timeout)
+        if pending:
+            killed = self.runner.kill_all()
+            log.warning(
+                "%d hooks still running after %.1fs; killed %d process groups", len(pending), self.drain_timeout, killed
+            )
+            for task in pending:
+                task.cancel()
+            await asyncio.wait(pending, timeout=2.0)
+
+    async def __aenter__(self) -> ShellWorker:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+
+class _Enqueue:
+    """The subscription handler of one pattern (a named callable for logs and tracebacks)."""
+
+    def __init__(self, worker: ShellWorker, pattern: str) -> None:
+        self.worker = worker
+        self.pattern = pattern
+        self.__qualname__ = f"ShellWorker.enqueue[{pattern}]"
+
+    def __call__(self, event: Event) -> None:
+        self.worker.enqueue(self.pattern, event)
+
+
+class _Lane:
+    """One event key's own queue, process slots and dispatcher: keys never wait for each other."""
+
+    def __init__(self, worker: ShellWorker, pattern: str) -> None:
+        self.worker = worker
+        self.pattern = pattern
+        self.queue: asyncio.Queue[Job] = asyncio.Queue(worker.queue_size)
+        self.slots = asyncio.Semaphore(worker.max_procs)
+        self._dispatcher = asyncio.create_task(self._dispatch(), name=f"shell hooks of {pattern}")
+
+    async def _dispatch(self) -> None:
+        while True:
+            entries, event = await self.queue.get()
+            self.worker._count_queued(-1)
+            for entry in entries:
+                await self.slots.acquire()
+                self.worker._start(self, entry, event)
+
+    async def close(self) -> None:
+        """Stop dispatching; events still queued will not run and count as shed (running hooks go on)."""
+        self._dispatcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._dispatcher
+        while not self.queue.empty():
+            self.queue.get_nowait()
+            self.worker._count_queued(-1)
+            self.count_shed()
+
+    def count_shed(self) -> None:
+        stats = self.worker.stats
+        stats.shed += 1
+        stats.shed_by_key[self.pattern] += 1
+        metrics.SHED.inc()

@@ -1,0 +1,226 @@
+"""The model as a middleware handler: a hook-turn answers a stage by asking the model.
+
+The model gets the handler's prompt, the stage and its payload, and exactly
+three tools: ``hook_continue``, ``hook_cancel(reason)``, ``hook_patch(payload)``.
+The call goes straight to the chat-completions endpoint, never through
+``Bus.intercept``, so no middleware handler, local or remote, sees it (a
+hook-turn cannot re-enter the chain). It has a hard timeout. A model that times
+out, errors, or does not call exactly one of the three tools is a handler fault:
+the handler's declared fail mode decides (continue, or cancel with the cause).
+
+Hook-turns are declared in ``<workspace>/hook_turns.yaml`` like any handler:
+
+    hook_turns:
+      - name: judge_shell            # handler name, [A-Za-z0-9_-]+
+        stage: tool.call
+        match: shell                 # optional matcher (tool names; model names on llm.request)
+        prompt: "Block commands that delete or overwrite data outside /tmp."
+        fail_closed: true
+        timeout_s: 20
+        before: []                   # optional ordering references
+        after: []
+        model: gpt-4o-mini           # optional; default: the agent's model
+
+They are expensive: keep them to one stage and a narrow matcher.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import orjson
+import yaml
+
+from bus.core.decisions import Cancel, Continue, Decision, Patch
+from bus.core.errors import ConfigError, HookbusError
+from bus.core.stages import validate_stage
+from bus.core.subjects import TOKEN_RE
+from bus.middleware.handler.module import Module
+from triggers.agent.llm import ChatClient
+
+FILE_NAME: Final = "hook_turns.yaml"
+DEFAULT_TIMEOUT_S: Final = 20.0
+
+_INSTRUCTIONS: Final = (
+    "You are a middleware handler of an AI agent. You are shown what the agent is about to do at one "
+    "stage, as JSON. Decide by calling exactly one tool: hook_continue to let it pass unchanged, "
+    "hook_cancel with a reason to forbid it, or hook_patch with the full replacement payload. "
+    "Do not answer in text.\n\nYour rule:\n"
+)
+
+HOOK_TOOLS: Final = [
+    {
+        "type": "function",
+        "function": {
+            "name": "hook_continue",
+            "description": "Let the action pass unchanged.",
+            "parameters": {"type": "object", "properties": {}},
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "hook_cancel",
+            "description": "Forbid the action. The agent and the journal see the reason.",
+            "parameters": {"type": "object", "properties": {"reason": {"type": "string"}}, "required": ["reason"]},
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "hook_patch",
+            "description": "Let the action pass with this payload instead (the whole payload).",
+            "parameters": {"type": "object", "properties": {"payload": {"type": "object"}}, "required": ["payload"]},
+        },
+    },
+]
+
+
+class HookTurnError(HookbusError):
+    """The model did not give a decision (no single hook_* call, or a malformed one)."""
+
+
+@dataclass(frozen=True)
+class HookTurnSpec:
+    name: str
+    stage: str
+    prompt: str
+    match: tuple[str, ...] | None = None
+    fail_closed: bool = False
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    before: tuple[str, ...] = ()
+    after: tuple[str, ...] = ()
+    model: str | None = None
+    source: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    def identity_text(self) -> str:
+        """What this handler does, for its trust identity: a changed prompt or model is a changed handler."""
+        return orjson.dumps({"prompt": self.prompt, "model": self.model}, option=orjson.OPT_SORT_KEYS).decode()
+
+
+def decision_from(completion_calls: list[Any]) -> Decision:
+    """The decision the model's tool calls express; HookTurnError unless exactly one hook_* call."""
+    names = [call.name for call in completion_calls]
+    if len(completion_calls) != 1 or names[0] not in ("hook_continue", "hook_cancel", "hook_patch"):
+        raise HookTurnError(
+            f"the model must call exactly one of hook_continue, hook_cancel, hook_patch; it called {names or 'nothing'}"
+        )
+    call = completion_calls[0]
+    if call.name == "hook_continue":
+        return Continue()
+    if call.name == "hook_cancel":
+        reason = call.arguments.get("reason")
+        if not isinstance(reason, str) or not reason.strip():
+            raise HookTurnError("hook_cancel without a reason")
+        return Cancel(reason)
+    payload = call.arguments.get("payload")
+    if not isinstance(payload, dict):
+        raise HookTurnError("hook_patch without an object 'payload'")
+    return Patch(payload)
+
+
+async def ask_model(client: ChatClient, spec: HookTurnSpec, stage: str, payload: dict[str, Any]) -> Decision:
+    """One hook-turn: the prompt, the stage payload, the three tools, a hard timeout."""
+    messages = [
+        {"role": "system", "content": _INSTRUCTIONS + spec.prompt},
+        {"role": "user", "content": orjson.dumps({"stage": stage, "payload": payload}).decode()},
+    ]
+    completion = await asyncio.wait_for(
+        client.complete(messages, tools=HOOK_TOOLS, tool_choice="required", model=spec.model, timeout=spec.timeout_s),
+        timeout=spec.timeout_s,
+    )
+    return decision_from(completion.tool_calls)
+
+
+def build_module(name: str, specs: list[HookTurnSpec], client: ChatClient) -> Module:
+    """A Module whose handlers are the hook-turns (serve it like any module)."""
+    module = Module(name)
+    for spec in specs:
+
+        async def handler(stage: str, payload: dict[str, Any], spec: HookTurnSpec = spec) -> Decision:
+            return await ask_model(client, spec, stage, payload)
+
+        module.stage(
+            spec.stage,
+            fail_closed=spec.fail_closed,
+            timeout=spec.timeout_s,
+            before=spec.before,
+            after=spec.after,
+            match=spec.match,
+            name=spec.name,
+            code=spec.identity_text(),
+        )(handler)
+    return module
+
+
+_KNOWN: Final = {"name", "stage", "prompt", "match", "fail_closed", "timeout_s", "before", "after", "model"}
+
+
+def load(path: Path) -> list[HookTurnSpec]:
+    """Parse and validate hook_turns.yaml; every problem names the file, the entry and the field."""
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(doc, dict) or set(doc) != {"hook_turns"} or not isinstance(doc["hook_turns"], list):
+        raise ConfigError(f"{path}: the top level must be a mapping with one key, 'hook_turns', holding a list")
+    specs = [_parse_one(item, f"{path}: hook-turn #{index + 1}") for index, item in enumerate(doc["hook_turns"])]
+    names = [spec.name for spec in specs]
+    for name in names:
+        if names.count(name) > 1:
+            raise ConfigError(f"{path}: hook-turn {name!r} is defined twice")
+    return specs
+
+
+def _strings(item: dict[str, Any], key: str, where: str) -> tuple[str, ...]:
+    value = item.get(key, [])
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ConfigError(f"{where}: field {key!r} must be a string or a list of strings")
+    return tuple(value)
+
+
+def _parse_one(item: Any, where: str) -> HookTurnSpec:
+    if not isinstance(item, dict):
+        raise ConfigError(f"{where}: must be a mapping")
+    name = item.get("name")
+    if not isinstance(name, str) or not TOKEN_RE.fullmatch(name):
+        raise ConfigError(f"{where}: field 'name' must be a string of [A-Za-z0-9_-]+")
+    where = f"{where.rsplit(':', 1)[0]}: hook-turn {name!r}"
+    unknown = set(map(str, item)) - _KNOWN
+    if unknown:
+        raise ConfigError(f"{where}: unknown field {sorted(unknown)[0]!r}")
+    if not isinstance(item.get("prompt"), str) or not item["prompt"].strip():
+        raise ConfigError(f"{where}: field 'prompt' is required and must be a non-empty string")
+    try:
+        stage = validate_stage(item.get("stage"))
+    except HookbusError as exc:
+        raise ConfigError(f"{where}: field 'stage': {exc}") from None
+    timeout = item.get("timeout_s", DEFAULT_TIMEOUT_S)
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout <= 30:
+        raise ConfigError(f"{where}: field 'timeout_s' must be a number of seconds in (0, 30]")
+    fail_closed = item.get("fail_closed", False)
+    if not isinstance(fail_closed, bool):
+        raise ConfigError(f"{where}: field 'fail_closed' must be true or false")
+    model = item.get("model")
+    if model is not None and (not isinstance(model, str) or not model):
+        raise ConfigError(f"{where}: field 'model' must be a non-empty string")
+    match = _strings(item, "match", where) if "match" in item else None
+    return HookTurnSpec(
+        name=name,
+        stage=stage,
+        prompt=item["prompt"],
+        match=match,
+        fail_closed=fail_closed,
+        timeout_s=float(timeout),
+        before=_strings(item, "before", where),
+        after=_strings(item, "after", where),
+        model=model,
+        source=dict(item),
+    )

@@ -1,0 +1,1 @@
+"""Triggers: triggers.yaml and the engine that turns events into agent turns."""

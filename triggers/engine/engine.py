@@ -1,0 +1,254 @@
+"""The trigger engine: events in, turn requests out, with the guards in between.
+
+For each event on a trigger's pattern: the filter, then the recursion depth
+(the turn would run at event depth + 1; at the limit it is not started), then
+debounce (wait for quiet, keep the last event), then dedupe, cooldown and the
+in-flight limit. Every firing and every suppression goes to the journal with
+its reason, and to metrics. Replicas share events through one queue group, so
+each event is judged, and each turn started, once; the guards' state is each
+replica's own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import nats.errors
+import orjson
+from nats.aio.msg import Msg
+from prometheus_client import Counter as PromCounter
+from prometheus_client import Gauge
+
+from bus.client import Bus, Subscription
+from bus.core.envelope import Event
+from bus.journal.entries import JournalEntry, now_timestamp, record
+from bus.turns.server import TurnRequest
+from triggers.engine.config import TriggerSpec
+
+log = logging.getLogger("hookbus.triggers")
+
+QUEUE: Final = "hookbus-triggers"
+STATUS_SUBJECT: Final = "hookbus.triggers.status"
+#: Dedupe keys remembered per trigger before the oldest are forgotten.
+MAX_DEDUPE_KEYS: Final = 10_000
+
+FIRED = PromCounter("hookbus_trigger_fired", "Turns started by a trigger.", ["trigger"])
+SUPPRESSED = PromCounter(
+    "hookbus_trigger_suppressed",
+    "Trigger events that did not start a turn, by reason "
+    "(filter, depth, debounce, dedupe, cooldown, in_flight, disabled).",
+    ["trigger", "reason"],
+)
+IN_FLIGHT = Gauge(
+    "hookbus_trigger_turns_in_flight", "Turns a trigger started that have not reported their end.", ["trigger"]
+)
+
+
+@dataclass
+class TriggerState:
+    """What the engine remembers about one trigger."""
+
+    fired: int = 0
+    suppressed: Counter[str] = field(default_factory=Counter)
+    last_fired: str | None = None
+    last_fired_at: float = float("-inf")
+    in_flight: dict[str, float] = field(default_factory=dict)  # request id -> deadline
+    seen_keys: dict[str, float] = field(default_factory=dict)  # dedupe key -> expiry
+    debounce: asyncio.TimerHandle | None = None
+
+
+class TriggerEngine:
+    """Runs a set of triggers on one bus; ``apply`` swaps the set (hot reload)."""
+
+    def __init__(self, bus: Bus, queue: str = QUEUE) -> None:
+        self.bus = bus
+        self.queue = queue
+        self.specs: dict[str, TriggerSpec] = {}
+        self.state: dict[str, TriggerState] = {}
+        self._subs: dict[str, Subscription] = {}
+        self._inbox = ""
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> TriggerEngine:
+        nc = self.bus.nc
+        self._inbox = nc.new_inbox()
+        await nc.subscribe(f"{self._inbox}.*", cb=self._on_turn_result)
+        await nc.subscribe(STATUS_SUBJECT, cb=self._on_status)
+        return self
+
+    async def apply(self, specs: dict[str, TriggerSpec]) -> None:
+        """Subscribe new and changed triggers, drop removed ones; state of unchanged ones stays."""
+        for name in list(self._subs):
+            if specs.get(name) != self.specs.get(name):
+                await self._subs.pop(name).unsubscribe()
+        for name, spec in specs.items():
+            self.state.setdefault(name, TriggerState())
+            if name not in self._subs:
+                self._subs[name] = await self.bus.subscribe(spec.pattern, self._handler(name), queue=self.queue)
+        for gone in set(self.state) - set(specs):
+            del self.state[gone]
+        self.specs = dict(specs)
+        log.info("triggers: %s", ", ".join(specs) or "none")
+
+    def _handler(self, name: str) -> Any:
+        async def on_event(event: Event) -> None:
+            spec = self.specs.get(name)
+            if spec is not None:
+                await self.on_event(spec, event)
+
+        return on_event
+
+    def judge(self, spec: TriggerSpec, event: Event) -> str | None:
+        """The reason this event cannot fire ``spec`` before any guard state: disabled, filter, depth."""
+        if not spec.enabled:
+            return "disabled"
+        for condition in spec.conditions:
+            if not condition.holds(event):
+                return "filter"
+        if event.depth + 1 >= self.bus.max_depth:
+            return "depth"
+        return None
+
+    async def on_event(self, spec: TriggerSpec, event: Event) -> None:
+        reason = self.judge(spec, event)
+        if reason is not None:
+            cause = (
+                f"turn would run at depth {event.depth + 1}, the limit is {self.bus.max_depth}"
+                if reason == "depth"
+                else None
+            )
+            await self._suppress(spec, event, reason, cause)
+            return
+        if spec.debounce_s <= 0:
+            await self._fire_guarded(spec, event)
+            return
+        state = self.state[spec.name]
+        if state.debounce is not None:
+            state.debounce.cancel()
+            await self._suppress(spec, event, "debounce", "replaced by a later event")
+        loop = asyncio.get_running_loop()
+        state.debounce = loop.call_later(spec.debounce_s, self._debounced, spec, event)
+
+    def _debounced(self, spec: TriggerSpec, event: Event) -> None:
+        self.state[spec.name].debounce = None
+        task = asyncio.get_running_loop().create_task(self._fire_guarded(spec, event))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _fire_guarded(self, spec: TriggerSpec, event: Event) -> None:
+        state = self.state.get(spec.name)
+        if state is None:  # removed by a reload meanwhile
+            return
+        now = time.monotonic()
+        key = spec.dedupe.render(event) if spec.dedupe else None
+        if key is not None and state.seen_keys.get(key, 0.0) > now:
+            await self._suppress(spec, event, "dedupe", f"key {key!r} already fired")
+            return
+        if now - state.last_fired_at < spec.cooldown_s:
+            await self._suppress(spec, event, "cooldown", f"fired {now - state.last_fired_at:.1f}s ago")
+            return
+        for request_id, deadline in list(state.in_flight.items()):
+            if deadline <= now:
+                del state.in_flight[request_id]
+        if len(state.in_flight) >= spec.max_in_flight:
+            await self._suppress(spec, event, "in_flight", f"{len(state.in_flight)} turns still running")
+            return
+        if key is not None:
+            if len(state.seen_keys) >= MAX_DEDUPE_KEYS:
+                state.seen_keys.pop(next(iter(state.seen_keys)))
+            state.seen_keys[key] = now + spec.dedupe_window_s
+        await self._fire(spec, event, state, now)
+
+    async def _fire(self, spec: TriggerSpec, event: Event, state: TriggerState, now: float) -> None:
+        request = TurnRequest(
+            agent=spec.agent,
+            prompt=spec.prompt.render(event),
+            depth=event.depth + 1,
+            trigger=spec.name,
+            event=dict(event.to_dict()),
+            session_id=event.session_id,
+        )
+        state.in_flight[request.id] = now + spec.turn_timeout_s
+        state.last_fired_at = now
+        state.last_fired = now_timestamp()
+        state.fired += 1
+        FIRED.labels(spec.name).inc()
+        IN_FLIGHT.labels(spec.name).set(len(state.in_flight))
+        await self.bus.request_turn(request, reply=f"{self._inbox}.{spec.name}")
+        await self._journal(spec, event, "fired", f"turn {request.id} on agent {spec.agent}")
+
+    async def _suppress(self, spec: TriggerSpec, event: Event, reason: str, cause: str | None = None) -> None:
+        state = self.state.get(spec.name)
+        if state is not None:
+            state.suppressed[reason] += 1
+        SUPPRESSED.labels(spec.name, reason).inc()
+        await self._journal(spec, event, "suppressed", f"{reason}: {cause}" if cause else reason)
+
+    async def _journal(self, spec: TriggerSpec, event: Event, decision: str, cause: str) -> None:
+        entry = JournalEntry(
+            kind="trigger",
+            point=event.subject,
+            phase="fire",
+            who=spec.name,
+            decision=decision,
+            cause=cause,
+            session=event.session_id,
+            agent=spec.agent,
+            depth=event.depth,
+            trace_id=event.id,
+        )
+        await record(self.bus, entry)
+
+    async def _on_turn_result(self, msg: Msg) -> None:
+        name = msg.subject.rsplit(".", 1)[-1]
+        request_id = None
+        if len(msg.data) <= self.bus.max_bytes:
+            with contextlib.suppress(orjson.JSONDecodeError, KeyError, TypeError):
+                request_id = orjson.loads(msg.data)["id"]
+        if type(request_id) is not str:
+            self.bus.stats.dropped.add("malformed")
+            log.warning("triggers: unreadable turn result on %r", msg.subject)
+            return
+        state = self.state.get(name)
+        if state is not None and state.in_flight.pop(request_id, None) is not None:
+            IN_FLIGHT.labels(name).set(len(state.in_flight))
+
+    def status(self) -> list[dict[str, Any]]:
+        """Each trigger with its state, as ``hookbus triggers`` shows it."""
+        out = []
+        for name, spec in self.specs.items():
+            state = self.state[name]
+            out.append(
+                {
+                    "name": name,
+                    "on": spec.on,
+                    "agent": spec.agent,
+                    "enabled": spec.enabled,
+                    "fired": state.fired,
+                    "last_fired": state.last_fired,
+                    "in_flight": len(state.in_flight),
+                    "suppressed": dict(state.suppressed),
+                }
+            )
+        return out
+
+    async def _on_status(self, msg: Msg) -> None:
+        if msg.reply:
+            with contextlib.suppress(nats.errors.Error):
+                await self.bus.nc.publish(msg.reply, orjson.dumps({"triggers": self.status()}))
+
+    async def stop(self) -> None:
+        for state in self.state.values():
+            if state.debounce is not None:
+                state.debounce.cancel()
+        for sub in self._subs.values():
+            await sub.unsubscribe()
+        self._subs.clear()
+        for task in list(self._tasks):
+            task.cancel()
