@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import median, print_table, rss_mib, verdict
 from bus import Bus, NatsServer
 from subscribers.shell_hooks.process import spawn
+from subscribers.shell_hooks.settings import WorkerSettings
 from subscribers.shell_hooks.worker import ShellWorker
 
 SUBJECT = "prx.lifecycle.tool_call"
@@ -64,7 +65,7 @@ async def bare_pidfd_loop(events: int, procs: int, workspace: Path) -> float:
 
 async def through_worker(bus: Bus, workspace: Path, events: int, procs: int) -> float:
     """Events per second from emit to a finished /bin/true hook, through a ShellWorker."""
-    worker = ShellWorker(bus, workspace, queue=None, max_procs=procs, queue_size=events + 1)
+    worker = ShellWorker(bus, workspace, WorkerSettings(queue=None, max_procs=procs, queue_size=events + 1))
     await worker.start()
     try:
         start = time.perf_counter()
@@ -103,7 +104,7 @@ class PeakRss:
 
 async def flood(bus: Bus, workspace: Path, events: int) -> list[str]:
     """RSS before and at peak while a worker (4 procs, queue 1000) takes ``events`` at once."""
-    worker = ShellWorker(bus, workspace, queue=None, max_procs=4, queue_size=1000)
+    worker = ShellWorker(bus, workspace, WorkerSettings(queue=None, max_procs=4, queue_size=1000))
     await worker.start()
     before = rss_mib()[0]
     try:

@@ -28,6 +28,7 @@ from bus.middleware.faults import Outcome
 from bus.middleware.handler.module import Module, StageCtx
 from bus.middleware.kernel.intercept import MiddlewareOptions
 from bus.middleware.trust import TrustState
+from bus.transport.connection import Credentials
 from bus.transport.server import NatsServer
 from bus.turns.server import TurnRequest, TurnResult
 
@@ -40,6 +41,7 @@ __all__ = [
     "ConfigError",
     "ConnectError",
     "Continue",
+    "Credentials",
     "Decision",
     "DecisionError",
     "DeclarationError",

@@ -17,11 +17,6 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any, Final
 
-import nats.errors
-from nats.aio.client import Client
-from nats.aio.msg import Msg
-from nats.aio.subscription import Subscription as NatsSubscription
-
 from bus.core import depth as _depth
 from bus.core.catalog import check_strict
 from bus.core.decisions import Decision
@@ -34,7 +29,8 @@ from bus.core.subjects import INTERNAL_PREFIXES, TOKEN_RE, hides_internal, norma
 from bus.journal.entries import JournalEntry, record
 from bus.middleware.kernel.intercept import Interceptor, MiddlewareOptions
 from bus.middleware.trust import Managed
-from bus.transport.connection import auth_options, open_connection, resolve_servers, with_private_inbox
+from bus.transport.connection import Credentials, auth_options, open_connection, resolve_servers, with_private_inbox
+from bus.transport.nats_api import Client, Msg, NatsSubscription, nats_errors
 from bus.transport.publisher import Publisher, flush_quietly, ordered_flush
 from bus.transport.server import NatsServer
 from bus.turns.server import TurnHandler, TurnRequest, TurnServer
@@ -165,7 +161,7 @@ class Subscription:
         """Stop receiving; let in-flight handlers finish within ``timeout``, then cancel them."""
         sub, self._nats = self._nats, None
         if sub is not None:
-            with contextlib.suppress(nats.errors.Error):  # connection gone: nothing more will arrive
+            with contextlib.suppress(nats_errors.Error):  # connection gone: nothing more will arrive
                 await sub.unsubscribe()
         self.bus._subs.discard(self)
         await _settle(self._tasks, timeout, f"handlers of {self.pattern!r}")
@@ -198,6 +194,10 @@ class Bus:
     before on first sight (development); ``managed`` names handlers or modules
     of the operator's config that run without approval; ``middleware`` holds
     the rest (tool aliases, output drain, shutdown clamp).
+
+    ``credentials`` carries credential and TLS files given as arguments (the
+    command line's flags); a field left unset falls back to its
+    ``HOOKBUS_NATS_*`` variable.
     """
 
     def __init__(
@@ -213,6 +213,7 @@ class Bus:
         close_timeout: float = DEFAULT_CLOSE_TIMEOUT,
         source: str | None = None,
         nats_options: dict[str, Any] | None = None,
+        credentials: Credentials | None = None,
         trust_new: bool = False,
         managed: Iterable[str] = (),
         middleware: MiddlewareOptions | None = None,
@@ -230,7 +231,10 @@ class Bus:
         self._encoder = Encoder(max_bytes, source)
         self._connect_timeout = connect_timeout
         self._close_timeout = close_timeout
-        self._nats_options = with_private_inbox(self._servers or [], {**auth_options(), **(nats_options or {})})
+        self._nats_options = with_private_inbox(
+            self._servers or [],
+            {**auth_options(overrides=credentials.overrides() if credentials else None), **(nats_options or {})},
+        )
         #: The NATS user this Bus journals as (the token after ``_INBOX.``), or None without one.
         #: Journal subjects end with it and the shipped permissions let each user publish only
         #: its own, so a sink knows who wrote an entry without trusting the entry.
@@ -365,10 +369,10 @@ class Bus:
             waiting = publisher.push(subject, data)
             if waiting is not None:
                 await waiting
-        except nats.errors.OutboundBufferLimitError:
+        except nats_errors.OutboundBufferLimitError:
             stats.dropped.add("disconnected")
             return False
-        except (nats.errors.ConnectionClosedError, nats.errors.ConnectionDrainingError):
+        except (nats_errors.ConnectionClosedError, nats_errors.ConnectionDrainingError):
             stats.dropped.add("closed")
             return False
         emitted = stats.emitted
@@ -395,7 +399,7 @@ class Bus:
             waiting = publisher.push(subject, data, reply)
             if waiting is not None:
                 await waiting
-        except nats.errors.Error:
+        except nats_errors.Error:
             self.stats.dropped.add("disconnected")
 
     def new_id(self) -> str:
@@ -450,7 +454,7 @@ class Bus:
         """
         nc = self.nc
         if nc.is_connected:
-            with contextlib.suppress(nats.errors.Error, TimeoutError):
+            with contextlib.suppress(nats_errors.Error, TimeoutError):
                 await ordered_flush(nc, self._connect_timeout)
 
     async def serve_turns(self, agent: str, handler: TurnHandler, *, concurrency: int = 4) -> TurnServer:
@@ -467,7 +471,7 @@ class Bus:
         """Ask an agent to start a turn (fire-and-forget; ``reply`` gets a TurnResult)."""
         try:
             await self.nc.publish(request.subject, request.encode(), reply=reply)
-        except nats.errors.Error:
+        except nats_errors.Error:
             self.stats.dropped.add("disconnected")
             return False
         return True
@@ -476,7 +480,7 @@ class Bus:
         """Wait until the server has processed everything sent so far: events, subscriptions, requests.
 
         Unlike nats-py's own ``flush`` this keeps its promise (see
-        :func:`bus.transport.publisher.ordered_flush`). Raises nats.errors.TimeoutError
+        :func:`bus.transport.publisher.ordered_flush`). Raises nats_errors.TimeoutError
         when the server does not answer within ``timeout``.
         """
         await ordered_flush(self.nc, timeout)
@@ -485,10 +489,10 @@ class Bus:
         if self._state is BusState.UNOPENED:
             log.debug("NATS connect attempt failed: %r", exc)  # the first connect reports as a whole
             return
-        if isinstance(exc, nats.errors.SlowConsumerError):
+        if isinstance(exc, nats_errors.SlowConsumerError):
             self.stats.dropped.add("slow_consumer")
             return
-        if isinstance(exc, OSError | nats.errors.UnexpectedEOF | nats.errors.StaleConnectionError):
+        if isinstance(exc, OSError | nats_errors.UnexpectedEOF | nats_errors.StaleConnectionError):
             log.debug("NATS connection trouble: %r", exc)
             return
         if "permissions violation" in str(exc).lower():

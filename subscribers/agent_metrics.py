@@ -13,15 +13,13 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from prometheus_client import Counter, Histogram
 
 from bus.client import Bus
 from bus.core.envelope import Event
-
-if TYPE_CHECKING:
-    from bus.cli.up import UpContext
+from bus.service import ServiceContext
 
 QUEUE: Final = "hookbus-agent-metrics"
 OTHER: Final = "other"
@@ -120,7 +118,7 @@ async def subscribe(bus: Bus, metrics: AgentMetrics | None = None) -> AgentMetri
 
 
 @asynccontextmanager
-async def service(ctx: UpContext) -> AsyncIterator[None]:
+async def service(ctx: ServiceContext) -> AsyncIterator[None]:
     """``hookbus up`` derives agent metrics from the lifecycle events it sees."""
     await subscribe(ctx.bus)
     yield

@@ -15,6 +15,7 @@ from bus.journal.entries import STREAM, JournalEntry, ensure_stream, record
 from bus.testing import EventRecorder, NatsCluster, serving, wait_for_chain
 from subscribers.journal.sink import JournalSink
 from subscribers.journal.store import DB_NAME, JournalStore
+from subscribers.shell_hooks.settings import WorkerSettings
 from subscribers.shell_hooks.worker import ShellWorker
 
 from .waiting import barrier_payload, is_barrier, probe_until, wait_for_interest, wait_until, without_barriers
@@ -76,7 +77,10 @@ async def test_intercepts_and_shell_hooks_across_nodes(cluster: NatsCluster, wor
         '{"hooks": {"tool_call": [{"command": "/bin/sh", "args": ["-c", "echo ran >> hooked"]}]}}'
     )
     async with Bus(n1, name="agent", managed=["cluster-guard.no_rm"]) as agent, Bus(n3, name="worker") as worker_bus:
-        async with serving(guard, n2), ShellWorker(worker_bus, workspace, poll_interval=0.05) as worker:
+        async with (
+            serving(guard, n2),
+            ShellWorker(worker_bus, workspace, WorkerSettings(poll_interval_s=0.05)) as worker,
+        ):
             await wait_for_chain(agent, "tool.call", ["cluster-guard.no_rm"])
             decision = await agent.intercept(Stage.TOOL_CALL, {"name": "shell", "input": {"command": "rm -rf /"}})
             assert decision == Cancel("only by hand", "cluster-guard.no_rm")

@@ -20,6 +20,7 @@ from bus.journal.entries import JournalEntry, record
 from bus.middleware.registry import MODULES_BUCKET
 from bus.testing import EventRecorder, serving, wait_for_chain
 from bus.turns.server import TurnRequest
+from subscribers.shell_hooks.settings import WorkerSettings
 from subscribers.shell_hooks.worker import ShellWorker
 
 from .conftest import hookbus_cmd, unique
@@ -92,7 +93,7 @@ async def test_a_star_shell_hook_runs_for_events_only(kernel: Bus, module: str, 
     script(workspace, "log.sh", f'echo "$ZERO_HOOK_EVENT" >> "{seen}"\n')
     write_hooks(workspace, {"*": [{"command": "./log.sh"}]})
     async with Bus(nats_url, name="worker") as worker_bus:
-        worker = await ShellWorker(worker_bus, workspace, queue=None, poll_interval=0.05).start()
+        worker = await ShellWorker(worker_bus, workspace, WorkerSettings(queue=None, poll_interval_s=0.05)).start()
         try:
             await plumbing(kernel)
             await kernel.emit("eva.custom.marker", {})

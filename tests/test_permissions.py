@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ import nats
 import nats.errors
 import pytest
 
-from bus import Bus, Cancel, ConnectError, Continue, Module, NatsServer, Stage, TurnRequest
+from bus import Bus, Cancel, ConnectError, Continue, Credentials, Module, NatsServer, Stage, TurnRequest
 from bus.testing import EventRecorder, serving, wait_for_chain
 from bus.transport.publisher import ordered_flush
 
@@ -184,3 +185,32 @@ async def test_nkey_seed_file(tmp_path: Path) -> None:
             str(tmp_path / "user.nk"),
         )
         assert done.returncode == 0, done.stderr
+
+
+async def test_credentials_reach_the_bus_as_arguments_and_win_over_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("HOOKBUS_NATS_TOKEN", "wrong-token")
+    with NatsServer(extra_args=("--auth", "s3cret-token")) as server:
+        with pytest.raises(ConnectError, match="refused the credentials"):
+            async with Bus(server.url, connect_timeout=1):
+                pass
+        async with Bus(server.url, credentials=Credentials(token="s3cret-token")) as bus:
+            rec = EventRecorder()
+            await bus.subscribe("eva.custom.>", rec)
+            await bus.emit("eva.custom.arg", {})
+            await rec.wait_for(1)
+    assert os.environ["HOOKBUS_NATS_TOKEN"] == "wrong-token"
+
+
+def test_the_command_line_passes_flags_as_credentials_without_writing_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from bus.cli import build_parser
+    from bus.cli.common import connection_args
+
+    monkeypatch.delenv("HOOKBUS_NATS_TOKEN", raising=False)
+    args = build_parser().parse_args(["emit", "eva.custom.x", "{}", "--nats-token", "t0k", "--tls-ca", "/ca.pem"])
+    kwargs = connection_args(args)
+    assert kwargs["credentials"] == Credentials(token="t0k", tls_ca="/ca.pem")
+    assert "HOOKBUS_NATS_TOKEN" not in os.environ

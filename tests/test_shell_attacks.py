@@ -24,6 +24,7 @@ from bus.core.errors import HookConfigError
 from bus.journal.entries import SUBJECT_PREFIX
 from subscribers.shell_hooks.hooks_config import parse_api_hook
 from subscribers.shell_hooks.hooks_file import load
+from subscribers.shell_hooks.settings import WorkerSettings
 from subscribers.shell_hooks.worker import ShellWorker
 
 from .conftest import run_cli
@@ -39,10 +40,11 @@ async def start_worker(bus: Bus, workspace: Path) -> AsyncIterator[StartWorker]:
     workers: list[ShellWorker] = []
 
     async def start(**options: Any) -> ShellWorker:
-        options.setdefault("poll_interval", 0.05)
+        options.setdefault("poll_interval_s", 0.05)
         options.setdefault("queue", None)
-        options.setdefault("drain_timeout", 0.5)
-        worker = ShellWorker(bus, workspace, **options)
+        options.setdefault("drain_timeout_s", 0.5)
+        nats_url = options.pop("nats_url", None)
+        worker = ShellWorker(bus, workspace, WorkerSettings(**options), nats_url=nats_url)
         await worker.start()
         workers.append(worker)
         return worker

@@ -15,6 +15,7 @@ from prometheus_client import REGISTRY
 
 from bus import Bus
 from bus.testing import EventRecorder
+from subscribers.shell_hooks.settings import WorkerSettings
 from subscribers.shell_hooks.shell import ENV_PAYLOAD_LIMIT
 from subscribers.shell_hooks.worker import ShellWorker
 
@@ -40,9 +41,9 @@ async def start_worker(bus: Bus, workspace: Path) -> AsyncIterator[StartWorker]:
     workers: list[ShellWorker] = []
 
     async def start(**options: Any) -> ShellWorker:
-        options.setdefault("poll_interval", 0.05)
+        options.setdefault("poll_interval_s", 0.05)
         options.setdefault("queue", None)
-        worker = ShellWorker(options.pop("bus", bus), workspace, **options)
+        worker = ShellWorker(options.pop("bus", bus), workspace, WorkerSettings(**options))
         await worker.start()
         workers.append(worker)
         return worker
@@ -285,7 +286,7 @@ while true; do sleep 0.05; done
 """
     script(workspace, "stubborn.sh", body)
     write_hooks(workspace, {"tool_call": [{"command": "./stubborn.sh", "timeout_ms": 300}]})
-    worker = await start_worker(kill_grace=0.3)
+    worker = await start_worker(kill_grace_s=0.3)
     await bus.emit("prx.lifecycle.tool_call", {})
     await wait_until(lambda: worker.stats.timeouts == 1, what="the timeout")
     assert "TERM" in marks.read_text()
@@ -307,7 +308,7 @@ def _alive(pid: int) -> bool:
 async def test_stop_kills_running_hook_groups(bus: Bus, workspace: Path, start_worker: StartWorker) -> None:
     script(workspace, "long.sh", f'sleep 300 &\necho "$! $$" > {workspace}/pids\nwait\n')
     write_hooks(workspace, {"tool_call": [{"command": "./long.sh"}]})
-    worker = await start_worker(drain_timeout=0.2)
+    worker = await start_worker(drain_timeout_s=0.2)
     await bus.emit("prx.lifecycle.tool_call", {})
     await wait_for_file(workspace / "pids")
     await worker.stop()
@@ -383,7 +384,7 @@ async def test_per_hook_metrics(bus: Bus, workspace: Path, start_worker: StartWo
         )
 
     before = {(n, h): value(n, h) for n in METRICS for h in ("m_ok", "m_fail", "m_slow", "m_bad")}
-    worker = await start_worker(kill_grace=0.1)
+    worker = await start_worker(kill_grace_s=0.1)
     await bus.emit("eva.custom.metrics", {})
     await wait_until(lambda: worker.stats.runs == 3 and worker.stats.refusals == 1, what="four outcomes")
     delta = {key: value(*key) - start for key, start in before.items()}

@@ -31,7 +31,6 @@ from bus.cli import (
     up,
     worker,
 )
-from bus.cli.common import apply_auth_flags
 from bus.core.errors import HookbusError
 
 _COMMANDS = (
@@ -76,7 +75,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``hookbus`` console script."""
     args = build_parser().parse_args(argv)
     _configure_logging(args.verbose)
-    apply_auth_flags(args)
     try:
         code: int = asyncio.run(args.func(args))
     except HookbusError as exc:

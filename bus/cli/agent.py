@@ -8,7 +8,7 @@ import os
 from contextlib import AsyncExitStack
 from pathlib import Path
 
-from bus.cli.common import add_metrics_port, add_nats_url, serve_metrics, stop_on_signals
+from bus.cli.common import add_metrics_port, add_nats_url, connection_args, serve_metrics, stop_on_signals
 from bus.cli.middleware import add_drain_workspace, middleware_options
 from bus.client import Bus
 from bus.core.errors import ConfigError
@@ -84,7 +84,7 @@ async def run(args: argparse.Namespace) -> int:
         async with Bus(
             args.nats_url,
             name=f"hookbus-agent-{args.name}",
-            connect_timeout=args.connect_timeout,
+            **connection_args(args),
             managed=managed,
             middleware=middleware_options(args),
         ) as bus:

@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import signal
 import sys
 from contextlib import AsyncExitStack
-from typing import Any
+from typing import Any, Final
 
 import orjson
 from prometheus_client import start_http_server
 
 from bus.core.errors import ConfigError
-from bus.transport.connection import URL_ENV
+from bus.transport.connection import URL_ENV, Credentials
 
 
 def add_nats_url(parser: argparse.ArgumentParser) -> None:
@@ -53,12 +52,28 @@ def _dest(flag: str) -> str:
     return flag.lstrip("-").replace("-", "_")
 
 
-def apply_auth_flags(args: argparse.Namespace) -> None:
-    """Make credential and TLS flags visible to every Bus this process opens."""
-    for flag, variable in _AUTH_FLAGS.items():
-        value = getattr(args, _dest(flag), None)
-        if value:
-            os.environ[variable] = value
+def credentials_of(args: argparse.Namespace) -> Credentials:
+    """The credential and TLS flags given, for the Bus a command opens (unset ones fall back to the variables)."""
+    return Credentials(**{_FIELD[flag]: getattr(args, _dest(flag), None) or None for flag in _AUTH_FLAGS})
+
+
+def connection_args(args: argparse.Namespace) -> dict[str, Any]:
+    """Keyword arguments of ``Bus`` from the connection flags: the connect budget and the credentials."""
+    return {"connect_timeout": args.connect_timeout, "credentials": credentials_of(args)}
+
+
+#: The Credentials field each flag sets.
+_FIELD: Final = {
+    "--nats-user": "user",
+    "--nats-password": "password",
+    "--nats-token": "token",
+    "--nats-creds": "creds",
+    "--nats-nkey-seed": "nkey_seed",
+    "--nats-inbox": "inbox",
+    "--tls-ca": "tls_ca",
+    "--tls-cert": "tls_cert",
+    "--tls-key": "tls_key",
+}
 
 
 def read_json_object(text: str | None, what: str) -> dict[str, Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from bus.cli.common import add_nats_url
+from bus.cli.common import add_nats_url, connection_args
 from bus.client import Bus
 
 
@@ -29,9 +29,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 async def run(args: argparse.Namespace) -> int:
     from triggers.demo import GUARD_HANDLERS, run_demo
 
-    async with Bus(
-        args.nats_url, name="hookbus-demo", connect_timeout=args.connect_timeout, managed=GUARD_HANDLERS
-    ) as bus:
+    async with Bus(args.nats_url, name="hookbus-demo", **connection_args(args), managed=GUARD_HANDLERS) as bus:
         report = await run_demo(bus, sessions=args.sessions, agents=args.agents, pace=args.pace, seed=args.seed)
     for line in report.lines():
         print(line)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bus.cli.common import add_nats_url, read_json_object
+from bus.cli.common import add_nats_url, connection_args, read_json_object
 from bus.client import Bus
 from bus.core.depth import DEPTH_ENV, depth_from_env, set_depth
 from bus.core.subjects import subject_for
@@ -32,7 +32,7 @@ async def run(args: argparse.Namespace) -> int:
     subject = subject_for(args.subject)
     payload = read_json_object(args.payload, "the payload")
     set_depth(depth_from_env())
-    async with Bus(args.nats_url, name="hookbus-emit", connect_timeout=args.connect_timeout) as bus:
+    async with Bus(args.nats_url, name="hookbus-emit", **connection_args(args)) as bus:
         sent = await bus.emit(subject, payload, session_id=args.session)
         if sent:
             await bus.flush()

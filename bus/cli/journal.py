@@ -8,7 +8,7 @@ import re
 from contextlib import AsyncExitStack
 from pathlib import Path
 
-from bus.cli.common import add_metrics_port, add_nats_url, serve_metrics, stop_on_signals
+from bus.cli.common import add_metrics_port, add_nats_url, connection_args, serve_metrics, stop_on_signals
 from bus.client import Bus
 from bus.core.errors import ConfigError
 from bus.journal.entries import canonical_time
@@ -100,9 +100,7 @@ async def run_sink(args: argparse.Namespace) -> int:
     stop = stop_on_signals()
     async with AsyncExitStack() as stack:
         metrics = serve_metrics(stack, args.host, args.metrics_port)
-        bus = await stack.enter_async_context(
-            Bus(args.nats_url, name="hookbus-journal-sink", connect_timeout=args.connect_timeout)
-        )
+        bus = await stack.enter_async_context(Bus(args.nats_url, name="hookbus-journal-sink", **connection_args(args)))
         sink = JournalSink(bus, args.workspace.resolve())
         print(f"journal sink: {sink.store.path}" + (f", metrics {metrics}" if metrics else ""), flush=True)
         await sink.run(stop)

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from bus.cli.common import add_nats_url
+from bus.cli.common import add_nats_url, connection_args
 from bus.client import Bus
 from bus.core.declaration import Declaration
 from bus.middleware.kernel.intercept import MiddlewareOptions
@@ -58,7 +58,7 @@ async def open_view(args: argparse.Namespace, name: str) -> AsyncIterator[tuple[
     async with Bus(
         args.nats_url,
         name=name,
-        connect_timeout=args.connect_timeout,
+        **connection_args(args),
         trust_new=trust_new,
         managed=managed,
         middleware=middleware_options(args),

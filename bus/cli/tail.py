@@ -8,7 +8,7 @@ import sys
 
 import orjson
 
-from bus.cli.common import add_nats_url
+from bus.cli.common import add_nats_url, connection_args
 from bus.client import Bus
 from bus.core.envelope import Event
 from bus.core.visible import visible
@@ -56,7 +56,7 @@ async def run(args: argparse.Namespace) -> int:
         if args.count and seen >= args.count:
             done.set()
 
-    async with Bus(args.nats_url, name="hookbus-tail", connect_timeout=args.connect_timeout) as bus:
+    async with Bus(args.nats_url, name="hookbus-tail", **connection_args(args)) as bus:
         await bus.subscribe(args.pattern, show, concurrency=1)
         await bus.flush()
         print(f"tailing {args.pattern} on {', '.join(bus.servers)}", file=sys.stderr, flush=True)

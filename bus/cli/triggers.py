@@ -7,13 +7,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import nats.errors
 import orjson
 
-from bus.cli.common import add_nats_url, read_json_object
+from bus.cli.common import add_nats_url, connection_args, read_json_object
 from bus.client import Bus
 from bus.core.errors import ConfigError, ConnectError
 from bus.core.subjects import validate_subject
+from bus.transport.nats_api import nats_errors
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -64,9 +64,9 @@ async def _running_status(args: argparse.Namespace) -> list[dict[str, Any]] | No
     from triggers.engine.engine import STATUS_SUBJECT
 
     try:
-        async with Bus(args.nats_url, name="hookbus-triggers-cli", connect_timeout=args.connect_timeout) as bus:
+        async with Bus(args.nats_url, name="hookbus-triggers-cli", **connection_args(args)) as bus:
             reply = await bus.nc.request(STATUS_SUBJECT, b"", timeout=1.0)
-    except (ConnectError, nats.errors.NoRespondersError, nats.errors.TimeoutError):
+    except (ConnectError, nats_errors.NoRespondersError, nats_errors.TimeoutError):
         return None
     rows: list[dict[str, Any]] = orjson.loads(reply.data)["triggers"]
     return rows

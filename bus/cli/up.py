@@ -12,17 +12,18 @@ import argparse
 import asyncio
 import os
 import sys
-from collections.abc import Callable
-from contextlib import AbstractAsyncContextManager, AsyncExitStack
-from dataclasses import dataclass, field
+from contextlib import AsyncExitStack
+from functools import partial
 from pathlib import Path
 
-from bus.cli.common import add_nats_url, serve_metrics, stop_on_signals
+from bus.cli.common import add_nats_url, connection_args, serve_metrics, stop_on_signals
+from bus.cli.worker_options import add_worker_options, worker_settings
 from bus.client import Bus
 from bus.core.errors import ConfigError, ServerError
 from bus.core.filelock import WorkspaceLock
 from bus.core.private_files import private_dir
 from bus.middleware.registry import ensure_buckets
+from bus.service import Service, ServiceContext
 from bus.transport.connection import URL_ENV
 from bus.transport.server import NatsServer
 
@@ -31,36 +32,23 @@ DEFAULT_HTTP_PORT = 8477
 DEFAULT_METRICS_PORT = 9477
 
 
-@dataclass
-class UpContext:
-    """What a service started by ``hookbus up`` gets: the bus, the workspace, the flags."""
+def services(args: argparse.Namespace) -> list[Service]:
+    """The services ``hookbus up`` runs, in start order, each with its settings from the flags.
 
-    bus: Bus
-    workspace: Path
-    nats_url: str
-    args: argparse.Namespace
-    #: Lines printed once everything is up ("  name  where it listens").
-    lines: list[str] = field(default_factory=list)
-
-
-#: A service of ``hookbus up``: an async context manager that runs while the bus is up.
-Service = Callable[[UpContext], AbstractAsyncContextManager[None]]
-
-
-def services() -> list[Service]:
-    """The workers ``hookbus up`` runs, in start order (imported here, not at module load)."""
+    Imported here, not at module load: the other commands do not load the workers.
+    """
     # Imported here: bus/ must not import the workers when it is loaded.
     from subscribers import agent_metrics
     from subscribers.journal import sink as journal_sink
     from subscribers.shell_hooks.service import shell_hooks  # the shell-hook worker and the hooks HTTP API
+    from subscribers.shell_hooks.settings import ShellHooksSettings
     from triggers.engine import service as triggers
 
-    return [journal_sink.service, agent_metrics.service, shell_hooks, triggers.service]
+    shell = ShellHooksSettings(worker=worker_settings(args), api_host=args.host, api_port=args.http_port)
+    return [journal_sink.service, agent_metrics.service, partial(shell_hooks, settings=shell), triggers.service]
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from subscribers.shell_hooks.options import add_worker_options  # the shell worker's flags; light, no worker
-
     parser = subparsers.add_parser(
         "up",
         help="run the bus on this machine (embedded NATS, metrics, workers)",
@@ -120,7 +108,7 @@ async def run(args: argparse.Namespace) -> int:
             stack.callback(server.cleanup)
             await asyncio.to_thread(server.start)
             nats_url = server.url
-        bus = await stack.enter_async_context(Bus(nats_url, name="hookbus-up", connect_timeout=args.connect_timeout))
+        bus = await stack.enter_async_context(Bus(nats_url, name="hookbus-up", **connection_args(args)))
         await ensure_buckets(bus.nc)  # agents and modules may read the middleware state, not create it
         from subscribers.shell_hooks.security import public_url  # workers load with the services, not with the CLI
 
@@ -131,8 +119,8 @@ async def run(args: argparse.Namespace) -> int:
         metrics = serve_metrics(stack, args.host, args.metrics_port)
         if metrics:
             lines.append(f"  metrics  {metrics}")
-        ctx = UpContext(bus=bus, workspace=workspace, nats_url=nats_url, args=args, lines=lines)
-        for service in services():
+        ctx = ServiceContext(bus=bus, workspace=workspace, nats_url=nats_url, lines=lines)
+        for service in services(args):
             await stack.enter_async_context(service(ctx))
         lines.append(f"ready (pid {os.getpid()}); Ctrl-C or SIGTERM stops everything")
         print("\n".join(lines), flush=True)

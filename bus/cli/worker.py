@@ -10,12 +10,11 @@ import argparse
 from contextlib import AsyncExitStack
 from pathlib import Path
 
-from bus.cli.common import add_metrics_port, add_nats_url, serve_metrics, stop_on_signals
+from bus.cli.common import add_metrics_port, add_nats_url, connection_args, serve_metrics, stop_on_signals
+from bus.cli.worker_options import add_worker_options, worker_settings
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from subscribers.shell_hooks.options import add_worker_options
-
     parser = subparsers.add_parser(
         "worker",
         help="run the shell hooks of a workspace against an existing NATS",
@@ -34,15 +33,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 async def run(args: argparse.Namespace) -> int:
     from bus.client import Bus
-    from subscribers.shell_hooks.options import worker_kwargs
     from subscribers.shell_hooks.worker import ShellWorker
 
     workspace: Path = args.workspace.resolve()
-    kwargs = worker_kwargs(args)
+    settings = worker_settings(args)
     stop = stop_on_signals()
-    bus = Bus(args.nats_url, name="hookbus-worker", connect_timeout=args.connect_timeout)
+    bus = Bus(args.nats_url, name="hookbus-worker", **connection_args(args))
     async with AsyncExitStack() as stack:
-        worker = await stack.enter_async_context(ShellWorker(await stack.enter_async_context(bus), workspace, **kwargs))
+        worker = await stack.enter_async_context(ShellWorker(await stack.enter_async_context(bus), workspace, settings))
         hooks = f"{worker.hooks.path} ({len(worker.config.entries)} hooks)"
         url = serve_metrics(stack, args.host, args.metrics_port)
         metrics = f", metrics {url}" if url else ""

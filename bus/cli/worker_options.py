@@ -1,12 +1,15 @@
-"""The command-line options of a shell-hook worker, shared by ``hookbus up`` and ``hookbus worker``."""
+"""The shell-hook worker's command-line options, shared by ``hookbus up`` and ``hookbus worker``.
+
+The flags become a WorkerSettings; the worker never sees the parsed flags.
+"""
 
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from bus.core.errors import ConfigError
 from subscribers.shell_hooks.limits import DEFAULT_KILL_GRACE, DEFAULT_MAX_PROCS, DEFAULT_QUEUE, DEFAULT_QUEUE_SIZE
+from subscribers.shell_hooks.settings import WorkerSettings
 
 
 def add_worker_options(parser: argparse.ArgumentParser) -> None:
@@ -37,15 +40,12 @@ def add_worker_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def worker_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """ShellWorker keyword arguments from parsed options."""
+def worker_settings(args: argparse.Namespace) -> WorkerSettings:
+    """The worker's settings from parsed options (errors name the flags)."""
     if args.max_procs < 1 or args.queue_size < 1:
         raise ConfigError("--max-procs and --queue-size must be at least 1")
     if args.kill_grace < 0:
         raise ConfigError("--kill-grace must not be negative")
-    return {
-        "queue": args.queue or None,
-        "max_procs": args.max_procs,
-        "queue_size": args.queue_size,
-        "kill_grace": args.kill_grace,
-    }
+    return WorkerSettings(
+        queue=args.queue or None, max_procs=args.max_procs, queue_size=args.queue_size, kill_grace_s=args.kill_grace
+    )

@@ -18,21 +18,17 @@ import socket
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
-import nats.errors
-import nats.js.errors
 import orjson
-from nats.js.api import RetentionPolicy, StorageType, StreamConfig, StreamInfo
 
 from bus.core.eager import run_eager
 from bus.core.envelope import Encoder, format_timestamp
 from bus.core.errors import BusClosedError, HookbusError
 from bus.core.jsonobject import json_object
 from bus.transport.connection import jetstream_replicas
-
-if TYPE_CHECKING:
-    from bus.client import Bus
+from bus.transport.nats_api import RetentionPolicy, StorageType, StreamConfig, StreamInfo, js_errors, nats_errors
+from bus.transport.port import Port
 
 log = logging.getLogger("hookbus.journal")
 
@@ -135,11 +131,11 @@ def canonical_time(text: str) -> str:
     return format_timestamp(int(moment.timestamp() * 1000))
 
 
-async def record(bus: Bus, entry: JournalEntry) -> bool:
+async def record(bus: Port, entry: JournalEntry) -> bool:
     """Publish ``entry`` (fire-and-forget, like emit); False if it could not be sent."""
     try:
         await bus.publish_raw(entry.subject(bus.journal_origin), entry.encode())
-    except (BusClosedError, nats.errors.Error):
+    except (BusClosedError, nats_errors.Error):
         bus.stats.dropped.add("journal")
         return False
     return True
@@ -154,7 +150,7 @@ class JournalSink:
     message each, in the order they were given, on the fast publisher.
     """
 
-    def __init__(self, bus: Bus, window: float = 0.005, max_batch: int = 200) -> None:
+    def __init__(self, bus: Port, window: float = 0.005, max_batch: int = 200) -> None:
         self._bus = bus
         self._window = window
         self._max_batch = max_batch
@@ -194,7 +190,7 @@ class JournalSink:
             await asyncio.wait(set(self._sending), timeout=timeout)
 
 
-async def ensure_stream(bus: Bus, replicas: int | None = None) -> StreamInfo:
+async def ensure_stream(bus: Port, replicas: int | None = None) -> StreamInfo:
     """Create (or update) the JetStream stream that captures every journal entry; return its state.
 
     ``replicas`` defaults to 3 on a cluster of three or more nodes, else 1.
@@ -214,7 +210,7 @@ async def ensure_stream(bus: Bus, replicas: int | None = None) -> StreamInfo:
     js = bus.nc.jetstream()
     try:
         return await js.add_stream(config)
-    except nats.js.errors.BadRequestError:
+    except js_errors.BadRequestError:
         return await js.update_stream(config)
 
 

@@ -15,13 +15,11 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-import nats.errors
-import nats.js.errors
 import orjson
-from nats.js.kv import KeyValue
 
 from bus.core.declaration import Declaration, from_wire
 from bus.core.errors import MiddlewareError
+from bus.transport.nats_api import KeyValue, js_errors, nats_errors
 
 GUARDS_BUCKET = "hookbus_guards"
 #: Hex digits of the identity in a record's key (enough to tell versions apart).
@@ -106,6 +104,6 @@ async def detach(kv: KeyValue, records: Iterable[GuardRecord], name: str) -> lis
     for record in chosen:
         try:
             await kv.delete(record.key)
-        except (nats.errors.Error, nats.js.errors.Error) as exc:
+        except (nats_errors.Error, js_errors.Error) as exc:
             raise MiddlewareError(f"could not detach {record.decl.qualname}: {exc!r}") from None
     return chosen

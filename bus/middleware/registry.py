@@ -29,22 +29,16 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
-import nats.errors
-import nats.js.errors
 import orjson
-from nats.aio.client import Client
-from nats.js.kv import KeyValue
 
 from bus.core.declaration import Declaration, from_wire
 from bus.core.errors import RegistryError
 from bus.core.subjects import module_subject
 from bus.middleware.guards import GUARDS_BUCKET
 from bus.transport.connection import jetstream_replicas
-
-if TYPE_CHECKING:
-    from bus.middleware.handler.module import Module
+from bus.transport.nats_api import Client, KeyValue, js_errors, nats_errors
 
 log = logging.getLogger("hookbus.registry")
 
@@ -62,18 +56,18 @@ async def open_bucket(nc: Client, bucket: str) -> KeyValue:
     js = nc.jetstream()
     try:
         return await js.key_value(bucket)
-    except nats.js.errors.BucketNotFoundError:
+    except js_errors.BucketNotFoundError:
         pass
-    except (nats.js.errors.ServiceUnavailableError, nats.errors.NoRespondersError, nats.errors.TimeoutError) as exc:
+    except (js_errors.ServiceUnavailableError, nats_errors.NoRespondersError, nats_errors.TimeoutError) as exc:
         raise RegistryError(
             f"JetStream is not available on this server ({type(exc).__name__}); run nats-server with -js"
         ) from None
     max_age = MODULES_MAX_AGE if bucket == MODULES_BUCKET else None
     try:
         return await js.create_key_value(bucket=bucket, history=1, ttl=max_age, replicas=jetstream_replicas(nc))
-    except nats.js.errors.BadRequestError:
+    except js_errors.BadRequestError:
         return await js.key_value(bucket)  # created by someone else meanwhile
-    except nats.errors.TimeoutError:  # what a create the server denied looks like from here
+    except nats_errors.TimeoutError:  # what a create the server denied looks like from here
         raise RegistryError(
             f"the {bucket} bucket does not exist and this user may not create it: "
             "start 'hookbus up' (the bus role creates it) or run a hookbus command as the operator"
@@ -178,7 +172,20 @@ def request_subject(ann: Announcement) -> str:
     return f"{ann.subject}.{version_of(ann.declarations)}"
 
 
-def announcement_of(module: Module) -> Announcement:
+class Announced(Protocol):
+    """What an announcement is made of: a module's name, heartbeat and declarations."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def heartbeat(self) -> float: ...
+
+    @property
+    def declarations(self) -> list[Declaration]: ...
+
+
+def announcement_of(module: Announced) -> Announcement:
     return Announcement(
         module=module.name,
         instance=uuid.uuid4().hex[:12],
@@ -213,7 +220,7 @@ class Watch:
         """Replace the watch; False (the old one kept) if the server does not answer now."""
         try:
             watcher = await self._kv.watchall()
-        except (TimeoutError, nats.errors.Error, nats.js.errors.Error) as exc:
+        except (TimeoutError, nats_errors.Error, js_errors.Error) as exc:
             log.info("registry watch could not restart (%r); keeping what is known", exc)
             return False
         await self.stop()
@@ -239,7 +246,7 @@ class Watch:
                     self._loaded(fresh)
                     fresh = None
         finally:
-            with contextlib.suppress(nats.errors.Error, AttributeError):
+            with contextlib.suppress(nats_errors.Error, AttributeError):
                 await watcher.stop()  # type: ignore[no-untyped-call]  # nats-py leaves it unannotated
 
     def _loaded(self, fresh: set[str] | None) -> None:

@@ -17,13 +17,12 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager, contextmanager
 
-from nats.aio.msg import Msg
-
 from bus.client import Bus
 from bus.core.envelope import Event
 from bus.journal.entries import SUBJECT_PREFIX, JournalEntry, decode_entry
 from bus.middleware.handler.module import Module
 from bus.transport.connection import URL_ENV
+from bus.transport.nats_api import Msg, connect
 from bus.transport.server import NatsServer
 
 
@@ -211,9 +210,7 @@ class NatsCluster:
 
 
 async def _wait_for_jetstream(urls: list[str], timeout: float) -> None:
-    import nats
-
-    nc = await nats.connect(urls)
+    nc = await connect(urls)
     try:
         deadline = asyncio.get_running_loop().time() + timeout
         while True:

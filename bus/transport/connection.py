@@ -13,6 +13,7 @@ import logging
 import os
 import ssl
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, fields
 from typing import Any, Final
 from urllib.parse import urlsplit
 
@@ -86,6 +87,42 @@ AUTH_ENV: Final = {
 #: Reply subjects live under this prefix plus the NATS user's name (see :func:`with_private_inbox`).
 INBOX_ROOT: Final = "_INBOX"
 TLS_ENV: Final = ("HOOKBUS_NATS_TLS_CA", "HOOKBUS_NATS_TLS_CERT", "HOOKBUS_NATS_TLS_KEY")
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """Credentials and TLS files for a connection, given as arguments (the command line's flags).
+
+    Each field left None falls back to its ``HOOKBUS_NATS_*`` variable (see
+    :data:`AUTH_ENV`, :data:`TLS_ENV`); a field set wins over the variable.
+    """
+
+    user: str | None = None
+    password: str | None = None
+    token: str | None = None
+    creds: str | None = None
+    nkey_seed: str | None = None
+    inbox: str | None = None
+    tls_ca: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+
+    def overrides(self) -> dict[str, str | None]:
+        """The fields by the name of the variable each one overrides."""
+        return {_VARIABLE[field.name]: getattr(self, field.name) for field in fields(self)}
+
+
+_VARIABLE: Final = {
+    "user": "HOOKBUS_NATS_USER",
+    "password": "HOOKBUS_NATS_PASSWORD",
+    "token": "HOOKBUS_NATS_TOKEN",
+    "creds": "HOOKBUS_NATS_CREDS",
+    "nkey_seed": "HOOKBUS_NATS_NKEY_SEED",
+    "inbox": "HOOKBUS_NATS_INBOX",
+    "tls_ca": "HOOKBUS_NATS_TLS_CA",
+    "tls_cert": "HOOKBUS_NATS_TLS_CERT",
+    "tls_key": "HOOKBUS_NATS_TLS_KEY",
+}
 
 
 def auth_options(

@@ -14,11 +14,9 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
-import nats.errors
 import orjson
-from nats.aio.msg import Msg
 
 from bus.core import depth as _depth
 from bus.core.depth import depth_problem
@@ -27,9 +25,8 @@ from bus.core.errors import HookbusError
 from bus.core.jsonobject import json_object
 from bus.core.ratelog import RateLimitedLog
 from bus.core.subjects import TOKEN_RE
-
-if TYPE_CHECKING:
-    from bus.client import Bus
+from bus.transport.nats_api import Msg, nats_errors
+from bus.transport.port import Port
 
 log = logging.getLogger("hookbus.turns")
 
@@ -108,7 +105,7 @@ TurnHandler = Callable[[TurnRequest], Awaitable[str | None]]
 class TurnServer:
     """Receives turn requests for one agent and runs ``handler`` for each, bounded."""
 
-    def __init__(self, bus: Bus, agent: str, handler: TurnHandler, concurrency: int = 4) -> None:
+    def __init__(self, bus: Port, agent: str, handler: TurnHandler, concurrency: int = 4) -> None:
         if not TOKEN_RE.fullmatch(agent):
             raise TurnRequestError(f"agent name {agent!r} must match [A-Za-z0-9_-]+")
         self.bus = bus
@@ -173,7 +170,7 @@ class TurnServer:
         if reply:
             try:
                 await self.bus.nc.publish(reply, orjson.dumps(asdict(result)))
-            except nats.errors.Error:
+            except nats_errors.Error:
                 log.debug("could not report the end of turn %s", request.id)
 
     async def stop(self, timeout: float = 5.0) -> None:

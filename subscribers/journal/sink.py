@@ -23,12 +23,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
-import nats.errors
-import nats.js.errors
-from nats.aio.msg import Msg
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StreamInfo
 from prometheus_client import Counter
 
 from bus.client import Bus
@@ -44,12 +40,18 @@ from bus.journal.entries import (
     subject_origin,
     timestamp_ms,
 )
+from bus.service import ServiceContext
+from bus.transport.nats_api import (
+    AckPolicy,
+    ConsumerConfig,
+    DeliverPolicy,
+    JetStreamContext,
+    Msg,
+    StreamInfo,
+    js_errors,
+    nats_errors,
+)
 from subscribers.journal.store import DB_NAME, JSONL_DIR, JournalStore, JsonlWriter, Received
-
-if TYPE_CHECKING:
-    from nats.js.client import JetStreamContext
-
-    from bus.cli.up import UpContext
 
 log = logging.getLogger("hookbus.journal")
 
@@ -110,7 +112,7 @@ class JournalSink:
         """Store entries until ``stop`` is set."""
         try:
             sub = await self._subscribe()
-        except (nats.errors.Error, nats.js.errors.Error) as exc:
+        except (nats_errors.Error, js_errors.Error) as exc:
             log.error("journal sink disabled: JetStream is not available on %s (%r)", ", ".join(self.bus.servers), exc)
             self.store.close()
             return
@@ -120,12 +122,12 @@ class JournalSink:
             while not stop.is_set():
                 try:
                     batch = await sub.fetch(BATCH, timeout=0.5)
-                except (nats.errors.TimeoutError, TimeoutError):
+                except (nats_errors.TimeoutError, TimeoutError):
                     if loop.time() - checked >= CONSUMER_CHECK_S:
                         checked = loop.time()
                         sub = await self._resubscribe_if_gone(sub)
                     continue
-                except (nats.errors.ConnectionClosedError, nats.js.errors.Error, nats.errors.Error) as exc:
+                except (nats_errors.ConnectionClosedError, js_errors.Error, nats_errors.Error) as exc:
                     log.warning("journal sink: fetch failed (%r); retrying", exc)
                     await asyncio.sleep(0.5)
                     sub = await self._resubscribe_if_gone(sub)
@@ -139,7 +141,7 @@ class JournalSink:
         js = self.bus.nc.jetstream()
         try:  # the bus role makes the stream; the sink role may only look at it ...
             info = await js.stream_info(STREAM)
-        except nats.js.errors.NotFoundError:  # ... unless it runs alone on a server nobody prepared
+        except js_errors.NotFoundError:  # ... unless it runs alone on a server nobody prepared
             info = await ensure_stream(self.bus)
         self._stream = _stream_identity(info)
         config = ConsumerConfig(
@@ -158,15 +160,15 @@ class JournalSink:
         try:
             await sub.consumer_info()
             return sub
-        except nats.js.errors.NotFoundError:
+        except js_errors.NotFoundError:
             log.warning("journal sink: consumer %s is gone; making it again", self.durable)
-        except (nats.errors.Error, nats.js.errors.Error):
+        except (nats_errors.Error, js_errors.Error):
             return sub  # no answer now (disconnected, say): look again later
-        with contextlib.suppress(nats.errors.Error):
+        with contextlib.suppress(nats_errors.Error):
             await sub.unsubscribe()
         try:
             return await self._subscribe()
-        except (nats.errors.Error, nats.js.errors.Error) as exc:
+        except (nats_errors.Error, js_errors.Error) as exc:
             log.warning("journal sink: could not make consumer %s again (%r); retrying", self.durable, exc)
             return sub
 
@@ -177,7 +179,7 @@ class JournalSink:
         except sqlite3.Error as exc:  # the database itself: nothing stored; the batch comes back
             self._store_log.warning("journal sink: cannot write %s (%r); retrying the batch", self.store.path, exc)
             for msg in batch:
-                with contextlib.suppress(nats.errors.Error):
+                with contextlib.suppress(nats_errors.Error):
                     await msg.nak(delay=ACK_WAIT_S)
             return
         for row, reason in refused:
@@ -191,14 +193,14 @@ class JournalSink:
         self.stored += len(fresh)
         STORED.inc(len(fresh))
         for msg in batch:  # only now that the batch is stored
-            with contextlib.suppress(nats.errors.Error):  # not acknowledged: it comes back, and is a duplicate
+            with contextlib.suppress(nats_errors.Error):  # not acknowledged: it comes back, and is a duplicate
                 await msg.ack()
 
     def _receive(self, msg: Msg) -> Received | None:
         """The row for one message, or None (counted and logged) if it cannot be stored."""
         try:
             meta = msg.metadata
-        except (nats.errors.Error, ValueError, IndexError) as exc:
+        except (nats_errors.Error, ValueError, IndexError) as exc:
             self._reject("malformed", f"no stream metadata ({exc!r})", msg.subject)
             return None
         try:
@@ -236,7 +238,7 @@ def _stream_identity(info: StreamInfo) -> str:
 
 
 @asynccontextmanager
-async def service(ctx: UpContext) -> AsyncIterator[None]:
+async def service(ctx: ServiceContext) -> AsyncIterator[None]:
     """``hookbus up`` runs the sink for its workspace."""
     sink = JournalSink(ctx.bus, ctx.workspace)
     stop = asyncio.Event()

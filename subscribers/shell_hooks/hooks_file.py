@@ -19,13 +19,13 @@ from typing import Final
 from bus.core.errors import HookConfigError
 from bus.core.private_files import FILE_MODE
 from subscribers.shell_hooks.hooks_config import HooksConfig, parse_config
+from subscribers.shell_hooks.limits import DEFAULT_POLL_INTERVAL
 from subscribers.shell_hooks.metrics import CONFIG_ERRORS
 
 log = logging.getLogger("hookbus.hooks")
 
 HOOKS_FILE: Final = "hooks.json"
 #: Seconds between two looks at hooks.json.
-DEFAULT_POLL_INTERVAL: Final = 0.5
 
 Signature = tuple[int, int, int] | None
 

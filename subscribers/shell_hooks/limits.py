@@ -16,5 +16,7 @@ DEFAULT_MAX_PROCS: Final = 16
 DEFAULT_QUEUE_SIZE: Final = 1000
 #: Seconds between SIGTERM and SIGKILL on a timeout (PRX: 5 s).
 DEFAULT_KILL_GRACE: Final = 5.0
+#: How often hooks.json is checked for changes (seconds).
+DEFAULT_POLL_INTERVAL: Final = 0.5
 #: How long stopping a worker lets running hooks finish before killing their process groups.
 DEFAULT_DRAIN_TIMEOUT: Final = 5.0

@@ -4,28 +4,25 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING
 
+from bus.service import ServiceContext
 from subscribers.http_api.server import make_app, serve
 from subscribers.http_api.token import load_token
-from subscribers.shell_hooks.options import worker_kwargs
+from subscribers.shell_hooks.settings import ShellHooksSettings
 from subscribers.shell_hooks.worker import ShellWorker
-
-if TYPE_CHECKING:
-    from bus.cli.up import UpContext
 
 
 @asynccontextmanager
-async def shell_hooks(ctx: UpContext) -> AsyncIterator[None]:
+async def shell_hooks(ctx: ServiceContext, settings: ShellHooksSettings) -> AsyncIterator[None]:
     """Run the workspace's shell hooks, and the API that edits them, while the bus is up."""
-    worker = ShellWorker(ctx.bus, ctx.workspace, nats_url=ctx.nats_url, **worker_kwargs(ctx.args))
+    worker = ShellWorker(ctx.bus, ctx.workspace, settings.worker, nats_url=ctx.nats_url)
     await worker.start()
     try:
         hooks = worker.hooks.path
         ctx.lines.append(f"  hooks    {hooks} ({len(worker.config.entries)} hooks, queue group {worker.queue or '-'})")
         token, token_from = load_token(ctx.workspace)
         app = make_app(hooks, token, on_write=worker.reload)
-        async with serve(app, ctx.args.host, ctx.args.http_port) as url:
+        async with serve(app, settings.api_host, settings.api_port) as url:
             ctx.lines.append(f"  api      {url}/api/hooks (bearer token: {token_from})")
             yield
     finally:

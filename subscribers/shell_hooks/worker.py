@@ -27,14 +27,8 @@ from bus.core.visible import visible, visible_lines
 from bus.journal.entries import JournalEntry, record
 from subscribers.shell_hooks import metrics
 from subscribers.shell_hooks.hooks_config import HookEntry, HooksConfig
-from subscribers.shell_hooks.hooks_file import DEFAULT_POLL_INTERVAL, HOOKS_FILE, HooksFile
-from subscribers.shell_hooks.limits import (
-    DEFAULT_DRAIN_TIMEOUT,
-    DEFAULT_KILL_GRACE,
-    DEFAULT_MAX_PROCS,
-    DEFAULT_QUEUE,
-    DEFAULT_QUEUE_SIZE,
-)
+from subscribers.shell_hooks.hooks_file import HOOKS_FILE, HooksFile
+from subscribers.shell_hooks.settings import WorkerSettings
 from subscribers.shell_hooks.shell import HookResult, Outcome, ShellRunner
 
 log = logging.getLogger("hookbus.shell")
@@ -92,25 +86,21 @@ class ShellWorker:
         self,
         bus: Bus,
         workspace: Path,
+        settings: WorkerSettings | None = None,
         *,
         nats_url: str | None = None,
-        queue: str | None = DEFAULT_QUEUE,
-        max_procs: int = DEFAULT_MAX_PROCS,
-        queue_size: int = DEFAULT_QUEUE_SIZE,
-        kill_grace: float = DEFAULT_KILL_GRACE,
-        poll_interval: float = DEFAULT_POLL_INTERVAL,
-        drain_timeout: float = DEFAULT_DRAIN_TIMEOUT,
     ) -> None:
-        if max_procs < 1 or queue_size < 1:
-            raise ValueError(f"max_procs and queue_size must be at least 1 (got {max_procs}, {queue_size})")
+        settings = settings or WorkerSettings()
         self.bus = bus
-        self.queue = queue or None
-        self.max_procs = max_procs
-        self.drain_timeout = drain_timeout
-        self.runner = ShellRunner(workspace, nats_url=nats_url or ",".join(bus.servers), kill_grace=kill_grace)
-        self.hooks = HooksFile(workspace / HOOKS_FILE, self._on_config, poll_interval)
+        self.settings = settings
+        self.queue = settings.queue
+        self.max_procs = settings.max_procs
+        self.drain_timeout_s = settings.drain_timeout_s
+        nats_url = nats_url or ",".join(bus.servers)
+        self.runner = ShellRunner(workspace, nats_url=nats_url, kill_grace=settings.kill_grace_s)
+        self.hooks = HooksFile(workspace / HOOKS_FILE, self._on_config, settings.poll_interval_s)
         self.stats = WorkerStats()
-        self.queue_size = queue_size
+        self.queue_size = settings.queue_size
         self._lanes: dict[str, _Lane] = {}
         self._queued = 0
         self._active = 0
@@ -248,11 +238,14 @@ class ShellWorker:
         tasks = set(self._tasks)
         if not tasks:
             return
-        _, pending = await asyncio.wait(tasks, timeout=self.drain_timeout)
+        _, pending = await asyncio.wait(tasks, timeout=self.drain_timeout_s)
         if pending:
             killed = self.runner.kill_all()
             log.warning(
-                "%d hooks still running after %.1fs; killed %d process groups", len(pending), self.drain_timeout, killed
+                "%d hooks still running after %.1fs; killed %d process groups",
+                len(pending),
+                self.drain_timeout_s,
+                killed,
             )
             for task in pending:
                 task.cancel()

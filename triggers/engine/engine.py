@@ -19,15 +19,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-import nats.errors
 import orjson
-from nats.aio.msg import Msg
 from prometheus_client import Counter as PromCounter
 from prometheus_client import Gauge
 
 from bus.client import Bus, Subscription
 from bus.core.envelope import Event
 from bus.journal.entries import JournalEntry, now_timestamp, record
+from bus.transport.nats_api import Msg, nats_errors
 from bus.turns.server import TurnRequest
 from triggers.engine.config import TriggerSpec
 
@@ -240,7 +239,7 @@ class TriggerEngine:
 
     async def _on_status(self, msg: Msg) -> None:
         if msg.reply:
-            with contextlib.suppress(nats.errors.Error):
+            with contextlib.suppress(nats_errors.Error):
                 await self.bus.nc.publish(msg.reply, orjson.dumps({"triggers": self.status()}))
 
     async def stop(self) -> None:

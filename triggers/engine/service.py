@@ -5,19 +5,16 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING
 
 from bus.core.filewatch import WatchedFile
+from bus.service import ServiceContext
 from triggers.engine import config
 from triggers.engine.config import TriggerSpec
 from triggers.engine.engine import TriggerEngine
 
-if TYPE_CHECKING:
-    from bus.cli.up import UpContext
-
 
 @asynccontextmanager
-async def service(ctx: UpContext) -> AsyncIterator[None]:
+async def service(ctx: ServiceContext) -> AsyncIterator[None]:
     engine = await TriggerEngine(ctx.bus).start()
     path = ctx.workspace / config.FILE_NAME
     watched: WatchedFile[dict[str, TriggerSpec]] = WatchedFile(path, config.load, engine.apply, {})

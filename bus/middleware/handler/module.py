@@ -19,8 +19,9 @@ import logging
 import time
 from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, TypeVar, cast, get_type_hints
+from typing import Any, Final, TypeVar, cast, get_type_hints
 
+from bus.client import Bus
 from bus.core import depth as _depth
 from bus.core.decisions import Cancel, Continue, Decision, Patch
 from bus.core.declaration import DEFAULT_TIMEOUT, Declaration, declare
@@ -30,9 +31,7 @@ from bus.core.payloads import from_dict, is_typed, to_dict
 from bus.core.results import apply_patch
 from bus.core.subjects import TOKEN_RE
 from bus.middleware.faults import Outcome, fault_decision
-
-if TYPE_CHECKING:
-    from bus.client import Bus
+from bus.middleware.handler.serving import ModuleServer
 
 log = logging.getLogger("hookbus.module")
 
@@ -247,9 +246,6 @@ class Module:
         operator detaches it; ``detach_on_stop=True`` (a demo, a test) detaches
         it when this process stops cleanly.
         """
-        from bus.client import Bus
-        from bus.middleware.handler.serving import ModuleServer
-
         if bus is not None:
             await ModuleServer(self, bus, detach_on_stop=detach_on_stop).run(ready)
             return

@@ -8,24 +8,40 @@ import contextlib
 import functools
 import logging
 from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
-import nats.errors
 import orjson
-from nats.aio.msg import Msg
 
+from bus.core.declaration import Declaration
 from bus.core.depth import DEFAULT_MAX_DEPTH
 from bus.core.eager import run_eager
 from bus.core.errors import RegistryError
 from bus.middleware.guards import GUARDS_BUCKET, mark_stopped, put_records, remove_records
 from bus.middleware.registry import MODULES_BUCKET, announcement_of, open_bucket, request_subject
+from bus.transport.nats_api import Msg, nats_errors
+from bus.transport.port import Port
 from bus.transport.publisher import ordered_flush
 
-if TYPE_CHECKING:
-    from bus.client import Bus
-    from bus.middleware.handler.module import Module
-
 log = logging.getLogger("hookbus.module")
+
+
+class Served(Protocol):
+    """What a ModuleServer serves: a module's identity, its declarations and its request handler."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def heartbeat(self) -> float: ...
+
+    @property
+    def concurrency(self) -> int: ...
+
+    @property
+    def declarations(self) -> list[Declaration]: ...
+
+    async def handle(self, request: dict[str, Any], bus: Any = None) -> dict[str, Any]: ...
+
 
 #: How long a stopping module lets its in-flight handlers finish before cancelling them.
 STOP_GRACE: Final = 2.0
@@ -37,7 +53,7 @@ MAX_WAITING: Final = 10_000
 class ModuleServer:
     """Runs one Module on one Bus until cancelled."""
 
-    def __init__(self, module: Module, bus: Bus, *, detach_on_stop: bool = False) -> None:
+    def __init__(self, module: Served, bus: Port, *, detach_on_stop: bool = False) -> None:
         self.module = module
         self.bus = bus
         self.detach_on_stop = detach_on_stop
@@ -73,7 +89,7 @@ class ModuleServer:
         try:
             guards = await open_bucket(nc, GUARDS_BUCKET)
             await put_records(guards, self.module.declarations)
-        except (nats.errors.Error, RegistryError) as exc:
+        except (nats_errors.Error, RegistryError) as exc:
             log.warning("module %s: could not record its fail-closed handlers (%r)", self.module.name, exc)
             return None
         return guards
@@ -81,17 +97,17 @@ class ModuleServer:
     async def _beat(self, kv: Any, key: str) -> None:
         try:
             await kv.put(key, self.announcement.to_bytes())
-        except (nats.errors.Error, RegistryError) as exc:
+        except (nats_errors.Error, RegistryError) as exc:
             log.warning("module %s: heartbeat failed (%s); retrying", self.module.name, exc)
 
     async def _stop(self, sub: Any, kv: Any, key: str, guards: Any) -> None:
         if guards is not None:  # they stay in force (only an operator detaches them) unless told otherwise
             end = remove_records if self.detach_on_stop else mark_stopped
-            with contextlib.suppress(nats.errors.Error, asyncio.TimeoutError):
+            with contextlib.suppress(nats_errors.Error, asyncio.TimeoutError):
                 await asyncio.wait_for(end(guards, self.module.declarations), STOP_GRACE)
-        with contextlib.suppress(nats.errors.Error, asyncio.TimeoutError):
+        with contextlib.suppress(nats_errors.Error, asyncio.TimeoutError):
             await asyncio.wait_for(kv.delete(key), STOP_GRACE)
-        with contextlib.suppress(nats.errors.Error):
+        with contextlib.suppress(nats_errors.Error):
             await sub.unsubscribe()
         if self._tasks:
             _, pending = await asyncio.wait(set(self._tasks), timeout=STOP_GRACE)

@@ -20,7 +20,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import orjson
 
@@ -36,10 +36,8 @@ from bus.middleware.kernel.metrics import MIDDLEWARE
 from bus.middleware.kernel.view import Link, StageChain, View
 from bus.middleware.registry import LIVENESS_FACTOR
 from bus.middleware.trust import Managed
+from bus.transport.port import Port
 from bus.transport.requester import Aborted, NoResponders, Requester, RequestTimeout
-
-if TYPE_CHECKING:
-    from bus.client import Bus
 
 log = logging.getLogger("hookbus.middleware")
 
@@ -73,7 +71,7 @@ class MiddlewareOptions:
 class Interceptor:
     """The middleware chain runner of one Bus."""
 
-    def __init__(self, bus: Bus, *, managed: Managed, trust_new: bool, options: MiddlewareOptions) -> None:
+    def __init__(self, bus: Port, *, managed: Managed, trust_new: bool, options: MiddlewareOptions) -> None:
         self._bus = bus
         self._managed = managed
         self._trust_new = trust_new

@@ -25,11 +25,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-import nats.errors
-import nats.js.errors
-from nats.aio.client import Client
-from nats.js.kv import KeyValue
-
 from bus.core.declaration import Declaration
 from bus.core.errors import HookbusError
 from bus.core.stages import Stage
@@ -50,6 +45,7 @@ from bus.middleware.registry import (
     request_subject,
 )
 from bus.middleware.trust import Managed, TrustState, approved_identity, record, state_of, trust_key
+from bus.transport.nats_api import Client, KeyValue, js_errors, nats_errors
 
 log = logging.getLogger("hookbus.middleware")
 
@@ -262,9 +258,9 @@ class View:
         try:
             async with asyncio.timeout(CONFIRM_TIMEOUT):
                 entry = await self._modules_kv.get(key)
-        except nats.js.errors.KeyNotFoundError:
+        except js_errors.KeyNotFoundError:
             return False
-        except (nats.errors.Error, nats.js.errors.Error, TimeoutError, OSError):
+        except (nats_errors.Error, js_errors.Error, TimeoutError, OSError):
             return None
         revision, known = entry.revision or 0, self._revisions.get(key, 0)
         if revision < known:
@@ -464,7 +460,7 @@ class View:
     async def _approve_new(self, decl: Declaration) -> None:
         """trust_new: approve a never-seen handler (create fails if someone approved meanwhile)."""
         assert self._trust_kv is not None
-        with contextlib.suppress(nats.js.errors.KeyWrongLastSequenceError, nats.errors.Error):
+        with contextlib.suppress(js_errors.KeyWrongLastSequenceError, nats_errors.Error):
             await self._trust_kv.create(trust_key(decl), record(decl, "trust-new"))
             log.warning("trust_new: approved new handler %s on first sight", decl.qualname)
 

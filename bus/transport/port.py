@@ -1,0 +1,49 @@
+"""The seam between the bus façade and the components under it.
+
+:class:`Port` is what the middleware kernel, the handler side, the journal
+publisher and the turn server need of a connection: publish (checked or on
+the fast path), flush, fresh ids, the receive limits and the drop counters.
+``Bus`` implements it; the components take a Port, never ``Bus`` itself, so
+they sit below the façade and can be driven by any implementation of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from bus.core.stats import BusStats
+from bus.transport.nats_api import Client
+
+
+class Port(Protocol):
+    """A bus connection as the components under the façade see it."""
+
+    @property
+    def nc(self) -> Client:
+        """The nats-py client (KV buckets, JetStream, subscriptions), while connected."""
+        ...
+
+    @property
+    def max_bytes(self) -> int: ...
+
+    @property
+    def max_depth(self) -> int: ...
+
+    @property
+    def journal_origin(self) -> str | None: ...
+
+    @property
+    def stats(self) -> BusStats: ...
+
+    async def emit(
+        self, subject: str, payload: Mapping[str, Any] | None = None, session_id: str | None = None
+    ) -> bool: ...
+
+    async def push(self, subject: str, data: bytes, reply: str = "") -> None: ...
+
+    async def publish_raw(self, subject: str, data: bytes) -> None: ...
+
+    async def flush(self, timeout: float = 5.0) -> None: ...
+
+    def new_id(self) -> str: ...

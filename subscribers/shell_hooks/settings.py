@@ -1,0 +1,51 @@
+"""Typed settings of the shell-hook worker and its HTTP API, as ``hookbus up`` and ``hookbus worker`` build them.
+
+Light on purpose (no worker, no aiohttp): the command line builds these from
+its flags; the worker and the service take them, never the parsed flags.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from bus.core.errors import ConfigError
+from subscribers.shell_hooks.limits import (
+    DEFAULT_DRAIN_TIMEOUT,
+    DEFAULT_KILL_GRACE,
+    DEFAULT_MAX_PROCS,
+    DEFAULT_POLL_INTERVAL,
+    DEFAULT_QUEUE,
+    DEFAULT_QUEUE_SIZE,
+)
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """How a ShellWorker runs hooks: its queue group, process and queue bounds, grace and drain times.
+
+    ``queue`` None (or '') joins no queue group: every worker gets every event.
+    """
+
+    queue: str | None = DEFAULT_QUEUE
+    max_procs: int = DEFAULT_MAX_PROCS
+    queue_size: int = DEFAULT_QUEUE_SIZE
+    kill_grace_s: float = DEFAULT_KILL_GRACE
+    poll_interval_s: float = DEFAULT_POLL_INTERVAL
+    drain_timeout_s: float = DEFAULT_DRAIN_TIMEOUT
+
+    def __post_init__(self) -> None:
+        if self.max_procs < 1 or self.queue_size < 1:
+            raise ConfigError(f"max_procs and queue_size must be at least 1 (got {self.max_procs}, {self.queue_size})")
+        if self.kill_grace_s < 0:
+            raise ConfigError(f"kill_grace_s must not be negative (got {self.kill_grace_s})")
+        if not self.queue:
+            object.__setattr__(self, "queue", None)
+
+
+@dataclass(frozen=True)
+class ShellHooksSettings:
+    """The shell-hook service of ``hookbus up``: the worker, and where the hooks HTTP API listens."""
+
+    worker: WorkerSettings = field(default_factory=WorkerSettings)
+    api_host: str = "127.0.0.1"
+    api_port: int = 8477

@@ -1,0 +1,191 @@
+"""The shape of the code: imports run one way, never in a circle, and only the transport touches nats-py.
+
+The graph is built from the source with :mod:`ast`, counting every import:
+module level, inside functions and under ``TYPE_CHECKING`` alike, so a
+circle cannot hide behind a guard. Layers, top to bottom, are declared in
+``LAYERS``; a module may import its own layer or any layer below it.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("bus", "subscribers", "triggers")
+
+#: Layers from the top down: (name, module prefixes). The first matching prefix, longest first, wins.
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("cli", ("bus.cli",)),
+    ("workers", ("subscribers", "triggers")),
+    # The façade: Bus, Module (whose serve() opens a Bus), the service contract of ``hookbus up``, test helpers.
+    ("facade", ("bus", "bus.client", "bus.middleware.handler.module", "bus.service", "bus.testing")),
+    ("middleware sides", ("bus.middleware.kernel", "bus.middleware.handler")),
+    ("middleware shared, journal, turns", ("bus.middleware", "bus.journal", "bus.turns")),
+    ("transport", ("bus.transport",)),
+    ("core", ("bus.core",)),
+)
+#: Modules outside bus/transport that still import nats-py directly, each to move behind the transport.
+#: The test fails when one is added and when one listed here no longer does (so the list only shrinks).
+NATS_OUTSIDE_TRANSPORT: frozenset[str] = frozenset()
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            found[_module_name(path)] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _imports(name: str, path: Path) -> Iterator[str]:
+    """Every module ``name`` imports, anywhere in its file (relative imports resolved)."""
+    is_package = path.name == "__init__.py"
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = name.split(".") if is_package else name.split(".")[:-1]
+                parent = parent[: len(parent) - (node.level - 1)]
+                base = ".".join([*parent, base] if base else parent)
+            yield base
+            for alias in node.names:  # ``from bus.core import depth`` imports the module bus.core.depth
+                if f"{base}.{alias.name}" in MODULES:
+                    yield f"{base}.{alias.name}"
+
+
+def _graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for name, path in MODULES.items():
+        edges = {target for target in _imports(name, path) if target in MODULES and target != name}
+        # Importing a.b.c runs a/__init__ and a/b/__init__ first: count them only when they hold code.
+        graph[name] = edges
+    return graph
+
+
+def _layer(module: str) -> int:
+    best = (-1, len(LAYERS))
+    for rank, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            exact = prefix in ("bus",)
+            if (module == prefix if exact else module == prefix or module.startswith(prefix + ".")) and len(
+                prefix
+            ) > best[0]:
+                best = (len(prefix), rank)
+    assert best[0] >= 0, f"{module} is in no layer: add it to LAYERS"
+    return best[1]
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = 0
+
+    def visit(node: str) -> None:
+        nonlocal counter
+        index[node] = low[node] = counter
+        counter += 1
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph[node]):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_every_module_has_a_layer() -> None:
+    for name in MODULES:
+        _layer(name)
+
+
+def test_no_import_circle() -> None:
+    assert _cycles(_graph()) == []
+
+
+def test_no_upward_import() -> None:
+    upward = [
+        f"{source} ({LAYERS[_layer(source)][0]}) imports {target} ({LAYERS[_layer(target)][0]})"
+        for source, targets in _graph().items()
+        for target in sorted(targets)
+        if _layer(target) < _layer(source)
+    ]
+    assert upward == []
+
+
+def test_core_does_not_import_the_transport() -> None:
+    graph = _graph()
+    wrong = [
+        f"{s} imports {t}" for s in graph if s.startswith("bus.core") for t in graph[s] if t.startswith("bus.transport")
+    ]
+    assert wrong == []
+
+
+def test_only_the_transport_imports_nats() -> None:
+    importing = {
+        name
+        for name, path in MODULES.items()
+        if not name.startswith("bus.transport")
+        and any(target == "nats" or target.startswith("nats.") for target in _imports(name, path))
+    }
+    assert sorted(importing - NATS_OUTSIDE_TRANSPORT) == [], "import nats-py only in bus/transport"
+    assert sorted(NATS_OUTSIDE_TRANSPORT - importing) == [], "no longer imports nats: remove from the list"
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("import a.b\n", ["a.b"]),
+        ("def f():\n    from bus.core import errors\n", ["bus.core", "bus.core.errors"]),
+        (
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from bus.client import Bus\n",
+            ["typing", "bus.client"],
+        ),
+    ],
+)
+def test_the_scanner_sees_every_import(tmp_path: Path, source: str, expected: list[str]) -> None:
+    path = tmp_path / "probe.py"
+    path.write_text(source)
+    assert list(_imports("bus.probe", path)) == expected
+
+
+def test_the_checks_catch_a_circle_and_an_upward_import() -> None:
+    assert _cycles({"a": {"b"}, "b": {"a"}, "c": set()}) == [["a", "b"]]
+    assert _layer("bus.core.errors") > _layer("bus.client") > _layer("subscribers.sdk") > _layer("bus.cli.up")
+    assert _layer("bus.middleware.kernel.view") < _layer("bus.middleware.trust")
