@@ -12,7 +12,7 @@ import asyncio
 import json
 import subprocess
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -192,10 +192,8 @@ async def test_a_python_module_serves_the_js_kernel(nats_url: str) -> None:
     name = unique("py")
     stage, fault_stage = f"custom.{name}", f"custom.{name}.fault"
     node()
-    async with (
-        Bus(nats_url, name="operator") as operator,
-        serving(python_module(name, stage, fault_stage), nats_url, detach_on_stop=True),
-    ):
+    async with Bus(nats_url, name="operator") as operator, AsyncExitStack() as module_stack:
+        await module_stack.enter_async_context(serving(python_module(name, stage, fault_stage), nats_url))
         await approve(operator, f"{name}.first", f"{name}.second", f"{name}.boom")
         async with js_process("kernel.js", "--servers", nats_url) as (kernel, _):
             assert await kernel.ask("wait", stage=stage, handlers=[f"{name}.first", f"{name}.second"]) == [
@@ -217,3 +215,12 @@ async def test_a_python_module_serves_the_js_kernel(nats_url: str) -> None:
                 "handler": f"{name}.boom",
             }
             assert await kernel.ask("intercept", stage="custom.nobody", payload={}) == {"decision": "continue"}
+
+            # The module stops cleanly: its fail-closed handler's guard record keeps its stage cancelled.
+            await module_stack.aclose()
+            await kernel.ask("wait", stage=stage, handlers=[])
+            await kernel.ask("wait", stage=fault_stage, handlers=[])
+            held = await kernel.ask("intercept", stage=fault_stage, payload={})
+            assert held["decision"] == "cancel" and held["handler"] == f"{name}.boom"
+            assert held["reason"].startswith(f"{name}.boom is gone since "), held
+            assert await kernel.ask("intercept", stage=stage, payload={"name": "bad"}) == {"decision": "continue"}

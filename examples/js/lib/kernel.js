@@ -82,6 +82,7 @@ class Kernel {
     this.approved = new Map(); // qualname -> identity
     this.guards = new Map(); // key -> guard record
     this.chains = new Map();
+    this.goneAt = new Map(); // module -> Unix time its last instance was last heard of
     this.started = false;
     this.listeners = new Set();
   }
@@ -137,7 +138,7 @@ class Kernel {
 
   onModule(key, data, revision) {
     if (data === null) {
-      this.instances.delete(key);
+      this.forget(key, Date.now() / 1000);
       this.rebuild();
       return;
     }
@@ -147,8 +148,17 @@ class Kernel {
     const age = Math.min(Math.max(0, Date.now() / 1000 - ann.at), 300) * 1000;
     const seen = this.started || !ann.at ? now : now - age; // stored before the watch began: back-dated
     const known = this.instances.get(key);
-    this.instances.set(key, { ann, seen, revision: Math.max(revision, known ? known.revision : 0) });
+    const heard = this.started || !ann.at ? Date.now() / 1000 : ann.at;
+    this.instances.set(key, { ann, seen, heard, revision: Math.max(revision, known ? known.revision : 0) });
     if (!known || known.ann.sameAs !== ann.sameAs) this.rebuild();
+  }
+
+  forget(key, heard) {
+    const found = this.instances.get(key);
+    if (!found) return;
+    this.instances.delete(key);
+    const module = found.ann.module;
+    if (!Array.from(this.instances.values()).some((i) => i.ann.module === module)) this.goneAt.set(module, heard);
   }
 
   refreshSeen() {
@@ -162,7 +172,7 @@ class Kernel {
   }
 
   dropSilent(rebuild = true) {
-    for (const key of this.silent()) this.instances.delete(key);
+    for (const key of this.silent()) this.forget(key, this.instances.get(key).heard);
     if (rebuild) this.rebuild();
   }
 
@@ -176,7 +186,7 @@ class Kernel {
       const known = this.instances.get(key);
       if (!known) continue;
       if (entry === null || entry.operation !== 'PUT' || entry.revision === known.revision) {
-        this.instances.delete(key);
+        this.forget(key, known.heard);
         dropped = true;
       } else if (entry.revision > known.revision) this.onModule(key, entry.value, entry.revision);
     }
@@ -230,7 +240,7 @@ class Kernel {
         if (attached) {
           const hold = link(attached.decl, null, 'trusted');
           if (others.length) [hold.hold, hold.outcome] = [`${qualname} changed, waiting for approval`, 'changed'];
-          else [hold.hold, hold.outcome] = [`${qualname} is gone`, 'absent'];
+          else [hold.hold, hold.outcome] = [`${qualname} is ${this.goneText(attached)}`, 'absent'];
           part(attached.decl.stage).holds.push(hold);
         }
       }
@@ -254,6 +264,12 @@ class Kernel {
       }
     }
     for (const listener of this.listeners) listener();
+  }
+
+  goneText(rec) {
+    const known = [this.goneAt.get(rec.decl.module), rec.stoppedAt].filter((t) => typeof t === 'number' && t);
+    if (!known.length) return `gone (it last started at ${clock(rec.at)})`;
+    return `gone since ${clock(Math.max(...known))}`;
   }
 
   // Runnable handlers of `stage`, in chain order.
@@ -396,6 +412,12 @@ function named(stage, decision, l) {
   if (decision.decision === 'cancel') return { decision: 'cancel', reason: decision.reason, handler: l.qualname };
   if (decision.decision === 'patch') return { decision: 'patch', payload: wire.applyPatch(stage, decision.payload, l.qualname) };
   return { decision: 'continue' };
+}
+
+// HH:MM:SS in local time.
+function clock(unix) {
+  const t = new Date(unix * 1000);
+  return [t.getHours(), t.getMinutes(), t.getSeconds()].map((n) => String(n).padStart(2, '0')).join(':');
 }
 
 function bounded(value) {
