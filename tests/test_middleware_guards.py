@@ -124,7 +124,9 @@ async def test_detach_is_refused_while_the_guard_is_alive(nats_url: str) -> None
 async def test_a_changed_guard_old_version_answers_then_cancels_until_approved(nats_url: str) -> None:
     name, stage = unique("ver"), f"custom.{unique('v')}"
     qualname = f"{name}.no_rm"
-    flags = ("--behaviour", "guard", "--fail-closed", "--handler", "no_rm", "--heartbeat", str(HEARTBEAT))
+    # A slower beat than the kill tests: v1 must stay alive through v2's arrival even on a loaded machine
+    # (a module starved of CPU for a whole short window is rightly taken as gone, and then the stage holds).
+    flags = ("--behaviour", "guard", "--fail-closed", "--handler", "no_rm", "--heartbeat", "1.0")
     async with Bus(nats_url, name="strict-agent") as kernel:
         view = await kernel.middleware.start()
         with module_process(nats_url, name, stage, *flags) as v1:
@@ -135,8 +137,8 @@ async def test_a_changed_guard_old_version_answers_then_cancels_until_approved(n
                 await view.wait_until(lambda: bool(view.chains[stage].waiting), 10)  # v2: modified
                 # v1 alive while v2 waits: every call goes to v1 only (a rolling deploy never mixes them).
                 decisions = await asyncio.gather(*(kernel.intercept(stage, LS) for _ in range(30)))
+                assert all(isinstance(d, Patch) for d in decisions), decisions
                 assert {d.payload["served_by"] for d in decisions if isinstance(d, Patch)} == {v1.pid}
-                assert all(isinstance(d, Patch) for d in decisions)
                 v1.send_signal(signal.SIGTERM)
                 await asyncio.to_thread(v1.wait, 10)
                 await view.wait_until(lambda: bool(held(view, stage)), 10)
