@@ -1,6 +1,6 @@
 """hookbus: an event bus and middleware bus for AI-agent lifecycle hooks, on NATS."""
 
-from bus.client import Bus, BusState, Handler, Subscription
+from bus.client import Bus, BusState, EventHandler, Handler, Subscription
 from bus.core.catalog import EventSpec
 from bus.core.decisions import Cancel, Continue, Decision, Patch
 from bus.core.envelope import Event, EventDict
@@ -48,6 +48,7 @@ __all__ = [
     "EnvelopeError",
     "Event",
     "EventDict",
+    "EventHandler",
     "EventSpec",
     "Handler",
     "HookbusError",

@@ -26,7 +26,7 @@ from bus.core.errors import BusClosedError, ConfigError, EnvelopeError, SubjectE
 from bus.core.ratelog import RateLimitedLog
 from bus.core.stats import COLLECTOR, BusStats
 from bus.core.subjects import INTERNAL_PREFIXES, TOKEN_RE, hides_internal, normalise_pattern
-from bus.journal.entries import JournalEntry, record
+from bus.journal.entries import JournalEntry, publish_entry
 from bus.middleware.kernel.intercept import Interceptor, MiddlewareOptions
 from bus.middleware.trust import Managed
 from bus.transport.connection import Credentials, auth_options, open_connection, resolve_servers, with_private_inbox
@@ -40,8 +40,11 @@ _current_depth = _depth.current_depth
 _set_depth = _depth._current.set
 _reset_depth = _depth._current.reset
 
-#: An event handler: called with each decoded event; may be sync or async.
-Handler = Callable[[Event], Awaitable[None] | None]
+#: An event handler: called with each decoded event; may be sync or async. One of the handler family:
+#: EventHandler (events), StageHandler (middleware stages), TurnHandler (agent turns).
+EventHandler = Callable[[Event], Awaitable[None] | None]
+#: The older name of EventHandler, kept for code that imports it.
+Handler = EventHandler
 
 #: Handlers of one subscription running at once, unless the caller says otherwise.
 DEFAULT_CONCURRENCY: Final = 64
@@ -71,7 +74,7 @@ class Subscription:
     internal subjects (:data:`bus.core.subjects.INTERNAL_PREFIXES`) without counting them.
     """
 
-    def __init__(self, bus: Bus, pattern: str, queue: str | None, handler: Handler, concurrency: int) -> None:
+    def __init__(self, bus: Bus, pattern: str, queue: str | None, handler: EventHandler, concurrency: int) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, not {concurrency}")
         self.bus = bus
@@ -153,7 +156,7 @@ class Subscription:
             depth=event.depth if event is not None else 0,
             trace_id=event.id if event is not None else None,
         )
-        task = asyncio.get_running_loop().create_task(record(self.bus, entry))
+        task = asyncio.get_running_loop().create_task(publish_entry(self.bus, entry))
         self.bus._background.add(task)
         task.add_done_callback(self.bus._background.discard)
 
@@ -418,7 +421,7 @@ class Bus:
     async def subscribe(
         self,
         pattern: str,
-        handler: Handler,
+        handler: EventHandler,
         queue: str | None = None,
         *,
         concurrency: int = DEFAULT_CONCURRENCY,

@@ -1,5 +1,5 @@
 """Subscriber workers: shell hooks from hooks.json, Python subscribers, the hooks HTTP API."""
 
-from subscribers.sdk import EventHandler, Subscriber
+from subscribers.sdk import Subscriber, SubscriberHandler
 
-__all__ = ["EventHandler", "Subscriber"]
+__all__ = ["Subscriber", "SubscriberHandler"]

@@ -32,8 +32,8 @@ from bus.client import DEFAULT_CONCURRENCY, Bus, Subscription
 from bus.core.envelope import Event
 from bus.core.subjects import normalise_pattern
 
-#: A Python subscriber's handler: the event, and the bus to emit on.
-EventHandler = Callable[[Event, Bus], Awaitable[None]]
+#: A Subscriber's handler: like an EventHandler, also given the Bus (to emit, intercept, request turns).
+SubscriberHandler = Callable[[Event, Bus], Awaitable[None]]
 
 DEFAULT_DRAIN_TIMEOUT: Final = 5.0
 
@@ -43,7 +43,7 @@ class Route:
     """One handler and the pattern it listens to."""
 
     pattern: str
-    handler: EventHandler
+    handler: SubscriberHandler
 
 
 class Subscriber:
@@ -66,11 +66,11 @@ class Subscriber:
         self.routes: list[Route] = []
         self._subs: list[Subscription] = []
 
-    def on(self, pattern: str) -> Callable[[EventHandler], EventHandler]:
+    def on(self, pattern: str) -> Callable[[SubscriberHandler], SubscriberHandler]:
         """Decorate an async ``handler(event, bus)`` to run for events matching ``pattern``."""
         normalise_pattern(pattern)  # a bad pattern fails at import time, not at start
 
-        def decorate(handler: EventHandler) -> EventHandler:
+        def decorate(handler: SubscriberHandler) -> SubscriberHandler:
             if not asyncio.iscoroutinefunction(handler):
                 raise TypeError(f"{handler!r} must be an async function")
             self.routes.append(Route(pattern, handler))
@@ -102,7 +102,7 @@ class Subscriber:
                     await asyncio.shield(self.stop())
 
 
-def _bind(handler: EventHandler, bus: Bus) -> Callable[[Event], Awaitable[None]]:
+def _bind(handler: SubscriberHandler, bus: Bus) -> Callable[[Event], Awaitable[None]]:
     async def call(event: Event) -> None:
         await handler(event, bus)
 

@@ -9,6 +9,7 @@ circle cannot hide behind a guard. Layers, top to bottom, are declared in
 from __future__ import annotations
 
 import ast
+import importlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -189,3 +190,22 @@ def test_the_checks_catch_a_circle_and_an_upward_import() -> None:
     assert _cycles({"a": {"b"}, "b": {"a"}, "c": set()}) == [["a", "b"]]
     assert _layer("bus.core.errors") > _layer("bus.client") > _layer("subscribers.sdk") > _layer("bus.cli.up")
     assert _layer("bus.middleware.kernel.view") < _layer("bus.middleware.trust")
+
+
+def test_exceptions_form_one_tree_in_core_errors() -> None:
+    """Every public exception is declared in bus/core/errors.py and derives from HookbusError."""
+    from bus.core.errors import HookbusError
+
+    wrong = []
+    for name in MODULES:
+        if name.endswith("__main__"):
+            continue
+        module = importlib.import_module(name)
+        for attr, value in vars(module).items():
+            if not (isinstance(value, type) and issubclass(value, BaseException)) or value.__module__ != name:
+                continue
+            if not issubclass(value, HookbusError):
+                wrong.append(f"{name}.{attr} does not derive from HookbusError")
+            elif name != "bus.core.errors" and not attr.startswith("_"):
+                wrong.append(f"{name}.{attr} is declared outside bus/core/errors.py")
+    assert wrong == []

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from bus import Bus, Cancel, Continue, Module, Stage
-from bus.journal.entries import STREAM, JournalEntry, ensure_stream, record
+from bus.journal.entries import STREAM, JournalEntry, ensure_stream, publish_entry
 from bus.testing import EventRecorder, NatsCluster, serving, wait_for_chain
 from subscribers.journal.sink import JournalSink
 from subscribers.journal.store import DB_NAME, JournalStore
@@ -49,7 +49,7 @@ async def test_events_and_journal_flow_across_nodes(cluster: NatsCluster, worksp
         task = asyncio.create_task(sink.run(stop))
         try:
             for i in range(20):
-                await record(
+                await publish_entry(
                     agent,
                     JournalEntry(
                         kind="shell_hook", point="prx.lifecycle.tool_call", phase="run", who=f"h{i}", decision="ok"

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from bus import EnvelopeError
 from bus.core.depth import DEFAULT_MAX_DEPTH
 from bus.core.envelope import Encoder, decode
-from bus.journal.entries import JournalEntry, JournalError, decode_entry
+from bus.core.errors import JournalError
+from bus.journal.entries import JournalEntry, decode_entry
 
 json_values = st.recursive(
     st.none()

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from bus import Bus, Continue, Module, Stage
-from bus.journal.entries import JournalEntry, record
+from bus.journal.entries import JournalEntry, publish_entry
 from bus.middleware.registry import MODULES_BUCKET
 from bus.testing import EventRecorder, serving, wait_for_chain
 from bus.turns.server import TurnRequest
@@ -47,7 +47,7 @@ async def plumbing(kernel: Bus) -> None:
     for _ in range(3):  # requests to hookbus.mw.<module>, replies on the kernel's inbox
         assert await kernel.intercept(Stage.TOOL_CALL, {"name": "shell", "input": {"command": "ls"}}) == Continue()
     entry = JournalEntry(kind="subscriber", point="eva.custom.x", phase="handle", who="test", decision="failed")
-    assert await record(kernel, entry)
+    assert await publish_entry(kernel, entry)
     await kernel.request_turn(TurnRequest(agent=unique("agent"), prompt="hello"))
     await kernel.nc.jetstream().account_info()  # $JS.API
     kv = await kernel.nc.jetstream().key_value(MODULES_BUCKET)  # $KV

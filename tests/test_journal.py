@@ -12,7 +12,8 @@ import orjson
 import pytest
 
 from bus import Bus, NatsServer
-from bus.journal.entries import STREAM, JournalEntry, JournalError, decode_entry, ensure_stream, record
+from bus.core.errors import JournalError
+from bus.journal.entries import STREAM, JournalEntry, decode_entry, ensure_stream, publish_entry
 from subscribers.journal.sink import JournalSink, durable_for
 from subscribers.journal.store import DB_NAME, JournalStore, JsonlWriter, Query, Received
 
@@ -78,9 +79,9 @@ async def test_sink_stores_entries_from_the_bus(bus: Bus, workspace: Path) -> No
     stop = asyncio.Event()
     task = asyncio.create_task(sink.run(stop))
     try:
-        await record(bus, entry(who="a", decision="continue"))
+        await publish_entry(bus, entry(who="a", decision="continue"))
         await bus.publish_raw("hookbus.journal.middleware", b"not an entry")
-        await record(
+        await publish_entry(
             bus, entry(kind="shell_hook", point="prx.lifecycle.tool_call", phase="run", who="audit.sh", decision="ok")
         )
         await wait_count(workspace / DB_NAME, 2)
@@ -117,7 +118,7 @@ async def _kill_and_restart_sink(bus: Bus, nats_url: str, workspace: Path) -> No
         for i in range(10_000):
             e = entry(who=f"h{i % 7}", session=f"s{i}")
             ids.append(e.id)
-            await record(bus, e)
+            await publish_entry(bus, e)
             if i == 3_000:
                 await bus.flush()
                 await wait_count(workspace / DB_NAME, 1)
@@ -233,7 +234,7 @@ async def test_sinks_of_two_workspaces_each_store_every_entry(own_server: NatsSe
         tasks = [asyncio.create_task(sink.run(stop)) for sink in sinks]
         try:
             for i in range(50):
-                await record(bus, entry(who=f"h{i}"))
+                await publish_entry(bus, entry(who=f"h{i}"))
             for sink in sinks:
                 await wait_count(sink.store.path, 50)
         finally:

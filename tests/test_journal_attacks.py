@@ -25,7 +25,8 @@ from hypothesis import strategies as st
 from prometheus_client import REGISTRY
 
 from bus import Bus, NatsServer
-from bus.journal.entries import CAUSE_CAP, STREAM, TEXT_CAP, JournalEntry, JournalError, decode_checked, ensure_stream
+from bus.core.errors import JournalError
+from bus.journal.entries import CAUSE_CAP, STREAM, TEXT_CAP, JournalEntry, decode_checked, ensure_stream
 from bus.testing import free_port
 from subscribers.journal.sink import JournalSink
 from subscribers.journal.store import DB_NAME, JournalStore, Query, Received

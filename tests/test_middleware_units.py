@@ -10,7 +10,8 @@ import pytest
 from bus import Cancel, Continue, DecisionError, Module, Patch, ToolResult
 from bus.core.decisions import from_wire
 from bus.core.declaration import declare
-from bus.middleware.kernel.chain import BrokenChain, order
+from bus.core.errors import BrokenChain
+from bus.middleware.kernel.chain import order
 from bus.middleware.kernel.drain import Drain
 
 

@@ -15,7 +15,7 @@ from bus.cli.middleware import add_options, open_view
 from bus.core.errors import MiddlewareError
 from bus.core.stages import phase
 from bus.core.subjects import MODULE_DETACHED
-from bus.journal.entries import JournalEntry, record
+from bus.journal.entries import JournalEntry, publish_entry
 from bus.middleware.guards import designates, detach
 
 
@@ -51,7 +51,7 @@ async def run(args: argparse.Namespace) -> int:
             cause = f"detached by {by}"
             entry = JournalEntry("middleware", decl.stage, phase(decl.stage), decl.qualname, "detached", cause)
             entry.identity = rec.identity
-            await record(bus, entry)
+            await publish_entry(bus, entry)
             print(f"detached {decl.qualname} (stage {decl.stage}, identity {rec.identity[:12]})")
         for module in sorted({rec.decl.module for rec in done}):
             handlers = sorted(rec.decl.qualname for rec in done if rec.decl.module == module)

@@ -41,7 +41,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 async def run(args: argparse.Namespace) -> int:
     from bus.core.subjects import subject_for
     from subscribers.shell_hooks.hook_test import describe, make_event, run_matching
-    from subscribers.shell_hooks.shell import Outcome, ShellRunner
+    from subscribers.shell_hooks.shell import HookOutcome, ShellRunner
 
     payload = read_json_object(args.payload if args.payload is not None else "{}", "the payload")
     event = make_event(subject_for(args.event), payload, args.session)
@@ -54,6 +54,6 @@ async def run(args: argparse.Namespace) -> int:
         return 0
     for entry, result in ran:
         print(describe(entry, result))
-    bad = sum(result.outcome is not Outcome.OK for _, result in ran)
+    bad = sum(result.outcome is not HookOutcome.OK for _, result in ran)
     print(f"{len(ran)} hooks run for {event.subject}: {len(ran) - bad} ok, {bad} not ok")
     return 1 if bad else 0

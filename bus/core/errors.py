@@ -162,3 +162,71 @@ class DecisionError(MiddlewareError):
 
 class RegistryError(MiddlewareError):
     """The handler registry or trust store (JetStream KV) cannot be used."""
+
+
+class TransportError(HookbusError):
+    """A request over the transport got no answer it could use."""
+
+
+class JournalError(HookbusError):
+    """Bytes on a journal subject are not a valid entry; ``reason`` is the metric label of why."""
+
+    reason: str = "invalid"
+
+
+class TurnRequestError(HookbusError):
+    """Bytes on a turn subject are not a valid turn request."""
+
+
+class BrokenChain(MiddlewareError):
+    """The stage's declarations cannot be ordered."""
+
+    def __init__(self, stage: str, reason: str) -> None:
+        self.stage = stage
+        self.reason = reason
+        super().__init__(f"chain of {stage!r} is broken: {reason}")
+
+
+class ForeignAnnouncement(MiddlewareError, ValueError):
+    """A registry entry that claims another module's name: an impersonation attempt, not a typo."""
+
+
+class NoResponders(TransportError):
+    """Nobody subscribes to the subject: the module is not running."""
+
+
+class RequestTimeout(TransportError):
+    """No reply within the timeout."""
+
+
+class Aborted(TransportError):
+    """The requester was closed while the request was pending."""
+
+
+class HookNotFound(HookbusError, LookupError):
+    """No hook has this id."""
+
+    def __init__(self, hook_id: str) -> None:
+        self.hook_id = hook_id
+        super().__init__(f"no hook with id {hook_id!r}")
+
+
+class LLMError(HookbusError):
+    """The model could not be asked, or answered something that is not a chat completion."""
+
+    def __init__(self, message: str, *, status: int | None = None, transient: bool = False) -> None:
+        super().__init__(message)
+        self.status = status
+        self.transient = transient
+
+
+class TurnFailed(HookbusError):
+    """A turn could not finish; the reason is what eva.turn.failed reports."""
+
+
+class HookTurnError(HookbusError):
+    """The model did not give a decision (no single hook_* call, or a malformed one)."""
+
+
+class PatternError(HookbusError, ValueError):
+    """RE2 cannot take the pattern; the message says why."""

@@ -24,7 +24,7 @@ import orjson
 
 from bus.core.eager import run_eager
 from bus.core.envelope import Encoder, format_timestamp
-from bus.core.errors import BusClosedError, HookbusError
+from bus.core.errors import BusClosedError, JournalError
 from bus.core.jsonobject import json_object
 from bus.transport.connection import jetstream_replicas
 from bus.transport.nats_api import RetentionPolicy, StorageType, StreamConfig, StreamInfo, js_errors, nats_errors
@@ -42,12 +42,6 @@ STREAM_MAX_BYTES: Final = 1024 * 1024 * 1024
 
 _ids = Encoder()  # only for its unique-id generator
 PROCESS: Final = f"{socket.gethostname()}:{os.getpid()}"
-
-
-class JournalError(HookbusError):
-    """Bytes on a journal subject are not a valid entry; ``reason`` is the metric label of why."""
-
-    reason: str = "invalid"
 
 
 class _MalformedEntry(JournalError):
@@ -131,7 +125,7 @@ def canonical_time(text: str) -> str:
     return format_timestamp(int(moment.timestamp() * 1000))
 
 
-async def record(bus: Port, entry: JournalEntry) -> bool:
+async def publish_entry(bus: Port, entry: JournalEntry) -> bool:
     """Publish ``entry`` (fire-and-forget, like emit); False if it could not be sent."""
     try:
         await bus.publish_raw(entry.subject(bus.journal_origin), entry.encode())
@@ -141,7 +135,7 @@ async def record(bus: Port, entry: JournalEntry) -> bool:
     return True
 
 
-class JournalSink:
+class JournalPublisher:
     """Publishes entries off the caller's path: each waits up to ``window`` seconds for company.
 
     For hot paths (middleware records a reaction per handler per call):

@@ -34,7 +34,7 @@ from typing import Any, Final, Protocol
 import orjson
 
 from bus.core.declaration import Declaration, from_wire
-from bus.core.errors import RegistryError
+from bus.core.errors import ForeignAnnouncement, RegistryError
 from bus.core.subjects import module_subject
 from bus.middleware.guards import GUARDS_BUCKET
 from bus.transport.connection import jetstream_replicas
@@ -112,10 +112,6 @@ class Announcement:
                 "at": time.time(),
             }
         )
-
-
-class ForeignAnnouncement(ValueError):
-    """A registry entry that claims another module's name: an impersonation attempt, not a typo."""
 
 
 def parse_announcement(data: bytes, key: str | None = None) -> Announcement:

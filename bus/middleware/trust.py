@@ -46,7 +46,7 @@ def trust_key(decl: Declaration) -> str:
     return decl.qualname
 
 
-def record(decl: Declaration, how: str) -> bytes:
+def trust_record(decl: Declaration, how: str) -> bytes:
     """The trust store value approving ``decl`` as it is declared now."""
     return orjson.dumps(
         {

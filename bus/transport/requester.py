@@ -18,23 +18,13 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.nuid import NUID
 
+from bus.core.errors import Aborted, NoResponders, RequestTimeout
+
 #: Publishes (subject, data, reply inbox): the Bus's fast path.
 Publish = Callable[[str, bytes, str], Awaitable[None]]
 
 _STATUS: Final = "Status"
 _NO_RESPONDERS: Final = "503"
-
-
-class NoResponders(Exception):
-    """Nobody subscribes to the subject: the module is not running."""
-
-
-class RequestTimeout(Exception):
-    """No reply within the timeout."""
-
-
-class Aborted(Exception):
-    """The requester was closed while the request was pending."""
 
 
 class Requester:

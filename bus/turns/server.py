@@ -21,7 +21,7 @@ import orjson
 from bus.core import depth as _depth
 from bus.core.depth import depth_problem
 from bus.core.envelope import Encoder, format_timestamp
-from bus.core.errors import HookbusError
+from bus.core.errors import TurnRequestError
 from bus.core.jsonobject import json_object
 from bus.core.ratelog import RateLimitedLog
 from bus.core.subjects import TOKEN_RE
@@ -32,10 +32,6 @@ log = logging.getLogger("hookbus.turns")
 
 SUBJECT_PREFIX: Final = "hookbus.turn"
 _ids = Encoder()
-
-
-class TurnRequestError(HookbusError):
-    """Bytes on a turn subject are not a valid turn request."""
 
 
 @dataclass(slots=True)

@@ -25,10 +25,10 @@ from typing import Any, Final
 import orjson
 from aiohttp import web
 
-from bus.core.errors import ConfigError, HookConfigError
+from bus.core.errors import ConfigError, HookConfigError, HookNotFound
 from subscribers.http_api.token import token_matches
 from subscribers.shell_hooks import metrics
-from subscribers.shell_hooks.hooks_store import HookNotFound, HooksStore
+from subscribers.shell_hooks.hooks_store import HooksStore
 
 log = logging.getLogger("hookbus.api")
 

@@ -28,13 +28,13 @@ from typing import Any, Final
 from prometheus_client import Counter
 
 from bus.client import Bus
+from bus.core.errors import JournalError
 from bus.core.ratelog import RateLimitedLog
 from bus.core.stats import PREFIX
 from bus.journal.entries import (
     STREAM,
     SUBJECT_PREFIX,
     TEXT_CAP,
-    JournalError,
     decode_checked,
     ensure_stream,
     subject_origin,

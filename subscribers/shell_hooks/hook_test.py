@@ -17,7 +17,7 @@ from bus.core.envelope import Encoder, Event, decode
 from bus.core.visible import visible_lines
 from subscribers.shell_hooks.hooks_config import HookEntry
 from subscribers.shell_hooks.hooks_file import HOOKS_FILE, load
-from subscribers.shell_hooks.shell import HookResult, Outcome, ShellRunner
+from subscribers.shell_hooks.shell import HookOutcome, HookResult, ShellRunner
 
 
 def make_event(subject: str, payload: Mapping[str, Any], session_id: str | None) -> Event:
@@ -36,7 +36,7 @@ async def run_matching(workspace: Path, event: Event, runner: ShellRunner) -> li
 def describe(entry: HookEntry, result: HookResult) -> str:
     """A human report of one run: outcome line, then the output indented."""
     head = f"hook {result.hook_id} ({result.event}) {entry.action.command}: {result.outcome.value}"
-    if result.outcome is Outcome.REFUSED:
+    if result.outcome is HookOutcome.REFUSED:
         return f"{head}: {result.reason}"
     if result.exit_code is not None:
         head += f", exit {result.exit_code}"

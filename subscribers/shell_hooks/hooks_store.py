@@ -16,20 +16,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from bus.core.errors import HookbusError
+from bus.core.errors import HookNotFound
 from bus.core.filelock import locked
 from subscribers.shell_hooks.hooks_config import HookEntry, HooksConfig, now_stamp, parse_api_hook
 from subscribers.shell_hooks.hooks_file import load, write_atomic
 
 T = TypeVar("T")
-
-
-class HookNotFound(HookbusError, LookupError):
-    """No hook has this id."""
-
-    def __init__(self, hook_id: str) -> None:
-        self.hook_id = hook_id
-        super().__init__(f"no hook with id {hook_id!r}")
 
 
 class HooksStore:

@@ -12,7 +12,7 @@ from typing import Any, Final
 from prometheus_client import Counter, Gauge, Histogram
 
 from bus.core.stats import PREFIX
-from subscribers.shell_hooks.shell import HookResult, Outcome
+from subscribers.shell_hooks.shell import HookOutcome, HookResult
 
 _NS: Final = f"{PREFIX}_shell"
 _LABELS: Final = ("hook", "event")
@@ -64,28 +64,28 @@ def _remember(result: HookResult) -> None:
     stats = SNAPSHOT.get(key)
     if stats is None:
         stats = SNAPSHOT[key] = HookPointStats(*key)
-    if result.outcome is Outcome.REFUSED:
+    if result.outcome is HookOutcome.REFUSED:
         stats.refusals += 1
     else:
         stats.calls += 1
         stats.total_ms += result.duration * 1000
-        stats.timeouts += result.outcome is Outcome.TIMEOUT
-        stats.failures += result.outcome is Outcome.FAILED
-    if result.outcome is not Outcome.OK:
+        stats.timeouts += result.outcome is HookOutcome.TIMEOUT
+        stats.failures += result.outcome is HookOutcome.FAILED
+    if result.outcome is not HookOutcome.OK:
         stats.last_error = result.reason
 
 
-def record(result: HookResult) -> None:
+def count_result(result: HookResult) -> None:
     """Count one hook run."""
     _remember(result)
     labels = (result.hook_id, result.event)
-    if result.outcome is Outcome.REFUSED:
+    if result.outcome is HookOutcome.REFUSED:
         REFUSALS.labels(*labels).inc()
         return
     if result.exit_code is not None:
         RUNS.labels(*labels).inc()
         DURATION.labels(*labels).observe(result.duration)
-    if result.outcome is Outcome.TIMEOUT:
+    if result.outcome is HookOutcome.TIMEOUT:
         TIMEOUTS.labels(*labels).inc()
-    elif result.outcome is Outcome.FAILED:
+    elif result.outcome is HookOutcome.FAILED:
         FAILURES.labels(*labels).inc()

@@ -51,7 +51,7 @@ _OUTPUT_LINGER: Final = 0.5
 _ABANDONED: Final = b"\n[output cut short: a background process of the hook kept the pipe open]"
 
 
-class Outcome(enum.Enum):
+class HookOutcome(enum.Enum):
     """How a hook run ended."""
 
     OK = "ok"
@@ -66,7 +66,7 @@ class HookResult:
 
     hook_id: str
     event: str
-    outcome: Outcome
+    outcome: HookOutcome
     exit_code: int | None = None
     duration: float = 0.0
     output: bytes = b""
@@ -115,10 +115,10 @@ class ShellRunner:
     async def run(self, entry: HookEntry, event: Event) -> HookResult:
         """Run ``entry`` for ``event``; never raises for the hook's own trouble."""
         if entry.refused is not None:
-            return HookResult(entry.id, entry.event, Outcome.REFUSED, reason=entry.refused)
+            return HookResult(entry.id, entry.event, HookOutcome.REFUSED, reason=entry.refused)
         cwd, problem = resolve_cwd(entry.action.cwd, self.workspace)
         if cwd is None:
-            return HookResult(entry.id, entry.event, Outcome.REFUSED, reason=problem)
+            return HookResult(entry.id, entry.event, HookOutcome.REFUSED, reason=problem)
         fd, payload_file = tempfile.mkstemp(prefix="hookbus-hook-", suffix=".json")
         try:
             try:
@@ -136,7 +136,7 @@ class ShellRunner:
         env = self.environment(entry, event, payload_file)
         refused = nul_problem([command, *action.args, str(cwd)], env)
         if refused is not None:
-            return HookResult(entry.id, entry.event, Outcome.REFUSED, reason=f"event refused: {refused}")
+            return HookResult(entry.id, entry.event, HookOutcome.REFUSED, reason=f"event refused: {refused}")
         started = time.monotonic()
         try:
             proc = spawn(
@@ -148,7 +148,9 @@ class ShellRunner:
             )
         except (OSError, ValueError) as exc:  # ValueError: what execve cannot take (checked above; a backstop)
             reason = f"cannot start {command!r}: {getattr(exc, 'strerror', None) or exc}"
-            return HookResult(entry.id, entry.event, Outcome.FAILED, duration=time.monotonic() - started, reason=reason)
+            return HookResult(
+                entry.id, entry.event, HookOutcome.FAILED, duration=time.monotonic() - started, reason=reason
+            )
         self.running.add(proc.pid)
         try:
             return await self._supervise(entry, proc, started)
@@ -171,11 +173,11 @@ class ShellRunner:
         output = bytes(proc.output) if complete else bytes(proc.output) + _ABANDONED
         reason: str | None
         if deadline.expired:
-            outcome = Outcome.TIMEOUT
+            outcome = HookOutcome.TIMEOUT
             escalated = "; SIGKILL after grace" if deadline.killed else ""
             reason = f"timed out after {entry.action.timeout_ms} ms{escalated}"
         else:
-            outcome = Outcome.OK if code == 0 else Outcome.FAILED
+            outcome = HookOutcome.OK if code == 0 else HookOutcome.FAILED
             reason = None if code == 0 else _exit_reason(code)
         total = proc.output_bytes
         return HookResult(entry.id, entry.event, outcome, code, duration, output, total, reason, deadline.killed)

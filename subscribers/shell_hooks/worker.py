@@ -24,12 +24,12 @@ from bus.client import Bus, Subscription
 from bus.core.envelope import Event
 from bus.core.ratelog import RateLimitedLog
 from bus.core.visible import visible, visible_lines
-from bus.journal.entries import JournalEntry, record
+from bus.journal.entries import JournalEntry, publish_entry
 from subscribers.shell_hooks import metrics
 from subscribers.shell_hooks.hooks_config import HookEntry, HooksConfig
 from subscribers.shell_hooks.hooks_file import HOOKS_FILE, HooksFile
 from subscribers.shell_hooks.settings import WorkerSettings
-from subscribers.shell_hooks.shell import HookResult, Outcome, ShellRunner
+from subscribers.shell_hooks.shell import HookOutcome, HookResult, ShellRunner
 
 log = logging.getLogger("hookbus.shell")
 
@@ -49,14 +49,14 @@ class WorkerStats:
     running_peak: int = 0
 
     def count(self, result: HookResult) -> None:
-        if result.outcome is Outcome.REFUSED:
+        if result.outcome is HookOutcome.REFUSED:
             self.refusals += 1
             return
         if result.exit_code is not None:
             self.runs += 1
-        if result.outcome is Outcome.TIMEOUT:
+        if result.outcome is HookOutcome.TIMEOUT:
             self.timeouts += 1
-        elif result.outcome is Outcome.FAILED:
+        elif result.outcome is HookOutcome.FAILED:
             self.failures += 1
 
 
@@ -191,29 +191,29 @@ class ShellWorker:
             result = await self.runner.run(entry, event)
         except Exception as exc:  # a bug or an OS failure: reported like a failed run, never left in the task
             log.exception("hook %s on %s could not run", entry.id, event.subject)
-            result = HookResult(entry.id, entry.event, Outcome.FAILED, reason=f"{type(exc).__name__}: {exc}")
+            result = HookResult(entry.id, entry.event, HookOutcome.FAILED, reason=f"{type(exc).__name__}: {exc}")
         finally:
             metrics.RUNNING.dec()
             self._active -= 1
             lane.slots.release()
         self.stats.count(result)
-        metrics.record(result)
+        metrics.count_result(result)
         try:
             self._log(result, event)
-            await record(self.bus, journal_entry(result, event))
+            await publish_entry(self.bus, journal_entry(result, event))
         except Exception:  # whatever the event held, the run is over: never an unretrieved task exception
             log.exception("hook %s on %s: could not log or journal the run", entry.id, event.subject)
 
     def _log(self, result: HookResult, event: Event) -> None:
         """One line for the run, then one line per output line, escaped and prefixed with the hook id."""
-        if result.outcome is Outcome.OK and not log.isEnabledFor(logging.INFO):
+        if result.outcome is HookOutcome.OK and not log.isEnabledFor(logging.INFO):
             return
         what = f"hook {result.hook_id} ({event.subject}, id {visible(event.id)})"
-        if result.outcome is Outcome.REFUSED:
+        if result.outcome is HookOutcome.REFUSED:
             self._refusal_log.warning("%s refused, not run: %s", what, visible(result.reason or ""))
             return
-        level = logging.INFO if result.outcome is Outcome.OK else logging.WARNING
-        status = "exit 0" if result.outcome is Outcome.OK else result.reason
+        level = logging.INFO if result.outcome is HookOutcome.OK else logging.WARNING
+        status = "exit 0" if result.outcome is HookOutcome.OK else result.reason
         log.log(level, "%s %s in %.0f ms", what, status, result.duration * 1000)
         for line in visible_lines(result.output.decode(errors="replace")):
             log.log(level, "hook %s | %s", result.hook_id, line)

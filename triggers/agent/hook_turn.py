@@ -35,7 +35,7 @@ import orjson
 import yaml
 
 from bus.core.decisions import Cancel, Continue, Decision, Patch
-from bus.core.errors import ConfigError, HookbusError
+from bus.core.errors import ConfigError, HookbusError, HookTurnError
 from bus.core.stages import validate_stage
 from bus.core.subjects import TOKEN_RE
 from bus.middleware.handler.module import Module
@@ -77,10 +77,6 @@ HOOK_TOOLS: Final = [
         },
     },
 ]
-
-
-class HookTurnError(HookbusError):
-    """The model did not give a decision (no single hook_* call, or a malformed one)."""
 
 
 @dataclass(frozen=True)

@@ -16,22 +16,13 @@ import aiohttp
 import orjson
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_exponential
 
-from bus.core.errors import HookbusError
+from bus.core.errors import LLMError
 
 DEFAULT_TIMEOUT_S: Final = 60.0
 
 
-class LLMError(HookbusError):
-    """The model could not be asked, or answered something that is not a chat completion."""
-
-    def __init__(self, message: str, *, status: int | None = None, transient: bool = False) -> None:
-        super().__init__(message)
-        self.status = status
-        self.transient = transient
-
-
 @dataclass
-class ToolCall:
+class ChatToolCall:
     id: str
     name: str
     arguments: dict[str, Any]
@@ -42,7 +33,7 @@ class Completion:
     """One answer: text and/or tool calls, plus how long it took."""
 
     content: str | None
-    tool_calls: list[ToolCall] = field(default_factory=list)
+    tool_calls: list[ChatToolCall] = field(default_factory=list)
     model: str = ""
     duration_ms: float = 0.0
     raw: dict[str, Any] = field(default_factory=dict)
@@ -157,7 +148,7 @@ def parse_completion(text: bytes, duration_ms: float) -> Completion:
             raise LLMError(f"malformed tool call in the answer: {call!r}"[:300]) from None
         if not isinstance(arguments, dict):
             raise LLMError(f"tool call arguments must be a JSON object: {raw_args!r}"[:300])
-        calls.append(ToolCall(str(call.get("id", "")), str(function.get("name", "")), arguments))
+        calls.append(ChatToolCall(str(call.get("id", "")), str(function.get("name", "")), arguments))
     content = message.get("content")
     return Completion(
         content if isinstance(content, str) else None, calls, str(data.get("model", "")), duration_ms, data

@@ -16,9 +16,10 @@ from typing import Any, Final
 
 from bus.client import Bus
 from bus.core.decisions import Cancel, Patch
+from bus.core.errors import LLMError, TurnFailed
 from bus.core.stages import Stage
 from bus.turns.server import TurnRequest
-from triggers.agent.llm import ChatClient, Completion, LLMError, ToolCall
+from triggers.agent.llm import ChatClient, ChatToolCall, Completion
 from triggers.agent.tools import TOOLS, Tool
 
 log = logging.getLogger("hookbus.agent")
@@ -26,10 +27,6 @@ log = logging.getLogger("hookbus.agent")
 MAX_ROUNDS: Final = 6
 #: Tool output longer than this is cut before it is put in an event (the model gets it whole).
 _EVENT_OUTPUT_CHARS: Final = 4000
-
-
-class TurnFailed(Exception):
-    """A turn could not finish; the reason is what eva.turn.failed reports."""
 
 
 class TurnRunner:
@@ -131,7 +128,7 @@ class TurnRunner:
         )
         return completion
 
-    async def _tool(self, request: TurnRequest, call: ToolCall) -> str:
+    async def _tool(self, request: TurnRequest, call: ChatToolCall) -> str:
         arguments = call.arguments
         await self._emit("tool_call_start", {"tool": call.name, "arguments": arguments}, request)
         decision = await self.bus.intercept(

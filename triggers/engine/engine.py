@@ -25,7 +25,7 @@ from prometheus_client import Gauge
 
 from bus.client import Bus, Subscription
 from bus.core.envelope import Event
-from bus.journal.entries import JournalEntry, now_timestamp, record
+from bus.journal.entries import JournalEntry, now_timestamp, publish_entry
 from bus.transport.nats_api import Msg, nats_errors
 from bus.turns.server import TurnRequest
 from triggers.engine.config import TriggerSpec
@@ -202,7 +202,7 @@ class TriggerEngine:
             depth=event.depth,
             trace_id=event.id,
         )
-        await record(self.bus, entry)
+        await publish_entry(self.bus, entry)
 
     async def _on_turn_result(self, msg: Msg) -> None:
         name = msg.subject.rsplit(".", 1)[-1]

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from bus.core.envelope import Event
-from bus.core.errors import ConfigError
+from bus.core.errors import ConfigError, PatternError
 from triggers.engine.fields import MISSING, lookup, valid_path
-from triggers.engine.regex import PatternError, compile_pattern
+from triggers.engine.regex import compile_pattern
 
 
 def _ordered(check: Callable[[Any, Any], bool]) -> Callable[[Any, Any], bool]:

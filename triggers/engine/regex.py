@@ -13,6 +13,8 @@ from typing import Final, Protocol
 
 import re2  # type: ignore[import-untyped]  # google-re2 ships no type information
 
+from bus.core.errors import PatternError
+
 #: Memory RE2 may use for one compiled pattern (its default); bigger patterns are refused.
 MAX_MEMORY: Final = 8 << 20
 
@@ -24,10 +26,6 @@ class Pattern(Protocol):
     def pattern(self) -> str: ...
 
     def search(self, text: str) -> object | None: ...
-
-
-class PatternError(ValueError):
-    """RE2 cannot take the pattern; the message says why."""
 
 
 def compile_pattern(pattern: str) -> Pattern:

@@ -14,15 +14,7 @@ import heapq
 from collections.abc import Collection, Sequence
 
 from bus.core.declaration import Declaration
-
-
-class BrokenChain(Exception):
-    """The stage's declarations cannot be ordered."""
-
-    def __init__(self, stage: str, reason: str) -> None:
-        self.stage = stage
-        self.reason = reason
-        super().__init__(f"chain of {stage!r} is broken: {reason}")
+from bus.core.errors import BrokenChain
 
 
 def order(stage: str, decls: Sequence[Declaration], known: Collection[str] = ()) -> list[Declaration]:

@@ -26,10 +26,10 @@ import orjson
 
 from bus.core import depth as _depth
 from bus.core.decisions import CONTINUE, Cancel, Decision, Patch, from_wire
-from bus.core.errors import BusClosedError, DecisionError
+from bus.core.errors import Aborted, BusClosedError, DecisionError, NoResponders, RequestTimeout
 from bus.core.results import apply_patch, hide_output
 from bus.core.stages import Stage, match_field, phase
-from bus.journal.entries import JournalEntry, JournalSink
+from bus.journal.entries import JournalEntry, JournalPublisher
 from bus.middleware.faults import REPORTED, Outcome, fault_decision
 from bus.middleware.kernel.drain import DEFAULT_BUDGET, Drain
 from bus.middleware.kernel.metrics import MIDDLEWARE
@@ -37,7 +37,7 @@ from bus.middleware.kernel.view import Link, StageChain, View
 from bus.middleware.registry import LIVENESS_FACTOR
 from bus.middleware.trust import Managed
 from bus.transport.port import Port
-from bus.transport.requester import Aborted, NoResponders, Requester, RequestTimeout
+from bus.transport.requester import Requester
 
 log = logging.getLogger("hookbus.middleware")
 
@@ -81,7 +81,7 @@ class Interceptor:
             Drain(options.drain_dir, options.drain_budget) if options.drain_dir else Drain(budget=options.drain_budget)
         )
         self.view: View | None = None
-        self._journal = JournalSink(bus)
+        self._journal = JournalPublisher(bus)
         self._requester: Requester | None = None
         self._starting: asyncio.Future[None] | None = None
         self._closing = False
@@ -437,7 +437,7 @@ def _bounded(value: Any) -> str | None:
 class _Journal:
     """Collects one call's reactions as shared-journal entries (kind ``middleware``), in chain order."""
 
-    def __init__(self, sink: JournalSink, stage: str, wire_ctx: dict[str, Any], neutral: bool) -> None:
+    def __init__(self, sink: JournalPublisher, stage: str, wire_ctx: dict[str, Any], neutral: bool) -> None:
         self._sink = sink
         self._neutral = neutral
         self._stage = stage

@@ -26,25 +26,24 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from bus.core.declaration import Declaration
-from bus.core.errors import HookbusError
+from bus.core.errors import BrokenChain, ForeignAnnouncement, HookbusError
 from bus.core.stages import Stage
 from bus.core.subjects import BROKEN_CLEARED, BROKEN_SET, MODULE_ATTACHED, MODULE_DETACHED
 from bus.middleware.faults import Outcome
 from bus.middleware.guards import GUARDS_BUCKET, GuardRecord, parse_record
-from bus.middleware.kernel.chain import BrokenChain, order
+from bus.middleware.kernel.chain import order
 from bus.middleware.registry import (
     LIVENESS_FACTOR,
     MODULES_BUCKET,
     MODULES_MAX_AGE,
     TRUST_BUCKET,
     Announcement,
-    ForeignAnnouncement,
     Watch,
     open_bucket,
     parse_announcement,
     request_subject,
 )
-from bus.middleware.trust import Managed, TrustState, approved_identity, record, state_of, trust_key
+from bus.middleware.trust import Managed, TrustState, approved_identity, state_of, trust_key, trust_record
 from bus.transport.nats_api import Client, KeyValue, js_errors, nats_errors
 
 log = logging.getLogger("hookbus.middleware")
@@ -455,13 +454,13 @@ class View:
     async def approve(self, decl: Declaration, how: str = "approved") -> None:
         """Write ``decl``'s current identity to the trust store (what ``hookbus approve`` does)."""
         assert self._trust_kv is not None
-        await self._trust_kv.put(trust_key(decl), record(decl, how))
+        await self._trust_kv.put(trust_key(decl), trust_record(decl, how))
 
     async def _approve_new(self, decl: Declaration) -> None:
         """trust_new: approve a never-seen handler (create fails if someone approved meanwhile)."""
         assert self._trust_kv is not None
         with contextlib.suppress(js_errors.KeyWrongLastSequenceError, nats_errors.Error):
-            await self._trust_kv.create(trust_key(decl), record(decl, "trust-new"))
+            await self._trust_kv.create(trust_key(decl), trust_record(decl, "trust-new"))
             log.warning("trust_new: approved new handler %s on first sight", decl.qualname)
 
 
