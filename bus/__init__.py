@@ -24,6 +24,7 @@ from bus.core.errors import (
 )
 from bus.core.payloads import LlmRequest, MemorySave, ToolCall, ToolResult
 from bus.core.stages import Stage
+from bus.metrics import register_collectors
 from bus.middleware.faults import Outcome
 from bus.middleware.handler.module import Module, StageCtx
 from bus.middleware.kernel.intercept import MiddlewareOptions
@@ -75,4 +76,5 @@ __all__ = [
     "TrustState",
     "TurnRequest",
     "TurnResult",
+    "register_collectors",
 ]

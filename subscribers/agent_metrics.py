@@ -19,11 +19,10 @@ from prometheus_client import Counter, Histogram
 
 from bus.client import Bus
 from bus.core.envelope import Event
+from bus.core.stats import LabelCap
 from bus.service import ServiceContext
 
 QUEUE: Final = "hookbus-agent-metrics"
-OTHER: Final = "other"
-UNKNOWN: Final = "unknown"
 
 LLM_SECONDS = Histogram(
     "hookbus_agent_llm_duration_seconds",
@@ -42,23 +41,6 @@ TOOL_CALLS = Counter(
 TURNS = Counter("hookbus_agent_turns", "Agent turns by outcome (completed|failed).", ["outcome"])
 ERRORS = Counter("hookbus_agent_errors", "error events by component.", ["component"])
 SESSIONS = Counter("hookbus_agent_starts", "agent_start events: turns the agent loops began.")
-
-
-class LabelCap:
-    """Keeps at most ``limit`` distinct values of one label; later ones become ``other``."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self._seen: set[str] = set()
-
-    def __call__(self, value: Any) -> str:
-        text = value if isinstance(value, str) and value else UNKNOWN
-        if text in self._seen:
-            return text
-        if len(self._seen) >= self.limit:
-            return OTHER
-        self._seen.add(text)
-        return text
 
 
 class AgentMetrics:

@@ -23,7 +23,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("cli", ("bus.cli",)),
     ("workers", ("subscribers", "triggers")),
     # The façade: Bus, Module (whose serve() opens a Bus), the service contract of ``hookbus up``, test helpers.
-    ("facade", ("bus", "bus.client", "bus.middleware.handler.module", "bus.service", "bus.testing")),
+    ("facade", ("bus", "bus.client", "bus.metrics", "bus.middleware.handler.module", "bus.service", "bus.testing")),
     ("middleware sides", ("bus.middleware.kernel", "bus.middleware.handler")),
     ("middleware shared, journal, turns", ("bus.middleware", "bus.journal", "bus.turns")),
     ("transport", ("bus.transport",)),

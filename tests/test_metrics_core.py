@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 from prometheus_client import REGISTRY, generate_latest
 
-from bus import Bus, Event
+from bus import Bus, Event, register_collectors
 from bus.testing import EventRecorder
 from bus.transport.publisher import fast_path_available
 
 from .waiting import barrier, wait_until
+
+register_collectors()  # explicit: importing bus registers nothing
 
 
 def sample(name: str, labels: dict[str, str] | None = None) -> float:
@@ -62,3 +67,18 @@ async def test_fast_publish_path_is_in_use(bus: Bus) -> None:
     # (emit still works through the fallback, but slower).
     assert fast_path_available(bus.nc)
     assert bus._publisher is not None and bus._publisher.fast
+
+
+def test_importing_bus_registers_no_collector_until_asked() -> None:
+    """A fresh process: ``import bus`` leaves the global registry alone; register_collectors adds both, once."""
+    code = (
+        "import bus\n"
+        "from prometheus_client import REGISTRY, generate_latest\n"
+        "before = generate_latest(REGISTRY)\n"
+        "bus.register_collectors(); bus.register_collectors()\n"
+        "after = generate_latest(REGISTRY)\n"
+        "print(b'hookbus_' in before, b'hookbus_events_emitted' in after, b'hookbus_middleware_calls' in after)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "True", "True"]

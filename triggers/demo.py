@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import random
-import uuid
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from bus.client import Bus
+from bus.core.clock import random_hex
 from bus.core.decisions import Cancel, Continue, Decision, Patch
 from bus.core.stages import Stage
 from bus.middleware.handler.module import Module
@@ -81,7 +81,7 @@ class Fleet:
         self.report.events[subject] = self.report.events.get(subject, 0) + 1
 
     async def session(self, agent: str) -> None:
-        session = f"sess_{uuid.uuid4().hex[:8]}"
+        session = f"sess_{random_hex(8)}"
         self.report.sessions += 1
         await self._emit("prx.lifecycle.agent_start", {"agent": agent, "session": session}, session)
         messages = 1
@@ -133,7 +133,7 @@ async def run_demo(
     rng = random.Random(seed)  # noqa: S311 - a simulation, not security
     report = DemoReport()
     guard = guard_module(GUARD)
-    engine = await TriggerEngine(bus, queue=f"hookbus-demo-{uuid.uuid4().hex[:6]}").start()
+    engine = await TriggerEngine(bus, queue=f"hookbus-demo-{random_hex(6)}").start()
     spend = config.parse_one(
         {
             "name": "demo-spend",
@@ -167,7 +167,7 @@ async def run_demo(
 
         await asyncio.gather(*(one(i) for i in range(sessions)))
         # Whatever the dice said, show the guard at work once each way.
-        showcase = f"sess_{uuid.uuid4().hex[:8]}"
+        showcase = f"sess_{random_hex(8)}"
         await fleet.tool_call(showcase, "rm -rf build/")
         await fleet.tool_call(showcase, "deploy")
         await bus.emit("eva.spend.day", {"total_usd": round(rng.uniform(6, 40), 2), "day": "today"})

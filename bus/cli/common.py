@@ -13,6 +13,7 @@ import orjson
 from prometheus_client import start_http_server
 
 from bus.core.errors import ConfigError
+from bus.metrics import register_collectors
 from bus.transport.connection import URL_ENV, Credentials
 
 
@@ -104,6 +105,7 @@ def serve_metrics(stack: AsyncExitStack, host: str, port: int) -> str | None:
     """Serve /metrics until ``stack`` closes, unless ``port`` is -1; returns its URL."""
     if port < 0:
         return None
+    register_collectors()
     try:
         httpd, thread = start_http_server(port, addr=host)
     except OSError as exc:

@@ -16,16 +16,14 @@ and ids are a random per-process prefix plus a counter.
 
 from __future__ import annotations
 
-import itertools
-import secrets
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, Final, NotRequired, TypedDict
 
 import orjson
 
+from bus.core.clock import IdSource, format_timestamp
 from bus.core.depth import DEFAULT_MAX_DEPTH, depth_problem
 from bus.core.errors import EnvelopeError, NotSerializableError, PayloadError, PayloadTooLarge
 from bus.core.subjects import event_name, known_event_name, received_event_name, subject_problem, validate_subject
@@ -90,13 +88,6 @@ class Event:
         return out
 
 
-def format_timestamp(epoch_ms: int) -> str:
-    """RFC 3339 UTC with milliseconds and ``Z``: ``2026-03-21T08:15:30.123Z``."""
-    seconds, millis = divmod(epoch_ms, 1000)
-    stamp = datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S")
-    return f"{stamp}.{millis:03d}Z"
-
-
 class Encoder:
     """Builds envelope bytes; one per Bus (it caches per-subject heads)."""
 
@@ -106,8 +97,10 @@ class Encoder:
         self.max_bytes = max_bytes
         self._heads: dict[str, bytes] = {}
         self._tail = b',"source":' + orjson.dumps(source) + b"}" if source else b"}"
-        self._id_prefix = (secrets.token_hex(6) + "-").encode()
-        self._counter = itertools.count(1).__next__
+        #: Event ids; ``new_id()`` and the envelopes share its counter, so no two ids repeat.
+        self.new_id = IdSource()
+        self._id_prefix = self.new_id.prefix_bytes
+        self._counter = self.new_id.counter
         self._ts_next = 0.0
         self._ts_bytes = b""
 
@@ -121,10 +114,6 @@ class Encoder:
             head = b'{"event":' + orjson.dumps(event_name(subject)) + b',"timestamp":"'
             self._heads[subject] = head
         return head
-
-    def new_id(self) -> str:
-        """A unique event id: random per-process prefix plus a counter."""
-        return f"{self._id_prefix.decode()}{self._counter():x}"
 
     def _refresh_timestamp(self, now: float) -> None:
         epoch_ms = int(now * 1000)

@@ -14,7 +14,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import Final, Generic, TypeVar
 
 from bus.core.errors import ConfigError
 
@@ -31,6 +31,35 @@ def signature(path: Path) -> Signature:
     except FileNotFoundError:
         return None
     return (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+
+
+class FileVersion:
+    """Tells whether a file changed since the last look: the one poller of hookbus's config files.
+
+    ``seen_missing`` makes a file that does not exist at the first look count
+    as unchanged (there is nothing new to load); otherwise the first look is
+    always a change.
+    """
+
+    def __init__(self, path: Path, *, seen_missing: bool = False) -> None:
+        self.path = path
+        self._seen: Signature | object = None if seen_missing else _UNSEEN
+
+    def changed(self) -> bool:
+        """True once per new version (or disappearance) of the file."""
+        current = signature(self.path)
+        if current == self._seen:
+            return False
+        self._seen = current
+        return True
+
+    @property
+    def exists(self) -> bool:
+        """Whether the file existed at the last look."""
+        return self._seen is not None and self._seen is not _UNSEEN
+
+
+_UNSEEN: Final = object()  # never equal to a real signature
 
 
 class WatchedFile(Generic[T]):
@@ -51,16 +80,14 @@ class WatchedFile(Generic[T]):
         self._empty = empty
         self.interval = interval
         self.last_error: str | None = None
-        self._seen: Signature = None
+        self._version = FileVersion(path, seen_missing=True)
         self.reloads = 0
 
     async def check(self) -> bool:
         """Reload if the file changed; True if a new good version was applied."""
-        sig = signature(self.path)
-        if sig == self._seen:
+        if not self._version.changed():
             return False
-        self._seen = sig
-        if sig is None:
+        if not self._version.exists:
             value = self._empty
         else:
             try:

@@ -1,8 +1,8 @@
 """Counters of one Bus, and their export to Prometheus.
 
 The counters are plain integers in dicts so that ``emit`` and message delivery
-pay a dict update, not a metric lock. A process-wide collector reads every live
-Bus (plus the totals of closed ones, so counters never go down) at scrape time.
+pay a dict update, not a metric lock. A process-wide collector (registered explicitly, see
+:mod:`bus.metrics`) reads every live Bus (plus the totals of closed ones, so counters never go down) at scrape time.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator
 from typing import Final
 
 from prometheus_client.core import CounterMetricFamily
-from prometheus_client.registry import REGISTRY, Collector, CollectorRegistry
+from prometheus_client.registry import Collector
 
 PREFIX: Final = "hookbus"
 #: Label values kept per counter before new ones fold into "other".
@@ -25,14 +25,43 @@ OTHER: Final = "other"
 DROP_REASONS: Final = ("depth", "oversize", "disconnected", "malformed", "slow_consumer", "closed")
 
 
+#: A label value that is missing or not a string.
+UNKNOWN: Final = "unknown"
+
+
+class LabelCap:
+    """The one label capper: keeps at most ``limit`` distinct values of a label; later ones become ``other``.
+
+    A value that is not a non-empty string is ``unknown``. Metrics keyed by
+    what senders choose (subjects, handler, model and tool names) go through
+    one, so a flood of new names cannot blow up the series count.
+    """
+
+    __slots__ = ("_seen", "limit")
+
+    def __init__(self, limit: int = MAX_LABELS) -> None:
+        self.limit = limit
+        self._seen: set[str] = set()
+
+    def __call__(self, value: object) -> str:
+        text = value if isinstance(value, str) and value else UNKNOWN
+        if text in self._seen:
+            return text
+        if len(self._seen) >= self.limit:
+            return OTHER
+        self._seen.add(text)
+        return text
+
+
 class LabelledCounter(Counter[str]):
-    """A Counter whose set of labels is capped; extra labels count as ``other``."""
+    """A Counter whose labels go through a LabelCap; extra labels count as ``other``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._cap = LabelCap()
 
     def add(self, label: str, amount: int = 1) -> None:
-        if label in self or len(self) < MAX_LABELS:
-            self[label] += amount
-        else:
-            self[OTHER] += amount
+        self[self._cap(label)] += amount
 
 
 class BusStats:
@@ -114,12 +143,5 @@ def _plain(name: str, doc: str, count: int) -> CounterMetricFamily:
     return CounterMetricFamily(f"{PREFIX}_{name}", doc, value=count)
 
 
+#: The process-wide collector of every Bus's counters (registered by bus.metrics.register_collectors).
 COLLECTOR: Final = _BusCollector()
-
-
-def register(registry: CollectorRegistry = REGISTRY) -> None:
-    """Expose the bus counters on ``registry`` (done once for the default one)."""
-    registry.register(COLLECTOR)
-
-
-register()

@@ -15,15 +15,15 @@ import asyncio
 import logging
 import os
 import socket
-import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final
 
 import orjson
 
+from bus.core.clock import format_timestamp, now_timestamp
 from bus.core.eager import run_eager
-from bus.core.envelope import Encoder, format_timestamp
+from bus.core.envelope import Encoder
 from bus.core.errors import BusClosedError, JournalError
 from bus.core.jsonobject import json_object
 from bus.transport.connection import jetstream_replicas
@@ -97,21 +97,6 @@ class JournalEntry:
 
     def encode(self) -> bytes:
         return orjson.dumps(self)  # orjson encodes dataclasses itself: as asdict(), several times faster
-
-
-def now_timestamp() -> str:
-    return timestamp_ms(time.time_ns() // 1_000_000)
-
-
-def timestamp_ms(epoch_ms: int) -> str:
-    """``format_timestamp`` for times that come in order, as entries do: the date part is formatted once a second."""
-    seconds, millis = divmod(epoch_ms, 1000)
-    if seconds != _second[0]:  # formatting the date and time costs more than a journal entry's rest
-        _second[:] = [seconds, format_timestamp(seconds * 1000)[:-5]]
-    return f"{_second[1]}.{millis:03d}Z"
-
-
-_second: list[Any] = [-1, ""]
 
 
 def canonical_time(text: str) -> str:

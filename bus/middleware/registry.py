@@ -26,13 +26,13 @@ import math
 import os
 import socket
 import time
-import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 import orjson
 
+from bus.core.clock import random_hex
 from bus.core.declaration import Declaration, from_wire
 from bus.core.errors import ForeignAnnouncement, RegistryError
 from bus.core.subjects import module_subject
@@ -184,7 +184,7 @@ class Announced(Protocol):
 def announcement_of(module: Announced) -> Announcement:
     return Announcement(
         module=module.name,
-        instance=uuid.uuid4().hex[:12],
+        instance=random_hex(12),
         subject=module_subject(module.name),
         heartbeat=module.heartbeat,
         batch=True,

@@ -19,8 +19,9 @@ from typing import Any, Final
 import orjson
 
 from bus.core import depth as _depth
+from bus.core.clock import format_timestamp
 from bus.core.depth import depth_problem
-from bus.core.envelope import Encoder, format_timestamp
+from bus.core.envelope import Encoder
 from bus.core.errors import TurnRequestError
 from bus.core.jsonobject import json_object
 from bus.core.ratelog import RateLimitedLog

@@ -28,6 +28,7 @@ from typing import Any, Final
 from prometheus_client import Counter
 
 from bus.client import Bus
+from bus.core.clock import timestamp_ms
 from bus.core.errors import JournalError
 from bus.core.ratelog import RateLimitedLog
 from bus.core.stats import PREFIX
@@ -38,7 +39,6 @@ from bus.journal.entries import (
     decode_checked,
     ensure_stream,
     subject_origin,
-    timestamp_ms,
 )
 from bus.service import ServiceContext
 from bus.transport.nats_api import (

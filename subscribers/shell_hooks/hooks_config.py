@@ -25,14 +25,13 @@ The HTTP API rejects both kinds (400), through the same functions.
 from __future__ import annotations
 
 import hashlib
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 import orjson
 
-from bus.core.envelope import format_timestamp
+from bus.core.clock import now_timestamp
 from bus.core.errors import HookConfigError, SubjectError
 from bus.core.subjects import TOKEN_RE, matches, normalise_pattern
 from subscribers.shell_hooks.security import command_problem, cwd_problem, is_allowed_env, nul_problem
@@ -133,11 +132,6 @@ class HooksConfig:
         for entry in self.entries:
             hooks.setdefault(entry.event, []).append(entry.to_file())
         return orjson.dumps({"hooks": hooks}, option=orjson.OPT_INDENT_2) + b"\n"
-
-
-def now_stamp() -> str:
-    """The time for created_at/updated_at, in the envelope's timestamp format."""
-    return format_timestamp(int(time.time() * 1000))
 
 
 def _type_name(value: object) -> str:
@@ -305,5 +299,5 @@ def parse_api_hook(body: object, *, hook_id: str, created_at: str | None = None)
     ignored = action.ignored_env()
     if ignored:
         raise HookConfigError(f"a hook's env may not set {', '.join(ignored)}", entry="action", field="env")
-    stamp = now_stamp()
+    stamp = now_timestamp()
     return HookEntry(hook_id, event, pattern, action, enabled, created_at or stamp, stamp)

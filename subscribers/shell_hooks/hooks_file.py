@@ -1,8 +1,9 @@
 """hooks.json on disk: load it, watch it for changes, replace it atomically.
 
-Watching polls the file's (mtime_ns, size, inode) signature: no dependency,
-and robust to editors that write a new file and rename it over the old one
-(the inode changes) as well as to in-place writes (mtime and size change).
+Watching polls the file's (inode, size, mtime) signature through
+:class:`bus.core.filewatch.FileVersion`, the poller every config file uses:
+no dependency, and robust to editors that write a new file and rename it
+over the old one (the inode changes) as well as to in-place writes.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Final
 
 from bus.core.errors import HookConfigError
+from bus.core.filewatch import FileVersion
 from bus.core.private_files import FILE_MODE
 from subscribers.shell_hooks.hooks_config import HooksConfig, parse_config
 from subscribers.shell_hooks.limits import DEFAULT_POLL_INTERVAL
@@ -25,18 +27,6 @@ from subscribers.shell_hooks.metrics import CONFIG_ERRORS
 log = logging.getLogger("hookbus.hooks")
 
 HOOKS_FILE: Final = "hooks.json"
-#: Seconds between two looks at hooks.json.
-
-Signature = tuple[int, int, int] | None
-
-
-def signature(path: Path) -> Signature:
-    """What identifies this version of the file; None when it does not exist."""
-    try:
-        st = path.stat()
-    except FileNotFoundError:
-        return None
-    return (st.st_mtime_ns, st.st_size, st.st_ino)
 
 
 def load(path: Path) -> HooksConfig:
@@ -91,15 +81,13 @@ class HooksFile:
         self.last_error: HookConfigError | None = None
         self._on_change = on_change
         self._poll_interval = poll_interval
-        self._seen: Signature | object = object()  # never equal to a real signature
+        self._version = FileVersion(path)
         self._task: asyncio.Task[None] | None = None
 
     def check(self) -> bool:
         """Reload if the file changed since the last look; True if a new configuration took effect."""
-        current = signature(self.path)
-        if current == self._seen:
+        if not self._version.changed():
             return False
-        self._seen = current
         try:
             config = load(self.path)
         except HookConfigError as exc:

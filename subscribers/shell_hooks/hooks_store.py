@@ -16,9 +16,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
+from bus.core.clock import now_timestamp
 from bus.core.errors import HookNotFound
 from bus.core.filelock import locked
-from subscribers.shell_hooks.hooks_config import HookEntry, HooksConfig, now_stamp, parse_api_hook
+from subscribers.shell_hooks.hooks_config import HookEntry, HooksConfig, parse_api_hook
 from subscribers.shell_hooks.hooks_file import load, write_atomic
 
 T = TypeVar("T")
@@ -75,7 +76,7 @@ class HooksStore:
     async def toggle(self, hook_id: str) -> HookEntry:
         def change(entries: list[HookEntry]) -> tuple[list[HookEntry], HookEntry]:
             index = _index(entries, hook_id)
-            entries[index] = replace(entries[index], enabled=not entries[index].enabled, updated_at=now_stamp())
+            entries[index] = replace(entries[index], enabled=not entries[index].enabled, updated_at=now_timestamp())
             return entries, entries[index]
 
         return await self._edit(change)

@@ -24,8 +24,9 @@ from prometheus_client import Counter as PromCounter
 from prometheus_client import Gauge
 
 from bus.client import Bus, Subscription
+from bus.core.clock import now_timestamp
 from bus.core.envelope import Event
-from bus.journal.entries import JournalEntry, now_timestamp, publish_entry
+from bus.journal.entries import JournalEntry, publish_entry
 from bus.transport.nats_api import Msg, nats_errors
 from bus.turns.server import TurnRequest
 from triggers.engine.config import TriggerSpec

@@ -11,13 +11,13 @@ in a directory shared with other users, in owner-only files.
 from __future__ import annotations
 
 import copy
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
 import orjson
 
+from bus.core.clock import random_hex
 from bus.core.envelope import _largest_string
 from bus.core.private_files import private_dir, write_new_private
 
@@ -74,6 +74,6 @@ class Drain:
     def _store(self, data: bytes, label: str, suffix: str) -> Path:
         private_dir(self.directory)
         safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in label)[:100]
-        path = self.directory / f"{safe}-{uuid.uuid4().hex}.{suffix}"
+        path = self.directory / f"{safe}-{random_hex(32)}.{suffix}"
         write_new_private(path, data)
         return path

@@ -13,9 +13,9 @@ from collections.abc import Iterable
 from typing import Any, Final
 
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
-from prometheus_client.registry import REGISTRY, Collector
+from prometheus_client.registry import Collector
 
-from bus.core.stats import MAX_LABELS, OTHER, PREFIX
+from bus.core.stats import PREFIX, LabelCap
 
 #: Seconds; a handler's timeout is at most 30 s.
 BUCKETS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -31,22 +31,14 @@ class _Series:
 
 
 class MiddlewareStats(Collector):
-    """Process-wide middleware counters, registered once with the default registry."""
+    """Process-wide middleware counters (registered explicitly, see :mod:`bus.metrics`)."""
 
     def __init__(self) -> None:
         self.calls: dict[tuple[str, str, str], int] = {}  # (handler, stage, outcome)
         self.decisions: dict[tuple[str, str, str], int] = {}  # (handler, stage, decision)
         self.fail_closed: dict[tuple[str, str], int] = {}  # (handler, stage)
         self.latency: dict[tuple[str, str], _Series] = {}
-        self._handlers: set[str] = set()
-
-    def _handler(self, name: str) -> str:
-        if name in self._handlers:
-            return name
-        if len(self._handlers) >= MAX_LABELS:
-            return OTHER
-        self._handlers.add(name)
-        return name
+        self._handler = LabelCap()
 
     def observe(
         self, handler: str, stage: str, outcome: str, decision: str, seconds: float | None, count: int = 1
@@ -100,5 +92,5 @@ class MiddlewareStats(Collector):
         yield histogram
 
 
+#: The process's middleware metrics (registered by bus.metrics.register_collectors).
 MIDDLEWARE: Final = MiddlewareStats()
-REGISTRY.register(MIDDLEWARE)
