@@ -13,10 +13,12 @@ import inspect
 from importlib.metadata import version
 
 import nats
+import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from bus import Bus
+from bus.transport.internals import internals_enabled, use_internals, within_tested_range
 from bus.transport.publisher import fast_path_available, ordered_flush
 
 #: Fresh subscriber connections in the loop: plain nats-py loses 3-10 in 100 here.
@@ -92,3 +94,38 @@ def test_nats_py_still_pings_past_its_buffer() -> None:
     assert version("nats-py").startswith("2."), "a new nats-py major version: re-check ordered_flush"
     source = inspect.getsource(Client._send_ping)
     assert "self._transport.write(PING_PROTO)" in source
+
+
+def test_the_internals_are_used_only_within_the_tested_range() -> None:
+    assert within_tested_range(version("nats-py")), "nats-py moved past the tested range: re-check, then widen it"
+    assert within_tested_range("2.16.0") and within_tested_range("2.16.11")
+    assert not within_tested_range("2.17.0")
+    assert not within_tested_range("3.0.0")
+    assert not within_tested_range("2.15.9")
+    assert not within_tested_range("garbage")
+
+
+async def test_switched_off_the_public_api_keeps_every_promise(nats_url: str) -> None:
+    """With the internals off: no fast path, and subscribe/emit/flush still lose no first message."""
+    use_internals(False)
+    try:
+        async with Bus(nats_url, name="emitter") as emitter:
+            assert emitter._publisher is not None and not emitter._publisher.fast
+            assert not fast_path_available(emitter.nc)
+            for i in range(30):
+                async with Bus(nats_url, name=f"listener{i}") as listener:
+                    got: asyncio.Queue[str] = asyncio.Queue()
+                    await listener.subscribe("eva.custom.switchoff", lambda e, q=got: q.put_nowait(e.id))
+                    await emitter.emit("eva.custom.switchoff", {"i": i})
+                    await emitter.flush()
+                    assert await asyncio.wait_for(got.get(), LOST_AFTER)
+    finally:
+        use_internals(None)
+    async with Bus(nats_url) as bus:
+        assert bus._publisher is not None and bus._publisher.fast, "back on: the fast path runs again"
+
+
+def test_the_environment_switch_turns_the_internals_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert internals_enabled()
+    monkeypatch.setenv("HOOKBUS_NATS_INTERNALS", "off")
+    assert not internals_enabled()

@@ -5,9 +5,11 @@ size) and goes through three coroutine layers per message; on the agent's hot
 path that costs as much as building the envelope. When connected, this module
 builds the ``PUB`` command itself and hands it to the client's outgoing buffer
 the way ``publish`` ends (append to the pending buffer, kick the flusher), so buffering, flow
-control and flushing stay nats-py's. It is checked against the installed
-nats-py when a Bus connects (and by the test suite); if the internals it needs
-are missing, or while disconnected, it falls back to ``publish``.
+control and flushing stay nats-py's. It is used only within the tested
+nats-py versions and while the switch is on (:mod:`bus.transport.internals`),
+and checked against the installed client when a Bus connects (and by the test
+suite); if the internals it needs are missing, or while disconnected, it falls
+back to ``publish``.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from typing import Final
 
 import nats.errors
 from nats.aio.client import Client
+
+from bus.transport.internals import internals_enabled
 
 _CONNECTED: Final = Client.CONNECTED
 _CRLF: Final = b"\r\n"
@@ -33,8 +37,8 @@ _NEEDED: Final = (
 
 
 def fast_path_available(nc: Client) -> bool:
-    """Whether the installed nats-py client has the internals the fast path uses."""
-    return all(hasattr(nc, name) for name in _NEEDED)
+    """Whether the fast path may run: internals switched on, a tested nats-py, and the attributes it uses there."""
+    return internals_enabled() and all(hasattr(nc, name) for name in _NEEDED)
 
 
 class Publisher:
