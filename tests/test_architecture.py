@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -209,3 +210,11 @@ def test_exceptions_form_one_tree_in_core_errors() -> None:
             elif name != "bus.core.errors" and not attr.startswith("_"):
                 wrong.append(f"{name}.{attr} is declared outside bus/core/errors.py")
     assert wrong == []
+
+
+def test_the_architecture_doc_names_only_paths_that_exist() -> None:
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    named = set(re.findall(r"\b((?:bus|subscribers|triggers)/[\w/]*(?:\.py)?)", text))
+    assert named, "docs/architecture.md names no paths"
+    missing = sorted(path for path in named if not (ROOT / path.split(":")[0]).exists())
+    assert missing == []

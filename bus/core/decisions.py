@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final, TypeAlias
 
 from bus.core.errors import DecisionError
+from bus.core.payloads import to_dict
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,8 +55,6 @@ class Patch:
     payload: Any
 
     def to_wire(self) -> dict[str, Any]:
-        from bus.core.payloads import to_dict
-
         return {"decision": "patch", "payload": to_dict(self.payload)}
 
 
