@@ -7,18 +7,25 @@ application embedding a Bus calls it when it exposes its own /metrics.
 
 from __future__ import annotations
 
-from prometheus_client.registry import REGISTRY, CollectorRegistry
+from collections.abc import Iterable
+
+from prometheus_client.registry import REGISTRY, Collector, CollectorRegistry
 
 from bus.core.stats import COLLECTOR
 from bus.middleware.kernel.metrics import MIDDLEWARE
 
-_registered: list[CollectorRegistry] = []
+_registered: set[tuple[int, int]] = set()  # (registry, collector) pairs, by identity; both live for the process
+
+
+def register_once(collectors: Iterable[Collector], registry: CollectorRegistry = REGISTRY) -> None:
+    """Register each of ``collectors`` on ``registry`` unless it already is (services call this when they start)."""
+    for collector in collectors:
+        key = (id(registry), id(collector))
+        if key not in _registered:
+            registry.register(collector)
+            _registered.add(key)
 
 
 def register_collectors(registry: CollectorRegistry = REGISTRY) -> None:
     """Expose the bus counters and the middleware metrics on ``registry`` (once; again is a no-op)."""
-    if any(done is registry for done in _registered):
-        return
-    registry.register(COLLECTOR)
-    registry.register(MIDDLEWARE)
-    _registered.append(registry)
+    register_once((COLLECTOR, MIDDLEWARE), registry)

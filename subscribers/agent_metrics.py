@@ -16,10 +16,12 @@ from contextlib import asynccontextmanager
 from typing import Any, Final
 
 from prometheus_client import Counter, Histogram
+from prometheus_client.registry import REGISTRY, CollectorRegistry
 
 from bus.client import Bus
 from bus.core.envelope import Event
 from bus.core.stats import LabelCap
+from bus.metrics import register_once
 from bus.service import ServiceContext
 
 QUEUE: Final = "hookbus-agent-metrics"
@@ -29,18 +31,38 @@ LLM_SECONDS = Histogram(
     "LLM call latency reported by llm_response events, by provider and model.",
     ["provider", "model"],
     buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120),
+    registry=None,
 )
 LLM_RESPONSES = Counter(
     "hookbus_agent_llm_responses",
     "LLM responses by provider, model and outcome (success|error).",
     ["provider", "model", "outcome"],
+    registry=None,
 )
 TOOL_CALLS = Counter(
-    "hookbus_agent_tool_calls", "Finished tool calls by tool and outcome (success|error).", ["tool", "outcome"]
+    "hookbus_agent_tool_calls",
+    "Finished tool calls by tool and outcome (success|error).",
+    ["tool", "outcome"],
+    registry=None,
 )
-TURNS = Counter("hookbus_agent_turns", "Agent turns by outcome (completed|failed).", ["outcome"])
-ERRORS = Counter("hookbus_agent_errors", "error events by component.", ["component"])
-SESSIONS = Counter("hookbus_agent_starts", "agent_start events: turns the agent loops began.")
+TURNS = Counter("hookbus_agent_turns", "Agent turns by outcome (completed|failed).", ["outcome"], registry=None)
+ERRORS = Counter("hookbus_agent_errors", "error events by component.", ["component"], registry=None)
+SESSIONS = Counter("hookbus_agent_starts", "agent_start events: turns the agent loops began.", registry=None)
+
+
+def register_metrics(registry: CollectorRegistry = REGISTRY) -> None:
+    """Expose these metrics on ``registry``; the service calls it when it starts (importing registers nothing)."""
+    register_once(
+        (
+            LLM_SECONDS,
+            LLM_RESPONSES,
+            TOOL_CALLS,
+            TURNS,
+            ERRORS,
+            SESSIONS,
+        ),
+        registry,
+    )
 
 
 class AgentMetrics:
@@ -92,7 +114,8 @@ class AgentMetrics:
 
 
 async def subscribe(bus: Bus, metrics: AgentMetrics | None = None) -> AgentMetrics:
-    """Feed agent metrics from ``bus`` in the shared queue group."""
+    """Feed agent metrics from ``bus`` in the shared queue group (registering them on the default registry)."""
+    register_metrics()
     metrics = metrics or AgentMetrics()
     await bus.subscribe("prx.lifecycle.>", metrics.on_event, queue=QUEUE)
     await bus.subscribe("eva.turn.*", metrics.on_event, queue=QUEUE)

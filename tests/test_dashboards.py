@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from prometheus_client import start_http_server
 
-from bus import Bus, Cancel, Continue, Event, Module, Patch, Stage
+from bus import Bus, Cancel, Continue, Event, Module, Patch, Stage, register_collectors
 from bus.core.decisions import Decision
 from bus.core.depth import set_depth
 from bus.testing import EventRecorder, serving, wait_for_chain
@@ -134,6 +134,7 @@ def observed(workspace: Path, nats_url: str) -> Iterator[Prometheus]:
     (workspace / "triggers.yaml").write_text(TRIGGERS)
     up = UpProcess(workspace, "--nats-url", nats_url)
     own_port = free_port()
+    register_collectors()  # this process embeds Buses and serves its own /metrics
     own_server, _thread = start_http_server(own_port, addr="127.0.0.1")
     prom = Prometheus(
         prometheus_bin,

@@ -82,3 +82,19 @@ def test_importing_bus_registers_no_collector_until_asked() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["False", "True", "True"]
+
+
+def test_importing_the_services_registers_nothing_until_they_start() -> None:
+    """Workers' metrics appear on the global registry when their service starts, not when imported."""
+    code = (
+        "import subscribers.shell_hooks.worker, subscribers.journal.sink, subscribers.agent_metrics\n"
+        "import triggers.engine.engine, bus.cli\n"
+        "from prometheus_client import REGISTRY, generate_latest\n"
+        "print(b'hookbus_' in generate_latest(REGISTRY))\n"
+        "from subscribers.shell_hooks import metrics\n"
+        "metrics.register_metrics(); metrics.register_metrics()\n"
+        "print(b'hookbus_shell_hook_runs' in generate_latest(REGISTRY))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "True"]

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from prometheus_client import Counter
+from prometheus_client.registry import REGISTRY, CollectorRegistry
 
 from bus.client import Bus
 from bus.core.clock import timestamp_ms
@@ -40,6 +41,7 @@ from bus.journal.entries import (
     ensure_stream,
     subject_origin,
 )
+from bus.metrics import register_once
 from bus.service import ServiceContext
 from bus.transport.nats_api import (
     AckPolicy,
@@ -60,18 +62,34 @@ DURABLE_PREFIX: Final = "hookbus-journal-"
 #: Why an entry was not stored: not a JSON object, a field out of its rules, a kind not
 #: its subject's (or unknown), refused by SQLite.
 REJECT_REASONS: Final = ("malformed", "invalid", "kind", "store")
-STORED: Final = Counter(f"{PREFIX}_journal_entries_stored", "Journal entries stored by the sink.")
+STORED: Final = Counter(f"{PREFIX}_journal_entries_stored", "Journal entries stored by the sink.", registry=None)
 REJECTED: Final = Counter(
-    f"{PREFIX}_journal_entries_rejected", "Journal entries the sink could not store: logged and skipped.", ["reason"]
+    f"{PREFIX}_journal_entries_rejected",
+    "Journal entries the sink could not store: logged and skipped.",
+    ["reason"],
+    registry=None,
 )
 CLAMPED: Final = Counter(
-    f"{PREFIX}_journal_entries_clamped", "Journal entries stored with a text field cut to its cap."
+    f"{PREFIX}_journal_entries_clamped", "Journal entries stored with a text field cut to its cap.", registry=None
 )
 JSONL_ERRORS: Final = Counter(
-    f"{PREFIX}_journal_jsonl_errors", "Batches stored in SQLite whose JSONL copy could not be written."
+    f"{PREFIX}_journal_jsonl_errors", "Batches stored in SQLite whose JSONL copy could not be written.", registry=None
 )
 for _reason in REJECT_REASONS:
     REJECTED.labels(_reason)
+
+
+def register_metrics(registry: CollectorRegistry = REGISTRY) -> None:
+    """Expose these metrics on ``registry``; the service calls it when it starts (importing registers nothing)."""
+    register_once(
+        (
+            STORED,
+            REJECTED,
+            CLAMPED,
+            JSONL_ERRORS,
+        ),
+        registry,
+    )
 
 
 def durable_for(workspace: Path) -> str:
@@ -96,6 +114,7 @@ class JournalSink:
     """Moves journal entries from the stream into the workspace's SQLite and JSONL files."""
 
     def __init__(self, bus: Bus, workspace: Path, durable: str | None = None) -> None:
+        register_metrics()
         self.bus = bus
         self.store = JournalStore(workspace / DB_NAME)
         self.jsonl = JsonlWriter(workspace / JSONL_DIR)

@@ -10,8 +10,10 @@ from dataclasses import asdict, dataclass
 from typing import Any, Final
 
 from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client.registry import REGISTRY, CollectorRegistry
 
 from bus.core.stats import PREFIX
+from bus.metrics import register_once
 from subscribers.shell_hooks.shell import HookOutcome, HookResult
 
 _NS: Final = f"{PREFIX}_shell"
@@ -19,17 +21,41 @@ _LABELS: Final = ("hook", "event")
 #: Hook durations run from milliseconds (a logger) to the 30 s default timeout.
 _BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
-RUNS: Final = Counter(f"{_NS}_hook_runs", "Hook processes started.", _LABELS)
+RUNS: Final = Counter(f"{_NS}_hook_runs", "Hook processes started.", _LABELS, registry=None)
 FAILURES: Final = Counter(
-    f"{_NS}_hook_failures", "Hook runs that failed (non-zero exit, signal, or could not start).", _LABELS
+    f"{_NS}_hook_failures", "Hook runs that failed (non-zero exit, signal, or could not start).", _LABELS, registry=None
 )
-TIMEOUTS: Final = Counter(f"{_NS}_hook_timeouts", "Hook runs stopped at their timeout.", _LABELS)
-REFUSALS: Final = Counter(f"{_NS}_hook_refusals", "Hook runs refused by the security rules (never started).", _LABELS)
-DURATION: Final = Histogram(f"{_NS}_hook_duration_seconds", "Wall time of hook runs.", _LABELS, buckets=_BUCKETS)
-SHED: Final = Counter(f"{_NS}_events_shed", "Events dropped because the worker's queue was full.")
-RUNNING: Final = Gauge(f"{_NS}_hooks_running", "Hook processes running now.")
-QUEUED: Final = Gauge(f"{_NS}_events_queued", "Events waiting for a free hook slot.")
-CONFIG_ERRORS: Final = Counter(f"{_NS}_config_errors", "hooks.json loads rejected (the last good configuration kept).")
+TIMEOUTS: Final = Counter(f"{_NS}_hook_timeouts", "Hook runs stopped at their timeout.", _LABELS, registry=None)
+REFUSALS: Final = Counter(
+    f"{_NS}_hook_refusals", "Hook runs refused by the security rules (never started).", _LABELS, registry=None
+)
+DURATION: Final = Histogram(
+    f"{_NS}_hook_duration_seconds", "Wall time of hook runs.", _LABELS, buckets=_BUCKETS, registry=None
+)
+SHED: Final = Counter(f"{_NS}_events_shed", "Events dropped because the worker's queue was full.", registry=None)
+RUNNING: Final = Gauge(f"{_NS}_hooks_running", "Hook processes running now.", registry=None)
+QUEUED: Final = Gauge(f"{_NS}_events_queued", "Events waiting for a free hook slot.", registry=None)
+CONFIG_ERRORS: Final = Counter(
+    f"{_NS}_config_errors", "hooks.json loads rejected (the last good configuration kept).", registry=None
+)
+
+
+def register_metrics(registry: CollectorRegistry = REGISTRY) -> None:
+    """Expose these metrics on ``registry``; the service calls it when it starts (importing registers nothing)."""
+    register_once(
+        (
+            RUNS,
+            FAILURES,
+            TIMEOUTS,
+            REFUSALS,
+            DURATION,
+            SHED,
+            RUNNING,
+            QUEUED,
+            CONFIG_ERRORS,
+        ),
+        registry,
+    )
 
 
 @dataclass

@@ -123,6 +123,7 @@ class ShellWorker:
 
     async def start(self) -> ShellWorker:
         """Load hooks.json, subscribe, and start watching the file and running hooks."""
+        metrics.register_metrics()
         self._started = True
         self.hooks.start()
         await self._sync_subscriptions()

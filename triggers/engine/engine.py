@@ -22,11 +22,13 @@ from typing import Any, Final
 import orjson
 from prometheus_client import Counter as PromCounter
 from prometheus_client import Gauge
+from prometheus_client.registry import REGISTRY, CollectorRegistry
 
 from bus.client import Bus, Subscription
 from bus.core.clock import now_timestamp
 from bus.core.envelope import Event
 from bus.journal.entries import JournalEntry, publish_entry
+from bus.metrics import register_once
 from bus.transport.nats_api import Msg, nats_errors
 from bus.turns.server import TurnRequest
 from triggers.engine.config import TriggerSpec
@@ -38,16 +40,32 @@ STATUS_SUBJECT: Final = "hookbus.triggers.status"
 #: Dedupe keys remembered per trigger before the oldest are forgotten.
 MAX_DEDUPE_KEYS: Final = 10_000
 
-FIRED = PromCounter("hookbus_trigger_fired", "Turns started by a trigger.", ["trigger"])
+FIRED = PromCounter("hookbus_trigger_fired", "Turns started by a trigger.", ["trigger"], registry=None)
 SUPPRESSED = PromCounter(
     "hookbus_trigger_suppressed",
     "Trigger events that did not start a turn, by reason "
     "(filter, depth, debounce, dedupe, cooldown, in_flight, disabled).",
     ["trigger", "reason"],
+    registry=None,
 )
 IN_FLIGHT = Gauge(
-    "hookbus_trigger_turns_in_flight", "Turns a trigger started that have not reported their end.", ["trigger"]
+    "hookbus_trigger_turns_in_flight",
+    "Turns a trigger started that have not reported their end.",
+    ["trigger"],
+    registry=None,
 )
+
+
+def register_metrics(registry: CollectorRegistry = REGISTRY) -> None:
+    """Expose these metrics on ``registry``; the service calls it when it starts (importing registers nothing)."""
+    register_once(
+        (
+            FIRED,
+            SUPPRESSED,
+            IN_FLIGHT,
+        ),
+        registry,
+    )
 
 
 @dataclass
@@ -76,6 +94,7 @@ class TriggerEngine:
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def start(self) -> TriggerEngine:
+        register_metrics()
         nc = self.bus.nc
         self._inbox = nc.new_inbox()
         await nc.subscribe(f"{self._inbox}.*", cb=self._on_turn_result)
