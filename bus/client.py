@@ -385,9 +385,27 @@ class Bus:
             emitted.add(subject)
         return True
 
-    async def publish_raw(self, subject: str, data: bytes) -> None:
-        """Publish bytes as they are (tools and tests; no envelope, no checks)."""
-        await self.nc.publish(subject, data)
+    async def publish_raw(self, subject: str, data: bytes, reply: str = "") -> None:
+        """Publish bytes as they are (plumbing, tools and tests; no envelope, no checks)."""
+        await self.nc.publish(subject, data, reply=reply)
+
+    async def subscribe_raw(
+        self,
+        subject: str,
+        cb: Callable[[Msg], Awaitable[None]],
+        *,
+        queue: str = "",
+        pending_msgs_limit: int | None = None,
+    ) -> NatsSubscription:
+        """Call ``cb`` with each raw message on ``subject`` (plumbing: turn and module requests; no envelope)."""
+        if pending_msgs_limit is None:
+            return await self.nc.subscribe(subject, queue=queue, cb=cb)
+        return await self.nc.subscribe(subject, queue=queue, cb=cb, pending_msgs_limit=pending_msgs_limit)
+
+    @property
+    def max_payload(self) -> int:
+        """The largest message the server accepts (its ``max_payload``)."""
+        return self.nc.max_payload
 
     async def push(self, subject: str, data: bytes, reply: str = "") -> None:
         """Publish bytes on the fast path (middleware requests, replies, journal entries; no envelope).
@@ -483,7 +501,7 @@ class Bus:
         """Wait until the server has processed everything sent so far: events, subscriptions, requests.
 
         Unlike nats-py's own ``flush`` this keeps its promise (see
-        :func:`bus.transport.publisher.ordered_flush`). Raises nats_errors.TimeoutError
+        :func:`bus.transport.publisher.ordered_flush`). Raises nats.errors.TimeoutError
         when the server does not answer within ``timeout``.
         """
         await ordered_flush(self.nc, timeout)

@@ -2,18 +2,19 @@
 
 :class:`Port` is what the middleware kernel, the handler side, the journal
 publisher and the turn server need of a connection: publish (checked or on
-the fast path), flush, fresh ids, the receive limits and the drop counters.
+the fast path, or raw), raw subscriptions, flush, fresh ids, the receive
+limits and the drop counters.
 ``Bus`` implements it; the components take a Port, never ``Bus`` itself, so
 they sit below the façade and can be driven by any implementation of it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 from bus.core.stats import BusStats
-from bus.transport.nats_api import Client
+from bus.transport.nats_api import Client, Msg, NatsSubscription
 
 
 class Port(Protocol):
@@ -42,7 +43,21 @@ class Port(Protocol):
 
     async def push(self, subject: str, data: bytes, reply: str = "") -> None: ...
 
-    async def publish_raw(self, subject: str, data: bytes) -> None: ...
+    @property
+    def max_payload(self) -> int:
+        """The largest message the server accepts."""
+        ...
+
+    async def publish_raw(self, subject: str, data: bytes, reply: str = "") -> None: ...
+
+    async def subscribe_raw(
+        self,
+        subject: str,
+        cb: Callable[[Msg], Awaitable[None]],
+        *,
+        queue: str = "",
+        pending_msgs_limit: int | None = None,
+    ) -> NatsSubscription: ...
 
     async def flush(self, timeout: float = 5.0) -> None: ...
 

@@ -115,7 +115,7 @@ class TurnServer:
         self.rejected = 0
 
     async def start(self) -> TurnServer:
-        await self.bus.nc.subscribe(turn_subject(self.agent), queue=f"hookbus-agent-{self.agent}", cb=self._on_msg)
+        await self.bus.subscribe_raw(turn_subject(self.agent), self._on_msg, queue=f"hookbus-agent-{self.agent}")
         await self.bus.flush()  # requests sent once serve_turns returns reach this server
         return self
 
@@ -166,7 +166,7 @@ class TurnServer:
             self._slots.release()
         if reply:
             try:
-                await self.bus.nc.publish(reply, orjson.dumps(asdict(result)))
+                await self.bus.publish_raw(reply, orjson.dumps(asdict(result)))
             except nats_errors.Error:
                 log.debug("could not report the end of turn %s", request.id)
 

@@ -20,7 +20,6 @@ from bus.middleware.guards import GUARDS_BUCKET, mark_stopped, put_records, remo
 from bus.middleware.registry import MODULES_BUCKET, announcement_of, open_bucket, request_subject
 from bus.transport.nats_api import Msg, nats_errors
 from bus.transport.port import Port
-from bus.transport.publisher import ordered_flush
 
 log = logging.getLogger("hookbus.module")
 
@@ -68,8 +67,8 @@ class ModuleServer:
         kv = await open_bucket(nc, MODULES_BUCKET)
         guards = await self._guard_records(nc)
         subject = request_subject(self.announcement)
-        sub = await nc.subscribe(subject, queue=subject, cb=self._on_msg, pending_msgs_limit=100_000)
-        await ordered_flush(nc, 5.0)  # the subscription is in place before the module announces itself
+        sub = await self.bus.subscribe_raw(subject, self._on_msg, queue=subject, pending_msgs_limit=100_000)
+        await self.bus.flush(5.0)  # the subscription is in place before the module announces itself
         key, data = self.announcement.key, self.announcement.to_bytes()
         try:
             await kv.put(key, data)
@@ -184,7 +183,7 @@ class ModuleServer:
         if not inbox:
             return
         data = orjson.dumps(reply)
-        limit = self.bus.nc.max_payload
+        limit = self.bus.max_payload
         if len(data) > limit:  # the server would drop the connection for it: say so instead
             data = orjson.dumps({"error": f"reply of {len(data)} bytes is over the server's max_payload ({limit})"})
         await self.bus.push(inbox, data)

@@ -249,7 +249,7 @@ class Interceptor:
         started = time.perf_counter()
         subject = batch[0].subject
         data = orjson.dumps(request)
-        limit = self._bus.nc.max_payload
+        limit = self._bus.max_payload
         if len(data) > limit:
             cause = f"request of {len(data)} bytes is over the server's max_payload ({limit})"
             return _faulted(batch, Outcome.OVERSIZE, cause, started, journal)
