@@ -155,7 +155,10 @@ async def test_long_texts_are_cut_and_names_never_come_from_an_entry(sink: Runni
     assert len(long_row.entry.process) == TEXT_CAP and long_row.entry.process.endswith("…")
     assert len(long_row.entry.cause or "") == CAUSE_CAP
     assert "nul\ufffdbyte" in sink.whos()
-    files = sorted(path.name for path in (sink.workspace / "journal").iterdir())
+    journal = sink.workspace / "journal"
+    # The JSONL line follows the database row: wait for "after" there too before listing the files.
+    await wait_until(lambda: b'"after"' in _read(journal / "middleware.jsonl"), what="the JSONL line of 'after'")
+    files = sorted(path.name for path in journal.iterdir())
     assert files == ["middleware.jsonl"]  # named by the sink, whatever the entries said
     assert sink.sink.rejected == 0
 
@@ -377,3 +380,7 @@ def test_fuzzed_entries_never_stop_the_store(
         assert [row.entry.who for _, row in fresh][-1] == "valid" and len(fresh) == len(rows)
     finally:
         store.close()
+
+
+def _read(path: Path) -> bytes:
+    return path.read_bytes() if path.exists() else b""
