@@ -30,7 +30,7 @@ from bus.journal.entries import JournalEntry, publish_entry
 from bus.middleware.kernel.intercept import Interceptor, MiddlewareOptions
 from bus.middleware.trust import Managed
 from bus.transport.connection import Credentials, auth_options, open_connection, resolve_servers, with_private_inbox
-from bus.transport.nats_api import Client, Msg, NatsSubscription, nats_errors
+from bus.transport.nats_api import Client, JetStreamContext, Msg, NatsSubscription, nats_errors
 from bus.transport.publisher import Publisher, flush_quietly, ordered_flush
 from bus.transport.server import NatsServer
 from bus.turns.server import TurnHandler, TurnRequest, TurnServer
@@ -401,6 +401,22 @@ class Bus:
         if pending_msgs_limit is None:
             return await self.nc.subscribe(subject, queue=queue, cb=cb)
         return await self.nc.subscribe(subject, queue=queue, cb=cb, pending_msgs_limit=pending_msgs_limit)
+
+    async def request_raw(self, subject: str, data: bytes, timeout_s: float) -> bytes:
+        """Send a raw request and return the reply's bytes (plumbing: status queries; no envelope).
+
+        Raises nats.errors.NoRespondersError or TimeoutError as nats-py does.
+        """
+        reply = await self.nc.request(subject, data, timeout=timeout_s)
+        return bytes(reply.data)
+
+    def new_inbox(self) -> str:
+        """A fresh reply subject under this connection's private inbox prefix."""
+        return self.nc.new_inbox()
+
+    def jetstream(self) -> JetStreamContext:
+        """The JetStream context of this connection (the journal stream and its consumers)."""
+        return self.nc.jetstream()
 
     @property
     def max_payload(self) -> int:

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from bus import Bus, ConfigError, TurnRequest
@@ -314,3 +315,17 @@ def test_cli_test_and_list(workspace: Path, nats_url: str) -> None:
     listing = run_cli("triggers", *ws, env={"NATS_URL": "nats://127.0.0.1:1"})
     assert listing.returncode == 0 and "spend: on eva.spend.day -> agent eva" in listing.stdout
     assert "no trigger engine answered" in listing.stdout
+
+
+async def test_cli_list_shows_a_running_engine(bus: Bus, engine: TriggerEngine, workspace: Path, nats_url: str) -> None:
+    """``hookbus triggers`` asks the running engine (a raw request over the bus) and shows its state."""
+    name = f"live{uuid.uuid4().hex[:6]}"
+    await engine.apply({name: spec(name=name)})
+    await bus.flush()
+    args = ("triggers", "--workspace", str(workspace), "list", "--json", "--nats-url", nats_url)
+    listing = await asyncio.to_thread(run_cli, *args)
+    assert listing.returncode == 0, listing.stderr
+    shown = orjson.loads(listing.stdout)
+    assert shown["running"] is True
+    assert [row["name"] for row in shown["triggers"]] == [name]
+    assert shown["triggers"][0]["fired"] == 0 and shown["triggers"][0]["in_flight"] == 0

@@ -65,10 +65,10 @@ async def _running_status(args: argparse.Namespace) -> list[dict[str, Any]] | No
 
     try:
         async with Bus(args.nats_url, name="hookbus-triggers-cli", **connection_args(args)) as bus:
-            reply = await bus.nc.request(STATUS_SUBJECT, b"", timeout=1.0)
+            reply = await bus.request_raw(STATUS_SUBJECT, b"", timeout_s=1.0)
     except (ConnectError, nats_errors.NoRespondersError, nats_errors.TimeoutError):
         return None
-    rows: list[dict[str, Any]] = orjson.loads(reply.data)["triggers"]
+    rows: list[dict[str, Any]] = orjson.loads(reply)["triggers"]
     return rows
 
 

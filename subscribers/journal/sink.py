@@ -157,7 +157,7 @@ class JournalSink:
             self.store.close()
 
     async def _subscribe(self) -> JetStreamContext.PullSubscription:
-        js = self.bus.nc.jetstream()
+        js = self.bus.jetstream()
         try:  # the bus role makes the stream; the sink role may only look at it ...
             info = await js.stream_info(STREAM)
         except js_errors.NotFoundError:  # ... unless it runs alone on a server nobody prepared

@@ -95,10 +95,9 @@ class TriggerEngine:
 
     async def start(self) -> TriggerEngine:
         register_metrics()
-        nc = self.bus.nc
-        self._inbox = nc.new_inbox()
-        await nc.subscribe(f"{self._inbox}.*", cb=self._on_turn_result)
-        await nc.subscribe(STATUS_SUBJECT, cb=self._on_status)
+        self._inbox = self.bus.new_inbox()
+        await self.bus.subscribe_raw(f"{self._inbox}.*", self._on_turn_result)
+        await self.bus.subscribe_raw(STATUS_SUBJECT, self._on_status)
         return self
 
     async def apply(self, specs: dict[str, TriggerSpec]) -> None:
@@ -260,7 +259,7 @@ class TriggerEngine:
     async def _on_status(self, msg: Msg) -> None:
         if msg.reply:
             with contextlib.suppress(nats_errors.Error):
-                await self.bus.nc.publish(msg.reply, orjson.dumps({"triggers": self.status()}))
+                await self.bus.publish_raw(msg.reply, orjson.dumps({"triggers": self.status()}))
 
     async def stop(self) -> None:
         for state in self.state.values():
