@@ -72,9 +72,6 @@ VALID: list[tuple[str, dict[str, Any]]] = [
     ("fail_closed false", {"fail_closed": False}),
     ("fail_closed true", {"fail_closed": True}),
     ("fail_closed missing: false", {}),
-    ("fail_closed 1 (not a boolean): read by truthiness as true", {"fail_closed": 1}),
-    ("fail_closed empty list (not a boolean): read by truthiness as false", {"fail_closed": []}),
-    ('fail_closed the string "false" (not a boolean): read by truthiness as true', {"fail_closed": "false"}),
     ("fields outside the declaration are ignored", {"host": "worker-3", "comment": "ignored"}),
     ("a dotted custom stage", {"stage": "custom.deploy"}),
     ("module and handler names with - and _", {"module": "a-b_c", "name": "X-1_y"}),
@@ -96,6 +93,12 @@ INVALID: list[tuple[str, dict[str, Any]]] = [
     ("a non-ASCII handler name", {"name": "é"}),
     ("an empty stage token", {"stage": "tool..call"}),
     ("module missing", {"module": None}),
+    ("fail_closed 1: not a boolean", {"fail_closed": 1}),
+    ("fail_closed an empty list: not a boolean", {"fail_closed": []}),
+    ('fail_closed the string "false": not a boolean', {"fail_closed": "false"}),
+    ("fail_closed null: not a boolean", {"fail_closed": None}),
+    ("a match list item that is not a string", {"match": ["shell", True]}),
+    ("a reference that is not a string", {"after": [7]}),
 ]
 
 

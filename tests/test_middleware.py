@@ -261,3 +261,19 @@ def test_bad_names_are_declaration_errors() -> None:
         @mod.stage("tool.call", before="a.b.c")
         async def h(stage: str, payload: dict[str, Any]) -> Continue:
             return Continue()
+
+
+@pytest.mark.parametrize("name", [["shell"], {"tool": "shell"}, 7])
+async def test_a_match_field_of_another_shape_reaches_the_guard(kernel: Bus, nats_url: str, name: object) -> None:
+    """No honest agent sends a tool name that is a list or an object; a guard is called for it, never skipped."""
+    module = Module(unique("shape"))
+
+    @module.stage(Stage.TOOL_CALL, match="shell", fail_closed=True)
+    async def no_rm(stage: str, payload: dict[str, Any]) -> Cancel:
+        return Cancel(f"unreadable tool name {payload['name']!r}")
+
+    async with serving(module, nats_url, detach_on_stop=True):
+        await wait_for_chain(kernel, "tool.call", [f"{module.name}.no_rm"])
+        decision = await kernel.intercept(Stage.TOOL_CALL, {"name": name, "input": {"command": "rm -rf /"}})
+        assert decision == Cancel(f"unreadable tool name {name!r}", f"{module.name}.no_rm")
+        assert await kernel.intercept(Stage.TOOL_CALL, {"name": "ls", "input": {}}) == Continue()

@@ -101,18 +101,22 @@ def declare(
     )
 
 
-def _names(value: str | Iterable[str] | None, split: str | None) -> list[str]:
+def _names(value: str | Iterable[str] | None, split: str | None, where: str) -> list[str]:
     if value is None:
         return []
     if isinstance(value, str):
         return [part.strip() for part in (value.split(split) if split else [value]) if part.strip()]
-    return [str(part).strip() for part in value]
+    parts = list(value)
+    for part in parts:
+        if not isinstance(part, str):
+            raise DeclarationError(where, f"a name must be a string, not {part!r}")
+    return [part.strip() for part in parts]
 
 
 def _references(module: str, value: str | Iterable[str], where: str) -> tuple[str, ...]:
     """Qualify bare handler names with the declaring module; sort; drop duplicates."""
     out = set()
-    for ref in _names(value, None):
+    for ref in _names(value, None, where):
         parts = ref.split(".")
         if len(parts) > 2 or not all(TOKEN_RE.fullmatch(part) for part in parts):
             raise DeclarationError(where, f"reference {ref!r} is not 'handler' or 'module.handler'")
@@ -122,19 +126,28 @@ def _references(module: str, value: str | Iterable[str], where: str) -> tuple[st
 
 def _matcher(value: str | Iterable[str] | None, where: str) -> tuple[str, ...]:
     """``"write_file|apply_patch"`` or a list of names: a sorted tuple of distinct names."""
-    names = sorted(set(_names(value, "|")))
+    names = sorted(set(_names(value, "|", where)))
     if value is not None and not names:
         raise DeclarationError(where, "match names no tool")
     return tuple(names)
 
 
 def from_wire(obj: dict[str, Any]) -> Declaration:
-    """Rebuild (and re-normalise) a declaration received from the registry."""
+    """Rebuild (and re-normalise) a declaration received from the registry.
+
+    ``fail_closed`` must be a JSON boolean: a promise to cancel is never read
+    out of a string such as ``"false"``.
+    """
+    fail_closed = obj.get("fail_closed", False)
+    if not isinstance(fail_closed, bool):
+        raise DeclarationError(
+            f"{obj['module']}.{obj['name']}", f"fail_closed must be true or false, not {fail_closed!r}"
+        )
     return declare(
         obj["module"],
         obj["name"],
         obj["stage"],
-        fail_closed=obj.get("fail_closed", False),
+        fail_closed=fail_closed,
         timeout=obj.get("timeout", DEFAULT_TIMEOUT),
         before=obj.get("before", ()),
         after=obj.get("after", ()),

@@ -314,9 +314,18 @@ class Interceptor:
 
 
 def _wants(link: Link, stage: str, payload: dict[str, Any]) -> bool:
+    """Whether a handler's matcher takes this call.
+
+    A match field that is not a string (a list, an object: what no honest
+    agent sends) reaches every handler with a matcher: a guard is never
+    skipped because of a shape it cannot compare.
+    """
     if link.match is None:
         return True
-    return payload.get(match_field(stage)) in link.match
+    value = payload.get(match_field(stage))
+    if value is None or isinstance(value, str):
+        return value in link.match
+    return True
 
 
 def _broken(chain: StageChain, journal: _Journal) -> Decision:

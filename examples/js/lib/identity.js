@@ -32,7 +32,16 @@ function distinctSorted(names) {
   return Array.from(new Set(names)).sort(byCodePoint);
 }
 
-// Python truthiness, which the reference applies to a non-boolean fail_closed.
+// fail_closed is a JSON boolean or missing (false): a promise to cancel is never read out of "false".
+function failClosed(wire, where) {
+  if (!('fail_closed' in wire)) return false;
+  if (typeof wire.fail_closed !== 'boolean') {
+    throw new DeclarationError(`${where}: fail_closed must be true or false, not ${JSON.stringify(wire.fail_closed)}`);
+  }
+  return wire.fail_closed;
+}
+
+// Python truthiness (what an empty match means: every call).
 function truthy(value) {
   if (value === null || value === undefined || value === false || value === 0 || value === '') return false;
   if (Array.isArray(value)) return value.length > 0;
@@ -95,7 +104,7 @@ function normalise(wire) {
     module,
     name,
     stage,
-    fail_closed: truthy(wire.fail_closed),
+    fail_closed: failClosed(wire, where),
     timeout,
     before: references(module, wire.before, where),
     after: references(module, wire.after, where),
