@@ -286,10 +286,23 @@ class Bus:
         """Connect (starting the embedded server first if asked for one)."""
         if self._state is not BusState.UNOPENED:
             raise BusClosedError(f"Bus is {self._state.value}: a Bus is opened once")
+        self._nc = await self._connect()
+        if self._nc.max_payload < self._encoder.max_bytes:
+            await self._abandon()
+            raise ConfigError(
+                f"max_bytes={self._encoder.max_bytes} is over the server's max_payload ({self._nc.max_payload})"
+            )
+        self._publisher = Publisher(self._nc)
+        self._state = BusState.OPEN
+        COLLECTOR.track(self.stats)
+        return self
+
+    async def _connect(self) -> Client:
+        """Open the connection (the one step :class:`bus.testing.TestBus` replaces with an in-process one)."""
         if self._embedded is not None:
             await asyncio.to_thread(self._embedded.start)
         try:
-            self._nc = await open_connection(
+            return await open_connection(
                 self.servers,
                 name=self.name,
                 connect_budget=self._connect_timeout,
@@ -302,15 +315,6 @@ class Bus:
             if self._embedded is not None:
                 await asyncio.to_thread(self._embedded.cleanup)
             raise
-        if self._nc.max_payload < self._encoder.max_bytes:
-            await self._abandon()
-            raise ConfigError(
-                f"max_bytes={self._encoder.max_bytes} is over the server's max_payload ({self._nc.max_payload})"
-            )
-        self._publisher = Publisher(self._nc)
-        self._state = BusState.OPEN
-        COLLECTOR.track(self.stats)
-        return self
 
     async def close(self) -> None:
         """Unsubscribe, let handlers finish (bounded), flush, disconnect."""

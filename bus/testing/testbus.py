@@ -1,0 +1,123 @@
+"""``TestBus``: a Bus on an in-process broker, for testing handlers without a nats-server.
+
+``TestBus`` is :class:`bus.Bus` with one step replaced: instead of connecting
+to NATS it attaches to an :class:`bus.testing.broker.InProcessBroker`. Every
+rule runs as it does in production, from the same code: the envelope encoder
+and every receive check, the depth rule, PRX-style patterns and queue groups,
+the middleware kernel (its view of the registry, chain order, fail modes,
+patch composition, journal), module serving and turns. What it does not
+have: other processes, permissions, TLS, reconnects and JetStream streams
+(the journal's reactions are published, and kept only if something
+subscribes to them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from typing import cast
+
+from bus.client import Bus
+from bus.core import depth as _depth
+from bus.core.envelope import DEFAULT_MAX_BYTES
+from bus.middleware.handler.module import Module
+from bus.middleware.kernel.intercept import MiddlewareOptions
+from bus.testing.broker import InProcessBroker
+from bus.transport.nats_api import Client
+
+#: How long ``serve`` waits for the kernel to see a module's handlers (in-process: at once, in practice).
+SERVE_TIMEOUT = 10.0
+
+
+class TestBus(Bus):
+    """An in-process Bus: ``emit``, ``subscribe``, ``intercept``, ``serve_turns``, ``request_turn``, ``flush``.
+
+    Modules given to it (``TestBus(modules=[...])`` or ``await bus.serve(module)``)
+    run on the same broker and are trusted (``trust_new``): their handlers
+    are in the chain once ``serve`` returns. Several TestBus instances share
+    events when given the same ``broker``. ``flush()`` returns once everything
+    sent before it has been handed to its subscribers (handlers that never
+    wait have finished by then).
+    """
+
+    __test__ = False  # a helper, not a test class (pytest collects classes named Test*)
+
+    def __init__(
+        self,
+        *,
+        modules: Iterable[Module] = (),
+        broker: InProcessBroker | None = None,
+        name: str = "hookbus-test",
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        max_depth: int = _depth.DEFAULT_MAX_DEPTH,
+        strict: bool = False,
+        source: str | None = None,
+        trust_new: bool = True,
+        managed: Iterable[str] = (),
+        middleware: MiddlewareOptions | None = None,
+    ) -> None:
+        self.broker = broker or InProcessBroker()
+        super().__init__(
+            "nats://in-process",
+            name=name,
+            max_bytes=max_bytes,
+            max_depth=max_depth,
+            strict=strict,
+            source=source,
+            trust_new=trust_new,
+            managed=managed,
+            middleware=middleware,
+            nats_options={"inbox_prefix": "_INBOX"},
+        )
+        self._modules = list(modules)
+        self._trust_new = trust_new
+        self._managed_names = frozenset(managed)
+        self._serving: list[asyncio.Task[None]] = []
+
+    async def _connect(self) -> Client:
+        nc = self.broker.connect(self.name, str(self._nats_options["inbox_prefix"]))
+        nc._error_cb = self._on_error
+        return cast(Client, nc)  # duck-typed: the part of nats-py's client that Bus and its components use
+
+    async def start(self) -> TestBus:
+        await super().start()
+        for module in self._modules:
+            await self.serve(module)
+        return self
+
+    async def __aenter__(self) -> TestBus:
+        return await self.start()
+
+    async def serve(self, module: Module) -> None:
+        """Serve ``module`` on this bus until it closes; return once its handlers are in the chain."""
+        ready = asyncio.Event()
+        task = asyncio.get_running_loop().create_task(module.serve(bus=self, ready=ready, detach_on_stop=True))
+        self._serving.append(task)
+        waiter = asyncio.ensure_future(ready.wait())
+        try:
+            await asyncio.wait({task, waiter}, timeout=SERVE_TIMEOUT, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+        if task.done():
+            task.result()  # raises why it stopped
+        view = await self.middleware.start()
+        wanted = {
+            decl.qualname
+            for decl in module.declarations
+            if self._trust_new or decl.qualname in self._managed_names  # others wait for approval
+        }
+
+        def in_chain() -> bool:
+            runs: set[str] = set()
+            for chain in view.chains.values():
+                runs.update(link.decl.qualname for link in chain.links if link.trust.runs)
+            return wanted <= runs
+
+        await view.wait_until(in_chain, SERVE_TIMEOUT)
+
+    async def close(self) -> None:
+        serving, self._serving = self._serving, []
+        for task in serving:
+            task.cancel()
+        await asyncio.gather(*serving, return_exceptions=True)
+        await super().close()
