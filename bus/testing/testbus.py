@@ -81,39 +81,48 @@ class TestBus(Bus):
 
     async def start(self) -> TestBus:
         await super().start()
-        for module in self._modules:
-            await self.serve(module)
+        if self._modules:
+            await self.serve(*self._modules)
         return self
 
     async def __aenter__(self) -> TestBus:
         return await self.start()
 
-    async def serve(self, module: Module) -> None:
-        """Serve ``module`` on this bus until it closes; return once its handlers are in the chain."""
-        ready = asyncio.Event()
-        task = asyncio.get_running_loop().create_task(module.serve(bus=self, ready=ready, detach_on_stop=True))
-        self._serving.append(task)
-        waiter = asyncio.ensure_future(ready.wait())
-        try:
-            await asyncio.wait({task, waiter}, timeout=SERVE_TIMEOUT, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            waiter.cancel()
-        if task.done():
-            task.result()  # raises why it stopped
+    async def serve(self, *modules: Module) -> None:
+        """Serve ``modules`` on this bus until it closes; return once the kernel knows them.
+
+        Known: each module announced and, with ``trust_new`` (or for the
+        ``managed`` names), its handlers approved, so the next ``intercept``
+        calls them (unless their chain is broken: a cycle, a dangling reference).
+        """
+        loop = asyncio.get_running_loop()
+        for module in modules:
+            ready = asyncio.Event()
+            task = loop.create_task(module.serve(bus=self, ready=ready, detach_on_stop=True))
+            self._serving.append(task)
+            waiter = asyncio.ensure_future(ready.wait())
+            try:
+                await asyncio.wait({task, waiter}, timeout=SERVE_TIMEOUT, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                waiter.cancel()
+            if task.done():
+                task.result()  # raises why it stopped
+            if not ready.is_set():
+                raise TimeoutError(f"module {module.name} did not start serving within {SERVE_TIMEOUT}s")
         view = await self.middleware.start()
-        wanted = {
-            decl.qualname
+        names = {module.name for module in modules}
+        approved = [
+            decl
+            for module in modules
             for decl in module.declarations
-            if self._trust_new or decl.qualname in self._managed_names  # others wait for approval
-        }
+            if self._trust_new or decl.qualname in self._managed_names  # the others wait for approval
+        ]
 
-        def in_chain() -> bool:
-            runs: set[str] = set()
-            for chain in view.chains.values():
-                runs.update(link.decl.qualname for link in chain.links if link.trust.runs)
-            return wanted <= runs
+        def known() -> bool:
+            announced = {announcement.module for announcement, _ in view.instances.values()}
+            return names <= announced and all(view.trust_of(decl).runs for decl in approved)
 
-        await view.wait_until(in_chain, SERVE_TIMEOUT)
+        await view.wait_until(known, SERVE_TIMEOUT)
 
     async def close(self) -> None:
         serving, self._serving = self._serving, []
