@@ -1,0 +1,102 @@
+"""TestBus beyond the shared contract (tests/test_contract.py): its own promises and the docs' example."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bus import BusClosedError, Cancel, Continue, Module, Stage
+from bus.testing import EventRecorder, TestBus
+from bus.testing.broker import InProcessBroker
+
+from .waiting import barrier, without_barriers
+
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "testing.md"
+
+
+async def test_the_example_in_docs_testing_runs() -> None:
+    [code] = re.findall(r"```python\n(.*?)```", DOCS.read_text(), re.S)
+    namespace: dict[str, Any] = {}
+    exec(compile(code, str(DOCS), "exec"), namespace)
+    tests = [
+        value for name, value in namespace.items() if name.startswith("test_") and inspect.iscoroutinefunction(value)
+    ]
+    assert len(tests) == 3
+    for test in tests:
+        await test()
+
+
+async def test_flush_returns_once_subscribers_have_what_was_sent() -> None:
+    async with TestBus() as bus:
+        got: list[int] = []
+        await bus.subscribe("eva.custom.count", lambda event: got.append(event.payload["n"]))
+        for n in range(5):
+            await bus.emit("eva.custom.count", {"n": n})
+        await bus.flush()
+        assert got == [0, 1, 2, 3, 4]
+
+
+async def test_what_an_honest_emitter_never_sends_is_dropped_by_the_receive_checks() -> None:
+    async with TestBus() as bus:
+        recorder = EventRecorder()
+        await bus.subscribe("eva.custom.raw", recorder)
+        await bus.publish_raw("eva.custom.raw", b"not json")
+        await bus.publish_raw("eva.custom.raw", b'{"event":"custom.raw","payload":{},"depth":99}')
+        await barrier(bus, "eva.custom.raw", recorder)
+        assert without_barriers(recorder.events) == []
+        assert sum(bus.stats.dropped.values()) == 2
+
+
+async def test_buses_on_one_broker_share_events() -> None:
+    broker = InProcessBroker()
+    async with TestBus(broker=broker) as sender, TestBus(broker=broker) as receiver:
+        recorder = EventRecorder()
+        await receiver.subscribe("eva.>", recorder)
+        await sender.emit("eva.custom.hello", {"to": "you"})
+        [event] = await recorder.wait_for(1)
+        assert event.payload == {"to": "you"}
+
+
+async def test_a_fail_closed_handler_that_times_out_cancels() -> None:
+    module = Module("slow")
+    release = asyncio.Event()
+
+    @module.stage(Stage.TOOL_CALL, fail_closed=True, timeout=0.2)
+    async def check(stage: str, payload: dict[str, Any]) -> Continue:
+        await release.wait()  # never set: the handler's timeout ends it
+        return Continue()
+
+    async with TestBus(modules=[module]) as bus:
+        decision = await bus.intercept(Stage.TOOL_CALL, {"name": "ls"})
+        assert isinstance(decision, Cancel) and decision.handler == "slow.check"
+
+
+async def test_without_trust_new_a_module_waits_for_approval() -> None:
+    module = Module("unapproved")
+    calls: list[str] = []
+
+    @module.stage(Stage.TOOL_CALL)
+    async def note(stage: str, payload: dict[str, Any]) -> Continue:
+        calls.append(payload["name"])
+        return Continue()
+
+    async with TestBus(trust_new=False) as bus:
+        await bus.serve(module)
+        assert await bus.intercept(Stage.TOOL_CALL, {"name": "ls"}) == Continue()
+        assert calls == []  # announced, not approved: never called
+    async with TestBus(trust_new=False, managed=["unapproved.note"], modules=[module]) as bus:
+        assert await bus.intercept(Stage.TOOL_CALL, {"name": "ls"}) == Continue()
+        assert calls == ["ls"]
+
+
+async def test_a_closed_test_bus_refuses_to_emit() -> None:
+    bus = TestBus()
+    async with bus:
+        pass
+    with pytest.raises(BusClosedError):
+        await bus.emit("eva.custom.late", {})
