@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from bus import BusClosedError, Cancel, Continue, Module, Stage
+from bus import BusClosedError, Cancel, Continue, Event, Module, Stage
 from bus.testing import EventRecorder, TestBus
 from bus.testing.broker import InProcessBroker
 
-from .waiting import barrier, without_barriers
+from .waiting import barrier, wait_until, without_barriers
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "testing.md"
 
@@ -100,3 +100,21 @@ async def test_a_closed_test_bus_refuses_to_emit() -> None:
         pass
     with pytest.raises(BusClosedError):
         await bus.emit("eva.custom.late", {})
+
+
+async def test_a_subscription_over_its_pending_limit_drops_as_a_slow_consumer() -> None:
+    release = asyncio.Event()
+    got: list[int] = []
+
+    async def slow(event: Event) -> None:
+        await release.wait()
+        got.append(event.payload["n"])
+
+    async with TestBus() as bus:
+        await bus.subscribe("eva.custom.slow", slow, concurrency=1, pending_msgs=2)
+        for n in range(5):  # routed at once; the subscription holds two
+            await bus.emit("eva.custom.slow", {"n": n})
+        await wait_until(lambda: bus.stats.dropped["slow_consumer"] == 3, what="three slow-consumer drops")
+        release.set()
+        await wait_until(lambda: len(got) == 2, what="the two held events")
+        assert got == [0, 1]

@@ -38,8 +38,11 @@ class InProcessBroker:
         self.buckets: dict[str, InProcessKeyValue] = {}
         self._turns: dict[str, itertools.count[int]] = {}
 
-    def connect(self, name: str, inbox_prefix: str = "_INBOX") -> InProcessClient:
-        return InProcessClient(self, name, inbox_prefix)
+    def connect(
+        self, name: str, inbox_prefix: str = "_INBOX", on_error: Callable[[Exception], Awaitable[None]] | None = None
+    ) -> InProcessClient:
+        """A client of this broker; ``on_error`` hears what nats-py's error callback would (a slow consumer)."""
+        return InProcessClient(self, name, inbox_prefix, on_error)
 
     def route(self, subject: str, data: bytes, reply: str, headers: dict[str, str] | None = None) -> int:
         """Queue the message at every matching subscription (one member per queue group); return how many."""
@@ -131,7 +134,13 @@ class InProcessSubscription:
 class InProcessClient:
     """The nats-py client as the transport seam uses it, connected to an :class:`InProcessBroker`."""
 
-    def __init__(self, broker: InProcessBroker, name: str, inbox_prefix: str) -> None:
+    def __init__(
+        self,
+        broker: InProcessBroker,
+        name: str,
+        inbox_prefix: str,
+        on_error: Callable[[Exception], Awaitable[None]] | None = None,
+    ) -> None:
         self.broker = broker
         self.name = name
         self.subs: set[InProcessSubscription] = set()
@@ -141,7 +150,7 @@ class InProcessClient:
         self._server_info: dict[str, Any] = {}
         self._inbox_prefix = inbox_prefix
         self._closed = False
-        self._error_cb: Callable[[Exception], Awaitable[None]] | None = None
+        self._error_cb = on_error
         self._reports: set[asyncio.Future[None]] = set()
 
     @property

@@ -75,8 +75,7 @@ class TestBus(Bus):
         self._serving: list[asyncio.Task[None]] = []
 
     async def _connect(self) -> Client:
-        nc = self.broker.connect(self.name, str(self._nats_options["inbox_prefix"]))
-        nc._error_cb = self._on_error
+        nc = self.broker.connect(self.name, str(self._nats_options["inbox_prefix"]), self._on_error)
         return cast(Client, nc)  # duck-typed: the part of nats-py's client that Bus and its components use
 
     async def start(self) -> TestBus:
