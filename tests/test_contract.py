@@ -7,17 +7,18 @@ TestBus is what production does. Absence is checked with a barrier message
 
 from __future__ import annotations
 
-import asyncio
 import re
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
+import orjson
 import pytest
 
-from bus import Bus, Cancel, Continue, Event, Module, Patch, Stage, TurnRequest
+from bus import Bus, Cancel, Continue, Event, Module, Patch, Stage, StageCtx, TurnRequest
 from bus.testing import EventRecorder, TestBus, serving
+from bus.transport.nats_api import Msg
 
 from .waiting import barrier, is_barrier, probe_until, wait_until, without_barriers
 
@@ -146,12 +147,15 @@ async def test_handlers_emit_one_level_deeper_and_the_limit_drops(backend: Backe
     assert [event.payload["from_depth"] for event in events] == [None, 0, 1]
 
 
-def two_module_chain(calls: list[str]) -> tuple[Module, Module, str, str]:
-    """Two modules on tool.call: ``z...`` runs first because it says so (by name it would be second)."""
+def two_module_chain(calls: list[str], how: str) -> tuple[Module, Module, str]:
+    """Two modules on tool.call: ``z...`` runs first because one of them says so (by name it would be second).
+
+    ``how``: ``before`` (the first names the second) or ``after`` (the second names the first).
+    """
     first, second = Module(unique("zfirst")), Module(unique("asecond"))
     first_name, second_name = f"{first.name}.guard", f"{second.name}.tag"
 
-    @first.stage(Stage.TOOL_CALL, before=second_name, name="guard")
+    @first.stage(Stage.TOOL_CALL, before=second_name if how == "before" else (), name="guard")
     async def guard(stage: str, payload: dict[str, Any]) -> Continue | Cancel | Patch:
         calls.append("first")
         if payload["name"] == "rm":
@@ -160,22 +164,23 @@ def two_module_chain(calls: list[str]) -> tuple[Module, Module, str, str]:
             return Patch({**payload, "seen": ["first"]})
         return Continue()
 
-    @second.stage(Stage.TOOL_CALL, name="tag")
+    @second.stage(Stage.TOOL_CALL, after=first_name if how == "after" else (), name="tag")
     async def tag(stage: str, payload: dict[str, Any]) -> Continue | Patch:
         calls.append("second")
         if payload["name"] == "ls":
             return Patch({**payload, "seen": [*payload.get("seen", []), "second"]})
         return Continue()
 
-    return first, second, first_name, second_name
+    return first, second, first_name
 
 
-async def test_intercept_runs_a_chain_in_declared_order(backend: Backend) -> None:
+@pytest.mark.parametrize("how", ["before", "after"])
+async def test_intercept_runs_a_chain_in_declared_order(backend: Backend, how: str) -> None:
     calls: list[str] = []
-    first, second, first_name, _ = two_module_chain(calls)
+    first, second, first_name = two_module_chain(calls, how)
     async with backend.bus() as bus, backend.serving(bus, first, second):
         patched = await bus.intercept(Stage.TOOL_CALL, {"name": "ls", "args": {}})
-        assert patched == Patch({"name": "ls", "args": {}, "seen": ["first", "second"]})
+        assert patched == Patch({"name": "ls", "args": {}, "seen": ["first", "second"]})  # patches compose in order
         assert calls == ["first", "second"]
 
         calls.clear()
@@ -187,6 +192,25 @@ async def test_intercept_runs_a_chain_in_declared_order(backend: Backend) -> Non
         assert isinstance(cancelled, Cancel)
         assert cancelled.reason == "rm is not allowed" and cancelled.handler == first_name
         assert calls == ["first"]  # a cancel ends the chain: the second is never asked
+
+
+async def test_what_a_stage_handler_emits_is_one_level_deeper(backend: Backend) -> None:
+    subject = f"eva.custom.{unique('audit')}"
+    module = Module(unique("auditor"))
+
+    @module.stage(Stage.MEMORY_SAVE, name="audit")
+    async def audit(stage: str, payload: dict[str, Any], ctx: StageCtx) -> Continue:
+        assert ctx.bus is not None
+        await ctx.bus.emit(subject, {"key": payload["key"]}, session_id=ctx.session)
+        return Continue()
+
+    async with backend.bus() as bus, backend.serving(bus, module):
+        recorder = EventRecorder()
+        await bus.subscribe(subject, recorder)
+        decision = await bus.intercept(Stage.MEMORY_SAVE, {"key": "k", "value": "v"}, {"session": "s-2"})
+        assert decision == Continue()
+        [event] = await recorder.wait_for(1)
+    assert (event.payload, event.session_id, event.depth) == ({"key": "k"}, "s-2", 1)
 
 
 async def test_a_fail_closed_handler_that_raises_cancels_and_a_fail_open_one_continues(backend: Backend) -> None:
@@ -211,19 +235,27 @@ async def test_a_stage_nobody_declared_continues(backend: Backend) -> None:
         assert await bus.intercept(unique("nobody_declared"), {"anything": 1}) == Continue()
 
 
-async def test_a_turn_request_reaches_the_agents_handler(backend: Backend) -> None:
+async def test_a_turn_request_reaches_the_agents_handler_and_its_result_the_reply(backend: Backend) -> None:
     agent = unique("agent")
     seen: list[TurnRequest] = []
-    finished = asyncio.Event()
+    results: list[dict[str, Any]] = []
 
     async def turn(request: TurnRequest) -> str:
         seen.append(request)
-        finished.set()
-        return "done"
+        return f"done: {request.prompt}"
+
+    async def on_result(msg: Msg) -> None:
+        results.append(orjson.loads(msg.data))
 
     async with backend.bus() as bus:
         await bus.serve_turns(agent, turn)
-        assert await bus.request_turn(TurnRequest(agent=agent, prompt="summarise", session_id="s-9"))
-        await asyncio.wait_for(finished.wait(), 10)
-    [request] = seen
-    assert (request.agent, request.prompt, request.session_id, request.depth) == (agent, "summarise", "s-9", 0)
+        inbox = bus.new_inbox()
+        await bus.subscribe_raw(inbox, on_result)
+        request = TurnRequest(agent=agent, prompt="summarise", session_id="s-9")
+        assert await bus.request_turn(request, reply=inbox)
+        await wait_until(lambda: results, 10, "the turn's result")
+    [received] = seen
+    assert (received.id, received.prompt, received.session_id, received.depth) == (request.id, "summarise", "s-9", 0)
+    assert results == [
+        {"id": request.id, "agent": agent, "status": "completed", "answer": "done: summarise", "error": None}
+    ]
