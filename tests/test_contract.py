@@ -17,7 +17,7 @@ import orjson
 import pytest
 
 from bus import Bus, Cancel, Continue, Event, Module, Patch, Stage, StageCtx, TurnRequest
-from bus.testing import EventRecorder, TestBus, serving
+from bus.testing import EventRecorder, JournalRecorder, TestBus, serving
 from bus.transport.nats_api import Msg
 
 from .waiting import barrier, is_barrier, probe_until, wait_until, without_barriers
@@ -192,6 +192,25 @@ async def test_intercept_runs_a_chain_in_declared_order(backend: Backend, how: s
         assert isinstance(cancelled, Cancel)
         assert cancelled.reason == "rm is not allowed" and cancelled.handler == first_name
         assert calls == ["first"]  # a cancel ends the chain: the second is never asked
+
+
+async def test_reactions_are_journaled(backend: Backend) -> None:
+    calls: list[str] = []
+    first, second, first_name = two_module_chain(calls, "before")
+    async with backend.bus() as bus, backend.serving(bus, first, second):
+        journal = await JournalRecorder().attach(bus)
+        await bus.intercept(Stage.TOOL_CALL, {"name": "ls", "args": {}}, {"session": "s-3"})
+        await bus.intercept(Stage.TOOL_CALL, {"name": "rm", "args": {}}, {"session": "s-3"})
+        entries = await journal.wait_for(3)
+    assert [(entry.who, entry.decision) for entry in entries] == [
+        (first_name, "patch"),
+        (f"{second.name}.tag", "patch"),
+        (first_name, "cancel"),
+    ]
+    assert {(entry.kind, entry.point, entry.phase, entry.session) for entry in entries} == {
+        ("middleware", Stage.TOOL_CALL.value, "request", "s-3")
+    }
+    assert entries[2].cause == "rm is not allowed" and all(entry.identity for entry in entries)
 
 
 async def test_what_a_stage_handler_emits_is_one_level_deeper(backend: Backend) -> None:
