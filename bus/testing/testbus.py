@@ -8,7 +8,10 @@ the middleware kernel (its view of the registry, chain order, fail modes,
 patch composition, journal), module serving and turns. What it does not
 have: other processes, permissions, TLS, reconnects and JetStream streams
 (the journal's reactions are published, and kept only if something
-subscribes to them).
+subscribes to them). Where it differs on purpose: a queue group hands
+events to its members in turn (NATS picks at random), and ``flush`` also
+waits until subscribers have been handed what was sent. Module heartbeats
+and handler timeouts are the same asyncio timers as in production.
 """
 
 from __future__ import annotations
