@@ -16,6 +16,7 @@ from typing import Any
 import nats
 import nats.errors
 import nats.js.errors
+import orjson
 import pytest
 from nats.aio.client import Client
 
@@ -170,13 +171,26 @@ async def test_a_module_cannot_answer_or_announce_as_another(
     with pytest.raises((nats.errors.TimeoutError, nats.js.errors.Error)):
         await kv.put("guard.impostor", impostor.to_bytes(), validate_keys=False)  # not its key: refused
     await kv.put("audit.audit1", impostor.to_bytes())  # its own key, another module's name
-    async with guarded_eva(server, guard) as eva:
-        view = eva.middleware.view
-        assert view is not None
-        assert not [key for key in view.instances if key.startswith("audit.")]
-        decisions = [await eva.intercept(Stage.TOOL_CALL, RM) for _ in range(10)]
+    async with Bus(url(server, "operator")) as op:
+        journal: list[dict[str, Any]] = []
+
+        async def take(msg: Any) -> None:
+            journal.append(orjson.loads(msg.data))
+
+        await op.nc.subscribe("hookbus.journal.middleware.>", cb=take)
+        await op.flush()
+        async with guarded_eva(server, guard) as eva:
+            view = eva.middleware.view
+            assert view is not None
+            assert not [key for key in view.instances if key.startswith("audit.")]
+            decisions = [await eva.intercept(Stage.TOOL_CALL, RM) for _ in range(10)]
+            await wait_until(
+                lambda: [e for e in journal if e["decision"] == "denied" and e["who"] == "audit.audit1"],
+                what="the impersonation journaled as denied",
+            )
     assert decisions == [Cancel("only by hand", "guard.no_rm")] * 10
     assert attacker.received == []
+    await kv.delete("audit.audit1")  # a module may delete its own keys
 
 
 async def test_agents_cannot_forge_read_or_stop_the_journal(
@@ -220,7 +234,8 @@ async def test_each_journal_entry_names_its_publisher(server: NatsServer, state:
         seen: list[str] = []
 
         async def take(msg: Any) -> None:
-            seen.append(msg.subject)
+            if orjson.loads(msg.data)["point"] != "registry":  # refused announcements other tests left
+                seen.append(msg.subject)
 
         await op.nc.subscribe("hookbus.journal.>", cb=take)
         await op.flush()

@@ -108,6 +108,7 @@ class Interceptor:
                 trust_new=self._trust_new,
                 aliases=self._aliases,
                 notify=self._notify,
+                on_denied=self._denied_announcement,
                 liveness_factor=self.options.liveness_factor,
             )
             await view.start()
@@ -290,6 +291,12 @@ class Interceptor:
         except OSError as exc:  # never let the drain directory turn a decision into an exception
             budget = self._drain.budget
             return f"{text[:budget]}…[hookbus: {len(text) - budget} characters cut; could not store them: {exc}]"
+
+    def _denied_announcement(self, key: str, why: str) -> None:
+        """Journal a registry entry refused for claiming another module's name (once per key)."""
+        self._journal.add(
+            [JournalEntry(kind="middleware", point="registry", phase="announce", who=key, decision="denied", cause=why)]
+        )
 
     def _notify(self, subject: str, payload: dict[str, Any]) -> None:
         task = asyncio.get_running_loop().create_task(self._bus.emit(subject, payload))

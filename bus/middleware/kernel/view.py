@@ -56,6 +56,8 @@ _BUILT_IN: Final = frozenset(stage.value for stage in Stage)
 
 #: Called with (subject, payload) for the events the view reports: broken chains, modules attached/detached.
 Notify = Callable[[str, dict[str, Any]], None]
+#: Called with (registry key, why) for an announcement refused as impersonation.
+Denied = Callable[[str, str], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +99,7 @@ class View:
         trust_new: bool,
         aliases: Mapping[str, str],
         notify: Notify | None = None,
+        on_denied: Denied | None = None,
         liveness_factor: float = LIVENESS_FACTOR,
     ) -> None:
         self._nc = nc
@@ -105,6 +108,9 @@ class View:
         self.aliases = dict(aliases)
         self.liveness_factor = liveness_factor
         self._notify = notify
+        self._on_denied = on_denied
+        #: Registry keys already reported for claiming another module's name (reported once each).
+        self._denied_keys: set[str] = set()
         self.chains: dict[str, StageChain] = {}
         self.instances: dict[str, tuple[Announcement, float]] = {}
         self.approved: dict[str, str] = {}
@@ -165,7 +171,11 @@ class View:
         try:
             ann = parse_announcement(data, key)
         except ForeignAnnouncement as exc:
-            log.error("registry entry %s claims another module's name (%s): ignored", key, exc)
+            if key not in self._denied_keys:  # it beats every heartbeat: say it once
+                self._denied_keys.add(key)
+                log.error("registry entry %s claims another module's name (%s): ignored", key, exc)
+                if self._on_denied is not None:
+                    self._on_denied(key, str(exc))
             return
         except (ValueError, KeyError, TypeError, HookbusError) as exc:
             log.warning("registry entry %s is malformed (%s): ignored", key, exc)
