@@ -21,10 +21,11 @@ from prometheus_client.registry import REGISTRY, CollectorRegistry
 from bus.client import Bus
 from bus.core.envelope import Event
 from bus.core.stats import LabelCap
+from bus.core.subjects import AGENT_METRICS_QUEUE
 from bus.metrics import register_once
 from bus.service import ServiceContext
 
-QUEUE: Final = "hookbus-agent-metrics"
+QUEUE: Final = AGENT_METRICS_QUEUE
 
 LLM_SECONDS = Histogram(
     "hookbus_agent_llm_duration_seconds",

@@ -193,3 +193,35 @@ def module_subject(module: str) -> str:
     if not TOKEN_RE.fullmatch(module):
         raise SubjectError(module, "a module name must match [A-Za-z0-9_-]+")
     return f"{MIDDLEWARE_PREFIX}.{module}"
+
+
+#: Journal entries go to ``hookbus.journal.<kind>[.<origin>]``, kept by the stream JOURNAL_STREAM.
+JOURNAL_PREFIX = "hookbus.journal"
+JOURNAL_STREAM = "HOOKBUS_JOURNAL"
+#: A journal sink's durable consumer is this prefix plus a hash of where it stores.
+JOURNAL_DURABLE_PREFIX = "hookbus-journal-"
+#: Turn requests for an agent go to ``hookbus.turn.<agent>``, served in the queue group turn_queue(agent).
+TURN_PREFIX = "hookbus.turn"
+#: The KV buckets of the middleware registry: announcements, operator trust, guard records.
+MODULES_BUCKET = "hookbus_modules"
+TRUST_BUCKET = "hookbus_trust"
+GUARDS_BUCKET = "hookbus_guards"
+#: Queue groups: shell-hook workers (unless told otherwise), and the agent-metrics subscriber.
+SHELL_QUEUE = "hookbus-shell"
+AGENT_METRICS_QUEUE = "hookbus-agent-metrics"
+#: The queue group trigger engines share, so each event fires a trigger once.
+TRIGGERS_QUEUE = "hookbus-triggers"
+
+
+def turn_subject(agent: str) -> str:
+    """The subject turn requests for ``agent`` go to."""
+    return f"{TURN_PREFIX}.{agent}"
+
+
+def turn_queue(agent: str) -> str:
+    """The queue group an agent's replicas share, so each turn request runs once."""
+    return f"hookbus-agent-{agent}"
+
+
+#: The trigger engine answers status requests here (``hookbus triggers status``).
+TRIGGERS_STATUS = "hookbus.triggers.status"

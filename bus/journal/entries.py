@@ -26,14 +26,15 @@ from bus.core.eager import run_eager
 from bus.core.envelope import Encoder
 from bus.core.errors import BusClosedError, JournalError
 from bus.core.jsonobject import json_object
+from bus.core.subjects import JOURNAL_PREFIX, JOURNAL_STREAM
 from bus.transport.connection import jetstream_replicas
 from bus.transport.nats_api import RetentionPolicy, StorageType, StreamConfig, StreamInfo, js_errors, nats_errors
 from bus.transport.port import Port
 
 log = logging.getLogger("hookbus.journal")
 
-SUBJECT_PREFIX: Final = "hookbus.journal"
-STREAM: Final = "HOOKBUS_JOURNAL"
+SUBJECT_PREFIX: Final = JOURNAL_PREFIX
+STREAM: Final = JOURNAL_STREAM
 #: The kinds of entry; each is the last token of its subject.
 KINDS: Final = ("middleware", "shell_hook", "subscriber", "trigger")
 #: How long the stream keeps entries a sink has not taken yet, and how much of them.

@@ -19,9 +19,9 @@ import orjson
 
 from bus.core.declaration import Declaration, from_wire
 from bus.core.errors import MiddlewareError
+from bus.core.subjects import GUARDS_BUCKET as GUARDS_BUCKET
 from bus.transport.nats_api import KeyValue, js_errors, nats_errors
 
-GUARDS_BUCKET = "hookbus_guards"
 #: Hex digits of the identity in a record's key (enough to tell versions apart).
 KEY_IDENTITY = 16
 

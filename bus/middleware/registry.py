@@ -35,15 +35,14 @@ import orjson
 from bus.core.clock import random_hex
 from bus.core.declaration import Declaration, from_wire
 from bus.core.errors import ForeignAnnouncement, RegistryError
-from bus.core.subjects import module_subject
-from bus.middleware.guards import GUARDS_BUCKET
+from bus.core.subjects import GUARDS_BUCKET, module_subject
+from bus.core.subjects import MODULES_BUCKET as MODULES_BUCKET
+from bus.core.subjects import TRUST_BUCKET as TRUST_BUCKET
 from bus.transport.connection import jetstream_replicas
 from bus.transport.nats_api import Client, KeyValue, js_errors, nats_errors
 
 log = logging.getLogger("hookbus.registry")
 
-MODULES_BUCKET: Final = "hookbus_modules"
-TRUST_BUCKET: Final = "hookbus_trust"
 PROTOCOL: Final = 1
 #: An instance unheard of for this many heartbeats is taken as dead.
 LIVENESS_FACTOR: Final = 3

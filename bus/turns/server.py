@@ -25,13 +25,14 @@ from bus.core.envelope import Encoder
 from bus.core.errors import TurnRequestError
 from bus.core.jsonobject import json_object
 from bus.core.ratelog import RateLimitedLog
-from bus.core.subjects import TOKEN_RE
+from bus.core.subjects import TOKEN_RE, TURN_PREFIX, turn_queue
+from bus.core.subjects import turn_subject as turn_subject
 from bus.transport.nats_api import Msg, nats_errors
 from bus.transport.port import Port
 
 log = logging.getLogger("hookbus.turns")
 
-SUBJECT_PREFIX: Final = "hookbus.turn"
+SUBJECT_PREFIX: Final = TURN_PREFIX
 _ids = Encoder()
 
 
@@ -73,10 +74,6 @@ class TurnResult:
     error: str | None = None
 
 
-def turn_subject(agent: str) -> str:
-    return f"{SUBJECT_PREFIX}.{agent}"
-
-
 def decode_turn_request(data: bytes) -> TurnRequest:
     """Decode a turn request, naming what is wrong if it is not one."""
     obj = json_object(data, "turn request", TurnRequestError)
@@ -115,7 +112,7 @@ class TurnServer:
         self.rejected = 0
 
     async def start(self) -> TurnServer:
-        await self.bus.subscribe_raw(turn_subject(self.agent), self._on_msg, queue=f"hookbus-agent-{self.agent}")
+        await self.bus.subscribe_raw(turn_subject(self.agent), self._on_msg, queue=turn_queue(self.agent))
         await self.bus.flush()  # requests sent once serve_turns returns reach this server
         return self
 

@@ -33,6 +33,7 @@ from bus.core.clock import timestamp_ms
 from bus.core.errors import JournalError
 from bus.core.ratelog import RateLimitedLog
 from bus.core.stats import PREFIX
+from bus.core.subjects import JOURNAL_DURABLE_PREFIX
 from bus.journal.entries import (
     STREAM,
     SUBJECT_PREFIX,
@@ -57,7 +58,7 @@ from subscribers.journal.store import DB_NAME, JSONL_DIR, JournalStore, JsonlWri
 
 log = logging.getLogger("hookbus.journal")
 
-DURABLE_PREFIX: Final = "hookbus-journal-"
+DURABLE_PREFIX: Final = JOURNAL_DURABLE_PREFIX
 
 #: Why an entry was not stored: not a JSON object, a field out of its rules, a kind not
 #: its subject's (or unknown), refused by SQLite.

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from typing import Final
 
+from bus.core.subjects import SHELL_QUEUE
+
 #: The queue group shell workers join unless told otherwise: start more workers to share the load.
-DEFAULT_QUEUE: Final = "hookbus-shell"
+DEFAULT_QUEUE: Final = SHELL_QUEUE
 #: Hook processes running at once, per event key of hooks.json (each key is bounded on its own).
 DEFAULT_MAX_PROCS: Final = 16
 #: Events of one key waiting for a process slot before that key's new events are shed.

@@ -27,6 +27,7 @@ from prometheus_client.registry import REGISTRY, CollectorRegistry
 from bus.client import Bus, Subscription
 from bus.core.clock import now_timestamp
 from bus.core.envelope import Event
+from bus.core.subjects import TRIGGERS_QUEUE, TRIGGERS_STATUS
 from bus.journal.entries import JournalEntry, publish_entry
 from bus.metrics import register_once
 from bus.transport.nats_api import Msg, nats_errors
@@ -35,8 +36,8 @@ from triggers.engine.config import TriggerSpec
 
 log = logging.getLogger("hookbus.triggers")
 
-QUEUE: Final = "hookbus-triggers"
-STATUS_SUBJECT: Final = "hookbus.triggers.status"
+QUEUE: Final = TRIGGERS_QUEUE
+STATUS_SUBJECT: Final = TRIGGERS_STATUS
 #: Dedupe keys remembered per trigger before the oldest are forgotten.
 MAX_DEDUPE_KEYS: Final = 10_000
 
