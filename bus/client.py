@@ -30,9 +30,11 @@ from bus.journal.entries import JournalEntry, publish_entry
 from bus.middleware.kernel.intercept import Interceptor, MiddlewareOptions
 from bus.middleware.trust import Managed
 from bus.transport.connection import Credentials, auth_options, open_connection, resolve_servers, with_private_inbox
+from bus.transport.kv import Bucket, open_bucket
 from bus.transport.nats_api import Client, JetStreamContext, Msg, NatsSubscription, nats_errors
 from bus.transport.publisher import Publisher, flush_quietly, ordered_flush
 from bus.transport.server import NatsServer
+from bus.transport.streams import StreamSpec, StreamState, ensure_stream
 from bus.turns.server import TurnHandler, TurnRequest, TurnServer
 
 log = logging.getLogger("hookbus.bus")
@@ -417,6 +419,14 @@ class Bus:
     def new_inbox(self) -> str:
         """A fresh reply subject under this connection's private inbox prefix."""
         return self.nc.new_inbox()
+
+    async def open_bucket(self, name: str, ttl_s: float | None = None) -> Bucket:
+        """Bind to a KV bucket, creating it on first use; RegistryError when JetStream is off or denies it."""
+        return await open_bucket(self.nc, name, ttl_s)
+
+    async def ensure_stream(self, spec: StreamSpec) -> StreamState:
+        """Create (or update) a JetStream stream; JournalError if the server refuses."""
+        return await ensure_stream(self.nc, spec)
 
     def jetstream(self) -> JetStreamContext:
         """The JetStream context of this connection (the journal stream and its consumers)."""

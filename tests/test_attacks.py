@@ -23,7 +23,7 @@ from nats.aio.client import Client
 from bus import Bus, Cancel, Continue, Module, NatsServer, Stage
 from bus.core.errors import RegistryError
 from bus.journal.entries import ensure_stream
-from bus.middleware.registry import MODULES_BUCKET, Announcement, announcement_of, open_bucket
+from bus.middleware.registry import MODULES_BUCKET, Announcement, announcement_of
 from bus.testing import serving, wait_for_chain
 
 from .conftest import shipped_permissions
@@ -159,7 +159,7 @@ async def test_a_module_cannot_answer_or_announce_as_another(
     await attacker.sniff("hookbus.mw.audit.>")  # its own: where a kernel fooled by the entry would send requests
     guard = guard_module()
     forged = announcement_of(guard)
-    kv = await open_bucket(attacker.nc, MODULES_BUCKET)
+    kv = await attacker.nc.jetstream().key_value(MODULES_BUCKET)  # the attacker speaks raw nats-py
     impostor = Announcement(
         module="guard",
         instance="audit1",

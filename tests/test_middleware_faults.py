@@ -58,7 +58,7 @@ def ghost(module: str, stage: str, fail_closed: bool) -> Announcement:
 async def announce_without_serving(kernel: Bus, module: str, stage: str, fail_closed: bool) -> None:
     """A registry entry for a module that never answers (declared, never started)."""
     ann = ghost(module, stage, fail_closed)
-    kv = await open_bucket(kernel.nc, MODULES_BUCKET)
+    kv = await open_bucket(kernel, MODULES_BUCKET)
     await kv.put(ann.key, ann.to_bytes())
 
 

@@ -55,7 +55,7 @@ class Harness:
     async def _start(self) -> None:
         options = MiddlewareOptions(drain_dir=self.drain_dir, drain_budget=4096)
         self.kernel = await Bus(self.url, trust_new=True, middleware=options).start()
-        kv = await open_bucket(self.kernel.nc, MODULES_BUCKET)
+        kv = await open_bucket(self.kernel, MODULES_BUCKET)
         for fail_closed, name in self.names.items():
             stage = self.stage_of(fail_closed)
             decls = tuple(declare(name, h, stage, fail_closed=fail_closed, timeout=1.0) for h in ("one", "two"))

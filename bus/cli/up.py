@@ -109,7 +109,7 @@ async def run(args: argparse.Namespace) -> int:
             await asyncio.to_thread(server.start)
             nats_url = server.url
         bus = await stack.enter_async_context(Bus(nats_url, name="hookbus-up", **connection_args(args)))
-        await ensure_buckets(bus.nc)  # agents and modules may read the middleware state, not create it
+        await ensure_buckets(bus)  # agents and modules may read the middleware state, not create it
         from subscribers.shell_hooks.security import public_url  # workers load with the services, not with the CLI
 
         lines = [f"hookbus up: workspace {workspace}"]

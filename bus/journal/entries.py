@@ -27,9 +27,9 @@ from bus.core.envelope import Encoder
 from bus.core.errors import BusClosedError, JournalError
 from bus.core.jsonobject import json_object
 from bus.core.subjects import JOURNAL_PREFIX, JOURNAL_STREAM
-from bus.transport.connection import jetstream_replicas
-from bus.transport.nats_api import RetentionPolicy, StorageType, StreamConfig, StreamInfo, js_errors, nats_errors
+from bus.transport.nats_api import nats_errors
 from bus.transport.port import Port
+from bus.transport.streams import StreamSpec, StreamState
 
 log = logging.getLogger("hookbus.journal")
 
@@ -170,28 +170,20 @@ class JournalPublisher:
             await asyncio.wait(set(self._sending), timeout=timeout)
 
 
-async def ensure_stream(bus: Port, replicas: int | None = None) -> StreamInfo:
+async def ensure_stream(bus: Port, replicas: int | None = None) -> StreamState:
     """Create (or update) the JetStream stream that captures every journal entry; return its state.
 
     ``replicas`` defaults to 3 on a cluster of three or more nodes, else 1.
     """
-    if replicas is None:
-        replicas = jetstream_replicas(bus.nc)
-    config = StreamConfig(
+    spec = StreamSpec(
         name=STREAM,
-        subjects=[f"{SUBJECT_PREFIX}.>"],
-        retention=RetentionPolicy.LIMITS,
-        storage=StorageType.FILE,
-        max_age=STREAM_MAX_AGE_S,
+        subjects=(f"{SUBJECT_PREFIX}.>",),
+        max_age_s=STREAM_MAX_AGE_S,
         max_bytes=STREAM_MAX_BYTES,
-        num_replicas=replicas,
-        duplicate_window=120,
+        duplicate_window_s=120,
+        replicas=replicas,
     )
-    js = bus.nc.jetstream()
-    try:
-        return await js.add_stream(config)
-    except js_errors.BadRequestError:
-        return await js.update_stream(config)
+    return await bus.ensure_stream(spec)
 
 
 #: Longest text a field keeps (longer is cut, marked with an ellipsis): names and ids, and the cause.

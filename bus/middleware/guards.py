@@ -20,7 +20,7 @@ import orjson
 from bus.core.declaration import Declaration, from_wire
 from bus.core.errors import MiddlewareError
 from bus.core.subjects import GUARDS_BUCKET as GUARDS_BUCKET
-from bus.transport.nats_api import KeyValue, js_errors, nats_errors
+from bus.transport.kv import Bucket
 
 #: Hex digits of the identity in a record's key (enough to tell versions apart).
 KEY_IDENTITY = 16
@@ -66,7 +66,7 @@ def parse_record(key: str, data: bytes) -> GuardRecord:
     return GuardRecord(decl, identity, at, stopped_at)
 
 
-async def put_records(kv: KeyValue, decls: Iterable[Declaration]) -> list[str]:
+async def put_records(kv: Bucket, decls: Iterable[Declaration]) -> list[str]:
     """What a starting module does: one record per fail-closed handler; returns their keys."""
     keys = []
     now = time.time()
@@ -78,7 +78,7 @@ async def put_records(kv: KeyValue, decls: Iterable[Declaration]) -> list[str]:
     return keys
 
 
-async def mark_stopped(kv: KeyValue, decls: Iterable[Declaration]) -> None:
+async def mark_stopped(kv: Bucket, decls: Iterable[Declaration]) -> None:
     """What a module stopping cleanly does: its records say since when (they stay in force)."""
     now = time.time()
     for decl in decls:
@@ -86,7 +86,7 @@ async def mark_stopped(kv: KeyValue, decls: Iterable[Declaration]) -> None:
             await kv.put(guard_key(decl), GuardRecord(decl, decl.identity(), now, now).to_bytes())
 
 
-async def remove_records(kv: KeyValue, decls: Iterable[Declaration]) -> None:
+async def remove_records(kv: Bucket, decls: Iterable[Declaration]) -> None:
     """What a module serving with ``detach_on_stop`` does when it stops cleanly: its guards end."""
     for decl in decls:
         if decl.fail_closed:
@@ -98,12 +98,12 @@ def designates(name: str, decl: Declaration) -> bool:
     return name in (decl.module, decl.qualname)
 
 
-async def detach(kv: KeyValue, records: Iterable[GuardRecord], name: str) -> list[GuardRecord]:
+async def detach(kv: Bucket, records: Iterable[GuardRecord], name: str) -> list[GuardRecord]:
     """Delete the records ``name`` designates; return those deleted."""
     chosen = [record for record in records if designates(name, record.decl)]
     for record in chosen:
         try:
             await kv.delete(record.key)
-        except (nats_errors.Error, js_errors.Error) as exc:
-            raise MiddlewareError(f"could not detach {record.decl.qualname}: {exc!r}") from None
+        except MiddlewareError as exc:
+            raise MiddlewareError(f"could not detach {record.decl.qualname}: {exc}") from None
     return chosen

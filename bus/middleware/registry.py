@@ -19,7 +19,6 @@ that view, so an undeclared stage costs a dict lookup.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import logging
 import math
@@ -38,8 +37,9 @@ from bus.core.errors import ForeignAnnouncement, RegistryError
 from bus.core.subjects import GUARDS_BUCKET, module_subject
 from bus.core.subjects import MODULES_BUCKET as MODULES_BUCKET
 from bus.core.subjects import TRUST_BUCKET as TRUST_BUCKET
-from bus.transport.connection import jetstream_replicas
-from bus.transport.nats_api import Client, KeyValue, js_errors, nats_errors
+from bus.transport.kv import Bucket, KvEntry
+from bus.transport.kv import Watch as BucketWatch
+from bus.transport.port import Port
 
 log = logging.getLogger("hookbus.registry")
 
@@ -50,33 +50,15 @@ LIVENESS_FACTOR: Final = 3
 MODULES_MAX_AGE: Final = 300.0
 
 
-async def open_bucket(nc: Client, bucket: str) -> KeyValue:
-    """Bind to a bucket, creating it on first use; RegistryError when JetStream is off."""
-    js = nc.jetstream()
-    try:
-        return await js.key_value(bucket)
-    except js_errors.BucketNotFoundError:
-        pass
-    except (js_errors.ServiceUnavailableError, nats_errors.NoRespondersError, nats_errors.TimeoutError) as exc:
-        raise RegistryError(
-            f"JetStream is not available on this server ({type(exc).__name__}); run nats-server with -js"
-        ) from None
-    max_age = MODULES_MAX_AGE if bucket == MODULES_BUCKET else None
-    try:
-        return await js.create_key_value(bucket=bucket, history=1, ttl=max_age, replicas=jetstream_replicas(nc))
-    except js_errors.BadRequestError:
-        return await js.key_value(bucket)  # created by someone else meanwhile
-    except nats_errors.TimeoutError:  # what a create the server denied looks like from here
-        raise RegistryError(
-            f"the {bucket} bucket does not exist and this user may not create it: "
-            "start 'hookbus up' (the bus role creates it) or run a hookbus command as the operator"
-        ) from None
+async def open_bucket(port: Port, bucket: str) -> Bucket:
+    """Bind to a middleware bucket, creating it on first use; RegistryError when JetStream is off."""
+    return await port.open_bucket(bucket, ttl_s=MODULES_MAX_AGE if bucket == MODULES_BUCKET else None)
 
 
-async def ensure_buckets(nc: Client) -> None:
+async def ensure_buckets(port: Port) -> None:
     """Create the middleware state buckets if missing (``hookbus up`` does, as the bus role)."""
     for bucket in (MODULES_BUCKET, TRUST_BUCKET, GUARDS_BUCKET):
-        await open_bucket(nc, bucket)
+        await open_bucket(port, bucket)
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,7 +181,7 @@ class Watch:
     one delivered stays known meanwhile.
     """
 
-    def __init__(self, kv: KeyValue, on_change: Callable[[str, bytes | None, int], None]) -> None:
+    def __init__(self, kv: Bucket, on_change: Callable[[str, bytes | None, int], None]) -> None:
         self._kv = kv
         self._on_change = on_change
         self._task: asyncio.Task[None] | None = None
@@ -207,42 +189,42 @@ class Watch:
         self.loaded = asyncio.Event()
 
     async def start(self) -> None:
-        watcher = await self._kv.watchall()
+        watcher = await self._kv.watch()
         self._task = asyncio.get_running_loop().create_task(self._follow(watcher, None))
         await self.loaded.wait()
 
     async def restart(self) -> bool:
         """Replace the watch; False (the old one kept) if the server does not answer now."""
         try:
-            watcher = await self._kv.watchall()
-        except (TimeoutError, nats_errors.Error, js_errors.Error) as exc:
+            watcher = await self._kv.watch()
+        except RegistryError as exc:
             log.info("registry watch could not restart (%r); keeping what is known", exc)
             return False
         await self.stop()
         self._task = asyncio.get_running_loop().create_task(self._follow(watcher, set()))
         return True
 
-    async def _follow(self, watcher: KeyValue.KeyWatcher, fresh: set[str] | None) -> None:
+    async def _follow(self, watcher: BucketWatch, fresh: set[str] | None) -> None:
+        entry: KvEntry | None
         try:
             async for entry in watcher:
                 if entry is None:  # the end of what was stored when the watch began
                     self._loaded(fresh)
                     fresh = None
                     continue
-                deleted = entry.operation in ("DEL", "PURGE") or not entry.value
+                deleted = entry.value is None
                 if deleted:
                     self.keys.discard(entry.key)
                 else:
                     self.keys.add(entry.key)
                     if fresh is not None:
                         fresh.add(entry.key)
-                self._on_change(entry.key, None if deleted else entry.value, entry.revision or 0)
+                self._on_change(entry.key, entry.value, entry.revision)
                 if entry.delta == 0:
                     self._loaded(fresh)
                     fresh = None
         finally:
-            with contextlib.suppress(nats_errors.Error, AttributeError):
-                await watcher.stop()  # type: ignore[no-untyped-call]  # nats-py leaves it unannotated
+            await watcher.stop()
 
     def _loaded(self, fresh: set[str] | None) -> None:
         """The initial values are in: after a restart, keys not delivered again were deleted meanwhile."""

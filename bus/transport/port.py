@@ -2,8 +2,9 @@
 
 :class:`Port` is what the middleware kernel, the handler side, the journal
 publisher and the turn server need of a connection: publish (checked or on
-the fast path, or raw), raw subscriptions, flush, fresh ids, the receive
-limits and the drop counters.
+the fast path, or raw), raw subscriptions, flush, fresh ids and inboxes, KV
+buckets, the receive limits and the drop counters. None of it is a nats-py type
+beyond the raw message a raw subscription delivers.
 ``Bus`` implements it; the components take a Port, never ``Bus`` itself, so
 they sit below the façade and can be driven by any implementation of it.
 """
@@ -14,15 +15,27 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 from bus.core.stats import BusStats
-from bus.transport.nats_api import Client, Msg, NatsSubscription
+from bus.transport.kv import Bucket
+from bus.transport.nats_api import Msg, NatsSubscription
+from bus.transport.streams import StreamSpec, StreamState
 
 
 class Port(Protocol):
     """A bus connection as the components under the façade see it."""
 
+    async def open_bucket(self, name: str, ttl_s: float | None = None) -> Bucket:
+        """Bind to a KV bucket, creating it on first use; RegistryError when JetStream is off or denies it."""
+        ...
+
+    def new_inbox(self) -> str: ...
+
+    async def ensure_stream(self, spec: StreamSpec) -> StreamState:
+        """Create (or update) a JetStream stream; JournalError if the server refuses."""
+        ...
+
     @property
-    def nc(self) -> Client:
-        """The nats-py client (KV buckets, JetStream, subscriptions), while connected."""
+    def connected(self) -> bool:
+        """Whether the connection is up now (``stats.reconnects`` counts how often it came back)."""
         ...
 
     @property

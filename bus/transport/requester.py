@@ -11,28 +11,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
 from typing import Final
 
-from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.nuid import NUID
 
 from bus.core.errors import Aborted, NoResponders, RequestTimeout
-
-#: Publishes (subject, data, reply inbox): the Bus's fast path.
-Publish = Callable[[str, bytes, str], Awaitable[None]]
+from bus.transport.port import Port
 
 _STATUS: Final = "Status"
 _NO_RESPONDERS: Final = "503"
 
 
 class Requester:
-    """Sends requests on one client and routes replies back by token."""
+    """Sends requests on one connection and routes replies back by token; publishes on its fast path."""
 
-    def __init__(self, nc: Client, publish: Publish) -> None:
-        self._nc = nc
-        self._publish = publish
+    def __init__(self, port: Port) -> None:
+        self._port = port
+        self._publish = port.push
         self._prefix = ""
         self._nuid = NUID()
         self._pending: dict[str, asyncio.Future[bytes]] = {}
@@ -40,8 +36,8 @@ class Requester:
         self._idle.set()
 
     async def start(self) -> None:
-        self._prefix = self._nc.new_inbox() + "."
-        await self._nc.subscribe(self._prefix + "*", cb=self._on_reply)
+        self._prefix = self._port.new_inbox() + "."
+        await self._port.subscribe_raw(self._prefix + "*", self._on_reply)
 
     @property
     def pending(self) -> int:

@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 from prometheus_client import Counter
 from prometheus_client.registry import REGISTRY, CollectorRegistry
@@ -50,10 +50,10 @@ from bus.transport.nats_api import (
     DeliverPolicy,
     JetStreamContext,
     Msg,
-    StreamInfo,
     js_errors,
     nats_errors,
 )
+from bus.transport.streams import state_of
 from subscribers.journal.store import DB_NAME, JSONL_DIR, JournalStore, JsonlWriter, Received
 
 log = logging.getLogger("hookbus.journal")
@@ -160,10 +160,10 @@ class JournalSink:
     async def _subscribe(self) -> JetStreamContext.PullSubscription:
         js = self.bus.jetstream()
         try:  # the bus role makes the stream; the sink role may only look at it ...
-            info = await js.stream_info(STREAM)
+            info = state_of(await js.stream_info(STREAM))
         except js_errors.NotFoundError:  # ... unless it runs alone on a server nobody prepared
             info = await ensure_stream(self.bus)
-        self._stream = _stream_identity(info)
+        self._stream = info.created  # a stream deleted and made again counts its sequence from 1 again
         config = ConsumerConfig(
             durable_name=self.durable,
             # Explicit acks: acknowledging "all up to N" would also acknowledge what a
@@ -249,12 +249,6 @@ class JournalSink:
 
 def _timestamp(moment: datetime) -> str:
     return timestamp_ms(int(moment.timestamp() * 1000))
-
-
-def _stream_identity(info: StreamInfo) -> str:
-    """The stream's creation time: a stream deleted and made again counts its sequence from 1 again."""
-    created: Any = info.created
-    return created.isoformat() if isinstance(created, datetime) else str(created or "")
 
 
 @asynccontextmanager

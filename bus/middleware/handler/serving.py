@@ -18,6 +18,7 @@ from bus.core.eager import run_eager
 from bus.core.errors import RegistryError
 from bus.middleware.guards import GUARDS_BUCKET, mark_stopped, put_records, remove_records
 from bus.middleware.registry import MODULES_BUCKET, announcement_of, open_bucket, request_subject
+from bus.transport.kv import Bucket
 from bus.transport.nats_api import Msg, nats_errors
 from bus.transport.port import Port
 
@@ -63,9 +64,8 @@ class ModuleServer:
         self._waiting_nested: collections.deque[tuple[str, dict[str, Any]]] = collections.deque()
 
     async def run(self, ready: asyncio.Event | None = None) -> None:
-        nc = self.bus.nc
-        kv = await open_bucket(nc, MODULES_BUCKET)
-        guards = await self._guard_records(nc)
+        kv = await open_bucket(self.bus, MODULES_BUCKET)
+        guards = await self._guard_records()
         subject = request_subject(self.announcement)
         sub = await self.bus.subscribe_raw(subject, self._on_msg, queue=subject, pending_msgs_limit=100_000)
         await self.bus.flush(5.0)  # the subscription is in place before the module announces itself
@@ -81,30 +81,30 @@ class ModuleServer:
         finally:
             await self._stop(sub, kv, key, guards)
 
-    async def _guard_records(self, nc: Any) -> Any:
+    async def _guard_records(self) -> Bucket | None:
         """Record the fail-closed handlers (before announcing), so they stay in force if this process dies."""
         if not any(decl.fail_closed for decl in self.module.declarations):
             return None
         try:
-            guards = await open_bucket(nc, GUARDS_BUCKET)
+            guards = await open_bucket(self.bus, GUARDS_BUCKET)
             await put_records(guards, self.module.declarations)
-        except (nats_errors.Error, RegistryError) as exc:
+        except RegistryError as exc:
             log.warning("module %s: could not record its fail-closed handlers (%r)", self.module.name, exc)
             return None
         return guards
 
-    async def _beat(self, kv: Any, key: str) -> None:
+    async def _beat(self, kv: Bucket, key: str) -> None:
         try:
             await kv.put(key, self.announcement.to_bytes())
-        except (nats_errors.Error, RegistryError) as exc:
+        except RegistryError as exc:
             log.warning("module %s: heartbeat failed (%s); retrying", self.module.name, exc)
 
-    async def _stop(self, sub: Any, kv: Any, key: str, guards: Any) -> None:
+    async def _stop(self, sub: Any, kv: Bucket, key: str, guards: Bucket | None) -> None:
         if guards is not None:  # they stay in force (only an operator detaches them) unless told otherwise
             end = remove_records if self.detach_on_stop else mark_stopped
-            with contextlib.suppress(nats_errors.Error, asyncio.TimeoutError):
+            with contextlib.suppress(RegistryError, asyncio.TimeoutError):
                 await asyncio.wait_for(end(guards, self.module.declarations), STOP_GRACE)
-        with contextlib.suppress(nats_errors.Error, asyncio.TimeoutError):
+        with contextlib.suppress(RegistryError, asyncio.TimeoutError):
             await asyncio.wait_for(kv.delete(key), STOP_GRACE)
         with contextlib.suppress(nats_errors.Error):
             await sub.unsubscribe()

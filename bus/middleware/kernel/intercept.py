@@ -99,11 +99,10 @@ class Interceptor:
             return self.view
         self._starting = asyncio.get_running_loop().create_future()
         try:
-            nc = self._bus.nc
-            requester = Requester(nc, self._bus.push)
+            requester = Requester(self._bus)
             await requester.start()
             view = View(
-                nc,
+                self._bus,
                 managed=self._managed,
                 trust_new=self._trust_new,
                 aliases=self._aliases,

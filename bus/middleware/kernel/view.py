@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from bus.core.declaration import Declaration
-from bus.core.errors import BrokenChain, ForeignAnnouncement, HookbusError
+from bus.core.errors import BrokenChain, ForeignAnnouncement, HookbusError, RegistryError
 from bus.core.stages import Stage
 from bus.core.subjects import BROKEN_CLEARED, BROKEN_SET, MODULE_ATTACHED, MODULE_DETACHED
 from bus.middleware.faults import Outcome
@@ -44,7 +44,8 @@ from bus.middleware.registry import (
     request_subject,
 )
 from bus.middleware.trust import Managed, TrustState, approved_identity, state_of, trust_key, trust_record
-from bus.transport.nats_api import Client, KeyValue, js_errors, nats_errors
+from bus.transport.kv import Bucket
+from bus.transport.port import Port
 
 log = logging.getLogger("hookbus.middleware")
 
@@ -93,7 +94,7 @@ class View:
 
     def __init__(
         self,
-        nc: Client,
+        port: Port,
         *,
         managed: Managed,
         trust_new: bool,
@@ -102,7 +103,7 @@ class View:
         on_denied: Denied | None = None,
         liveness_factor: float = LIVENESS_FACTOR,
     ) -> None:
-        self._nc = nc
+        self._port = port
         self.managed = managed
         self.trust_new = trust_new
         self.aliases = dict(aliases)
@@ -122,18 +123,18 @@ class View:
         self._broken: dict[str, str] = {}
         self._watches: list[Watch] = []
         self._modules_watch: Watch | None = None
-        self._modules_kv: KeyValue | None = None
+        self._modules_kv: Bucket | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-        self._trust_kv: KeyValue | None = None
-        self.guards_kv: KeyValue | None = None
+        self._trust_kv: Bucket | None = None
+        self.guards_kv: Bucket | None = None
         self._started = False
         self._changed = asyncio.Event()
         self.generation = 0
 
     async def start(self) -> None:
-        self._trust_kv = await open_bucket(self._nc, TRUST_BUCKET)
-        self.guards_kv = await open_bucket(self._nc, GUARDS_BUCKET)
-        self._modules_kv = await open_bucket(self._nc, MODULES_BUCKET)
+        self._trust_kv = await open_bucket(self._port, TRUST_BUCKET)
+        self.guards_kv = await open_bucket(self._port, GUARDS_BUCKET)
+        self._modules_kv = await open_bucket(self._port, MODULES_BUCKET)
         self._modules_watch = Watch(self._modules_kv, self._on_module)
         self._watches = [
             Watch(self._trust_kv, self._on_trust),
@@ -224,12 +225,13 @@ class View:
         silent is dropped only once the registry confirms it has no newer beat
         (a stalled watch or an unanswered check keeps it).
         """
-        reconnects = self._nc.stats["reconnects"]
+        stats = self._port.stats
+        reconnects = stats.reconnects
         while True:
             beats = [ann.heartbeat for ann, _ in self.instances.values()]
             await asyncio.sleep(min([SWEEP_EVERY, *beats]))
-            if not self._nc.is_connected or self._nc.stats["reconnects"] != reconnects:
-                reconnects = self._nc.stats["reconnects"]
+            if not self._port.connected or stats.reconnects != reconnects:
+                reconnects = stats.reconnects
                 self._refresh_seen()
                 continue
             if await self._confirm_dead(self._silent()):
@@ -267,11 +269,11 @@ class View:
         try:
             async with asyncio.timeout(CONFIRM_TIMEOUT):
                 entry = await self._modules_kv.get(key)
-        except js_errors.KeyNotFoundError:
-            return False
-        except (nats_errors.Error, js_errors.Error, TimeoutError, OSError):
+        except (RegistryError, TimeoutError, OSError):
             return None
-        revision, known = entry.revision or 0, self._revisions.get(key, 0)
+        if entry is None:
+            return False
+        revision, known = entry.revision, self._revisions.get(key, 0)
         if revision < known:
             return None  # a replica behind what the watch gave us: it proves nothing
         if revision == known or not entry.value:
@@ -469,9 +471,9 @@ class View:
     async def _approve_new(self, decl: Declaration) -> None:
         """trust_new: approve a never-seen handler (create fails if someone approved meanwhile)."""
         assert self._trust_kv is not None
-        with contextlib.suppress(js_errors.KeyWrongLastSequenceError, nats_errors.Error):
-            await self._trust_kv.create(trust_key(decl), trust_record(decl, "trust-new"))
-            log.warning("trust_new: approved new handler %s on first sight", decl.qualname)
+        with contextlib.suppress(RegistryError):
+            if await self._trust_kv.create(trust_key(decl), trust_record(decl, "trust-new")):
+                log.warning("trust_new: approved new handler %s on first sight", decl.qualname)
 
 
 @dataclass
