@@ -23,8 +23,8 @@ from bus.core.clock import format_timestamp
 from bus.core.depth import depth_problem
 from bus.core.envelope import Encoder
 from bus.core.errors import TurnRequestError
-from bus.core.jsonobject import json_object
 from bus.core.ratelog import RateLimitedLog
+from bus.core.schema import TurnRequestMsg, decode
 from bus.core.subjects import TOKEN_RE, TURN_PREFIX, turn_queue
 from bus.core.subjects import turn_subject as turn_subject
 from bus.transport.nats_api import Msg, nats_errors
@@ -75,21 +75,18 @@ class TurnResult:
 
 
 def decode_turn_request(data: bytes) -> TurnRequest:
-    """Decode a turn request, naming what is wrong if it is not one."""
-    obj = json_object(data, "turn request", TurnRequestError)
-    for name, kinds in (("agent", str), ("prompt", str), ("id", str)):
-        if not isinstance(obj.get(name), kinds):
-            raise TurnRequestError(f"turn request field {name!r} must be a string")
-    depth = obj.get("depth", 0)
-    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
-        raise TurnRequestError("turn request field 'depth' must be a non-negative integer")
-    for name in ("trigger", "session_id", "timestamp"):
-        if obj.get(name) is not None and not isinstance(obj[name], str):
-            raise TurnRequestError(f"turn request field {name!r} must be a string or null")
-    if obj.get("event") is not None and not isinstance(obj["event"], dict):
-        raise TurnRequestError("turn request field 'event' must be an object or null")
-    known = {name: obj[name] for name in TurnRequest.__dataclass_fields__ if name in obj}
-    return TurnRequest(**known)
+    """Decode a turn request (schema TurnRequestMsg), naming what is wrong if it is not one."""
+    msg = decode(data, TurnRequestMsg, "turn request", TurnRequestError)
+    return TurnRequest(
+        agent=msg.agent,
+        prompt=msg.prompt,
+        depth=msg.depth,
+        trigger=msg.trigger,
+        event=msg.event,
+        session_id=msg.session_id,
+        id=msg.id,
+        timestamp=msg.timestamp or "",
+    )
 
 
 #: An agent's turn handler: returns the answer (or raises, and the turn failed).

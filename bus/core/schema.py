@@ -1,0 +1,72 @@
+"""hookbus's own wire messages declared as types, and the one way to decode them.
+
+Each message is a ``msgspec.Struct`` with its constraints; :func:`decode` reads
+bytes as one of them and turns every failure (not JSON, not an object, a field
+of the wrong type or out of range) into the caller's hookbus error, naming the
+message and the field. Unknown fields are ignored, so older and newer peers
+interoperate. docs/protocol.md describes every type here (a test checks it).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, TypeVar
+
+import msgspec
+
+#: A NATS subject token (agent, module names).
+Token = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_-]+$")]
+NonNegative = Annotated[int, msgspec.Meta(ge=0)]
+
+T = TypeVar("T")
+
+
+class TurnRequestMsg(msgspec.Struct, kw_only=True):
+    """On ``hookbus.turn.<agent>``: start a turn on ``agent`` with ``prompt``."""
+
+    agent: str
+    prompt: str
+    id: str
+    depth: NonNegative = 0
+    trigger: str | None = None
+    event: dict[str, Any] | None = None
+    session_id: str | None = None
+    timestamp: str | None = None
+
+
+class TurnResultMsg(msgspec.Struct, kw_only=True):
+    """The reply to a turn request, when the turn ends."""
+
+    id: str
+    agent: str
+    status: Literal["completed", "failed"]
+    answer: str | None = None
+    error: str | None = None
+
+
+#: Every wire message declared here, for the documentation check.
+MESSAGES: tuple[type[msgspec.Struct], ...] = (TurnRequestMsg, TurnResultMsg)
+
+_decoders: dict[type[Any], msgspec.json.Decoder[Any]] = {}
+
+
+def decode(data: bytes, kind: type[T], what: str, error: type[Exception]) -> T:
+    """``data`` as a ``kind``; raise ``error`` naming ``what`` and the field that is wrong."""
+    decoder = _decoders.get(kind)
+    if decoder is None:
+        decoder = _decoders[kind] = msgspec.json.Decoder(kind)
+    try:
+        result: T = decoder.decode(data)
+    except msgspec.ValidationError as exc:
+        raise error(f"{what}: {_field_message(str(exc))}") from None
+    except msgspec.DecodeError as exc:
+        raise error(f"{what} is not JSON ({exc})") from None
+    return result
+
+
+def _field_message(text: str) -> str:
+    """msgspec's ``Expected `str`, got `int` - at `$.agent``` as ``field 'agent': expected `str`, got `int```."""
+    message, sep, where = text.rpartition(" - at `$")
+    if not sep:
+        return text[:1].lower() + text[1:]
+    path = where.rstrip("`").lstrip(".") or "(the message)"
+    return f"field {path!r}: {message[:1].lower()}{message[1:]}"
