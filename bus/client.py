@@ -20,15 +20,16 @@ from typing import Any, Final
 from bus.core import depth as _depth
 from bus.core.catalog import check_strict
 from bus.core.decisions import Decision
-from bus.core.eager import start_eager
-from bus.core.envelope import DEFAULT_MAX_BYTES, Encoder, Event, decode
-from bus.core.errors import BusClosedError, ConfigError, EnvelopeError, SubjectError
+from bus.core.envelope import DEFAULT_MAX_BYTES, Encoder
+from bus.core.errors import BusClosedError, ConfigError, SubjectError
 from bus.core.ratelog import RateLimitedLog
 from bus.core.stats import COLLECTOR, BusStats
-from bus.core.subjects import INTERNAL_PREFIXES, TOKEN_RE, hides_internal, normalise_pattern
-from bus.journal.entries import JournalEntry, publish_entry
+from bus.core.subjects import TOKEN_RE, normalise_pattern
 from bus.middleware.kernel.intercept import Interceptor, MiddlewareOptions
 from bus.middleware.trust import Managed
+from bus.subscription import DEFAULT_CLOSE_TIMEOUT, settle
+from bus.subscription import EventHandler as EventHandler  # re-exported: the public names stay where they were
+from bus.subscription import Subscription as Subscription
 from bus.transport.connection import Credentials, auth_options, open_connection, resolve_servers, with_private_inbox
 from bus.transport.kv import Bucket, open_bucket
 from bus.transport.nats_api import Client, JetStreamContext, Msg, NatsSubscription, nats_errors
@@ -42,9 +43,6 @@ _current_depth = _depth.current_depth
 _set_depth = _depth._current.set
 _reset_depth = _depth._current.reset
 
-#: An event handler: called with each decoded event; may be sync or async. One of the handler family:
-#: EventHandler (events), StageHandler (middleware stages), TurnHandler (agent turns).
-EventHandler = Callable[[Event], Awaitable[None] | None]
 #: The older name of EventHandler, kept for code that imports it.
 Handler = EventHandler
 
@@ -53,8 +51,6 @@ DEFAULT_CONCURRENCY: Final = 64
 #: Messages (and bytes) a subscription holds before NATS-side drops begin.
 DEFAULT_PENDING_MSGS: Final = 20_000
 DEFAULT_PENDING_BYTES: Final = 64 * 1024 * 1024
-#: How long close() waits for in-flight handlers before cancelling them.
-DEFAULT_CLOSE_TIMEOUT: Final = 5.0
 
 _EMPTY: Final[Mapping[str, Any]] = {}
 
@@ -65,127 +61,6 @@ class BusState(enum.Enum):
     UNOPENED = "unopened"
     OPEN = "open"
     CLOSED = "closed"
-
-
-class Subscription:
-    """One handler on one pattern: checks and decodes, sets depth, bounds concurrency.
-
-    What an honest emitter never sends (over the size limit, depth out of
-    range, bad subject tokens, not UTF-8 JSON) is dropped and counted by
-    reason. A pattern starting with a wildcard skips NATS's and hookbus's
-    internal subjects (:data:`bus.core.subjects.INTERNAL_PREFIXES`) without counting them.
-    """
-
-    def __init__(self, bus: Bus, pattern: str, queue: str | None, handler: EventHandler, concurrency: int) -> None:
-        if concurrency < 1:
-            raise ValueError(f"concurrency must be at least 1, not {concurrency}")
-        self.bus = bus
-        self.pattern = pattern
-        self.queue = queue
-        self.handler = handler
-        self.concurrency = concurrency
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._task_events: dict[asyncio.Task[None], Event] = {}
-        self._delivered = bus.stats.delivered
-        self._slot_free: asyncio.Future[None] | None = None
-        self._nats: NatsSubscription | None = None
-        self._hides_internal = hides_internal(pattern)
-        self._max_bytes = bus.max_bytes
-        self._max_depth = bus.max_depth
-        self._malformed_log = RateLimitedLog(log)
-        self._error_log = RateLimitedLog(log)
-
-    @property
-    def in_flight(self) -> int:
-        """Handlers started and not yet finished."""
-        return len(self._tasks)
-
-    async def _on_msg(self, msg: Msg) -> None:
-        subject = msg.subject
-        if self._hides_internal and subject.startswith(INTERNAL_PREFIXES):
-            return  # plumbing, not an event: only a pattern naming it gets it
-        try:
-            event = decode(subject, msg.data, self._max_bytes, self._max_depth)
-        except EnvelopeError as exc:
-            self.bus.stats.dropped.add(exc.drop)
-            self._malformed_log.warning("%s (subscription %r); message skipped", exc, self.pattern)
-            return
-        tasks = self._tasks
-        while len(tasks) >= self.concurrency:
-            self._slot_free = asyncio.get_running_loop().create_future()
-            await self._slot_free
-        delivered = self._delivered
-        if subject in delivered:
-            delivered[subject] += 1
-        else:
-            delivered.add(subject)
-        token = _set_depth(event.depth + 1)
-        try:
-            result = self.handler(event)
-            if result is not None:
-                task = start_eager(result)  # type: ignore[arg-type]
-                if task is not None:
-                    tasks.add(task)
-                    self._task_events[task] = event
-                    task.add_done_callback(self._finished)
-        except Exception as exc:
-            self._failed(event, exc)
-        finally:
-            _reset_depth(token)
-
-    def _finished(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        if self._slot_free is not None and not self._slot_free.done():
-            self._slot_free.set_result(None)
-        if not task.cancelled() and task.exception() is not None:
-            self._failed(self._task_events.pop(task, None), task.exception())
-        else:
-            self._task_events.pop(task, None)
-
-    def _failed(self, event: Event | None, exc: BaseException | None) -> None:
-        """Count, log (rate-limited) and journal a handler that raised."""
-        self.bus.stats.handler_errors.add(self.pattern)
-        where = f"{event.subject} (id {event.id})" if event is not None else self.pattern
-        self._error_log.warning("handler %s raised on %s: %r", _name(self.handler), where, exc)
-        entry = JournalEntry(
-            kind="subscriber",
-            point=event.subject if event is not None else self.pattern,
-            phase="handle",
-            who=_name(self.handler),
-            decision="failed",
-            cause=f"{type(exc).__name__}: {exc}"[:500],
-            session=event.session_id if event is not None else None,
-            depth=event.depth if event is not None else 0,
-            trace_id=event.id if event is not None else None,
-        )
-        task = asyncio.get_running_loop().create_task(publish_entry(self.bus, entry))
-        self.bus._background.add(task)
-        task.add_done_callback(self.bus._background.discard)
-
-    async def unsubscribe(self, timeout: float = DEFAULT_CLOSE_TIMEOUT) -> None:
-        """Stop receiving; let in-flight handlers finish within ``timeout``, then cancel them."""
-        sub, self._nats = self._nats, None
-        if sub is not None:
-            with contextlib.suppress(nats_errors.Error):  # connection gone: nothing more will arrive
-                await sub.unsubscribe()
-        self.bus._subs.discard(self)
-        await _settle(self._tasks, timeout, f"handlers of {self.pattern!r}")
-
-
-async def _settle(tasks: set[asyncio.Task[Any]], timeout: float, what: str) -> None:
-    """Wait for ``tasks`` up to ``timeout``; cancel and log what is left."""
-    if not tasks:
-        return
-    _, pending = await asyncio.wait(set(tasks), timeout=timeout)
-    if pending:
-        log.warning("%d %s still running after %.1fs: cancelled", len(pending), what, timeout)
-        for task in pending:
-            task.cancel()
-        await asyncio.wait(pending, timeout=1.0)
-
-
-def _name(handler: object) -> str:
-    return getattr(handler, "__qualname__", None) or repr(handler)
 
 
 class Bus:
@@ -329,7 +204,7 @@ class Bus:
             await server.stop(self._close_timeout)
         for sub in list(self._subs):
             await sub.unsubscribe(self._close_timeout)
-        await _settle(self._background, self._close_timeout, "journal writes")
+        await settle(self._background, self._close_timeout, "journal writes")
         nc, self._nc, self._publisher = self._nc, None, None
         if nc is not None:
             if nc.is_connected and not await flush_quietly(nc, self._close_timeout):
@@ -486,7 +361,7 @@ class Bus:
         if queue is not None and not TOKEN_RE.fullmatch(queue):
             raise SubjectError(queue, "a queue group name must match [A-Za-z0-9_-]+")
         nc = self.nc
-        sub = Subscription(self, nats_pattern, queue, handler, concurrency)
+        sub = Subscription(self, nats_pattern, queue, handler, concurrency, self._background, self._subs.discard)
         sub._nats = await nc.subscribe(
             nats_pattern,
             queue=queue or "",

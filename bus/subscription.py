@@ -1,0 +1,165 @@
+"""The receive path of an event subscription: check, decode, set the depth, bound the handlers.
+
+``Bus.subscribe`` makes one :class:`Subscription` per call and hands it the
+raw messages of its pattern; everything a receiver must check happens here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+
+from bus.core import depth as _depth
+from bus.core.eager import start_eager
+from bus.core.envelope import Event, decode
+from bus.core.errors import EnvelopeError
+from bus.core.ratelog import RateLimitedLog
+from bus.core.subjects import INTERNAL_PREFIXES, hides_internal
+from bus.journal.entries import JournalEntry, publish_entry
+from bus.transport.nats_api import Msg, NatsSubscription, nats_errors
+from bus.transport.port import Port
+
+log = logging.getLogger("hookbus.bus")
+_set_depth = _depth._current.set
+_reset_depth = _depth._current.reset
+
+#: An event handler: called with each decoded event; may be sync or async. One of the handler family:
+#: EventHandler (events), StageHandler (middleware stages), TurnHandler (agent turns).
+EventHandler = Callable[[Event], Awaitable[None] | None]
+#: How long close() waits for in-flight handlers before cancelling them.
+DEFAULT_CLOSE_TIMEOUT: Final = 5.0
+
+
+class Subscription:
+    """One handler on one pattern: checks and decodes, sets depth, bounds concurrency.
+
+    What an honest emitter never sends (over the size limit, depth out of
+    range, bad subject tokens, not UTF-8 JSON) is dropped and counted by
+    reason. A pattern starting with a wildcard skips NATS's and hookbus's
+    internal subjects (:data:`bus.core.subjects.INTERNAL_PREFIXES`) without counting them.
+    """
+
+    def __init__(
+        self,
+        bus: Port,
+        pattern: str,
+        queue: str | None,
+        handler: EventHandler,
+        concurrency: int,
+        background: set[asyncio.Task[Any]],
+        on_unsubscribe: Callable[[Subscription], None],
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, not {concurrency}")
+        self.bus = bus
+        self.pattern = pattern
+        self.queue = queue
+        self.handler = handler
+        self.concurrency = concurrency
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._task_events: dict[asyncio.Task[None], Event] = {}
+        self._delivered = bus.stats.delivered
+        self._slot_free: asyncio.Future[None] | None = None
+        self._nats: NatsSubscription | None = None
+        self._hides_internal = hides_internal(pattern)
+        self._max_bytes = bus.max_bytes
+        self._max_depth = bus.max_depth
+        self._malformed_log = RateLimitedLog(log)
+        self._error_log = RateLimitedLog(log)
+        self._background = background
+        self._on_unsubscribe = on_unsubscribe
+
+    @property
+    def in_flight(self) -> int:
+        """Handlers started and not yet finished."""
+        return len(self._tasks)
+
+    async def _on_msg(self, msg: Msg) -> None:
+        subject = msg.subject
+        if self._hides_internal and subject.startswith(INTERNAL_PREFIXES):
+            return  # plumbing, not an event: only a pattern naming it gets it
+        try:
+            event = decode(subject, msg.data, self._max_bytes, self._max_depth)
+        except EnvelopeError as exc:
+            self.bus.stats.dropped.add(exc.drop)
+            self._malformed_log.warning("%s (subscription %r); message skipped", exc, self.pattern)
+            return
+        tasks = self._tasks
+        while len(tasks) >= self.concurrency:
+            self._slot_free = asyncio.get_running_loop().create_future()
+            await self._slot_free
+        delivered = self._delivered
+        if subject in delivered:
+            delivered[subject] += 1
+        else:
+            delivered.add(subject)
+        token = _set_depth(event.depth + 1)
+        try:
+            result = self.handler(event)
+            if result is not None:
+                task = start_eager(result)  # type: ignore[arg-type]
+                if task is not None:
+                    tasks.add(task)
+                    self._task_events[task] = event
+                    task.add_done_callback(self._finished)
+        except Exception as exc:
+            self._failed(event, exc)
+        finally:
+            _reset_depth(token)
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if self._slot_free is not None and not self._slot_free.done():
+            self._slot_free.set_result(None)
+        if not task.cancelled() and task.exception() is not None:
+            self._failed(self._task_events.pop(task, None), task.exception())
+        else:
+            self._task_events.pop(task, None)
+
+    def _failed(self, event: Event | None, exc: BaseException | None) -> None:
+        """Count, log (rate-limited) and journal a handler that raised."""
+        self.bus.stats.handler_errors.add(self.pattern)
+        where = f"{event.subject} (id {event.id})" if event is not None else self.pattern
+        self._error_log.warning("handler %s raised on %s: %r", _name(self.handler), where, exc)
+        entry = JournalEntry(
+            kind="subscriber",
+            point=event.subject if event is not None else self.pattern,
+            phase="handle",
+            who=_name(self.handler),
+            decision="failed",
+            cause=f"{type(exc).__name__}: {exc}"[:500],
+            session=event.session_id if event is not None else None,
+            depth=event.depth if event is not None else 0,
+            trace_id=event.id if event is not None else None,
+        )
+        task = asyncio.get_running_loop().create_task(publish_entry(self.bus, entry))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def unsubscribe(self, timeout: float = DEFAULT_CLOSE_TIMEOUT) -> None:
+        """Stop receiving; let in-flight handlers finish within ``timeout``, then cancel them."""
+        sub, self._nats = self._nats, None
+        if sub is not None:
+            with contextlib.suppress(nats_errors.Error):  # connection gone: nothing more will arrive
+                await sub.unsubscribe()
+        self._on_unsubscribe(self)
+        await settle(self._tasks, timeout, f"handlers of {self.pattern!r}")
+
+
+async def settle(tasks: set[asyncio.Task[Any]], timeout: float, what: str) -> None:
+    """Wait for ``tasks`` up to ``timeout``; cancel and log what is left."""
+    if not tasks:
+        return
+    _, pending = await asyncio.wait(set(tasks), timeout=timeout)
+    if pending:
+        log.warning("%d %s still running after %.1fs: cancelled", len(pending), what, timeout)
+        for task in pending:
+            task.cancel()
+        await asyncio.wait(pending, timeout=1.0)
+
+
+def _name(handler: object) -> str:
+    return getattr(handler, "__qualname__", None) or repr(handler)
