@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 from pathlib import Path
 
@@ -9,9 +10,14 @@ import msgspec
 import orjson
 import pytest
 
+from bus import Bus
 from bus.core.errors import TurnRequestError
 from bus.core.schema import MESSAGES, TurnRequestMsg, TurnResultMsg, decode
+from bus.core.subjects import TRIGGERS_STATUS
+from bus.transport.nats_api import Msg
 from bus.turns.server import TurnRequest, decode_turn_request
+
+from .conftest import run_cli
 
 PROTOCOL = (Path(__file__).resolve().parent.parent / "docs/protocol.md").read_text()
 
@@ -81,3 +87,26 @@ def test_a_turn_result_has_one_of_two_statuses() -> None:
     assert (ok.status, ok.answer, ok.error) == ("completed", "a", None)
     with pytest.raises(ValueError, match="turn result: field 'status'"):
         decode(b'{"id":"r1","agent":"eva","status":"maybe"}', TurnResultMsg, "turn result", ValueError)
+
+
+async def test_the_cli_refuses_a_forged_trigger_status_naming_the_field(
+    bus: Bus, nats_url: str, tmp_path: Path
+) -> None:
+    """Anyone who may publish on the status subject can answer it: the CLI checks the reply against the schema."""
+    forged = {"triggers": [{"name": "t", "on": "x.>", "agent": "eva", "enabled": True, "fired": -3}]}
+
+    async def answer(msg: Msg) -> None:
+        await bus.publish_raw(msg.reply, orjson.dumps(forged))
+
+    await bus.subscribe_raw(TRIGGERS_STATUS, answer)
+    await bus.flush()
+    args = ("triggers", "--workspace", str(tmp_path), "list", "--json", "--nats-url", nats_url)
+    listing = await asyncio.to_thread(run_cli, *args)
+    assert listing.returncode != 0
+    assert f"the status reply on {TRIGGERS_STATUS}: field 'triggers[0].fired': expected `int` >= 0" in listing.stderr
+    assert "Traceback" not in listing.stderr
+
+    forged["triggers"][0].update(fired=1, last_fired=None, in_flight=0, suppressed={"debounce": 2})
+    listing = await asyncio.to_thread(run_cli, *args)
+    assert listing.returncode == 0, listing.stderr
+    assert orjson.loads(listing.stdout) == {"running": True, "triggers": forged["triggers"]}

@@ -7,12 +7,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import orjson
 
 from bus.cli.common import add_nats_url, connection_args, read_json_object
 from bus.client import Bus
-from bus.core.errors import ConfigError, ConnectError
-from bus.core.subjects import validate_subject
+from bus.core.errors import ConfigError, ConnectError, TriggerStatusError
+from bus.core.schema import TriggerStatusMsg, decode
+from bus.core.subjects import TRIGGERS_STATUS, validate_subject
 from bus.transport.nats_api import nats_errors
 
 
@@ -61,15 +63,13 @@ async def run(args: argparse.Namespace) -> int:
 
 
 async def _running_status(args: argparse.Namespace) -> list[dict[str, Any]] | None:
-    from triggers.engine.engine import STATUS_SUBJECT
-
     try:
         async with Bus(args.nats_url, name="hookbus-triggers-cli", **connection_args(args)) as bus:
-            reply = await bus.request_raw(STATUS_SUBJECT, b"", timeout_s=1.0)
+            reply = await bus.request_raw(TRIGGERS_STATUS, b"", timeout_s=1.0)
     except (ConnectError, nats_errors.NoRespondersError, nats_errors.TimeoutError):
         return None
-    rows: list[dict[str, Any]] = orjson.loads(reply)["triggers"]
-    return rows
+    status = decode(reply, TriggerStatusMsg, f"the status reply on {TRIGGERS_STATUS}", TriggerStatusError)
+    return [msgspec.to_builtins(row) for row in status.triggers]
 
 
 def _test(args: argparse.Namespace, specs: Mapping[str, object]) -> int:

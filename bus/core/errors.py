@@ -178,6 +178,10 @@ class TurnRequestError(HookbusError):
     """Bytes on a turn subject are not a valid turn request."""
 
 
+class TriggerStatusError(HookbusError):
+    """A reply on the trigger status subject is not a valid status."""
+
+
 class BrokenChain(MiddlewareError):
     """The stage's declarations cannot be ordered."""
 

@@ -43,8 +43,27 @@ class TurnResultMsg(msgspec.Struct, kw_only=True):
     error: str | None = None
 
 
+class TriggerRow(msgspec.Struct, kw_only=True):
+    """One trigger in a status reply: what it listens to, and what it has done."""
+
+    name: str
+    on: str
+    agent: str
+    enabled: bool
+    fired: NonNegative
+    last_fired: str | None
+    in_flight: NonNegative
+    suppressed: dict[str, NonNegative]
+
+
+class TriggerStatusMsg(msgspec.Struct, kw_only=True):
+    """The reply on ``hookbus.triggers.status``: each trigger of the engine that answered."""
+
+    triggers: list[TriggerRow]
+
+
 #: Every wire message declared here, for the documentation check.
-MESSAGES: tuple[type[msgspec.Struct], ...] = (TurnRequestMsg, TurnResultMsg)
+MESSAGES: tuple[type[msgspec.Struct], ...] = (TurnRequestMsg, TurnResultMsg, TriggerStatusMsg, TriggerRow)
 
 _decoders: dict[type[Any], msgspec.json.Decoder[Any]] = {}
 
