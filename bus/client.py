@@ -32,7 +32,8 @@ from bus.subscription import EventHandler as EventHandler  # re-exported: the pu
 from bus.subscription import Subscription as Subscription
 from bus.transport.connection import Credentials, auth_options, open_connection, resolve_servers, with_private_inbox
 from bus.transport.kv import Bucket, open_bucket
-from bus.transport.nats_api import Client, JetStreamContext, Msg, NatsSubscription, nats_errors
+from bus.transport.nats_api import Client, JetStreamContext, nats_errors
+from bus.transport.port import RawMessage, RawSubscription
 from bus.transport.publisher import Publisher, flush_quietly, ordered_flush
 from bus.transport.server import NatsServer
 from bus.transport.streams import StreamSpec, StreamState, ensure_stream
@@ -273,11 +274,11 @@ class Bus:
     async def subscribe_raw(
         self,
         subject: str,
-        cb: Callable[[Msg], Awaitable[None]],
+        cb: Callable[[RawMessage], Awaitable[None]],
         *,
         queue: str = "",
         pending_msgs_limit: int | None = None,
-    ) -> NatsSubscription:
+    ) -> RawSubscription:
         """Call ``cb`` with each raw message on ``subject`` (plumbing: turn and module requests; no envelope)."""
         if pending_msgs_limit is None:
             return await self.nc.subscribe(subject, queue=queue, cb=cb)

@@ -19,8 +19,7 @@ from bus.core.errors import EnvelopeError
 from bus.core.ratelog import RateLimitedLog
 from bus.core.subjects import INTERNAL_PREFIXES, hides_internal
 from bus.journal.entries import JournalEntry, publish_entry
-from bus.transport.nats_api import Msg, NatsSubscription, nats_errors
-from bus.transport.port import Port
+from bus.transport.port import TRANSPORT_FAILURES, Port, RawMessage, RawSubscription
 
 log = logging.getLogger("hookbus.bus")
 _set_depth = _depth._current.set
@@ -63,7 +62,7 @@ class Subscription:
         self._task_events: dict[asyncio.Task[None], Event] = {}
         self._delivered = bus.stats.delivered
         self._slot_free: asyncio.Future[None] | None = None
-        self._nats: NatsSubscription | None = None
+        self._nats: RawSubscription | None = None
         self._hides_internal = hides_internal(pattern)
         self._max_bytes = bus.max_bytes
         self._max_depth = bus.max_depth
@@ -77,7 +76,7 @@ class Subscription:
         """Handlers started and not yet finished."""
         return len(self._tasks)
 
-    async def _on_msg(self, msg: Msg) -> None:
+    async def _on_msg(self, msg: RawMessage) -> None:
         subject = msg.subject
         if self._hides_internal and subject.startswith(INTERNAL_PREFIXES):
             return  # plumbing, not an event: only a pattern naming it gets it
@@ -143,7 +142,7 @@ class Subscription:
         """Stop receiving; let in-flight handlers finish within ``timeout``, then cancel them."""
         sub, self._nats = self._nats, None
         if sub is not None:
-            with contextlib.suppress(nats_errors.Error):  # connection gone: nothing more will arrive
+            with contextlib.suppress(*TRANSPORT_FAILURES):  # connection gone: nothing more will arrive
                 await sub.unsubscribe()
         self._on_unsubscribe(self)
         await settle(self._tasks, timeout, f"handlers of {self.pattern!r}")

@@ -41,15 +41,10 @@ NATS_API_OUTSIDE_TRANSPORT: frozenset[str] = frozenset(
     {
         "bus.cli.triggers",
         "bus.client",
-        "bus.journal.entries",
-        "bus.middleware.handler.serving",
-        "bus.subscription",
         "bus.testing",
         "bus.testing.broker",
         "bus.testing.testbus",
-        "bus.turns.server",
         "subscribers.journal.sink",
-        "triggers.engine.engine",
     }
 )
 

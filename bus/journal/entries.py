@@ -27,8 +27,7 @@ from bus.core.envelope import Encoder
 from bus.core.errors import BusClosedError, JournalError
 from bus.core.jsonobject import json_object
 from bus.core.subjects import JOURNAL_PREFIX, JOURNAL_STREAM
-from bus.transport.nats_api import nats_errors
-from bus.transport.port import Port
+from bus.transport.port import TRANSPORT_FAILURES, Port
 from bus.transport.streams import StreamSpec, StreamState
 
 log = logging.getLogger("hookbus.journal")
@@ -115,7 +114,10 @@ async def publish_entry(bus: Port, entry: JournalEntry) -> bool:
     """Publish ``entry`` (fire-and-forget, like emit); False if it could not be sent."""
     try:
         await bus.publish_raw(entry.subject(bus.journal_origin), entry.encode())
-    except (BusClosedError, nats_errors.Error):
+    except BusClosedError:
+        bus.stats.dropped.add("journal")
+        return False
+    except TRANSPORT_FAILURES:
         bus.stats.dropped.add("journal")
         return False
     return True

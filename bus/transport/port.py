@@ -16,8 +16,34 @@ from typing import Any, Protocol
 
 from bus.core.stats import BusStats
 from bus.transport.kv import Bucket
-from bus.transport.nats_api import Msg, NatsSubscription
+from bus.transport.nats_api import nats_errors
 from bus.transport.streams import StreamSpec, StreamState
+
+#: What a publish, subscribe or unsubscribe on a Port may raise when the connection fails
+#: (catch this, not nats-py's types; KV and stream calls raise hookbus errors instead).
+TRANSPORT_FAILURES: tuple[type[Exception], ...] = (nats_errors.Error,)
+
+
+class RawMessage(Protocol):
+    """A message as a raw subscription delivers it (nats-py's message satisfies it as it is)."""
+
+    @property
+    def subject(self) -> str: ...
+
+    @property
+    def reply(self) -> str: ...
+
+    @property
+    def data(self) -> bytes: ...
+
+    @property
+    def headers(self) -> dict[str, str] | None: ...
+
+
+class RawSubscription(Protocol):
+    """What subscribing returns: a handle to stop receiving (raises one of TRANSPORT_FAILURES when cut off)."""
+
+    async def unsubscribe(self, limit: int = 0) -> None: ...
 
 
 class Port(Protocol):
@@ -66,11 +92,11 @@ class Port(Protocol):
     async def subscribe_raw(
         self,
         subject: str,
-        cb: Callable[[Msg], Awaitable[None]],
+        cb: Callable[[RawMessage], Awaitable[None]],
         *,
         queue: str = "",
         pending_msgs_limit: int | None = None,
-    ) -> NatsSubscription: ...
+    ) -> RawSubscription: ...
 
     async def flush(self, timeout: float = 5.0) -> None: ...
 

@@ -13,11 +13,10 @@ import asyncio
 import contextlib
 from typing import Final
 
-from nats.aio.msg import Msg
 from nats.nuid import NUID
 
 from bus.core.errors import Aborted, NoResponders, RequestTimeout
-from bus.transport.port import Port
+from bus.transport.port import Port, RawMessage
 
 _STATUS: Final = "Status"
 _NO_RESPONDERS: Final = "503"
@@ -43,7 +42,7 @@ class Requester:
     def pending(self) -> int:
         return len(self._pending)
 
-    async def _on_reply(self, msg: Msg) -> None:
+    async def _on_reply(self, msg: RawMessage) -> None:
         future = self._pending.get(msg.subject[len(self._prefix) :])
         if future is None or future.done():
             return

@@ -27,8 +27,7 @@ from bus.core.ratelog import RateLimitedLog
 from bus.core.schema import TurnRequestMsg, decode
 from bus.core.subjects import TOKEN_RE, TURN_PREFIX, turn_queue
 from bus.core.subjects import turn_subject as turn_subject
-from bus.transport.nats_api import Msg, nats_errors
-from bus.transport.port import Port
+from bus.transport.port import TRANSPORT_FAILURES, Port, RawMessage
 
 log = logging.getLogger("hookbus.turns")
 
@@ -113,7 +112,7 @@ class TurnServer:
         await self.bus.flush()  # requests sent once serve_turns returns reach this server
         return self
 
-    def _check(self, msg: Msg) -> TurnRequest | None:
+    def _check(self, msg: RawMessage) -> TurnRequest | None:
         """The request in ``msg``, or None after dropping and counting what an honest sender never sends."""
         drop, problem = "malformed", None
         if len(msg.data) > self.bus.max_bytes:
@@ -135,7 +134,7 @@ class TurnServer:
         self._bad.warning("turn request refused on %r: %s; skipped", msg.subject, problem)
         return None
 
-    async def _on_msg(self, msg: Msg) -> None:
+    async def _on_msg(self, msg: RawMessage) -> None:
         request = self._check(msg)
         if request is None:
             return
@@ -161,7 +160,7 @@ class TurnServer:
         if reply:
             try:
                 await self.bus.publish_raw(reply, orjson.dumps(asdict(result)))
-            except nats_errors.Error:
+            except TRANSPORT_FAILURES:
                 log.debug("could not report the end of turn %s", request.id)
 
     async def stop(self, timeout: float = 5.0) -> None:

@@ -30,7 +30,7 @@ from bus.core.envelope import Event
 from bus.core.subjects import TRIGGERS_QUEUE, TRIGGERS_STATUS
 from bus.journal.entries import JournalEntry, publish_entry
 from bus.metrics import register_once
-from bus.transport.nats_api import Msg, nats_errors
+from bus.transport.port import TRANSPORT_FAILURES, RawMessage
 from bus.turns.server import TurnRequest
 from triggers.engine.config import TriggerSpec
 
@@ -224,7 +224,7 @@ class TriggerEngine:
         )
         await publish_entry(self.bus, entry)
 
-    async def _on_turn_result(self, msg: Msg) -> None:
+    async def _on_turn_result(self, msg: RawMessage) -> None:
         name = msg.subject.rsplit(".", 1)[-1]
         request_id = None
         if len(msg.data) <= self.bus.max_bytes:
@@ -257,9 +257,9 @@ class TriggerEngine:
             )
         return out
 
-    async def _on_status(self, msg: Msg) -> None:
+    async def _on_status(self, msg: RawMessage) -> None:
         if msg.reply:
-            with contextlib.suppress(nats_errors.Error):
+            with contextlib.suppress(*TRANSPORT_FAILURES):
                 await self.bus.publish_raw(msg.reply, orjson.dumps({"triggers": self.status()}))
 
     async def stop(self) -> None:

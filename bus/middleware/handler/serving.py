@@ -19,8 +19,7 @@ from bus.core.errors import RegistryError
 from bus.middleware.guards import GUARDS_BUCKET, mark_stopped, put_records, remove_records
 from bus.middleware.registry import MODULES_BUCKET, announcement_of, open_bucket, request_subject
 from bus.transport.kv import Bucket
-from bus.transport.nats_api import Msg, nats_errors
-from bus.transport.port import Port
+from bus.transport.port import TRANSPORT_FAILURES, Port, RawMessage
 
 log = logging.getLogger("hookbus.module")
 
@@ -106,7 +105,7 @@ class ModuleServer:
                 await asyncio.wait_for(end(guards, self.module.declarations), STOP_GRACE)
         with contextlib.suppress(RegistryError, asyncio.TimeoutError):
             await asyncio.wait_for(kv.delete(key), STOP_GRACE)
-        with contextlib.suppress(nats_errors.Error):
+        with contextlib.suppress(*TRANSPORT_FAILURES):
             await sub.unsubscribe()
         if self._tasks:
             _, pending = await asyncio.wait(set(self._tasks), timeout=STOP_GRACE)
@@ -115,7 +114,7 @@ class ModuleServer:
             if pending:
                 log.warning("module %s: %d requests still running at stop: cancelled", self.module.name, len(pending))
 
-    async def _on_msg(self, msg: Msg) -> None:
+    async def _on_msg(self, msg: RawMessage) -> None:
         try:
             request = orjson.loads(msg.data)
             if not isinstance(request, dict):
