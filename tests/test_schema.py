@@ -5,17 +5,19 @@ from __future__ import annotations
 import asyncio
 import re
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import orjson
 import pytest
 
 from bus import Bus
-from bus.core.errors import TurnRequestError
-from bus.core.schema import MESSAGES, TurnRequestMsg, TurnResultMsg, decode
+from bus.core.config_schema import HOOK_TURN_TIMEOUT_S, HookTurn
+from bus.core.errors import ConfigError, TurnRequestError
+from bus.core.schema import MESSAGES, TurnRequestMsg, TurnResultMsg, convert, decode
 from bus.core.subjects import TRIGGERS_STATUS
-from bus.transport.nats_api import Msg
 from bus.turns.server import TurnRequest, decode_turn_request
+from triggers.agent import hook_turn
 
 from .conftest import run_cli
 
@@ -58,7 +60,7 @@ REQUEST = {"agent": "eva", "prompt": "hi", "id": "r1"}
         (orjson.dumps({**REQUEST, "depth": -1}), "turn request: field 'depth': expected `int` >= 0"),
         (orjson.dumps({**REQUEST, "depth": True}), "turn request: field 'depth': expected `int`, got `bool`"),
         (orjson.dumps({**REQUEST, "event": []}), "turn request: field 'event': expected `object | null`"),
-        (orjson.dumps({"agent": "eva", "id": "r1"}), "turn request: object missing required field `prompt`"),
+        (orjson.dumps({"agent": "eva", "id": "r1"}), "turn request: field 'prompt' is required"),
     ],
 )
 def test_a_bad_turn_request_is_refused_naming_the_field(data: bytes, message: str) -> None:
@@ -95,7 +97,7 @@ async def test_the_cli_refuses_a_forged_trigger_status_naming_the_field(
     """Anyone who may publish on the status subject can answer it: the CLI checks the reply against the schema."""
     forged = {"triggers": [{"name": "t", "on": "x.>", "agent": "eva", "enabled": True, "fired": -3}]}
 
-    async def answer(msg: Msg) -> None:
+    async def answer(msg: Any) -> None:  # the raw message type of subscribe_raw
         await bus.publish_raw(msg.reply, orjson.dumps(forged))
 
     await bus.subscribe_raw(TRIGGERS_STATUS, answer)
@@ -110,3 +112,35 @@ async def test_the_cli_refuses_a_forged_trigger_status_naming_the_field(
     listing = await asyncio.to_thread(run_cli, *args)
     assert listing.returncode == 0, listing.stderr
     assert orjson.loads(listing.stdout) == {"running": True, "triggers": forged["triggers"]}
+
+
+J = "  - {name: j, stage: tool.call, prompt: p"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (J + ", 3: x}", "hook-turn 'j': a key: expected `str`"),
+        (J + ", timeout_s: 0}", "hook-turn 'j': field 'timeout_s': expected `float` > 0.0"),
+        (J + ", timeout_s: true}", "hook-turn 'j': field 'timeout_s': expected `float`, got `bool`"),
+        (J + ", match: [a, '']}", "hook-turn 'j': field 'match[1]': expected `str` of length >= 1"),
+        (J + ", match: null}", "hook-turn 'j': field 'match': expected `str | array`, got `null`"),
+        ("  - {name: j, stage: tool.call, prompt: '  '}", "hook-turn 'j': field 'prompt'"),
+        ("  - {name: 'j k', stage: tool.call, prompt: p}", "hook-turn #1: field 'name': expected `str` matching"),
+        (J + "}\n  - [x]", "hook-turn #2: must be a mapping"),
+    ],
+)
+def test_hook_turns_yaml_problems_name_the_file_entry_and_field(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "hook_turns.yaml"
+    path.write_text("hook_turns:\n" + text + "\n")
+    with pytest.raises(ConfigError) as caught:
+        hook_turn.load(path)
+    assert str(caught.value).startswith(f"{path}: {message}")
+
+
+def test_a_hook_turn_entry_takes_one_string_or_a_list() -> None:
+    one = convert({"name": "j", "stage": "tool.call", "prompt": "p", "match": "shell"}, HookTurn, "e", ConfigError)
+    assert one.match == "shell" and one.before == [] and one.timeout_s == HOOK_TURN_TIMEOUT_S
+    entry = {"name": "j", "stage": "s", "prompt": "p", "match": ["a", "b"], "timeout_s": 3}
+    many = convert(entry, HookTurn, "e", ValueError)
+    assert many.match == ["a", "b"] and many.timeout_s == 3.0

@@ -9,6 +9,7 @@ interoperate. docs/protocol.md describes every type here (a test checks it).
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
@@ -82,10 +83,29 @@ def decode(data: bytes, kind: type[T], what: str, error: type[Exception]) -> T:
     return result
 
 
+def convert(obj: object, kind: type[T], where: str, error: type[Exception]) -> T:
+    """A parsed document (YAML, JSON) as a ``kind``; raise ``error`` naming ``where`` and the field."""
+    try:
+        return msgspec.convert(obj, kind)
+    except msgspec.ValidationError as exc:
+        raise error(f"{where}: {_field_message(str(exc))}") from None
+
+
+_MISSING = re.compile(r"Object missing required field `([^`]*)`")
+_UNKNOWN = re.compile(r"Object contains unknown field `([^`]*)`")
+
+
 def _field_message(text: str) -> str:
     """msgspec's ``Expected `str`, got `int` - at `$.agent``` as ``field 'agent': expected `str`, got `int```."""
-    message, sep, where = text.rpartition(" - at `$")
-    if not sep:
-        return text[:1].lower() + text[1:]
-    path = where.rstrip("`").lstrip(".") or "(the message)"
+    message, _, where = text.partition(" - at `")
+    if where.startswith("key` in `"):  # a mapping key of the wrong type
+        message, where = f"a key: {message[:1].lower()}{message[1:]}", where[len("key` in `") :]
+    path = where.rstrip("`").removeprefix("$").lstrip(".")
+    prefix = f"{path}." if path else ""
+    if missing := _MISSING.fullmatch(message):
+        return f"field {prefix + missing.group(1)!r} is required"
+    if unknown := _UNKNOWN.fullmatch(message):
+        return f"unknown field {prefix + unknown.group(1)!r}"
+    if not path:
+        return message[:1].lower() + message[1:]
     return f"field {path!r}: {message[:1].lower()}{message[1:]}"

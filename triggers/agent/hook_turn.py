@@ -31,18 +31,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+import msgspec
 import orjson
 import yaml
 
+from bus.core.config_schema import HOOK_TURN_TIMEOUT_S, HookTurn
 from bus.core.decisions import Cancel, Continue, Decision, Patch
 from bus.core.errors import ConfigError, HookbusError, HookTurnError
+from bus.core.schema import convert
 from bus.core.stages import validate_stage
 from bus.core.subjects import TOKEN_RE
 from bus.middleware.handler.module import Module
 from triggers.agent.llm import ChatClient
 
 FILE_NAME: Final = "hook_turns.yaml"
-DEFAULT_TIMEOUT_S: Final = 20.0
+DEFAULT_TIMEOUT_S: Final = HOOK_TURN_TIMEOUT_S
 
 _INSTRUCTIONS: Final = (
     "You are a middleware handler of an AI agent. You are shown what the agent is about to do at one "
@@ -152,9 +155,6 @@ def build_module(name: str, specs: list[HookTurnSpec], client: ChatClient) -> Mo
     return module
 
 
-_KNOWN: Final = {"name", "stage", "prompt", "match", "fail_closed", "timeout_s", "before", "after", "model"}
-
-
 def load(path: Path) -> list[HookTurnSpec]:
     """Parse and validate hook_turns.yaml; every problem names the file, the entry and the field."""
     try:
@@ -173,50 +173,31 @@ def load(path: Path) -> list[HookTurnSpec]:
     return specs
 
 
-def _strings(item: dict[str, Any], key: str, where: str) -> tuple[str, ...]:
-    value = item.get(key, [])
-    if isinstance(value, str):
-        value = [value]
-    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-        raise ConfigError(f"{where}: field {key!r} must be a string or a list of strings")
-    return tuple(value)
+def _strings(value: str | list[str]) -> tuple[str, ...]:
+    return (value,) if isinstance(value, str) else tuple(value)
 
 
 def _parse_one(item: Any, where: str) -> HookTurnSpec:
+    """One entry, checked against the schema (bus.core.config_schema.HookTurn) and named by its name."""
     if not isinstance(item, dict):
         raise ConfigError(f"{where}: must be a mapping")
     name = item.get("name")
-    if not isinstance(name, str) or not TOKEN_RE.fullmatch(name):
-        raise ConfigError(f"{where}: field 'name' must be a string of [A-Za-z0-9_-]+")
-    where = f"{where.rsplit(':', 1)[0]}: hook-turn {name!r}"
-    unknown = set(map(str, item)) - _KNOWN
-    if unknown:
-        raise ConfigError(f"{where}: unknown field {sorted(unknown)[0]!r}")
-    if not isinstance(item.get("prompt"), str) or not item["prompt"].strip():
-        raise ConfigError(f"{where}: field 'prompt' is required and must be a non-empty string")
+    if isinstance(name, str) and TOKEN_RE.fullmatch(name):
+        where = f"{where.rsplit(':', 1)[0]}: hook-turn {name!r}"
+    entry = convert(item, HookTurn, where, ConfigError)
     try:
-        stage = validate_stage(item.get("stage"))
+        stage = validate_stage(entry.stage)
     except HookbusError as exc:
         raise ConfigError(f"{where}: field 'stage': {exc}") from None
-    timeout = item.get("timeout_s", DEFAULT_TIMEOUT_S)
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout <= 30:
-        raise ConfigError(f"{where}: field 'timeout_s' must be a number of seconds in (0, 30]")
-    fail_closed = item.get("fail_closed", False)
-    if not isinstance(fail_closed, bool):
-        raise ConfigError(f"{where}: field 'fail_closed' must be true or false")
-    model = item.get("model")
-    if model is not None and (not isinstance(model, str) or not model):
-        raise ConfigError(f"{where}: field 'model' must be a non-empty string")
-    match = _strings(item, "match", where) if "match" in item else None
     return HookTurnSpec(
-        name=name,
+        name=entry.name,
         stage=stage,
-        prompt=item["prompt"],
-        match=match,
-        fail_closed=fail_closed,
-        timeout_s=float(timeout),
-        before=_strings(item, "before", where),
-        after=_strings(item, "after", where),
-        model=model,
+        prompt=entry.prompt,
+        match=None if entry.match is msgspec.UNSET else _strings(entry.match),
+        fail_closed=entry.fail_closed,
+        timeout_s=entry.timeout_s,
+        before=_strings(entry.before),
+        after=_strings(entry.after),
+        model=entry.model,
         source=dict(item),
     )
