@@ -18,6 +18,7 @@ from bus.core.schema import MESSAGES, TurnRequestMsg, TurnResultMsg, convert, de
 from bus.core.subjects import TRIGGERS_STATUS
 from bus.turns.server import TurnRequest, decode_turn_request
 from triggers.agent import hook_turn
+from triggers.engine import config as trigger_config
 
 from .conftest import run_cli
 
@@ -144,3 +145,29 @@ def test_a_hook_turn_entry_takes_one_string_or_a_list() -> None:
     entry = {"name": "j", "stage": "s", "prompt": "p", "match": ["a", "b"], "timeout_s": 3}
     many = convert(entry, HookTurn, "e", ValueError)
     assert many.match == ["a", "b"] and many.timeout_s == 3.0
+
+
+T = {"name": "t", "on": "eva.x", "prompt": "p", "agent": "a"}
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"cooldown_s": True}, "field 'cooldown_s': expected `float`, got `bool`"),
+        ({"max_in_flight": 1.5}, "field 'max_in_flight': expected `int`, got `float`"),
+        ({"enabled": "yes"}, "field 'enabled': expected `bool`, got `str`"),
+        ({"dedupe": 3}, "field 'dedupe': expected `str | null`, got `int`"),
+        ({"prompt": ""}, "field 'prompt': expected `str` of length >= 1"),
+        ({"turn_timeout_s": -1}, "field 'turn_timeout_s': expected `float` >= 0.0"),
+    ],
+)
+def test_triggers_yaml_problems_name_the_trigger_and_the_field(extra: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        trigger_config.parse({"triggers": [{**T, **extra}]}, "triggers.yaml")
+    assert str(caught.value) == f"triggers.yaml: trigger 't': {message}"
+
+
+def test_a_trigger_takes_its_numbers_as_floats_and_its_defaults_from_the_schema() -> None:
+    spec = trigger_config.parse({"triggers": [{**T, "cooldown_s": 60}]}, "triggers.yaml")["t"]
+    assert spec.cooldown_s == 60.0 and isinstance(spec.cooldown_s, float)
+    assert (spec.max_in_flight, spec.dedupe_window_s, spec.turn_timeout_s, spec.enabled) == (1, 3600.0, 600.0, True)

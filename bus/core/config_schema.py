@@ -8,7 +8,7 @@ the loaders.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import msgspec
 
@@ -43,5 +43,25 @@ class HookTurnsFile(msgspec.Struct, forbid_unknown_fields=True):
     hook_turns: list[object]
 
 
+Seconds = Annotated[float, msgspec.Meta(ge=0)]
+
+
+class Trigger(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """One entry of triggers.yaml: which events start a turn on which agent, and how often at most."""
+
+    name: Name
+    on: NonEmpty
+    prompt: NonEmpty
+    agent: Name
+    filter: Any = None  # conditions: their grammar is checked by triggers.engine.filters
+    cooldown_s: Seconds = 0.0
+    debounce_s: Seconds = 0.0
+    max_in_flight: Annotated[int, msgspec.Meta(ge=1)] = 1
+    dedupe: str | None = None
+    dedupe_window_s: Seconds = 3600.0
+    turn_timeout_s: Seconds = 600.0
+    enabled: bool = True
+
+
 #: Every config type declared here.
-CONFIGS: tuple[type[msgspec.Struct], ...] = (HookTurnsFile, HookTurn)
+CONFIGS: tuple[type[msgspec.Struct], ...] = (HookTurnsFile, HookTurn, Trigger)

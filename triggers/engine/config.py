@@ -16,7 +16,8 @@
         turn_timeout_s: 600            # a turn not reported done by then no longer counts as in flight
         enabled: true
 
-Every problem is a ConfigError naming the file, the trigger and the field.
+Every problem is a ConfigError naming the file, the trigger and the field; the fields and
+their bounds are declared in bus.core.config_schema.Trigger.
 """
 
 from __future__ import annotations
@@ -27,15 +28,14 @@ from typing import Any, Final
 
 import yaml
 
+from bus.core.config_schema import Trigger
 from bus.core.errors import ConfigError, SubjectError
+from bus.core.schema import convert
 from bus.core.subjects import TOKEN_RE, normalise_pattern
 from triggers.engine.filters import Condition, parse_conditions
 from triggers.engine.template import Template
 
 FILE_NAME: Final = "triggers.yaml"
-
-_NUMBER_FIELDS: Final = {"cooldown_s": 0.0, "debounce_s": 0.0, "dedupe_window_s": 3600.0, "turn_timeout_s": 600.0}
-_KNOWN: Final = {"name", "on", "filter", "prompt", "agent", "max_in_flight", "dedupe", "enabled", *_NUMBER_FIELDS}
 
 
 @dataclass(frozen=True)
@@ -95,47 +95,25 @@ def parse_one(item: Any, where: str) -> TriggerSpec:
     name = item.get("name")
     if isinstance(name, str) and TOKEN_RE.fullmatch(name):
         where = f"{where.rsplit(':', 1)[0]}: trigger {name!r}"
-    else:
-        raise ConfigError(f"{where}: field 'name' must be a string of [A-Za-z0-9_-]+")
-    unknown = set(item) - _KNOWN
-    if unknown:
-        raise ConfigError(f"{where}: unknown field {sorted(map(str, unknown))[0]!r}")
-    for required in ("on", "prompt", "agent"):
-        if not isinstance(item.get(required), str) or not item[required]:
-            raise ConfigError(f"{where}: field {required!r} is required and must be a non-empty string")
+    entry = convert(item, Trigger, where, ConfigError)
     try:
-        pattern = normalise_pattern(item["on"])
+        pattern = normalise_pattern(entry.on)
     except SubjectError as exc:
         raise ConfigError(f"{where}: field 'on': {exc}") from None
-    if not TOKEN_RE.fullmatch(item["agent"]):
-        raise ConfigError(f"{where}: field 'agent' must match [A-Za-z0-9_-]+")
-    numbers = {key: _number(item, key, default, where) for key, default in _NUMBER_FIELDS.items()}
-    in_flight = item.get("max_in_flight", 1)
-    if isinstance(in_flight, bool) or not isinstance(in_flight, int) or in_flight < 1:
-        raise ConfigError(f"{where}: field 'max_in_flight' must be a whole number >= 1")
-    enabled = item.get("enabled", True)
-    if not isinstance(enabled, bool):
-        raise ConfigError(f"{where}: field 'enabled' must be true or false")
-    dedupe = item.get("dedupe")
-    if dedupe is not None and not isinstance(dedupe, str):
-        raise ConfigError(f"{where}: field 'dedupe' must be a string template")
+    dedupe = entry.dedupe
     return TriggerSpec(
-        name=name,
-        on=item["on"],
+        name=entry.name,
+        on=entry.on,
         pattern=pattern,
-        prompt=Template.compile(item["prompt"], f"{where}: field 'prompt'"),
-        agent=item["agent"],
-        conditions=parse_conditions(item.get("filter"), f"{where}: field 'filter'"),
-        max_in_flight=in_flight,
+        prompt=Template.compile(entry.prompt, f"{where}: field 'prompt'"),
+        agent=entry.agent,
+        conditions=parse_conditions(entry.filter, f"{where}: field 'filter'"),
+        cooldown_s=entry.cooldown_s,
+        debounce_s=entry.debounce_s,
+        max_in_flight=entry.max_in_flight,
         dedupe=Template.compile(dedupe, f"{where}: field 'dedupe'") if dedupe else None,
-        enabled=enabled,
+        dedupe_window_s=entry.dedupe_window_s,
+        turn_timeout_s=entry.turn_timeout_s,
+        enabled=entry.enabled,
         source=dict(item),
-        **numbers,
     )
-
-
-def _number(item: dict[str, Any], key: str, default: float, where: str) -> float:
-    value = item.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise ConfigError(f"{where}: field {key!r} must be a number of seconds >= 0")
-    return float(value)
