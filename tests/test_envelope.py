@@ -169,3 +169,11 @@ def test_not_serialisable_names_the_subject() -> None:
 def test_decode_names_what_is_wrong(raw: bytes, reason: str) -> None:
     with pytest.raises(EnvelopeError, match=re.escape(reason)):
         decode("x.e", raw)  # the envelope's event "e" is the subject's
+
+
+def test_each_event_carries_its_own_session_when_sessions_alternate() -> None:
+    """The encoder keeps the last session's bytes: a different session (equal text or not) is encoded afresh."""
+    enc = Encoder()
+    sessions = ["s-1", "s-2", "s-1", None, "s-1", "".join(["s-", "2"]), 's-"3"']
+    got = [decode("x.e", enc.encode("x.e", {}, session, 0)[0]).session_id for session in sessions]
+    assert got == sessions

@@ -103,6 +103,8 @@ class Encoder:
         self._counter = self.new_id.counter
         self._ts_next = 0.0
         self._ts_bytes = b""
+        self._last_session: str | None = None
+        self._last_session_bytes = b"null"
 
     def head(self, subject: str) -> bytes:
         """Validate ``subject`` (once) and return the cached start of its envelope."""
@@ -137,8 +139,11 @@ class Encoder:
             body = _dump_payload(subject, payload)
         if session_id is None:
             sid = b"null"
+        elif session_id is self._last_session:  # an agent emits many events of one session
+            sid = self._last_session_bytes
         elif type(session_id) is str:
-            sid = _dumps(session_id)
+            sid = self._last_session_bytes = _dumps(session_id)
+            self._last_session = session_id
         else:
             raise PayloadError(subject, f"session_id must be a string or None, not {type(session_id).__name__}")
         now = _time()
