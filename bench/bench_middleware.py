@@ -4,7 +4,8 @@
 
 The handlers and the raw echo responder run together in one separate process
 (as a module would), the kernel and the raw requester in this one. Prints
-ratios hookbus / raw. Each intercept also journals one entry per reaction (one
+ratios hookbus / raw. The one-handler stage answers a patch (the reply carries
+a payload, as the raw echo does). Each intercept also journals one entry per reaction (one
 message each, the shared journal's format); a diagnostic row shows the
 throughput with journal publishing switched off.
 """
@@ -26,12 +27,13 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import median, print_table, verdict
-from bus import Bus, Continue, Module, NatsServer
+from bus import Bus, Continue, Module, NatsServer, Patch
 from bus.core.declaration import declare
 from bus.middleware.guards import GuardRecord
 from bus.testing import wait_for_chain
 
 PAYLOAD = {"name": "shell", "input": {"command": "ls -la /srv/project"}, "call_id": "c-0001"}
+PATCHED = {**PAYLOAD, "input": {"command": "ls -la /srv/project/public"}}
 ECHO = "bench.echo"
 
 
@@ -39,8 +41,8 @@ def build_modules() -> list[Module]:
     one = Module("bench_one")
 
     @one.stage("bench.one")
-    async def allow(stage: str, payload: dict[str, Any]) -> Continue:
-        return Continue()
+    async def allow(stage: str, payload: dict[str, Any]) -> Patch:
+        return Patch(PATCHED)
 
     five = Module("bench_five")
     previous: str | None = None
