@@ -13,9 +13,11 @@ import pytest
 
 from bus import Bus
 from bus.core.config_schema import HOOK_TURN_TIMEOUT_S, HookTurn
+from bus.core.declaration import Declaration
 from bus.core.errors import ConfigError, TurnRequestError
-from bus.core.schema import MESSAGES, TurnRequestMsg, TurnResultMsg, convert, decode
+from bus.core.schema import MESSAGES, TrustRecord, TurnRequestMsg, TurnResultMsg, convert, decode
 from bus.core.subjects import TRIGGERS_STATUS
+from bus.middleware.trust import approved_identity, trust_record
 from bus.turns.server import TurnRequest, decode_turn_request
 from triggers.agent import hook_turn
 from triggers.engine import config as trigger_config
@@ -171,3 +173,12 @@ def test_a_trigger_takes_its_numbers_as_floats_and_its_defaults_from_the_schema(
     spec = trigger_config.parse({"triggers": [{**T, "cooldown_s": 60}]}, "triggers.yaml")["t"]
     assert spec.cooldown_s == 60.0 and isinstance(spec.cooldown_s, float)
     assert (spec.max_in_flight, spec.dedupe_window_s, spec.turn_timeout_s, spec.enabled) == (1, 3600.0, 600.0, True)
+
+
+def test_a_trust_record_follows_its_type_and_a_kernel_reads_only_its_identity() -> None:
+    decl = Declaration(module="m", name="h", stage="tool.call")
+    record = decode(trust_record(decl, "approved"), TrustRecord, "trust value", ValueError)
+    assert (record.identity, record.declaration, record.how) == (decl.identity(), decl.to_wire(), "approved")
+    assert approved_identity(orjson.dumps({"identity": "abc", "future": 1})) == "abc"
+    for bad in (b"", b"[]", b"nope", orjson.dumps({"identity": 3}), orjson.dumps({"how": "approved"})):
+        assert approved_identity(bad) is None

@@ -63,8 +63,31 @@ class TriggerStatusMsg(msgspec.Struct, kw_only=True):
     triggers: list[TriggerRow]
 
 
+class TrustRecord(msgspec.Struct, kw_only=True):
+    """A value of the ``hookbus_trust`` bucket: the operator approved this identity of a handler."""
+
+    identity: str
+    declaration: dict[str, Any]
+    approved_by: str
+    how: str  # "approved" or "trust-new"
+    at: float
+
+
+class TrustApproval(msgspec.Struct):
+    """What a kernel reads of a trust value: only ``identity`` (docs/protocol.md, Trust)."""
+
+    identity: str
+
+
 #: Every wire message declared here, for the documentation check.
-MESSAGES: tuple[type[msgspec.Struct], ...] = (TurnRequestMsg, TurnResultMsg, TriggerStatusMsg, TriggerRow)
+MESSAGES: tuple[type[msgspec.Struct], ...] = (
+    TurnRequestMsg,
+    TurnResultMsg,
+    TriggerStatusMsg,
+    TriggerRow,
+    TrustRecord,
+    TrustApproval,
+)
 
 _decoders: dict[type[Any], msgspec.json.Decoder[Any]] = {}
 

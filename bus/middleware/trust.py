@@ -23,10 +23,11 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-import orjson
+import msgspec
 
 from bus.core.declaration import Declaration
 from bus.core.errors import ConfigError
+from bus.core.schema import TrustApproval, TrustRecord, decode
 from bus.core.subjects import TOKEN_RE
 
 
@@ -48,15 +49,14 @@ def trust_key(decl: Declaration) -> str:
 
 def trust_record(decl: Declaration, how: str) -> bytes:
     """The trust store value approving ``decl`` as it is declared now."""
-    return orjson.dumps(
-        {
-            "identity": decl.identity(),
-            "declaration": decl.to_wire(),
-            "approved_by": f"{getpass.getuser()}@{socket.gethostname()}",
-            "how": how,
-            "at": time.time(),
-        }
+    record = TrustRecord(
+        identity=decl.identity(),
+        declaration=decl.to_wire(),
+        approved_by=f"{getpass.getuser()}@{socket.gethostname()}",
+        how=how,
+        at=time.time(),
     )
+    return msgspec.json.encode(record)
 
 
 def approved_identity(data: bytes | None) -> str | None:
@@ -64,11 +64,9 @@ def approved_identity(data: bytes | None) -> str | None:
     if not data:
         return None
     try:
-        value = orjson.loads(data)
-    except orjson.JSONDecodeError:
+        return decode(data, TrustApproval, "trust value", ValueError).identity
+    except ValueError:
         return None
-    identity = value.get("identity") if isinstance(value, dict) else None
-    return identity if isinstance(identity, str) else None
 
 
 @dataclass(frozen=True, slots=True)
