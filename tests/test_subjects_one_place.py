@@ -191,3 +191,17 @@ def test_every_user_in_the_conf_is_a_role_checked_here_or_the_operator() -> None
     roles = {re.sub(r"-(eva|bob|guard|audit)$", "-*", name) for name in PERMISSIONS}
     assert roles == {"agent-*", "module-*", "worker", "sink", "bus", "operator"}
     assert subjects.TURN_PREFIX == "hookbus.turn"  # the conf's hookbus.turn.<agent> grants assume it
+
+
+PROTOCOL = (ROOT / "docs/protocol.md").read_text()
+
+
+def test_docs_protocol_names_every_subject_bucket_stream_and_queue() -> None:
+    names = [
+        value
+        for name, value in vars(subjects).items()
+        if name.isupper() and isinstance(value, str) and name not in ("PRX_DOMAIN", "EVA_DOMAIN")
+    ]
+    assert {subjects.JOURNAL_PREFIX, subjects.SHELL_QUEUE, subjects.MODULES_BUCKET} <= set(names)
+    assert [name for name in names if name not in PROTOCOL] == []
+    assert subjects.turn_queue("AGENT").replace("AGENT", "<agent>") in PROTOCOL
