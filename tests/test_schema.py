@@ -17,6 +17,7 @@ from bus.core.declaration import Declaration
 from bus.core.errors import ConfigError, TurnRequestError
 from bus.core.schema import MESSAGES, TrustRecord, TurnRequestMsg, TurnResultMsg, convert, decode
 from bus.core.subjects import TRIGGERS_STATUS
+from bus.middleware.guards import GuardRecord, parse_record
 from bus.middleware.trust import approved_identity, trust_record
 from bus.turns.server import TurnRequest, decode_turn_request
 from triggers.agent import hook_turn
@@ -182,3 +183,20 @@ def test_a_trust_record_follows_its_type_and_a_kernel_reads_only_its_identity() 
     assert approved_identity(orjson.dumps({"identity": "abc", "future": 1})) == "abc"
     for bad in (b"", b"[]", b"nope", orjson.dumps({"identity": 3}), orjson.dumps({"how": "approved"})):
         assert approved_identity(bad) is None
+
+
+def test_a_guard_record_round_trips_and_a_bad_one_is_named() -> None:
+    decl = Declaration(module="m", name="h", stage="tool.call", fail_closed=True)
+    record = GuardRecord(decl, decl.identity(), 5.0)
+    assert parse_record(record.key, record.to_bytes()) == record
+    wire = orjson.loads(record.to_bytes())
+    assert wire == {"identity": decl.identity(), "declaration": decl.to_wire(), "at": 5.0, "stopped_at": None}
+    assert parse_record(record.key, orjson.dumps({**wire, "at": None})).at == 0.0
+    for bad, message in [
+        ({**wire, "at": "5"}, "field 'at': expected `float | null`, got `str`"),
+        ({**wire, "declaration": []}, "field 'declaration': expected `object`, got `array`"),
+        ({"declaration": wire["declaration"]}, "field 'identity' is required"),
+        ({**wire, "identity": "0" * 64}, "does not match its declaration"),
+    ]:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            parse_record(record.key, orjson.dumps(bad))

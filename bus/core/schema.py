@@ -79,6 +79,15 @@ class TrustApproval(msgspec.Struct):
     identity: str
 
 
+class GuardRecordMsg(msgspec.Struct, kw_only=True):
+    """A value of the ``hookbus_guards`` bucket: a fail-closed handler that stays in force."""
+
+    identity: str
+    declaration: dict[str, Any]  # its own rules: bus.core.declaration.from_wire
+    at: float | None = None  # Unix time the module started serving (absent: unknown)
+    stopped_at: float | None = None  # Unix time it stopped cleanly, if it did
+
+
 #: Every wire message declared here, for the documentation check.
 MESSAGES: tuple[type[msgspec.Struct], ...] = (
     TurnRequestMsg,
@@ -87,6 +96,7 @@ MESSAGES: tuple[type[msgspec.Struct], ...] = (
     TriggerRow,
     TrustRecord,
     TrustApproval,
+    GuardRecordMsg,
 )
 
 _decoders: dict[type[Any], msgspec.json.Decoder[Any]] = {}

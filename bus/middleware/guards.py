@@ -15,10 +15,11 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-import orjson
+import msgspec
 
 from bus.core.declaration import Declaration, from_wire
 from bus.core.errors import MiddlewareError
+from bus.core.schema import GuardRecordMsg, decode
 from bus.core.subjects import GUARDS_BUCKET as GUARDS_BUCKET
 from bus.transport.kv import Bucket
 
@@ -40,8 +41,10 @@ class GuardRecord:
         return guard_key(self.decl)
 
     def to_bytes(self) -> bytes:
-        wire = {"identity": self.identity, "declaration": self.decl.to_wire(), "at": self.at}
-        return orjson.dumps({**wire, "stopped_at": self.stopped_at})
+        record = GuardRecordMsg(
+            identity=self.identity, declaration=self.decl.to_wire(), at=self.at, stopped_at=self.stopped_at
+        )
+        return msgspec.json.encode(record)
 
 
 def guard_key(decl: Declaration) -> str:
@@ -50,20 +53,17 @@ def guard_key(decl: Declaration) -> str:
 
 def parse_record(key: str, data: bytes) -> GuardRecord:
     """Decode a record; raise ValueError naming what is wrong (it must hash to its key)."""
+    record = decode(data, GuardRecordMsg, f"guard record {key} is malformed", ValueError)
     try:
-        obj = orjson.loads(data)
-        decl = from_wire(obj["declaration"])
-        at = float(obj.get("at") or 0.0)
-        stopped = obj.get("stopped_at")
-        stopped_at = float(stopped) if stopped is not None else None
-    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, MiddlewareError) as exc:
+        decl = from_wire(record.declaration)
+    except (KeyError, TypeError, ValueError, MiddlewareError) as exc:
         raise ValueError(f"guard record {key} is malformed: {exc!r}") from None
     identity = decl.identity()
-    if guard_key(decl) != key or obj.get("identity") != identity:
+    if guard_key(decl) != key or record.identity != identity:
         raise ValueError(f"guard record {key} does not match its declaration")
     if not decl.fail_closed:
         raise ValueError(f"guard record {key} is of a fail-open handler")
-    return GuardRecord(decl, identity, at, stopped_at)
+    return GuardRecord(decl, identity, record.at or 0.0, record.stopped_at)
 
 
 async def put_records(kv: Bucket, decls: Iterable[Declaration]) -> list[str]:
