@@ -36,7 +36,14 @@ from bus.transport.nats_api import Client, JetStreamContext, nats_errors
 from bus.transport.port import RawMessage, RawSubscription
 from bus.transport.publisher import Publisher, flush_quietly, ordered_flush
 from bus.transport.server import NatsServer
-from bus.transport.streams import StreamSpec, StreamState, ensure_stream
+from bus.transport.streams import (
+    PullConsumer,
+    StreamSpec,
+    StreamState,
+    ensure_stream,
+    open_pull_consumer,
+    stream_state,
+)
 from bus.turns.server import TurnHandler, TurnRequest, TurnServer
 
 log = logging.getLogger("hookbus.bus")
@@ -303,6 +310,18 @@ class Bus:
     async def ensure_stream(self, spec: StreamSpec) -> StreamState:
         """Create (or update) a JetStream stream; JournalError if the server refuses."""
         return await ensure_stream(self.nc, spec)
+
+    async def stream_state(self, name: str) -> StreamState | None:
+        """A JetStream stream's state, None if it does not exist; JournalError if the server does not answer."""
+        return await stream_state(self.nc, name)
+
+    async def pull_consumer(
+        self, stream: str, subject: str, durable: str, *, ack_wait_s: float, max_ack_pending: int
+    ) -> PullConsumer:
+        """Bind to (or create) a durable pull consumer with explicit acks (the journal sink's)."""
+        return await open_pull_consumer(
+            self.nc, stream, subject, durable, ack_wait_s=ack_wait_s, max_ack_pending=max_ack_pending
+        )
 
     def jetstream(self) -> JetStreamContext:
         """The JetStream context of this connection (the journal stream and its consumers)."""

@@ -44,7 +44,6 @@ NATS_API_OUTSIDE_TRANSPORT: frozenset[str] = frozenset(
         "bus.testing",
         "bus.testing.broker",
         "bus.testing.testbus",
-        "subscribers.journal.sink",
     }
 )
 

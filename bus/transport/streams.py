@@ -1,14 +1,15 @@
-"""JetStream streams behind hookbus types: create or update one from a :class:`StreamSpec`."""
+"""JetStream streams behind hookbus types: create or update one, read its state, consume it with explicit acks."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import contextlib
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 import nats.errors as nats_errors
 import nats.js.errors as js_errors
-from nats.js.api import RetentionPolicy, StorageType, StreamConfig
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, RetentionPolicy, StorageType, StreamConfig
 
 from bus.core.errors import JournalError
 from bus.transport.connection import jetstream_replicas
@@ -67,3 +68,110 @@ async def ensure_stream(nc: Any, spec: StreamSpec) -> StreamState:
             return state_of(await js.update_stream(config))
     except (nats_errors.Error, js_errors.Error) as exc:
         raise JournalError(f"cannot create or update stream {spec.name}: {exc!r}") from None
+
+
+async def stream_state(nc: Any, name: str) -> StreamState | None:
+    """The stream's state, None if it does not exist; JournalError if the server does not answer."""
+    try:
+        return state_of(await nc.jetstream().stream_info(name))
+    except js_errors.NotFoundError:
+        return None
+    except (nats_errors.Error, js_errors.Error) as exc:
+        raise JournalError(f"cannot look up stream {name}: {exc!r}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class StreamMessage:
+    """One message fetched from a stream: where it sits (None when its metadata cannot be read, and why)."""
+
+    subject: str
+    data: bytes
+    stream_seq: int | None
+    timestamp: datetime | None
+    metadata_problem: str | None
+    raw: Any = field(repr=False, compare=False)
+
+
+def _message(msg: Any) -> StreamMessage:
+    try:
+        meta = msg.metadata
+        return StreamMessage(msg.subject, msg.data, meta.sequence.stream, meta.timestamp, None, msg)
+    except (nats_errors.Error, ValueError, IndexError) as exc:
+        return StreamMessage(msg.subject, msg.data, None, None, repr(exc), msg)
+
+
+class PullConsumer:
+    """A durable pull consumer with explicit acks: fetch, ack, nak, and whether it still exists.
+
+    Every failure is a JournalError (fetch) or a False/None answer (acks and the existence check),
+    so its user names no nats-py type.
+    """
+
+    def __init__(self, stream: str, durable: str, sub: Any) -> None:
+        self.stream = stream
+        self.durable = durable
+        self._sub = sub
+
+    async def fetch(self, batch: int, timeout: float) -> list[StreamMessage]:
+        """Up to ``batch`` messages; [] if none came within ``timeout``."""
+        try:
+            return [_message(msg) for msg in await self._sub.fetch(batch, timeout=timeout)]
+        except (nats_errors.TimeoutError, TimeoutError):
+            return []
+        except (nats_errors.Error, js_errors.Error) as exc:
+            raise JournalError(f"fetch from consumer {self.durable} failed: {exc!r}") from None
+
+    async def exists(self) -> bool | None:
+        """True if the server still has this consumer, False if someone deleted it, None if it does not answer."""
+        try:
+            await self._sub.consumer_info()
+        except js_errors.NotFoundError:
+            return False
+        except (nats_errors.Error, js_errors.Error):
+            return None
+        return True
+
+    async def close(self) -> None:
+        """Stop this subscription to the consumer (quietly when the connection is gone)."""
+        with contextlib.suppress(nats_errors.Error):
+            await self._sub.unsubscribe()
+
+
+async def ack(msg: StreamMessage) -> bool:
+    """Acknowledge ``msg``; False if that could not be sent (it then comes back: a duplicate)."""
+    try:
+        await msg.raw.ack()
+    except nats_errors.Error:
+        return False
+    return True
+
+
+async def nak(msg: StreamMessage, delay_s: float) -> bool:
+    """Ask for ``msg`` again after ``delay_s``; False if that could not be sent (it comes back after ack_wait)."""
+    try:
+        await msg.raw.nak(delay=delay_s)
+    except nats_errors.Error:
+        return False
+    return True
+
+
+async def open_pull_consumer(
+    nc: Any, stream: str, subject: str, durable: str, *, ack_wait_s: float, max_ack_pending: int
+) -> PullConsumer:
+    """Bind to (or create) durable ``durable`` on ``stream``: explicit acks, from the first message on.
+
+    Explicit acks: acknowledging "all up to N" would also acknowledge what a crashed
+    consumer had fetched and never stored. JournalError if the server refuses.
+    """
+    config = ConsumerConfig(
+        durable_name=durable,
+        ack_policy=AckPolicy.EXPLICIT,
+        deliver_policy=DeliverPolicy.ALL,
+        ack_wait=ack_wait_s,
+        max_ack_pending=max_ack_pending,
+    )
+    try:
+        sub = await nc.jetstream().pull_subscribe(subject, durable=durable, stream=stream, config=config)
+    except (nats_errors.Error, js_errors.Error) as exc:
+        raise JournalError(f"cannot open consumer {durable} on stream {stream}: {exc!r}") from None
+    return PullConsumer(stream, durable, sub)

@@ -14,7 +14,6 @@ was deleted under it makes it again.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import logging
 import socket
@@ -44,16 +43,7 @@ from bus.journal.entries import (
 )
 from bus.metrics import register_once
 from bus.service import ServiceContext
-from bus.transport.nats_api import (
-    AckPolicy,
-    ConsumerConfig,
-    DeliverPolicy,
-    JetStreamContext,
-    Msg,
-    js_errors,
-    nats_errors,
-)
-from bus.transport.streams import state_of
+from bus.transport.streams import PullConsumer, StreamMessage, ack, nak
 from subscribers.journal.store import DB_NAME, JSONL_DIR, JournalStore, JsonlWriter, Received
 
 log = logging.getLogger("hookbus.journal")
@@ -132,7 +122,7 @@ class JournalSink:
         """Store entries until ``stop`` is set."""
         try:
             sub = await self._subscribe()
-        except (nats_errors.Error, js_errors.Error) as exc:
+        except JournalError as exc:
             log.error("journal sink disabled: JetStream is not available on %s (%r)", ", ".join(self.bus.servers), exc)
             self.store.close()
             return
@@ -142,65 +132,49 @@ class JournalSink:
             while not stop.is_set():
                 try:
                     batch = await sub.fetch(BATCH, timeout=0.5)
-                except (nats_errors.TimeoutError, TimeoutError):
-                    if loop.time() - checked >= CONSUMER_CHECK_S:
-                        checked = loop.time()
-                        sub = await self._resubscribe_if_gone(sub)
-                    continue
-                except (nats_errors.ConnectionClosedError, js_errors.Error, nats_errors.Error) as exc:
-                    log.warning("journal sink: fetch failed (%r); retrying", exc)
+                except JournalError as exc:
+                    log.warning("journal sink: %s; retrying", exc)
                     await asyncio.sleep(0.5)
                     sub = await self._resubscribe_if_gone(sub)
                     continue
                 if batch:
                     await self._store(batch)
+                elif loop.time() - checked >= CONSUMER_CHECK_S:  # idle: is the consumer still there?
+                    checked = loop.time()
+                    sub = await self._resubscribe_if_gone(sub)
         finally:
             self.store.close()
 
-    async def _subscribe(self) -> JetStreamContext.PullSubscription:
-        js = self.bus.jetstream()
-        try:  # the bus role makes the stream; the sink role may only look at it ...
-            info = state_of(await js.stream_info(STREAM))
-        except js_errors.NotFoundError:  # ... unless it runs alone on a server nobody prepared
-            info = await ensure_stream(self.bus)
+    async def _subscribe(self) -> PullConsumer:
+        # the bus role makes the stream; the sink role may only look at it, unless it runs alone
+        # on a server nobody prepared
+        info = await self.bus.stream_state(STREAM) or await ensure_stream(self.bus)
         self._stream = info.created  # a stream deleted and made again counts its sequence from 1 again
-        config = ConsumerConfig(
-            durable_name=self.durable,
-            # Explicit acks: acknowledging "all up to N" would also acknowledge what a
-            # crashed sink had fetched and never stored.
-            ack_policy=AckPolicy.EXPLICIT,
-            deliver_policy=DeliverPolicy.ALL,
-            ack_wait=ACK_WAIT_S,
-            max_ack_pending=BATCH * 4,
+        return await self.bus.pull_consumer(
+            STREAM, f"{SUBJECT_PREFIX}.>", self.durable, ack_wait_s=ACK_WAIT_S, max_ack_pending=BATCH * 4
         )
-        return await js.pull_subscribe(f"{SUBJECT_PREFIX}.>", durable=self.durable, stream=STREAM, config=config)
 
-    async def _resubscribe_if_gone(self, sub: JetStreamContext.PullSubscription) -> JetStreamContext.PullSubscription:
+    async def _resubscribe_if_gone(self, sub: PullConsumer) -> PullConsumer:
         """Make the consumer (and the stream) again if someone deleted them; else keep ``sub``."""
-        try:
-            await sub.consumer_info()
-            return sub
-        except js_errors.NotFoundError:
-            log.warning("journal sink: consumer %s is gone; making it again", self.durable)
-        except (nats_errors.Error, js_errors.Error):
-            return sub  # no answer now (disconnected, say): look again later
-        with contextlib.suppress(nats_errors.Error):
-            await sub.unsubscribe()
+        exists = await sub.exists()
+        if exists is not False:
+            return sub  # there, or no answer now (disconnected, say): look again later
+        log.warning("journal sink: consumer %s is gone; making it again", self.durable)
+        await sub.close()
         try:
             return await self._subscribe()
-        except (nats_errors.Error, js_errors.Error) as exc:
-            log.warning("journal sink: could not make consumer %s again (%r); retrying", self.durable, exc)
+        except JournalError as exc:
+            log.warning("journal sink: could not make consumer %s again (%s); retrying", self.durable, exc)
             return sub
 
-    async def _store(self, batch: list[Msg]) -> None:
+    async def _store(self, batch: list[StreamMessage]) -> None:
         rows = [row for row in map(self._receive, batch) if row is not None]
         try:
             fresh, refused = await asyncio.to_thread(self.store.insert_many, rows)
         except sqlite3.Error as exc:  # the database itself: nothing stored; the batch comes back
             self._store_log.warning("journal sink: cannot write %s (%r); retrying the batch", self.store.path, exc)
             for msg in batch:
-                with contextlib.suppress(nats_errors.Error):
-                    await msg.nak(delay=ACK_WAIT_S)
+                await nak(msg, ACK_WAIT_S)
             return
         for row, reason in refused:
             self._reject("store", f"SQLite refused it ({reason})", f"stream sequence {row.stream_seq}")
@@ -213,20 +187,17 @@ class JournalSink:
         self.stored += len(fresh)
         STORED.inc(len(fresh))
         for msg in batch:  # only now that the batch is stored
-            with contextlib.suppress(nats_errors.Error):  # not acknowledged: it comes back, and is a duplicate
-                await msg.ack()
+            await ack(msg)  # not acknowledged: it comes back, and is a duplicate
 
-    def _receive(self, msg: Msg) -> Received | None:
+    def _receive(self, msg: StreamMessage) -> Received | None:
         """The row for one message, or None (counted and logged) if it cannot be stored."""
-        try:
-            meta = msg.metadata
-        except (nats_errors.Error, ValueError, IndexError) as exc:
-            self._reject("malformed", f"no stream metadata ({exc!r})", msg.subject)
+        if msg.stream_seq is None or msg.timestamp is None:
+            self._reject("malformed", f"no stream metadata ({msg.metadata_problem})", msg.subject)
             return None
         try:
             entry, cut = decode_checked(msg.data, msg.subject)
         except JournalError as exc:
-            self._reject(exc.reason, str(exc), f"{msg.subject[:TEXT_CAP]} (stream sequence {meta.sequence.stream})")
+            self._reject(exc.reason, str(exc), f"{msg.subject[:TEXT_CAP]} (stream sequence {msg.stream_seq})")
             return None
         if cut:
             self.clamped += 1
@@ -235,8 +206,8 @@ class JournalSink:
         origin = subject_origin(msg.subject)
         return Received(
             entry,
-            stream_seq=meta.sequence.stream,
-            received=_timestamp(meta.timestamp),
+            stream_seq=msg.stream_seq,
+            received=_timestamp(msg.timestamp),
             stream=self._stream,
             origin=origin[:TEXT_CAP] if origin else None,
         )
