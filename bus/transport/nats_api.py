@@ -1,8 +1,11 @@
-"""The nats-py names the rest of hookbus may use, re-exported from the one layer that imports nats-py.
+"""The nats-py names a shrinking list of modules above the transport still use.
 
-Exception types to catch, message and KV types to annotate, JetStream
-configs to build: everything above the transport names them from here, so a
-test can check that nothing else imports nats-py (tests/test_architecture.py).
+The façade's connection plumbing (the client, its JetStream context, the
+errors it reacts to) and the in-process test broker, which stands in for the
+nats-py client and so speaks its types. Components below the façade name the
+transport's own types instead (:mod:`bus.transport.port`, :mod:`bus.transport.kv`,
+:mod:`bus.transport.streams`); tests/test_architecture.py lists who may import
+this module and fails when the list grows.
 """
 
 import nats
@@ -10,34 +13,16 @@ import nats.errors as nats_errors
 import nats.js.errors as js_errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
-from nats.aio.subscription import Subscription as NatsSubscription
-from nats.js.api import (
-    AckPolicy,
-    ConsumerConfig,
-    DeliverPolicy,
-    RetentionPolicy,
-    StorageType,
-    StreamConfig,
-    StreamInfo,
-)
 from nats.js.client import JetStreamContext
 from nats.js.kv import KeyValue
 
 connect = nats.connect
 
 __all__ = [
-    "AckPolicy",
     "Client",
-    "ConsumerConfig",
-    "DeliverPolicy",
     "JetStreamContext",
     "KeyValue",
     "Msg",
-    "NatsSubscription",
-    "RetentionPolicy",
-    "StorageType",
-    "StreamConfig",
-    "StreamInfo",
     "connect",
     "js_errors",
     "nats_errors",
