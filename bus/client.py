@@ -21,7 +21,7 @@ from bus.core import depth as _depth
 from bus.core.catalog import check_strict
 from bus.core.decisions import Decision
 from bus.core.envelope import DEFAULT_MAX_BYTES, Encoder
-from bus.core.errors import BusClosedError, ConfigError, SubjectError
+from bus.core.errors import BusClosedError, ConfigError, NoResponders, RequestTimeout, SubjectError
 from bus.core.ratelog import RateLimitedLog
 from bus.core.stats import COLLECTOR, BusStats
 from bus.core.subjects import TOKEN_RE, normalise_pattern
@@ -294,9 +294,14 @@ class Bus:
     async def request_raw(self, subject: str, data: bytes, timeout_s: float) -> bytes:
         """Send a raw request and return the reply's bytes (plumbing: status queries; no envelope).
 
-        Raises nats.errors.NoRespondersError or TimeoutError as nats-py does.
+        Raises NoResponders when nobody listens on ``subject``, RequestTimeout when no reply comes.
         """
-        reply = await self.nc.request(subject, data, timeout=timeout_s)
+        try:
+            reply = await self.nc.request(subject, data, timeout=timeout_s)
+        except nats_errors.NoRespondersError:
+            raise NoResponders(f"nobody answers on {subject}") from None
+        except nats_errors.TimeoutError:
+            raise RequestTimeout(f"no reply on {subject} within {timeout_s}s") from None
         return bytes(reply.data)
 
     def new_inbox(self) -> str:

@@ -39,7 +39,6 @@ NATS_OUTSIDE_TRANSPORT: frozenset[str] = frozenset()
 #: (exceptions to catch, the raw message type); the same rule: the list only shrinks.
 NATS_API_OUTSIDE_TRANSPORT: frozenset[str] = frozenset(
     {
-        "bus.cli.triggers",
         "bus.client",
         "bus.testing",
         "bus.testing.broker",

@@ -12,10 +12,9 @@ import orjson
 
 from bus.cli.common import add_nats_url, connection_args, read_json_object
 from bus.client import Bus
-from bus.core.errors import ConfigError, ConnectError, TriggerStatusError
+from bus.core.errors import ConfigError, ConnectError, NoResponders, RequestTimeout, TriggerStatusError
 from bus.core.schema import TriggerStatusMsg, decode
 from bus.core.subjects import TRIGGERS_STATUS, validate_subject
-from bus.transport.nats_api import nats_errors
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -66,7 +65,7 @@ async def _running_status(args: argparse.Namespace) -> list[dict[str, Any]] | No
     try:
         async with Bus(args.nats_url, name="hookbus-triggers-cli", **connection_args(args)) as bus:
             reply = await bus.request_raw(TRIGGERS_STATUS, b"", timeout_s=1.0)
-    except (ConnectError, nats_errors.NoRespondersError, nats_errors.TimeoutError):
+    except (ConnectError, NoResponders, RequestTimeout):
         return None
     status = decode(reply, TriggerStatusMsg, f"the status reply on {TRIGGERS_STATUS}", TriggerStatusError)
     return [msgspec.to_builtins(row) for row in status.triggers]
