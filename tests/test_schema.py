@@ -15,9 +15,10 @@ from bus import Bus
 from bus.core.config_schema import HOOK_TURN_TIMEOUT_S, HookTurn
 from bus.core.declaration import Declaration
 from bus.core.errors import ConfigError, TurnRequestError
-from bus.core.schema import MESSAGES, TrustRecord, TurnRequestMsg, TurnResultMsg, convert, decode
+from bus.core.schema import MESSAGES, AnnouncementMsg, TrustRecord, TurnRequestMsg, TurnResultMsg, convert, decode
 from bus.core.subjects import TRIGGERS_STATUS
 from bus.middleware.guards import GuardRecord, parse_record
+from bus.middleware.registry import Announcement, parse_announcement
 from bus.middleware.trust import approved_identity, trust_record
 from bus.turns.server import TurnRequest, decode_turn_request
 from triggers.agent import hook_turn
@@ -200,3 +201,19 @@ def test_a_guard_record_round_trips_and_a_bad_one_is_named() -> None:
     ]:
         with pytest.raises(ValueError, match=re.escape(message)):
             parse_record(record.key, orjson.dumps(bad))
+
+
+def test_an_announcement_follows_its_type_and_only_true_means_batches() -> None:
+    decl = Declaration(module="g", name="h", stage="tool.call")
+    ann = Announcement("g", "i1", "hookbus.mw.g", 2.0, True, (decl,))
+    wire = orjson.loads(ann.to_bytes())
+    assert set(wire) == set(AnnouncementMsg.__struct_fields__)
+    assert parse_announcement(ann.to_bytes(), "g.i1") == ann
+    assert parse_announcement(orjson.dumps({**wire, "batch": "yes"}), "g.i1").batch is False
+    for bad, message in [
+        ({**wire, "heartbeat": 0.01}, "announcement: field 'heartbeat': expected `float` >= 0.05"),
+        ({**wire, "instance": 5}, "announcement: field 'instance': expected `str`, got `int`"),
+        ({**wire, "handlers": "x"}, "announcement: field 'handlers': expected `array`, got `str`"),
+    ]:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            parse_announcement(orjson.dumps(bad), "g.i1")

@@ -88,6 +88,21 @@ class GuardRecordMsg(msgspec.Struct, kw_only=True):
     stopped_at: float | None = None  # Unix time it stopped cleanly, if it did
 
 
+class AnnouncementMsg(msgspec.Struct, kw_only=True):
+    """A value of the ``hookbus_modules`` bucket: one serving process of a module announces itself."""
+
+    protocol: int = 1
+    module: str
+    instance: str
+    subject: str | msgspec.UnsetType = msgspec.UNSET  # if present, the module's own; never used otherwise
+    heartbeat: Annotated[float, msgspec.Meta(ge=0.05, le=60)] = 1.0
+    batch: Any = False  # only ``true`` means batches (anything else: one handler per request)
+    handlers: list[dict[str, Any]]  # declarations: their own rules, bus.core.declaration.from_wire
+    host: Any = None  # informational
+    pid: Any = None  # informational
+    at: float = 0.0
+
+
 #: Every wire message declared here, for the documentation check.
 MESSAGES: tuple[type[msgspec.Struct], ...] = (
     TurnRequestMsg,
@@ -97,6 +112,7 @@ MESSAGES: tuple[type[msgspec.Struct], ...] = (
     TrustRecord,
     TrustApproval,
     GuardRecordMsg,
+    AnnouncementMsg,
 )
 
 _decoders: dict[type[Any], msgspec.json.Decoder[Any]] = {}

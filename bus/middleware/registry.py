@@ -27,13 +27,14 @@ import socket
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import Final, Protocol
 
-import orjson
+import msgspec
 
 from bus.core.clock import random_hex
 from bus.core.declaration import Declaration, from_wire
 from bus.core.errors import ForeignAnnouncement, RegistryError
+from bus.core.schema import AnnouncementMsg, decode
 from bus.core.subjects import GUARDS_BUCKET, module_subject
 from bus.core.subjects import MODULES_BUCKET as MODULES_BUCKET
 from bus.core.subjects import TRUST_BUCKET as TRUST_BUCKET
@@ -79,19 +80,19 @@ class Announcement:
         return f"{self.module}.{self.instance}"
 
     def to_bytes(self) -> bytes:
-        return orjson.dumps(
-            {
-                "protocol": PROTOCOL,
-                "module": self.module,
-                "instance": self.instance,
-                "subject": self.subject,
-                "heartbeat": self.heartbeat,
-                "batch": self.batch,
-                "handlers": [decl.to_wire() for decl in self.declarations],
-                "host": socket.gethostname(),
-                "pid": os.getpid(),
-                "at": time.time(),
-            }
+        return msgspec.json.encode(
+            AnnouncementMsg(
+                protocol=PROTOCOL,
+                module=self.module,
+                instance=self.instance,
+                subject=self.subject,
+                heartbeat=self.heartbeat,
+                batch=self.batch,
+                handlers=[decl.to_wire() for decl in self.declarations],
+                host=socket.gethostname(),
+                pid=os.getpid(),
+                at=time.time(),
+            )
         )
 
 
@@ -104,32 +105,26 @@ def parse_announcement(data: bytes, key: str | None = None) -> Announcement:
     request subject is derived from the name, never taken from the entry.
     Raises ForeignAnnouncement when they disagree.
     """
-    obj: dict[str, Any] = orjson.loads(data)
-    if not isinstance(obj, dict) or not isinstance(obj.get("handlers"), list):
-        raise TypeError("an announcement is an object with a 'handlers' list")
-    module = obj["module"]
-    subject = module_subject(module)  # SubjectError (or TypeError) for a name that is no token
-    if key is not None and key != f"{module}.{obj.get('instance')}":
-        raise ForeignAnnouncement(f"entry {key!r} announces module {module!r} (instance {obj.get('instance')!r})")
-    if obj.get("subject", subject) != subject:
-        raise ForeignAnnouncement(f"module {module!r} announces subject {obj['subject']!r}, not its own {subject!r}")
-    decls = tuple(from_wire(item) for item in obj["handlers"])
+    msg = decode(data, AnnouncementMsg, "announcement", ValueError)
+    module = msg.module
+    subject = module_subject(module)  # SubjectError for a name that is no token
+    if key is not None and key != f"{module}.{msg.instance}":
+        raise ForeignAnnouncement(f"entry {key!r} announces module {module!r} (instance {msg.instance!r})")
+    if msg.subject is not msgspec.UNSET and msg.subject != subject:
+        raise ForeignAnnouncement(f"module {module!r} announces subject {msg.subject!r}, not its own {subject!r}")
+    decls = tuple(from_wire(item) for item in msg.handlers)
     if any(decl.module != module for decl in decls):
         raise ForeignAnnouncement("a handler names another module")
-    heartbeat = float(obj.get("heartbeat", 1.0))
-    if not 0.05 <= heartbeat <= 60:  # also rejects NaN
-        raise ValueError(f"heartbeat {heartbeat!r} is outside 0.05..60 s")
-    at = float(obj.get("at", 0.0))
-    if not math.isfinite(at):
+    if not math.isfinite(msg.at):
         raise ValueError("'at' is not a finite time")
     return Announcement(
-        module=obj["module"],
-        instance=str(obj["instance"]),
+        module=module,
+        instance=msg.instance,
         subject=subject,
-        heartbeat=heartbeat,
-        batch=bool(obj.get("batch", False)),
+        heartbeat=msg.heartbeat,
+        batch=msg.batch is True,
         declarations=decls,
-        at=at,
+        at=msg.at,
     )
 
 
