@@ -21,6 +21,20 @@ NonNegative = Annotated[int, msgspec.Meta(ge=0)]
 T = TypeVar("T")
 
 
+class EnvelopeMsg(msgspec.Struct, kw_only=True):
+    """An event on its subject (docs/events.md). Receivers decode it with the hand-written check in
+    bus.core.envelope (faster on the delivery path); a test holds the two to the same verdicts."""
+
+    event: str  # the subject's event name (checked against the subject by the receiver)
+    timestamp: str
+    session_id: str | None  # required, may be null
+    payload: dict[str, Any]
+    id: str
+    depth: NonNegative  # and below the receiver's limit
+    source: str | None = None
+    truncated: Any = False  # only ``true`` means cut
+
+
 class TurnRequestMsg(msgspec.Struct, kw_only=True):
     """On ``hookbus.turn.<agent>``: start a turn on ``agent`` with ``prompt``."""
 
@@ -105,6 +119,7 @@ class AnnouncementMsg(msgspec.Struct, kw_only=True):
 
 #: Every wire message declared here, for the documentation check.
 MESSAGES: tuple[type[msgspec.Struct], ...] = (
+    EnvelopeMsg,
     TurnRequestMsg,
     TurnResultMsg,
     TriggerStatusMsg,
