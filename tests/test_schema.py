@@ -18,7 +18,7 @@ from bus.core import envelope
 from bus.core.config_schema import HOOK_TURN_TIMEOUT_S, HookTurn
 from bus.core.declaration import Declaration
 from bus.core.depth import DEFAULT_MAX_DEPTH
-from bus.core.errors import ConfigError, EnvelopeError, TurnRequestError
+from bus.core.errors import ConfigError, EnvelopeError, JournalError, TurnRequestError
 from bus.core.schema import (
     MESSAGES,
     AnnouncementMsg,
@@ -30,6 +30,7 @@ from bus.core.schema import (
     decode,
 )
 from bus.core.subjects import TRIGGERS_STATUS
+from bus.journal.entries import CAUSE_CAP, JournalEntry, decode_checked
 from bus.middleware.guards import GuardRecord, parse_record
 from bus.middleware.registry import Announcement, parse_announcement
 from bus.middleware.trust import approved_identity, trust_record
@@ -43,9 +44,9 @@ PROTOCOL = (Path(__file__).resolve().parent.parent / "docs/protocol.md").read_te
 
 
 def _documented(kind: type[msgspec.Struct], text: str) -> bool:
-    """Whether one paragraph (or table row) of ``text`` names every field of ``kind``."""
+    """Whether one section (heading to heading) of ``text`` names every field of ``kind``."""
     fields = kind.__struct_fields__
-    for paragraph in re.split(r"\n\s*\n|\n\|", text):
+    for paragraph in re.split(r"\n#+ ", text):
         words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", paragraph))
         if all(field in words for field in fields):
             return True
@@ -54,7 +55,7 @@ def _documented(kind: type[msgspec.Struct], text: str) -> bool:
 
 @pytest.mark.parametrize("kind", MESSAGES, ids=lambda kind: kind.__name__)
 def test_docs_protocol_names_every_field_of_every_message(kind: type[msgspec.Struct]) -> None:
-    assert _documented(kind, PROTOCOL), f"docs/protocol.md has no paragraph naming {kind.__struct_fields__}"
+    assert _documented(kind, PROTOCOL), f"docs/protocol.md has no section naming {kind.__struct_fields__}"
 
 
 def test_the_documentation_check_sees_a_missing_field() -> None:
@@ -73,7 +74,7 @@ REQUEST = {"agent": "eva", "prompt": "hi", "id": "r1"}
     ("data", "message"),
     [
         (b"nope", "turn request is not JSON"),
-        (b"[1]", "turn request: expected `object`, got `array`"),
+        (b"[1]", "turn request must be a JSON object, not array"),
         (orjson.dumps({**REQUEST, "agent": 1}), "turn request: field 'agent': expected `str`, got `int`"),
         (orjson.dumps({**REQUEST, "depth": -1}), "turn request: field 'depth': expected `int` >= 0"),
         (orjson.dumps({**REQUEST, "depth": True}), "turn request: field 'depth': expected `int`, got `bool`"),
@@ -289,3 +290,21 @@ def test_the_envelope_schema_and_the_fast_receive_check_agree(obj: Any) -> None:
             msg.source,
             msg.truncated is True,
         )
+
+
+def test_a_journal_entry_is_checked_by_the_schema_then_clamped() -> None:
+    good = orjson.loads(JournalEntry("trigger", "p", "fire", "w", "fired").encode())
+    long_cause = "x" * (CAUSE_CAP + 10) + "\x00"
+    entry, cut = decode_checked(orjson.dumps({**good, "cause": long_cause, "who": "a\x00b"}))
+    assert entry.who == "a\ufffdb" and len(entry.cause or "") == CAUSE_CAP and cut == ("cause",)
+    for bad, reason, message in [
+        (b"[]", "malformed", "journal entry must be a JSON object, not array"),
+        (b"nope", "malformed", "journal entry is not JSON"),
+        (orjson.dumps({**good, "kind": "gossip"}), "kind", "journal entry kind 'gossip' is not one of"),
+        (orjson.dumps({**good, "depth": True}), "invalid", "journal entry: field 'depth': expected `int`, got `bool`"),
+        (orjson.dumps({**good, "who": ""}), "invalid", "journal entry: field 'who': expected `str` of length >= 1"),
+        (orjson.dumps({**good, "session": ""}), "invalid", "journal entry: field 'session': expected `str` of length"),
+    ]:
+        with pytest.raises(JournalError) as caught:
+            decode_checked(bad)
+        assert caught.value.reason == reason and str(caught.value).startswith(message)

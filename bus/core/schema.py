@@ -35,6 +35,37 @@ class EnvelopeMsg(msgspec.Struct, kw_only=True):
     truncated: Any = False  # only ``true`` means cut
 
 
+#: Depths the journal takes: far beyond any recursion limit, and well inside SQLite's integers.
+JOURNAL_MAX_DEPTH = 2**31 - 1
+#: A duration beyond this (about 31 years) is not a duration.
+JOURNAL_MAX_DURATION_MS = 1e12
+Text = Annotated[str, msgspec.Meta(min_length=1)]
+
+
+class JournalEntryMsg(msgspec.Struct, kw_only=True):
+    """On ``hookbus.journal.<kind>[.<origin>]``: one intervention or reaction (docs/journal.md).
+
+    The schema checks types and ranges; the receiver then caps long texts and
+    replaces NUL (bus.journal.entries), so an entry from anyone can be stored.
+    """
+
+    kind: Text
+    point: Text
+    phase: Text
+    who: Text
+    decision: Text
+    cause: Text | None = None
+    duration_ms: Annotated[float, msgspec.Meta(ge=0, le=JOURNAL_MAX_DURATION_MS)] | None = None
+    session: Text | None = None
+    agent: Text | None = None
+    depth: Annotated[int, msgspec.Meta(ge=0, le=JOURNAL_MAX_DEPTH)] = 0
+    trace_id: Text | None = None
+    identity: Text | None = None
+    process: Text
+    time: Text
+    id: Text
+
+
 class TurnRequestMsg(msgspec.Struct, kw_only=True):
     """On ``hookbus.turn.<agent>``: start a turn on ``agent`` with ``prompt``."""
 
@@ -120,6 +151,7 @@ class AnnouncementMsg(msgspec.Struct, kw_only=True):
 #: Every wire message declared here, for the documentation check.
 MESSAGES: tuple[type[msgspec.Struct], ...] = (
     EnvelopeMsg,
+    JournalEntryMsg,
     TurnRequestMsg,
     TurnResultMsg,
     TriggerStatusMsg,
@@ -133,17 +165,25 @@ MESSAGES: tuple[type[msgspec.Struct], ...] = (
 _decoders: dict[type[Any], msgspec.json.Decoder[Any]] = {}
 
 
-def decode(data: bytes, kind: type[T], what: str, error: type[Exception]) -> T:
-    """``data`` as a ``kind``; raise ``error`` naming ``what`` and the field that is wrong."""
+def decode(
+    data: bytes, kind: type[T], what: str, error: type[Exception], malformed: type[Exception] | None = None
+) -> T:
+    """``data`` as a ``kind``; raise ``error`` naming ``what`` and the field that is wrong.
+
+    ``malformed``, if given, is raised instead when ``data`` is not a JSON object at all.
+    """
     decoder = _decoders.get(kind)
     if decoder is None:
         decoder = _decoders[kind] = msgspec.json.Decoder(kind)
     try:
         result: T = decoder.decode(data)
     except msgspec.ValidationError as exc:
-        raise error(f"{what}: {_field_message(str(exc))}") from None
+        text = str(exc)
+        if text.startswith("Expected `object`, got `") and " - at `" not in text:  # not an object at all
+            raise (malformed or error)(f"{what} must be a JSON object, not {text.split('`')[3]}") from None
+        raise error(f"{what}: {_field_message(text)}") from None
     except msgspec.DecodeError as exc:
-        raise error(f"{what} is not JSON ({exc})") from None
+        raise (malformed or error)(f"{what} is not JSON ({exc})") from None
     return result
 
 

@@ -25,7 +25,7 @@ from bus.core.clock import format_timestamp, now_timestamp
 from bus.core.eager import run_eager
 from bus.core.envelope import Encoder
 from bus.core.errors import BusClosedError, JournalError
-from bus.core.jsonobject import json_object
+from bus.core.schema import JOURNAL_MAX_DEPTH, JOURNAL_MAX_DURATION_MS, JournalEntryMsg, decode
 from bus.core.subjects import JOURNAL_PREFIX, JOURNAL_STREAM
 from bus.transport.port import TRANSPORT_FAILURES, Port
 from bus.transport.streams import StreamSpec, StreamState
@@ -192,15 +192,12 @@ async def ensure_stream(bus: Port, replicas: int | None = None) -> StreamState:
 TEXT_CAP: Final = 256
 CAUSE_CAP: Final = 4096
 #: Depths the journal takes: far beyond any recursion limit, and well inside SQLite's integers.
-MAX_DEPTH: Final = 2**31 - 1
-#: A duration beyond this (about 31 years) is not a duration.
-MAX_DURATION_MS: Final = 1e12
+MAX_DEPTH: Final = JOURNAL_MAX_DEPTH
+MAX_DURATION_MS: Final = JOURNAL_MAX_DURATION_MS
 
 _TEXT_FIELDS: Final = ("kind", "point", "phase", "who", "decision", "process", "time", "id")
 _OPTIONAL_TEXT: Final = ("cause", "session", "agent", "trace_id", "identity")
-_TEXT_RULES: Final = tuple(
-    (name, CAUSE_CAP if name == "cause" else TEXT_CAP, name in _OPTIONAL_TEXT) for name in _TEXT_FIELDS + _OPTIONAL_TEXT
-)
+_TEXT_RULES: Final = tuple((name, CAUSE_CAP if name == "cause" else TEXT_CAP) for name in _TEXT_FIELDS + _OPTIONAL_TEXT)
 
 
 def decode_entry(data: bytes, subject: str | None = None) -> JournalEntry:
@@ -217,31 +214,24 @@ def decode_checked(data: bytes, subject: str | None = None) -> tuple[JournalEntr
     so a publisher allowed one kind cannot write another. Anything else raises
     :class:`JournalError` naming the field.
     """
-    obj = json_object(data, "journal entry", _MalformedEntry)
-    kind = obj.get("kind")
-    if not isinstance(kind, str) or kind not in KINDS:
+    entry = decode(data, JournalEntryMsg, "journal entry", JournalError, malformed=_MalformedEntry)
+    kind = entry.kind
+    if kind not in KINDS:
         raise _WrongKind(f"journal entry kind {_shown(kind)} is not one of {', '.join(KINDS)}")
     if subject is not None and subject_kind(subject) != kind:
         raise _WrongKind(f"journal entry of kind {kind!r} came on {_shown(subject)}, not {SUBJECT_PREFIX}.{kind}.>")
     fields: dict[str, Any] = {}
     cut: list[str] = []
-    for name, cap, optional in _TEXT_RULES:
-        value = obj.get(name)
-        if value is None and optional:
+    for name, cap in _TEXT_RULES:  # the schema checked the types; the clamp keeps what is stored bounded
+        value = getattr(entry, name)
+        if value is None:
             continue
-        if not isinstance(value, str) or not value:
-            raise JournalError(
-                f"journal entry field {name!r} must be {'a string or null' if optional else 'a non-empty string'}"
-            )
         if len(value) > cap or "\x00" in value:
             value = _clamped(value, cap, name, cut)
         fields[name] = value
     fields["time"] = _checked_time(fields["time"])
-    fields["duration_ms"] = _checked_duration(obj.get("duration_ms"))
-    depth = obj.get("depth", 0)
-    if isinstance(depth, bool) or not isinstance(depth, int) or not 0 <= depth <= MAX_DEPTH:
-        raise JournalError(f"journal entry field 'depth' must be a whole number from 0 to {MAX_DEPTH}")
-    fields["depth"] = depth
+    fields["duration_ms"] = entry.duration_ms
+    fields["depth"] = entry.depth
     return JournalEntry(**fields), tuple(cut)
 
 
@@ -282,11 +272,3 @@ def _checked_time(text: str) -> str:
         return canonical_time(text)
     except (JournalError, ValueError, OverflowError, OSError):
         raise JournalError(f"journal entry field 'time' {_shown(text)} is not an RFC 3339 time") from None
-
-
-def _checked_duration(value: object) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= MAX_DURATION_MS:
-        raise JournalError(f"journal entry field 'duration_ms' must be a number from 0 to {MAX_DURATION_MS:g} or null")
-    return float(value)

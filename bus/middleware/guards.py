@@ -53,7 +53,7 @@ def guard_key(decl: Declaration) -> str:
 
 def parse_record(key: str, data: bytes) -> GuardRecord:
     """Decode a record; raise ValueError naming what is wrong (it must hash to its key)."""
-    record = decode(data, GuardRecordMsg, f"guard record {key} is malformed", ValueError)
+    record = decode(data, GuardRecordMsg, f"guard record {key}", ValueError)
     try:
         decl = from_wire(record.declaration)
     except (KeyError, TypeError, ValueError, MiddlewareError) as exc:
