@@ -79,8 +79,8 @@ class TurnRequestMsg(msgspec.Struct, kw_only=True):
     timestamp: str | None = None
 
 
-class TurnResultMsg(msgspec.Struct, kw_only=True):
-    """The reply to a turn request, when the turn ends."""
+class TurnResultMsg(msgspec.Struct):
+    """The reply to a turn request, when the turn ends (``bus.TurnResult``)."""
 
     id: str
     agent: str

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
+import msgspec
 import orjson
 
 from bus.core import depth as _depth
@@ -24,7 +25,7 @@ from bus.core.depth import depth_problem
 from bus.core.envelope import Encoder
 from bus.core.errors import TurnRequestError
 from bus.core.ratelog import RateLimitedLog
-from bus.core.schema import TurnRequestMsg, decode
+from bus.core.schema import TurnRequestMsg, TurnResultMsg, decode
 from bus.core.subjects import TOKEN_RE, TURN_PREFIX, turn_queue
 from bus.core.subjects import turn_subject as turn_subject
 from bus.transport.port import TRANSPORT_FAILURES, Port, RawMessage
@@ -62,15 +63,8 @@ class TurnRequest:
         return orjson.dumps(asdict(self))
 
 
-@dataclass(slots=True)
-class TurnResult:
-    """What an agent replies when a turn it was asked for ends."""
-
-    id: str
-    agent: str
-    status: str  # "completed" | "failed"
-    answer: str | None = None
-    error: str | None = None
+#: What an agent replies when a turn it was asked for ends: the schema's type itself.
+TurnResult = TurnResultMsg
 
 
 def decode_turn_request(data: bytes) -> TurnRequest:
@@ -159,7 +153,7 @@ class TurnServer:
             self._slots.release()
         if reply:
             try:
-                await self.bus.publish_raw(reply, orjson.dumps(asdict(result)))
+                await self.bus.publish_raw(reply, msgspec.json.encode(result))
             except TRANSPORT_FAILURES:
                 log.debug("could not report the end of turn %s", request.id)
 
