@@ -7,13 +7,18 @@ import shutil
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
+import nats
 import pytest
+from nats.aio.client import Client
 
 from bus import Bus, NatsServer
 from bus.testing import nats_for_tests
+from subscribers.shell_hooks.settings import WorkerSettings
+from subscribers.shell_hooks.worker import ShellWorker
 
 from .fake_llm import FakeLLM
 
@@ -110,3 +115,36 @@ def workspace(tmp_path: Path) -> Path:
     path = tmp_path / "ws"
     path.mkdir()
     return path
+
+
+#: ``await start_worker(**WorkerSettings fields, bus=..., nats_url=...)``: a started ShellWorker.
+StartWorker = Callable[..., Any]
+
+
+@pytest.fixture
+async def start_worker(bus: Bus, workspace: Path) -> AsyncIterator[StartWorker]:
+    """Start ShellWorkers on the test's workspace; all are stopped at the end."""
+    workers: list[ShellWorker] = []
+
+    async def start(**options: Any) -> ShellWorker:
+        options.setdefault("poll_interval_s", 0.05)
+        options.setdefault("queue", None)
+        on_bus, nats_url = options.pop("bus", bus), options.pop("nats_url", None)
+        worker = ShellWorker(on_bus, workspace, WorkerSettings(**options), nats_url=nats_url)
+        await worker.start()
+        workers.append(worker)
+        return worker
+
+    yield start
+    for worker in workers:
+        await worker.stop()
+
+
+@pytest.fixture
+async def raw(nats_url: str) -> AsyncIterator[Client]:
+    """A plain nats-py connection: publishes whatever bytes on whatever subject, as an attacker would."""
+    nc = await nats.connect(nats_url)
+    try:
+        yield nc
+    finally:
+        await nc.close()

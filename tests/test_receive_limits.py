@@ -43,16 +43,6 @@ def envelope(subject: str = SUBJECT, **changes: Any) -> bytes:
 
 
 @pytest.fixture
-async def raw(nats_url: str) -> AsyncIterator[Client]:
-    """A plain nats-py connection: publishes whatever bytes on whatever subject."""
-    nc = await nats.connect(nats_url)
-    try:
-        yield nc
-    finally:
-        await nc.close()
-
-
-@pytest.fixture
 async def loop_errors() -> AsyncIterator[list[dict[str, Any]]]:
     """What reaches the event loop's exception handler (an unretrieved task exception, for one)."""
     loop = asyncio.get_running_loop()

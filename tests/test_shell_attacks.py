@@ -9,11 +9,9 @@ import logging
 import subprocess
 import sys
 import textwrap
-from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-import nats
 import orjson
 import pytest
 from nats.aio.client import Client
@@ -24,44 +22,21 @@ from bus.core.errors import HookConfigError
 from bus.journal.entries import SUBJECT_PREFIX
 from subscribers.shell_hooks.hooks_config import parse_api_hook
 from subscribers.shell_hooks.hooks_file import load
-from subscribers.shell_hooks.settings import WorkerSettings
-from subscribers.shell_hooks.worker import ShellWorker
 
-from .conftest import run_cli
+from .conftest import StartWorker, run_cli
 from .hooks_support import script, wait_for_file, wait_until, write_hooks
 from .test_cli import UpProcess
 
-StartWorker = Callable[..., Any]
-
 
 @pytest.fixture
-async def start_worker(bus: Bus, workspace: Path) -> AsyncIterator[StartWorker]:
-    """Start ShellWorkers on the test's workspace; all are stopped at the end."""
-    workers: list[ShellWorker] = []
+async def start_worker(start_worker: StartWorker) -> StartWorker:
+    """The shared fixture, with a short drain: these hooks hang on purpose, stopping need not wait for them."""
 
-    async def start(**options: Any) -> ShellWorker:
-        options.setdefault("poll_interval_s", 0.05)
-        options.setdefault("queue", None)
+    async def start(**options: Any) -> Any:
         options.setdefault("drain_timeout_s", 0.5)
-        nats_url = options.pop("nats_url", None)
-        worker = ShellWorker(bus, workspace, WorkerSettings(**options), nats_url=nats_url)
-        await worker.start()
-        workers.append(worker)
-        return worker
+        return await start_worker(**options)
 
-    yield start
-    for worker in workers:
-        await worker.stop()
-
-
-@pytest.fixture
-async def raw(nats_url: str) -> AsyncIterator[Client]:
-    """A plain nats-py connection, publishing bytes the way an attacker would."""
-    nc = await nats.connect(nats_url)
-    try:
-        yield nc
-    finally:
-        await nc.close()
+    return start
 
 
 @pytest.fixture

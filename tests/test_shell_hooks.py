@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import os
 import sysconfig
-from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +14,9 @@ from prometheus_client import REGISTRY
 
 from bus import Bus
 from bus.testing import EventRecorder
-from subscribers.shell_hooks.settings import WorkerSettings
 from subscribers.shell_hooks.shell import ENV_PAYLOAD_LIMIT
-from subscribers.shell_hooks.worker import ShellWorker
 
+from .conftest import StartWorker
 from .hooks_support import script, wait_for_file, wait_until, write_hooks
 
 DUMP = """
@@ -31,26 +29,6 @@ cat > "$out/stdin"
 env > "$out/env"
 echo done > "$out/done"
 """
-
-StartWorker = Callable[..., Any]
-
-
-@pytest.fixture
-async def start_worker(bus: Bus, workspace: Path) -> AsyncIterator[StartWorker]:
-    """Start ShellWorkers on the test's workspace; all are stopped at the end."""
-    workers: list[ShellWorker] = []
-
-    async def start(**options: Any) -> ShellWorker:
-        options.setdefault("poll_interval_s", 0.05)
-        options.setdefault("queue", None)
-        worker = ShellWorker(options.pop("bus", bus), workspace, WorkerSettings(**options))
-        await worker.start()
-        workers.append(worker)
-        return worker
-
-    yield start
-    for worker in workers:
-        await worker.stop()
 
 
 def dump_hook(workspace: Path) -> Path:
