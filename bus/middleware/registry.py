@@ -168,6 +168,11 @@ def announcement_of(module: Announced) -> Announcement:
     )
 
 
+#: How often, and for how long each time, a watch may fail to deliver a bucket's initial values.
+LOAD_ATTEMPTS: Final = 3
+LOAD_WITHIN_S: Final = 10.0
+
+
 class Watch:
     """Follows one bucket: calls ``on_change(key, value or None, revision)`` for each put or delete.
 
@@ -183,10 +188,26 @@ class Watch:
         self.keys: set[str] = set()
         self.loaded = asyncio.Event()
 
-    async def start(self) -> None:
-        watcher = await self._kv.watch()
-        self._task = asyncio.get_running_loop().create_task(self._follow(watcher, None))
-        await self.loaded.wait()
+    async def start(self, attempts: int = LOAD_ATTEMPTS, within_s: float = LOAD_WITHIN_S) -> None:
+        """Open the watch and wait until what the bucket held is delivered.
+
+        Bounded: a watch that stalls or dies before its initial values are in
+        (a consumer lost under load) is opened again, ``attempts`` times, then
+        RegistryError; a kernel never hangs on its registry.
+        """
+        problem = "nothing"
+        for _ in range(attempts):
+            watcher = await self._kv.watch()
+            task = self._task = asyncio.get_running_loop().create_task(self._follow(watcher, None))
+            loaded = asyncio.ensure_future(self.loaded.wait())
+            await asyncio.wait({task, loaded}, timeout=within_s, return_when=asyncio.FIRST_COMPLETED)
+            if loaded.done():
+                return
+            loaded.cancel()
+            problem = repr(task.exception()) if task.done() and not task.cancelled() else "nothing"
+            await self.stop()
+            log.warning("the watch of %s delivered %s within %gs; opening it again", self._kv.name, problem, within_s)
+        raise RegistryError(f"the watch of bucket {self._kv.name} did not load ({problem} after {attempts} tries)")
 
     async def restart(self) -> bool:
         """Replace the watch; False (the old one kept) if the server does not answer now."""
