@@ -33,8 +33,8 @@ from typing import Any, Final
 
 import msgspec
 import orjson
-import yaml
 
+from bus.core.config_files import parse_entries, read_yaml
 from bus.core.config_schema import HOOK_TURN_TIMEOUT_S, HookTurn
 from bus.core.decisions import Cancel, Continue, Decision, Patch
 from bus.core.errors import ConfigError, HookbusError, HookTurnError
@@ -157,20 +157,8 @@ def build_module(name: str, specs: list[HookTurnSpec], client: ChatClient) -> Mo
 
 def load(path: Path) -> list[HookTurnSpec]:
     """Parse and validate hook_turns.yaml; every problem names the file, the entry and the field."""
-    try:
-        doc = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such file") from None
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
-    if not isinstance(doc, dict) or set(doc) != {"hook_turns"} or not isinstance(doc["hook_turns"], list):
-        raise ConfigError(f"{path}: the top level must be a mapping with one key, 'hook_turns', holding a list")
-    specs = [_parse_one(item, f"{path}: hook-turn #{index + 1}") for index, item in enumerate(doc["hook_turns"])]
-    names = [spec.name for spec in specs]
-    for name in names:
-        if names.count(name) > 1:
-            raise ConfigError(f"{path}: hook-turn {name!r} is defined twice")
-    return specs
+    doc = read_yaml(path, missing_ok=False)
+    return parse_entries(doc, str(path), "hook_turns", "hook-turn", _parse_one, lambda spec: spec.name, empty_ok=False)
 
 
 def _strings(value: str | list[str]) -> tuple[str, ...]:

@@ -26,8 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-import yaml
-
+from bus.core.config_files import parse_entries, read_yaml
 from bus.core.config_schema import Trigger
 from bus.core.errors import ConfigError, SubjectError
 from bus.core.schema import convert
@@ -60,30 +59,13 @@ class TriggerSpec:
 
 def load(path: Path) -> dict[str, TriggerSpec]:
     """Parse and validate a triggers.yaml; a missing file means no triggers."""
-    if not path.exists():
-        return {}
-    try:
-        doc = yaml.safe_load(path.read_text())
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
-    return parse(doc, str(path))
+    return parse(read_yaml(path, missing_ok=True), str(path))
 
 
 def parse(doc: Any, where: str) -> dict[str, TriggerSpec]:
-    if doc is None:
-        return {}
-    if not isinstance(doc, dict) or set(doc) - {"triggers"}:
-        raise ConfigError(f"{where}: the top level must be a mapping with one key, 'triggers'")
-    items = doc.get("triggers") or []
-    if not isinstance(items, list):
-        raise ConfigError(f"{where}: 'triggers' must be a list")
-    specs: dict[str, TriggerSpec] = {}
-    for index, item in enumerate(items):
-        spec = parse_one(item, f"{where}: trigger #{index + 1}")
-        if spec.name in specs:
-            raise ConfigError(f"{where}: trigger {spec.name!r} is defined twice")
-        specs[spec.name] = spec
-    return specs
+    """The triggers of a parsed triggers.yaml by name; an empty document means none."""
+    specs = parse_entries(doc, where, "triggers", "trigger", parse_one, lambda spec: spec.name, empty_ok=True)
+    return {spec.name: spec for spec in specs}
 
 
 def parse_one(item: Any, where: str) -> TriggerSpec:
