@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from bus.cli.middleware import add_options, open_view
+from bus.cli.workspace import bus_name
 from bus.middleware.kernel.approvals import queue
 
 
@@ -12,17 +13,23 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = subparsers.add_parser(
         "approvals",
         help="list middleware handlers waiting for approval",
-        description="List live handlers that are not executed until approved: untrusted (new) or modified.",
+        description=(
+            "List live handlers that are not executed until approved: untrusted (new) or modified. "
+            "Approvals live on the bus (its JetStream store): a new bus has none."
+        ),
     )
     add_options(parser)
     parser.set_defaults(func=run)
 
 
 async def run(args: argparse.Namespace) -> int:
-    async with open_view(args, "hookbus-approvals") as (_, view):
+    async with open_view(args, "hookbus-approvals") as (bus, view):
         waiting = queue(view)
+        where = bus_name(bus.servers)
         if not waiting:
-            print("no handler is waiting for approval")
+            print(f"no handler is waiting for approval on {where}")
+        else:
+            print(f"waiting for approval on {where}:")
         for item in waiting:
             decl = item.decl
             mode = "fail-closed" if decl.fail_closed else "fail-open"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from bus.cli.middleware import add_options, describe_chain, open_view
+from bus.cli.workspace import bus_name
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -19,10 +20,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 async def run(args: argparse.Namespace) -> int:
-    async with open_view(args, "hookbus-chain") as (_, view):
+    async with open_view(args, "hookbus-chain") as (bus, view):
         stages = [args.stage] if args.stage else sorted(view.chains)
         if not stages:
-            print("no middleware handler is declared")
+            print(f"no middleware handler is declared on {bus_name(bus.servers)}")
         for stage in stages:
             chain = view.chains.get(stage)
             if chain is None:

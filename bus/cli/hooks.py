@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import argparse
 import os
-from pathlib import Path
 
 from bus.cli.common import read_json_object
+from bus.cli.workspace import add_workspace, existing
 from bus.transport.connection import URL_ENV
 
 
@@ -30,9 +30,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "payload", nargs="?", default=None, help="the payload, a JSON object ('-': read stdin; default: {})"
     )
     test.add_argument("--session", default=None, help="session id of the event")
-    test.add_argument(
-        "--workspace", type=Path, default=Path(".hookbus"), help="workspace with hooks.json (default: ./.hookbus)"
-    )
+    add_workspace(test, "workspace with hooks.json")
     test.add_argument("--kill-grace", type=float, default=DEFAULT_KILL_GRACE, help="seconds from SIGTERM to SIGKILL")
     test.add_argument("--nats-url", default=None, help=f"NATS_URL given to the hooks (default: ${URL_ENV})")
     test.set_defaults(func=run)
@@ -45,12 +43,13 @@ async def run(args: argparse.Namespace) -> int:
 
     payload = read_json_object(args.payload if args.payload is not None else "{}", "the payload")
     event = make_event(subject_for(args.event), payload, args.session)
-    workspace: Path = args.workspace.resolve()
+    found = existing(args)
+    workspace = found.path
     nats_url = args.nats_url or os.environ.get(URL_ENV)
     runner = ShellRunner(workspace, nats_url=nats_url, kill_grace=args.kill_grace)
     ran = await run_matching(workspace, event, runner)
     if not ran:
-        print(f"no enabled hook in {workspace / 'hooks.json'} matches {event.subject}")
+        print(f"no enabled hook in {workspace / 'hooks.json'} (workspace {found.source}) matches {event.subject}")
         return 0
     for entry, result in ran:
         print(describe(entry, result))

@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 
 from bus.cli.common import add_nats_url, connection_args
+from bus.cli.workspace import add_workspace
+from bus.cli.workspace import resolve as resolve_workspace
 from bus.client import Bus
 from bus.core.declaration import Declaration
 from bus.middleware.kernel.intercept import MiddlewareOptions
@@ -31,18 +32,14 @@ def add_trust_options(parser: argparse.ArgumentParser) -> None:
 
 
 def add_drain_workspace(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--workspace",
-        type=Path,
-        default=Path(".hookbus"),
-        help="workspace whose drain/ directory keeps middleware output too large to pass on (default: ./.hookbus)",
-    )
+    add_workspace(parser, "workspace whose drain/ directory keeps middleware output too large to pass on")
 
 
 def middleware_options(args: argparse.Namespace) -> MiddlewareOptions:
     """Kernel-side settings from the flags: drained output goes under the workspace."""
-    workspace: Path | None = getattr(args, "workspace", None)
-    return MiddlewareOptions(drain_dir=workspace.resolve() / "drain" if workspace is not None else None)
+    if not hasattr(args, "workspace"):  # a command without the flag drains nothing to disk
+        return MiddlewareOptions(drain_dir=None)
+    return MiddlewareOptions(drain_dir=resolve_workspace(args).path / "drain")
 
 
 def add_options(parser: argparse.ArgumentParser, trust: bool = False) -> None:

@@ -11,6 +11,7 @@ import msgspec
 import orjson
 
 from bus.cli.common import add_nats_url, connection_args, read_json_object
+from bus.cli.workspace import add_workspace, bus_name, existing
 from bus.client import Bus
 from bus.core.errors import ConfigError, ConnectError, NoResponders, RequestTimeout, TriggerStatusError
 from bus.core.schema import TriggerStatusMsg, decode
@@ -19,7 +20,7 @@ from bus.core.subjects import TRIGGERS_STATUS, validate_subject
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("triggers", help="list LLM triggers and their state, or test one")
-    parser.add_argument("--workspace", type=Path, default=Path(".hookbus"))
+    add_workspace(parser, "workspace with triggers.yaml, read by 'test' and when no engine answers")
     actions = parser.add_subparsers(dest="action", metavar="ACTION")
     listing = actions.add_parser("list", help="each trigger: pattern, agent, fired, suppressed (default)")
     add_nats_url(listing)
@@ -36,20 +37,22 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 async def run(args: argparse.Namespace) -> int:
     from triggers.engine import config
 
-    specs = config.load(args.workspace / config.FILE_NAME)
     if args.action == "test":
-        return _test(args, specs)
-    status = await _running_status(args)
-    rows: list[dict[str, Any]] = (
-        status
-        if status is not None
-        else [{"name": s.name, "on": s.on, "agent": s.agent, "enabled": s.enabled} for s in specs.values()]
-    )
+        workspace = existing(args)
+        return _test(args, config.load(workspace.path / config.FILE_NAME), workspace.path)
+    status, where = await _running_status(args)
+    rows: list[dict[str, Any]] = status or []
+    if status is None:
+        workspace = existing(args)
+        specs = config.load(workspace.path / config.FILE_NAME)
+        rows = [{"name": s.name, "on": s.on, "agent": s.agent, "enabled": s.enabled} for s in specs.values()]
     if args.json:
         print(orjson.dumps({"running": status is not None, "triggers": rows}).decode())
         return 0
     if status is None:
-        print(f"(no trigger engine answered; showing {args.workspace / config.FILE_NAME})")
+        print(f"(no trigger engine answered on {where}; showing {workspace.path / config.FILE_NAME})")
+    if not rows:
+        print("no trigger is defined" if status is None else f"the trigger engine on {where} runs no trigger")
     for row in rows:
         state = ""
         if status is not None:
@@ -61,24 +64,27 @@ async def run(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _running_status(args: argparse.Namespace) -> list[dict[str, Any]] | None:
+async def _running_status(args: argparse.Namespace) -> tuple[list[dict[str, Any]] | None, str]:
+    """The running engine's rows (None if none answered), and the bus asked."""
+    bus = Bus(args.nats_url, name="hookbus-triggers-cli", **connection_args(args))
+    where = bus_name(bus.servers)
     try:
-        async with Bus(args.nats_url, name="hookbus-triggers-cli", **connection_args(args)) as bus:
+        async with bus:
             reply = await bus.request_raw(TRIGGERS_STATUS, b"", timeout_s=1.0)
     except (ConnectError, NoResponders, RequestTimeout):
-        return None
+        return None, where
     status = decode(reply, TriggerStatusMsg, f"the status reply on {TRIGGERS_STATUS}", TriggerStatusError)
-    return [msgspec.to_builtins(row) for row in status.triggers]
+    return [msgspec.to_builtins(row) for row in status.triggers], where
 
 
-def _test(args: argparse.Namespace, specs: Mapping[str, object]) -> int:
+def _test(args: argparse.Namespace, specs: Mapping[str, object], workspace: Path) -> int:
     from bus.core.envelope import Encoder, decode
     from triggers.engine.config import TriggerSpec
 
     spec = specs.get(args.name)
     if not isinstance(spec, TriggerSpec):
         raise ConfigError(
-            f"no trigger named {args.name!r} in {args.workspace}/triggers.yaml (have: {', '.join(specs) or 'none'})"
+            f"no trigger named {args.name!r} in {workspace}/triggers.yaml (have: {', '.join(specs) or 'none'})"
         )
     subject = args.subject or spec.on
     try:

@@ -14,10 +14,11 @@ import os
 import sys
 from contextlib import AsyncExitStack
 from functools import partial
-from pathlib import Path
 
 from bus.cli.common import add_nats_url, connection_args, serve_metrics, stop_on_signals
 from bus.cli.worker_options import add_worker_options, worker_settings
+from bus.cli.workspace import add_workspace
+from bus.cli.workspace import resolve as resolve_workspace
 from bus.client import Bus
 from bus.core.errors import ConfigError, ServerError
 from bus.core.filelock import WorkspaceLock
@@ -55,9 +56,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument(
-        "--workspace", type=Path, default=Path(".hookbus"), help="workspace directory (default: ./.hookbus)"
-    )
+    add_workspace(parser, "workspace directory, created if missing")
     parser.add_argument(
         "--port",
         type=int,
@@ -95,7 +94,7 @@ async def run(args: argparse.Namespace) -> int:
     _check_port("port", args.port)
     _check_port("http-port", args.http_port)
     _check_port("metrics-port", args.metrics_port, allow_off=True)
-    workspace: Path = args.workspace.resolve()
+    workspace = resolve_workspace(args).path
     private_dir(workspace)  # 0700 if new: hooks.json, the journal, the token live there
     stop = stop_on_signals()
 

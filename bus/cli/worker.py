@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import argparse
 from contextlib import AsyncExitStack
-from pathlib import Path
 
 from bus.cli.common import add_metrics_port, add_nats_url, connection_args, serve_metrics, stop_on_signals
 from bus.cli.worker_options import add_worker_options, worker_settings
+from bus.cli.workspace import add_workspace, existing
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -21,9 +21,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument(
-        "--workspace", type=Path, default=Path(".hookbus"), help="workspace with hooks.json (default: ./.hookbus)"
-    )
+    add_workspace(parser, "workspace with hooks.json")
     add_metrics_port(parser)
     parser.add_argument("--host", default="127.0.0.1", help="address /metrics binds (default: 127.0.0.1)")
     add_nats_url(parser)
@@ -35,7 +33,7 @@ async def run(args: argparse.Namespace) -> int:
     from bus.client import Bus
     from subscribers.shell_hooks.worker import ShellWorker
 
-    workspace: Path = args.workspace.resolve()
+    workspace = existing(args).path
     settings = worker_settings(args)
     stop = stop_on_signals()
     bus = Bus(args.nats_url, name="hookbus-worker", **connection_args(args))
