@@ -21,29 +21,22 @@ from bus.core import depth as _depth
 from bus.core.catalog import check_strict
 from bus.core.decisions import Decision
 from bus.core.envelope import DEFAULT_MAX_BYTES, Encoder
-from bus.core.errors import BusClosedError, ConfigError, NoResponders, RequestTimeout, SubjectError
+from bus.core.errors import BusClosedError, ConfigError, NotSent, SubjectError, TransportError
 from bus.core.ratelog import RateLimitedLog
 from bus.core.stats import COLLECTOR, BusStats
 from bus.core.subjects import TOKEN_RE, normalise_pattern
+from bus.core.tasks import TaskSet
 from bus.middleware.kernel.intercept import Interceptor, MiddlewareOptions
 from bus.middleware.trust import Managed
 from bus.subscription import DEFAULT_CLOSE_TIMEOUT, settle
 from bus.subscription import EventHandler as EventHandler  # re-exported: the public names stay where they were
 from bus.subscription import Subscription as Subscription
-from bus.transport.connection import Credentials, auth_options, open_connection, resolve_servers, with_private_inbox
-from bus.transport.kv import Bucket, open_bucket
-from bus.transport.nats_api import Client, JetStreamContext, nats_errors
-from bus.transport.port import RawMessage, RawSubscription
-from bus.transport.publisher import Publisher, flush_quietly, ordered_flush
+from bus.transport.connection import Credentials, auth_options, resolve_servers, with_private_inbox
+from bus.transport.kv import Bucket
+from bus.transport.nats_connection import NatsConnection
+from bus.transport.port import Connection, RawMessage, RawSubscription, Trouble
 from bus.transport.server import NatsServer
-from bus.transport.streams import (
-    PullConsumer,
-    StreamSpec,
-    StreamState,
-    ensure_stream,
-    open_pull_consumer,
-    stream_state,
-)
+from bus.transport.streams import PullConsumer, StreamSpec, StreamState
 from bus.turns.server import TurnHandler, TurnRequest, TurnServer
 
 log = logging.getLogger("hookbus.bus")
@@ -127,11 +120,10 @@ class Bus:
         #: Journal subjects end with it and the shipped permissions let each user publish only
         #: its own, so a sink knows who wrote an entry without trusting the entry.
         self.journal_origin: str | None = str(self._nats_options["inbox_prefix"]).partition(".")[2] or None
-        self._nc: Client | None = None
-        self._publisher: Publisher | None = None
+        self._conn: Connection | None = None
         self._subs: set[Subscription] = set()
         self._turn_servers: list[TurnServer] = []
-        self._background: set[asyncio.Task[bool]] = set()
+        self._background: TaskSet[Any] = TaskSet()
         self._denied_log = RateLimitedLog(log, interval=5.0)
         self._error_log = RateLimitedLog(log, interval=5.0)
         self._state = BusState.UNOPENED
@@ -152,16 +144,23 @@ class Bus:
     def state(self) -> BusState:
         return self._state
 
-    @property
-    def nc(self) -> Client:
-        """The underlying nats-py client (for request/reply and JetStream)."""
-        if self._nc is None:
+    def _connection(self) -> Connection:
+        if self._conn is None:
             raise BusClosedError(f"Bus is {self._state.value}: no NATS connection")
-        return self._nc
+        return self._conn
+
+    @property
+    def nc(self) -> Any:
+        """The client underneath (nats-py's; the in-process broker's on a TestBus), for tests and tools.
+
+        Everything hookbus does goes through the Bus's own methods; this is the
+        way out for what they do not offer (JetStream administration, raw NATS).
+        """
+        return self._connection().raw
 
     @property
     def connected(self) -> bool:
-        return self._nc is not None and self._nc.is_connected
+        return self._conn is not None and self._conn.is_connected
 
     @property
     def max_bytes(self) -> int:
@@ -171,27 +170,26 @@ class Bus:
         """Connect (starting the embedded server first if asked for one)."""
         if self._state is not BusState.UNOPENED:
             raise BusClosedError(f"Bus is {self._state.value}: a Bus is opened once")
-        self._nc = await self._connect()
-        if self._nc.max_payload < self._encoder.max_bytes:
+        conn = self._conn = await self._connect()
+        if conn.max_payload < self._encoder.max_bytes:
             await self._abandon()
             raise ConfigError(
-                f"max_bytes={self._encoder.max_bytes} is over the server's max_payload ({self._nc.max_payload})"
+                f"max_bytes={self._encoder.max_bytes} is over the server's max_payload ({conn.max_payload})"
             )
-        self._publisher = Publisher(self._nc)
         self._state = BusState.OPEN
         COLLECTOR.track(self.stats)
         return self
 
-    async def _connect(self) -> Client:
+    async def _connect(self) -> Connection:
         """Open the connection (the one step :class:`bus.testing.TestBus` replaces with an in-process one)."""
         if self._embedded is not None:
             await asyncio.to_thread(self._embedded.start)
         try:
-            return await open_connection(
+            return await NatsConnection.open(
                 self.servers,
                 name=self.name,
                 connect_budget=self._connect_timeout,
-                on_error=self._on_error,
+                on_trouble=self._on_trouble,
                 on_disconnect=self._on_disconnect,
                 on_reconnect=self._on_reconnect,
                 options=self._nats_options,
@@ -213,19 +211,17 @@ class Bus:
         for sub in list(self._subs):
             await sub.unsubscribe(self._close_timeout)
         await settle(self._background, self._close_timeout, "journal writes")
-        nc, self._nc, self._publisher = self._nc, None, None
-        if nc is not None:
-            if nc.is_connected and not await flush_quietly(nc, self._close_timeout):
-                log.warning("could not flush pending events to NATS while closing")
-            await nc.close()
+        conn, self._conn = self._conn, None
+        if conn is not None and not await conn.close(flush_timeout=self._close_timeout):
+            log.warning("could not flush pending events to NATS while closing")
         COLLECTOR.retire(self.stats)
         if self._embedded is not None:
             await asyncio.to_thread(self._embedded.cleanup)
 
     async def _abandon(self) -> None:
-        nc, self._nc = self._nc, None
-        if nc is not None:
-            await nc.close()
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await conn.close()
         if self._embedded is not None:
             await asyncio.to_thread(self._embedded.cleanup)
 
@@ -254,18 +250,15 @@ class Bus:
             return False
         if truncated:
             stats.truncated += 1
-        publisher = self._publisher
-        if publisher is None:
+        conn = self._conn
+        if conn is None:
             raise BusClosedError(f"emit on a Bus that is {self._state.value}")
         try:
-            waiting = publisher.push(subject, data)
+            waiting = conn.push(subject, data)
             if waiting is not None:
                 await waiting
-        except nats_errors.OutboundBufferLimitError:
-            stats.dropped.add("disconnected")
-            return False
-        except (nats_errors.ConnectionClosedError, nats_errors.ConnectionDrainingError):
-            stats.dropped.add("closed")
+        except NotSent as exc:
+            stats.dropped.add(exc.reason)
             return False
         emitted = stats.emitted
         if subject in emitted:
@@ -276,7 +269,7 @@ class Bus:
 
     async def publish_raw(self, subject: str, data: bytes, reply: str = "") -> None:
         """Publish bytes as they are (plumbing, tools and tests; no envelope, no checks)."""
-        await self.nc.publish(subject, data, reply=reply)
+        await self._connection().publish(subject, data, reply)
 
     async def subscribe_raw(
         self,
@@ -287,70 +280,62 @@ class Bus:
         pending_msgs_limit: int | None = None,
     ) -> RawSubscription:
         """Call ``cb`` with each raw message on ``subject`` (plumbing: turn and module requests; no envelope)."""
-        if pending_msgs_limit is None:
-            return await self.nc.subscribe(subject, queue=queue, cb=cb)
-        return await self.nc.subscribe(subject, queue=queue, cb=cb, pending_msgs_limit=pending_msgs_limit)
+        return await self._connection().subscribe(subject, cb, queue=queue, pending_msgs_limit=pending_msgs_limit)
 
     async def request_raw(self, subject: str, data: bytes, timeout_s: float) -> bytes:
         """Send a raw request and return the reply's bytes (plumbing: status queries; no envelope).
 
         Raises NoResponders when nobody listens on ``subject``, RequestTimeout when no reply comes.
         """
-        try:
-            reply = await self.nc.request(subject, data, timeout=timeout_s)
-        except nats_errors.NoRespondersError:
-            raise NoResponders(f"nobody answers on {subject}") from None
-        except nats_errors.TimeoutError:
-            raise RequestTimeout(f"no reply on {subject} within {timeout_s}s") from None
-        return bytes(reply.data)
+        return await self._connection().request(subject, data, timeout_s)
 
     def new_inbox(self) -> str:
         """A fresh reply subject under this connection's private inbox prefix."""
-        return self.nc.new_inbox()
+        return self._connection().new_inbox()
 
     async def open_bucket(self, name: str, ttl_s: float | None = None) -> Bucket:
         """Bind to a KV bucket, creating it on first use; RegistryError when JetStream is off or denies it."""
-        return await open_bucket(self.nc, name, ttl_s)
+        return await self._connection().open_bucket(name, ttl_s)
 
     async def ensure_stream(self, spec: StreamSpec) -> StreamState:
         """Create (or update) a JetStream stream; JournalError if the server refuses."""
-        return await ensure_stream(self.nc, spec)
+        return await self._connection().ensure_stream(spec)
 
     async def stream_state(self, name: str) -> StreamState | None:
         """A JetStream stream's state, None if it does not exist; JournalError if the server does not answer."""
-        return await stream_state(self.nc, name)
+        return await self._connection().stream_state(name)
 
     async def pull_consumer(
         self, stream: str, subject: str, durable: str, *, ack_wait_s: float, max_ack_pending: int
     ) -> PullConsumer:
         """Bind to (or create) a durable pull consumer with explicit acks (the journal sink's)."""
-        return await open_pull_consumer(
-            self.nc, stream, subject, durable, ack_wait_s=ack_wait_s, max_ack_pending=max_ack_pending
+        return await self._connection().pull_consumer(
+            stream, subject, durable, ack_wait_s=ack_wait_s, max_ack_pending=max_ack_pending
         )
 
-    def jetstream(self) -> JetStreamContext:
-        """The JetStream context of this connection (the journal stream and its consumers)."""
+    def jetstream(self) -> Any:
+        """nats-py's JetStream context of this connection, for tests and tools (hookbus code uses the methods above)."""
         return self.nc.jetstream()
 
     @property
     def max_payload(self) -> int:
         """The largest message the server accepts (its ``max_payload``)."""
-        return self.nc.max_payload
+        return self._connection().max_payload
 
     async def push(self, subject: str, data: bytes, reply: str = "") -> None:
         """Publish bytes on the fast path (middleware requests, replies, journal entries; no envelope).
 
         Transport trouble drops the message (counted), as emit does.
         """
-        publisher = self._publisher
-        if publisher is None:
+        conn = self._conn
+        if conn is None:
             self.stats.dropped.add("closed")
             return
         try:
-            waiting = publisher.push(subject, data, reply)
+            waiting = conn.push(subject, data, reply)
             if waiting is not None:
                 await waiting
-        except nats_errors.Error:
+        except NotSent:
             self.stats.dropped.add("disconnected")
 
     def new_id(self) -> str:
@@ -385,12 +370,12 @@ class Bus:
         nats_pattern = normalise_pattern(pattern)
         if queue is not None and not TOKEN_RE.fullmatch(queue):
             raise SubjectError(queue, "a queue group name must match [A-Za-z0-9_-]+")
-        nc = self.nc
+        conn = self._connection()
         sub = Subscription(self, nats_pattern, queue, handler, concurrency, self._background, self._subs.discard)
-        sub._nats = await nc.subscribe(
+        sub._nats = await conn.subscribe(
             nats_pattern,
+            sub._on_msg,
             queue=queue or "",
-            cb=sub._on_msg,
             pending_msgs_limit=pending_msgs,
             pending_bytes_limit=pending_bytes,
         )
@@ -403,10 +388,10 @@ class Bus:
 
         While disconnected nats-py re-sends subscriptions on reconnect: nothing to wait for.
         """
-        nc = self.nc
-        if nc.is_connected:
-            with contextlib.suppress(nats_errors.Error, TimeoutError):
-                await ordered_flush(nc, self._connect_timeout)
+        conn = self._connection()
+        if conn.is_connected:
+            with contextlib.suppress(TransportError, TimeoutError):
+                await conn.flush(self._connect_timeout)
 
     async def serve_turns(self, agent: str, handler: TurnHandler, *, concurrency: int = 4) -> TurnServer:
         """Run ``handler`` for each turn request to ``agent`` (replicas share them).
@@ -421,8 +406,8 @@ class Bus:
     async def request_turn(self, request: TurnRequest, reply: str = "") -> bool:
         """Ask an agent to start a turn (fire-and-forget; ``reply`` gets a TurnResult)."""
         try:
-            await self.nc.publish(request.subject, request.encode(), reply=reply)
-        except nats_errors.Error:
+            await self._connection().publish(request.subject, request.encode(), reply)
+        except NotSent:
             self.stats.dropped.add("disconnected")
             return False
         return True
@@ -431,22 +416,22 @@ class Bus:
         """Wait until the server has processed everything sent so far: events, subscriptions, requests.
 
         Unlike nats-py's own ``flush`` this keeps its promise (see
-        :func:`bus.transport.publisher.ordered_flush`). Raises nats.errors.TimeoutError
+        :func:`bus.transport.publisher.ordered_flush`). Raises TimeoutError
         when the server does not answer within ``timeout``.
         """
-        await ordered_flush(self.nc, timeout)
+        await self._connection().flush(timeout)
 
-    async def _on_error(self, exc: Exception) -> None:
+    async def _on_trouble(self, trouble: Trouble, exc: Exception) -> None:
         if self._state is BusState.UNOPENED:
             log.debug("NATS connect attempt failed: %r", exc)  # the first connect reports as a whole
             return
-        if isinstance(exc, nats_errors.SlowConsumerError):
+        if trouble is Trouble.SLOW_CONSUMER:
             self.stats.dropped.add("slow_consumer")
             return
-        if isinstance(exc, OSError | nats_errors.UnexpectedEOF | nats_errors.StaleConnectionError):
+        if trouble is Trouble.CONNECTION:
             log.debug("NATS connection trouble: %r", exc)
             return
-        if "permissions violation" in str(exc).lower():
+        if trouble is Trouble.DENIED:
             self.stats.dropped.add("denied")
             self._denied_log.warning("the NATS server denied %s: %s", self.name, str(exc).removeprefix("nats: "))
             return
@@ -459,5 +444,4 @@ class Bus:
 
     async def _on_reconnect(self) -> None:
         self.stats.reconnects += 1
-        url = self._nc.connected_url.netloc if self._nc and self._nc.connected_url else "?"
-        log.warning("reconnected to NATS at %s", url)
+        log.warning("reconnected to NATS at %s", self._conn.server if self._conn is not None else "?")

@@ -18,6 +18,7 @@ from bus.core.envelope import Event, decode
 from bus.core.errors import EnvelopeError
 from bus.core.ratelog import RateLimitedLog
 from bus.core.subjects import INTERNAL_PREFIXES, hides_internal
+from bus.core.tasks import TaskSet
 from bus.journal.entries import JournalEntry, publish_entry
 from bus.transport.port import TRANSPORT_FAILURES, Port, RawMessage, RawSubscription
 
@@ -48,7 +49,7 @@ class Subscription:
         queue: str | None,
         handler: EventHandler,
         concurrency: int,
-        background: set[asyncio.Task[Any]],
+        background: TaskSet[Any],
         on_unsubscribe: Callable[[Subscription], None],
     ) -> None:
         if concurrency < 1:
@@ -134,9 +135,7 @@ class Subscription:
             depth=event.depth if event is not None else 0,
             trace_id=event.id if event is not None else None,
         )
-        task = asyncio.get_running_loop().create_task(publish_entry(self.bus, entry))
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        self._background.start(publish_entry(self.bus, entry))
 
     async def unsubscribe(self, timeout: float = DEFAULT_CLOSE_TIMEOUT) -> None:
         """Stop receiving; let in-flight handlers finish within ``timeout``, then cancel them."""

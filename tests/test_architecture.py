@@ -13,6 +13,7 @@ import importlib
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -35,17 +36,6 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 #: Modules outside bus/transport that still import nats-py directly, each to move behind the transport.
 #: The test fails when one is added and when one listed here no longer does (so the list only shrinks).
 NATS_OUTSIDE_TRANSPORT: frozenset[str] = frozenset()
-#: Modules outside bus/transport that still name nats-py types through ``bus.transport.nats_api``
-#: (exceptions to catch, the raw message type); the same rule: the list only shrinks.
-NATS_API_OUTSIDE_TRANSPORT: frozenset[str] = frozenset(
-    {
-        "bus.client",
-        "bus.testing",
-        "bus.testing.broker",
-        "bus.testing.testbus",
-    }
-)
-
 
 def _module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
@@ -182,15 +172,35 @@ def test_only_the_transport_imports_nats() -> None:
     assert sorted(NATS_OUTSIDE_TRANSPORT - importing) == [], "no longer imports nats: remove from the list"
 
 
+def _nats_names_taken_from_the_transport(name: str, path: Path) -> Iterator[str]:
+    """Names ``name`` imports from bus/transport that are nats-py's own objects (a type, a function, a module)."""
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("bus.transport"):
+            source = importlib.import_module(node.module)
+            for alias in node.names:
+                value = getattr(source, alias.name, None)
+                owner = value.__name__ if isinstance(value, ModuleType) else getattr(value, "__module__", None)
+                if (owner or "").split(".")[0] == "nats":
+                    yield f"{name} takes {alias.name} ({owner}) from {node.module}"
+
+
 def test_nats_types_stay_in_the_transport() -> None:
-    """Naming nats-py's types through the transport's re-export is importing nats-py too."""
-    naming = {
-        name
+    """Naming nats-py's types through a transport module that re-exports them is importing nats-py too."""
+    found = [
+        taken
         for name, path in MODULES.items()
-        if not name.startswith("bus.transport") and "bus.transport.nats_api" in set(_imports(name, path))
-    }
-    assert sorted(naming - NATS_API_OUTSIDE_TRANSPORT) == [], "use the transport's own types, not nats-py's"
-    assert sorted(NATS_API_OUTSIDE_TRANSPORT - naming) == [], "no longer names nats-py types: remove from the list"
+        if not name.startswith("bus.transport")
+        for taken in _nats_names_taken_from_the_transport(name, path)
+    ]
+    assert found == [], "use the transport's own types and errors, not nats-py's"
+
+
+def test_the_re_export_check_sees_a_nats_type(tmp_path: Path) -> None:
+    path = tmp_path / "probe.py"
+    path.write_text("from bus.transport.kv import nats_errors\nfrom bus.transport.kv import Bucket\n")
+    assert list(_nats_names_taken_from_the_transport("bus.probe", path)) == [
+        "bus.probe takes nats_errors (nats.errors) from bus.transport.kv"
+    ]
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,7 @@ import pytest
 
 from bus import Bus, Cancel, Continue, Event, Module, Patch, Stage, StageCtx, TurnRequest
 from bus.testing import EventRecorder, JournalRecorder, TestBus, serving
-from bus.transport.nats_api import Msg
+from bus.transport.port import RawMessage
 
 from .waiting import barrier, is_barrier, probe_until, wait_until, without_barriers
 
@@ -263,7 +263,7 @@ async def test_a_turn_request_reaches_the_agents_handler_and_its_result_the_repl
         seen.append(request)
         return f"done: {request.prompt}"
 
-    async def on_result(msg: Msg) -> None:
+    async def on_result(msg: RawMessage) -> None:
         results.append(orjson.loads(msg.data))
 
     async with backend.bus() as bus:

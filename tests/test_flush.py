@@ -19,6 +19,7 @@ from nats.aio.msg import Msg
 
 from bus import Bus
 from bus.transport.internals import internals_enabled, use_internals, within_tested_range
+from bus.transport.nats_connection import NatsConnection
 from bus.transport.publisher import fast_path_available, ordered_flush
 
 #: Fresh subscriber connections in the loop: plain nats-py loses 3-10 in 100 here.
@@ -110,7 +111,7 @@ async def test_switched_off_the_public_api_keeps_every_promise(nats_url: str) ->
     use_internals(False)
     try:
         async with Bus(nats_url, name="emitter") as emitter:
-            assert emitter._publisher is not None and not emitter._publisher.fast
+            assert isinstance(emitter._conn, NatsConnection) and not emitter._conn.fast
             assert not fast_path_available(emitter.nc)
             for i in range(30):
                 async with Bus(nats_url, name=f"listener{i}") as listener:
@@ -122,7 +123,7 @@ async def test_switched_off_the_public_api_keeps_every_promise(nats_url: str) ->
     finally:
         use_internals(None)
     async with Bus(nats_url) as bus:
-        assert bus._publisher is not None and bus._publisher.fast, "back on: the fast path runs again"
+        assert isinstance(bus._conn, NatsConnection) and bus._conn.fast, "back on: the fast path runs again"
 
 
 def test_the_environment_switch_turns_the_internals_off(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -9,6 +9,7 @@ from prometheus_client import REGISTRY, generate_latest
 
 from bus import Bus, Event, register_collectors
 from bus.testing import EventRecorder
+from bus.transport.nats_connection import NatsConnection
 from bus.transport.publisher import fast_path_available
 
 from .waiting import barrier, wait_until
@@ -66,7 +67,7 @@ async def test_fast_publish_path_is_in_use(bus: Bus) -> None:
     # If a nats-py upgrade removes the internals the fast path uses, this fails
     # (emit still works through the fallback, but slower).
     assert fast_path_available(bus.nc)
-    assert bus._publisher is not None and bus._publisher.fast
+    assert isinstance(bus._conn, NatsConnection) and bus._conn.fast
 
 
 def test_importing_bus_registers_no_collector_until_asked() -> None:

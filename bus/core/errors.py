@@ -165,7 +165,20 @@ class RegistryError(MiddlewareError):
 
 
 class TransportError(HookbusError):
-    """A request over the transport got no answer it could use."""
+    """The transport could not carry a message, or a request got no answer it could use."""
+
+
+class NotSent(TransportError):
+    """The connection did not take a message; ``reason`` is the drop label it is counted under.
+
+    ``closed``: the connection is closed or draining; ``disconnected``: it is
+    down and its outgoing buffer is full, or it failed otherwise; ``oversize``:
+    over the server's ``max_payload``.
+    """
+
+    def __init__(self, reason: str, detail: str) -> None:
+        self.reason = reason
+        super().__init__(f"message not sent ({reason}): {detail}")
 
 
 class JournalError(HookbusError):

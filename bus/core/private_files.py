@@ -60,17 +60,17 @@ def restrict(path: Path) -> None:
 
 def append_private(path: Path, data: bytes) -> None:
     """Append ``data`` to ``path``, creating it 0600."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, FILE_MODE)
-    try:
-        os.fchmod(fd, FILE_MODE)
-        _write_all(fd, data)
-    finally:
-        os.close(fd)
+    _write_private(path, data, os.O_APPEND)
 
 
 def write_new_private(path: Path, data: bytes) -> None:
     """Write ``data`` to a new file ``path`` (which must not exist), 0600."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+    _write_private(path, data, os.O_EXCL)
+
+
+def _write_private(path: Path, data: bytes, mode_flag: int) -> None:
+    """Open ``path`` for writing with ``mode_flag`` (append, or create exclusively), 0600, and write ``data``."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | mode_flag, FILE_MODE)
     try:
         os.fchmod(fd, FILE_MODE)
         _write_all(fd, data)

@@ -27,6 +27,7 @@ from bus.core.envelope import Encoder
 from bus.core.errors import BusClosedError, JournalError
 from bus.core.schema import JOURNAL_MAX_DEPTH, JOURNAL_MAX_DURATION_MS, JournalEntryMsg, decode
 from bus.core.subjects import JOURNAL_PREFIX, JOURNAL_STREAM
+from bus.core.tasks import TaskSet
 from bus.transport.port import TRANSPORT_FAILURES, Port
 from bus.transport.streams import StreamSpec, StreamState
 
@@ -138,7 +139,7 @@ class JournalPublisher:
         self._max_batch = max_batch
         self._pending: list[JournalEntry] = []
         self._timer: asyncio.TimerHandle | None = None
-        self._sending: set[asyncio.Task[Any]] = set()
+        self._sending: TaskSet[None] = TaskSet()
 
     def add(self, entries: list[JournalEntry]) -> None:
         """Queue entries (kept together and in order)."""
@@ -162,8 +163,7 @@ class JournalPublisher:
                 log.warning("journal entry not published: %r", exc)
                 continue
             if not finished:
-                self._sending.add(task)
-                task.add_done_callback(self._sending.discard)
+                self._sending.keep(task)
 
     async def drain(self, timeout: float = 2.0) -> None:
         """Publish what is queued and wait (bounded) until it went out: for closing."""

@@ -21,11 +21,12 @@ from contextlib import asynccontextmanager, contextmanager
 
 from bus.client import Bus
 from bus.core.envelope import Event
+from bus.core.errors import JournalError
 from bus.journal.entries import SUBJECT_PREFIX, JournalEntry, decode_entry
 from bus.middleware.handler.module import Module
 from bus.testing.testbus import TestBus as TestBus
 from bus.transport.connection import URL_ENV
-from bus.transport.nats_api import Msg, connect
+from bus.transport.port import RawMessage
 from bus.transport.server import NatsServer
 
 
@@ -143,11 +144,11 @@ class JournalRecorder:
         self._changed = asyncio.Event()
 
     async def attach(self, bus: Bus) -> JournalRecorder:
-        await bus.nc.subscribe(f"{SUBJECT_PREFIX}.middleware", cb=self._on_msg)
+        await bus.subscribe_raw(f"{SUBJECT_PREFIX}.middleware", self._on_msg)
         await bus.flush()
         return self
 
-    async def _on_msg(self, msg: Msg) -> None:
+    async def _on_msg(self, msg: RawMessage) -> None:
         self.entries.append(decode_entry(msg.data))
         self._changed.set()
 
@@ -213,16 +214,14 @@ class NatsCluster:
 
 
 async def _wait_for_jetstream(urls: list[str], timeout: float) -> None:
-    nc = await connect(urls)
-    try:
+    """Until JetStream answers an API request (a stream lookup: None for a missing stream is an answer)."""
+    async with Bus(urls, name="hookbus-cluster-probe", connect_timeout=timeout) as bus:
         deadline = asyncio.get_running_loop().time() + timeout
         while True:
             try:
-                await nc.jetstream().account_info()
+                await bus.stream_state("HOOKBUS_CLUSTER_PROBE")
                 return
-            except Exception:
+            except JournalError:
                 if asyncio.get_running_loop().time() > deadline:
                     raise
                 await asyncio.sleep(0.2)
-    finally:
-        await nc.close()

@@ -1,32 +1,48 @@
-"""An in-process stand-in for nats-server and the nats-py client, for :class:`bus.testing.TestBus`.
+"""An in-process stand-in for nats-server and its clients, for :class:`bus.testing.TestBus`.
 
-It implements the part of the client the transport seam uses (publish,
-subscribe with wildcards and queue groups, request/reply with the 503 "no
-responders" status, inboxes, flush, close, and JetStream key-value buckets
-with watches), so ``Bus`` and everything under it (envelope checks, depth,
-the middleware kernel and its view of the registry, module serving, turns)
-run unchanged. No network and no threads: routing is a function call, and
-each subscription hands its messages to its callback in order from a task of
-its own, as nats-py does. Subject matching is :func:`bus.core.subjects.matches`.
+Its client implements the transport's :class:`~bus.transport.port.Connection`
+(publish on the fast path or plainly, subscribe with wildcards and queue
+groups, request/reply with the 503 "no responders" status, inboxes, flush,
+close, and key-value buckets with watches as :class:`~bus.transport.kv.Bucket`),
+with the transport's types and hookbus's errors, so ``Bus`` and everything
+under it (envelope checks, depth, the middleware kernel and its view of the
+registry, module serving, turns) run unchanged. No network and no threads:
+routing is a function call, and each subscription hands its messages to its
+callback in order from a task of its own, as nats-py does. Subject matching
+is :func:`bus.core.subjects.matches`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, Final, cast
+from dataclasses import dataclass
+from typing import Final
 
 from bus.core.clock import random_hex
+from bus.core.errors import JournalError, NoResponders, NotSent, RequestTimeout, SubjectError, TransportError
 from bus.core.subjects import matches
-from bus.transport.nats_api import KeyValue, Msg, js_errors, nats_errors
+from bus.core.tasks import TaskSet
+from bus.transport.kv import Bucket, KvEntry, Watch
+from bus.transport.port import RawMessage, Trouble, TroubleCallback
+from bus.transport.streams import PullConsumer, StreamSpec, StreamState
 
 #: nats-server's default max_payload.
 DEFAULT_MAX_PAYLOAD: Final = 1024 * 1024
 _NO_RESPONDERS: Final = {"Status": "503"}
 
-Callback = Callable[[Msg], Awaitable[None]]
+Callback = Callable[[RawMessage], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class InProcessMessage:
+    """A message as an in-process subscription delivers it (a :class:`~bus.transport.port.RawMessage`)."""
+
+    subject: str
+    reply: str
+    data: bytes
+    headers: dict[str, str] | None = None
 
 
 class InProcessBroker:
@@ -35,14 +51,14 @@ class InProcessBroker:
     def __init__(self, max_payload: int = DEFAULT_MAX_PAYLOAD) -> None:
         self.max_payload = max_payload
         self.subscriptions: list[InProcessSubscription] = []
-        self.buckets: dict[str, InProcessKeyValue] = {}
+        self.buckets: dict[str, InProcessBucket] = {}
         self._turns: dict[str, itertools.count[int]] = {}
 
     def connect(
-        self, name: str, inbox_prefix: str = "_INBOX", on_error: Callable[[Exception], Awaitable[None]] | None = None
+        self, name: str, inbox_prefix: str = "_INBOX", on_trouble: TroubleCallback | None = None
     ) -> InProcessClient:
-        """A client of this broker; ``on_error`` hears what nats-py's error callback would (a slow consumer)."""
-        return InProcessClient(self, name, inbox_prefix, on_error)
+        """A client of this broker; ``on_trouble`` hears what a real connection reports (a slow consumer)."""
+        return InProcessClient(self, name, inbox_prefix, on_trouble)
 
     def route(self, subject: str, data: bytes, reply: str, headers: dict[str, str] | None = None) -> int:
         """Queue the message at every matching subscription (one member per queue group); return how many."""
@@ -75,7 +91,7 @@ class InProcessBroker:
             try:
                 await asyncio.wait_for(sub.idle(), max(remaining, 0))
             except TimeoutError:
-                raise nats_errors.FlushTimeoutError() from None
+                raise TimeoutError(f"in-process subscribers did not take their messages within {timeout}s") from None
 
 
 class InProcessSubscription:
@@ -87,7 +103,7 @@ class InProcessSubscription:
         self.queue = queue
         self._cb = cb
         self._limit = limit
-        self._messages: asyncio.Queue[Msg] = asyncio.Queue()
+        self._messages: asyncio.Queue[InProcessMessage] = asyncio.Queue()
         self._busy = False
         self._idle = asyncio.Event()
         self._idle.set()
@@ -98,12 +114,12 @@ class InProcessSubscription:
             self.client.slow_consumer(self, subject, reply)
             return
         self._idle.clear()
-        self._messages.put_nowait(Msg(self.client, subject, reply, data, headers))  # type: ignore[arg-type]
+        self._messages.put_nowait(InProcessMessage(subject, reply, data, headers))
 
     async def idle(self) -> None:
         await self._idle.wait()
 
-    async def next_msg(self, timeout: float | None = None) -> Msg:
+    async def next_msg(self, timeout: float | None = None) -> InProcessMessage:
         return await asyncio.wait_for(self._messages.get(), timeout)
 
     async def _read(self) -> None:
@@ -113,7 +129,7 @@ class InProcessSubscription:
             try:
                 await self._cb(msg)
             except Exception as exc:  # nats-py reports a failing callback and goes on
-                await self.client.report(exc)
+                await self.client.report(Trouble.OTHER, exc)
             if self._messages.empty():
                 self._idle.set()
 
@@ -132,26 +148,20 @@ class InProcessSubscription:
 
 
 class InProcessClient:
-    """The nats-py client as the transport seam uses it, connected to an :class:`InProcessBroker`."""
+    """A connection to an :class:`InProcessBroker`: the transport's Connection, in process."""
 
     def __init__(
-        self,
-        broker: InProcessBroker,
-        name: str,
-        inbox_prefix: str,
-        on_error: Callable[[Exception], Awaitable[None]] | None = None,
+        self, broker: InProcessBroker, name: str, inbox_prefix: str, on_trouble: TroubleCallback | None = None
     ) -> None:
         self.broker = broker
         self.name = name
         self.subs: set[InProcessSubscription] = set()
         self.max_payload = broker.max_payload
-        self.stats: dict[str, int] = {"reconnects": 0, "in_msgs": 0, "out_msgs": 0}
-        self.connected_url = None
-        self._server_info: dict[str, Any] = {}
+        self.stats: dict[str, int] = {"in_msgs": 0, "out_msgs": 0}
         self._inbox_prefix = inbox_prefix
         self._closed = False
-        self._error_cb = on_error
-        self._reports: set[asyncio.Future[None]] = set()
+        self._on_trouble = on_trouble
+        self._reports: TaskSet[None] = TaskSet()
 
     @property
     def is_connected(self) -> bool:
@@ -161,183 +171,180 @@ class InProcessClient:
     def is_closed(self) -> bool:
         return self._closed
 
+    @property
+    def server(self) -> str:
+        return "in-process"
+
+    @property
+    def raw(self) -> InProcessClient:
+        return self
+
     def new_inbox(self) -> str:
         return f"{self._inbox_prefix}.{random_hex(22)}"
 
-    def _check_open(self) -> None:
+    def push(self, subject: str, data: bytes, reply: str = "") -> None:
+        """Route at once (what the fast path's buffering amounts to in process)."""
         if self._closed:
-            raise nats_errors.ConnectionClosedError()
-
-    async def publish(
-        self, subject: str, payload: bytes = b"", reply: str = "", headers: dict[str, str] | None = None
-    ) -> None:
-        self._check_open()
-        if not subject or " " in subject:
-            raise nats_errors.BadSubjectError()
-        if len(payload) > self.max_payload:
-            raise nats_errors.MaxPayloadError()
+            raise NotSent("closed", f"{self.name} is closed")
+        if len(data) > self.max_payload:
+            raise NotSent("oversize", f"{len(data)} bytes, over max_payload {self.max_payload}")
         self.stats["out_msgs"] += 1
-        self.broker.route(subject, bytes(payload), reply, headers)
+        self.broker.route(subject, bytes(data), reply)
+
+    async def publish(self, subject: str, data: bytes, reply: str = "") -> None:
+        if not subject or " " in subject:
+            raise SubjectError(subject, "not a subject a broker takes")
+        self.push(subject, data, reply)
 
     async def subscribe(
         self,
         subject: str,
-        queue: str = "",
         cb: Callback | None = None,
-        pending_msgs_limit: int = 0,
-        pending_bytes_limit: int = 0,
-        **_: Any,
+        *,
+        queue: str = "",
+        pending_msgs_limit: int | None = None,
+        pending_bytes_limit: int | None = None,
     ) -> InProcessSubscription:
-        self._check_open()
-        sub = InProcessSubscription(self, subject, queue, cb, pending_msgs_limit)
+        if self._closed:
+            raise NotSent("closed", f"{self.name} is closed")
+        sub = InProcessSubscription(self, subject, queue, cb, pending_msgs_limit or 0)
         self.broker.subscriptions.append(sub)
         self.subs.add(sub)
         return sub
 
-    async def request(
-        self, subject: str, payload: bytes = b"", timeout: float = 0.5, headers: dict[str, str] | None = None
-    ) -> Msg:
+    async def request(self, subject: str, data: bytes, timeout_s: float) -> bytes:
         inbox = self.new_inbox()
         sub = await self.subscribe(inbox)
         try:
-            await self.publish(subject, payload, reply=inbox, headers=headers)
+            self.push(subject, data, inbox)
             try:
-                msg = await sub.next_msg(timeout)
+                msg = await sub.next_msg(timeout_s)
             except TimeoutError:
-                raise nats_errors.TimeoutError() from None
+                raise RequestTimeout(f"no reply on {subject} within {timeout_s}s") from None
         finally:
             await sub.unsubscribe()
         if msg.headers and msg.headers.get("Status") == "503" and not msg.data:
-            raise nats_errors.NoRespondersError()
-        return msg
+            raise NoResponders(f"nobody answers on {subject}")
+        return msg.data
 
-    async def flush(self, timeout: int = 2) -> None:
+    async def flush(self, timeout: float = 2.0) -> None:
         """Return once everything published so far has been handed to its subscribers' callbacks."""
-        self._check_open()
+        if self._closed:
+            raise NotSent("closed", f"{self.name} is closed")
         await self.broker.settled(timeout)
 
-    async def close(self) -> None:
+    async def close(self, flush_timeout: float = 0.0) -> bool:
         if self._closed:
-            return
+            return True
+        flushed = True
+        if flush_timeout > 0:
+            try:
+                await self.broker.settled(flush_timeout)
+            except TimeoutError:
+                flushed = False
         self._closed = True
         for sub in list(self.subs):
             await sub.unsubscribe()
-
-    async def drain(self) -> None:
-        await self.close()
+        return flushed
 
     def slow_consumer(self, sub: InProcessSubscription, subject: str, reply: str) -> None:
-        """A message dropped at a full subscription, reported as nats-py does."""
-        if self._error_cb is not None:
-            error = nats_errors.SlowConsumerError(subject=subject, reply=reply, sid=0, sub=cast(Any, sub))
-            task = asyncio.ensure_future(self._error_cb(error))
-            self._reports.add(task)
-            task.add_done_callback(self._reports.discard)
+        """A message dropped at a full subscription, reported as a real connection does."""
+        if self._on_trouble is not None:
+            error = TransportError(f"slow consumer: a message on {subject} dropped at {sub.subject!r}")
+            self._reports.keep(asyncio.ensure_future(self._on_trouble(Trouble.SLOW_CONSUMER, error)))
 
-    async def report(self, exc: Exception) -> None:
-        if self._error_cb is not None:
-            await self._error_cb(exc)
+    async def report(self, trouble: Trouble, exc: Exception) -> None:
+        if self._on_trouble is not None:
+            await self._on_trouble(trouble, exc)
 
-    def jetstream(self, **_: Any) -> InProcessJetStream:
-        return InProcessJetStream(self.broker)
+    async def open_bucket(self, name: str, ttl_s: float | None = None) -> Bucket:
+        """The broker's bucket ``name``, created on first use (``ttl_s`` is not applied in process)."""
+        bucket = self.broker.buckets.get(name)
+        if bucket is None:
+            bucket = self.broker.buckets[name] = InProcessBucket(name)
+        return bucket
 
+    async def ensure_stream(self, spec: StreamSpec) -> StreamState:
+        raise JournalError(f"cannot create stream {spec.name}: the in-process broker keeps no JetStream streams")
 
-class InProcessJetStream:
-    """JetStream as far as key-value buckets go."""
+    async def stream_state(self, name: str) -> StreamState | None:
+        raise JournalError(f"cannot look up stream {name}: the in-process broker keeps no JetStream streams")
 
-    def __init__(self, broker: InProcessBroker) -> None:
-        self._broker = broker
-
-    async def key_value(self, bucket: str) -> InProcessKeyValue:
-        found = self._broker.buckets.get(bucket)
-        if found is None:
-            raise js_errors.BucketNotFoundError()
-        return found
-
-    async def create_key_value(self, config: Any = None, **params: Any) -> InProcessKeyValue:
-        bucket = str(params.get("bucket") or getattr(config, "bucket", ""))
-        if bucket in self._broker.buckets:
-            raise js_errors.BadRequestError()
-        created = self._broker.buckets[bucket] = InProcessKeyValue(bucket)
-        return created
+    async def pull_consumer(
+        self, stream: str, subject: str, durable: str, *, ack_wait_s: float, max_ack_pending: int
+    ) -> PullConsumer:
+        raise JournalError(f"cannot open consumer {durable}: the in-process broker keeps no JetStream streams")
 
 
-class InProcessKeyValue:
-    """A key-value bucket: put, create, get, delete, and watches of every key (history 1)."""
+@dataclass(frozen=True, slots=True)
+class _Update:
+    """One change as a watch delivers it (the shape :class:`~bus.transport.kv.Watch` reads)."""
 
-    def __init__(self, bucket: str) -> None:
-        self.bucket = bucket
-        self._entries: dict[str, KeyValue.Entry] = {}
+    key: str
+    value: bytes
+    revision: int
+    delta: int | None
+    operation: str | None
+
+
+class InProcessBucket(Bucket):
+    """A key-value bucket in process: get, put, create, delete, and watches of every key (history 1)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name, None)
+        self._entries: dict[str, KvEntry] = {}
         self._revision = 0
         self._watchers: set[InProcessWatcher] = set()
 
     def _write(self, key: str, value: bytes, operation: str | None) -> int:
         self._revision += 1
-        entry = KeyValue.Entry(self.bucket, key, value, self._revision, 0, time.time_ns(), operation)
         if operation is None:
-            self._entries[key] = entry
+            self._entries[key] = KvEntry(key, value or None, self._revision)
         else:
             self._entries.pop(key, None)
         for watcher in self._watchers:
-            watcher.updates.put_nowait(entry)
+            watcher.updates.put_nowait(_Update(key, value, self._revision, None, operation))
         return self._revision
+
+    async def get(self, key: str) -> KvEntry | None:
+        return self._entries.get(key)
 
     async def put(self, key: str, value: bytes) -> int:
         return self._write(key, value, None)
 
-    async def create(self, key: str, value: bytes) -> int:
+    async def create(self, key: str, value: bytes) -> bool:
         if key in self._entries:
-            raise js_errors.KeyWrongLastSequenceError(description=f"{key} exists")
-        return self._write(key, value, None)
+            return False
+        self._write(key, value, None)
+        return True
 
-    async def get(self, key: str, revision: int | None = None) -> KeyValue.Entry:
-        entry = self._entries.get(key)
-        if entry is None:
-            raise js_errors.KeyNotFoundError()
-        return entry
-
-    async def delete(self, key: str, last: int | None = None) -> bool:
+    async def delete(self, key: str) -> None:
         self._write(key, b"", "DEL")
-        return True
 
-    async def purge(self, key: str) -> bool:
-        self._write(key, b"", "PURGE")
-        return True
-
-    async def keys(self, **_: Any) -> list[str]:
-        if not self._entries:
-            raise js_errors.NoKeysError()
-        return list(self._entries)
-
-    async def watchall(self, **_: Any) -> InProcessWatcher:
+    async def watch(self) -> Watch:
         watcher = InProcessWatcher(self)
         entries = list(self._entries.values())
         for remaining, entry in zip(range(len(entries) - 1, -1, -1), entries, strict=True):
-            watcher.updates.put_nowait(
-                KeyValue.Entry(self.bucket, entry.key, entry.value, entry.revision, remaining, entry.created, None)
-            )
+            watcher.updates.put_nowait(_Update(entry.key, entry.value or b"", entry.revision, remaining, None))
         if not entries:
             watcher.updates.put_nowait(None)  # the end of what was stored, as nats-py says it
         self._watchers.add(watcher)
-        return watcher
+        return Watch(self.name, watcher)
 
 
 class InProcessWatcher:
-    """What ``watchall`` returns: the stored entries, then every change, until stopped."""
+    """What a watch follows: the stored entries, then every change, until stopped."""
 
-    def __init__(self, kv: InProcessKeyValue) -> None:
-        self._kv = kv
-        self.updates: asyncio.Queue[KeyValue.Entry | None] = asyncio.Queue()
+    def __init__(self, bucket: InProcessBucket) -> None:
+        self._bucket = bucket
+        self.updates: asyncio.Queue[_Update | None] = asyncio.Queue()
 
-    def __aiter__(self) -> AsyncIterator[KeyValue.Entry | None]:
+    def __aiter__(self) -> AsyncIterator[_Update | None]:
         return self._follow()
 
-    async def _follow(self) -> AsyncIterator[KeyValue.Entry | None]:
+    async def _follow(self) -> AsyncIterator[_Update | None]:
         while True:
             yield await self.updates.get()
 
-    async def updates_next(self, timeout: float = 5.0) -> KeyValue.Entry | None:
-        return await asyncio.wait_for(self.updates.get(), timeout)
-
     async def stop(self) -> None:
-        self._kv._watchers.discard(self)
+        self._bucket._watchers.discard(self)

@@ -1,7 +1,8 @@
 """``TestBus``: a Bus on an in-process broker, for testing handlers without a nats-server.
 
 ``TestBus`` is :class:`bus.Bus` with one step replaced: instead of connecting
-to NATS it attaches to an :class:`bus.testing.broker.InProcessBroker`. Every
+to NATS it attaches to an :class:`bus.testing.broker.InProcessBroker`, whose
+client is a :class:`bus.transport.port.Connection` like the real one. Every
 rule runs as it does in production, from the same code: the envelope encoder
 and every receive check, the depth rule, PRX-style patterns and queue groups,
 the middleware kernel (its view of the registry, chain order, fail modes,
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable
-from typing import cast
 
 from bus.client import Bus
 from bus.core import depth as _depth
@@ -26,7 +26,7 @@ from bus.core.envelope import DEFAULT_MAX_BYTES
 from bus.middleware.handler.module import Module
 from bus.middleware.kernel.intercept import MiddlewareOptions
 from bus.testing.broker import InProcessBroker
-from bus.transport.nats_api import Client
+from bus.transport.port import Connection
 
 #: How long ``serve`` waits for the kernel to see a module's handlers (in-process: at once, in practice).
 SERVE_TIMEOUT = 10.0
@@ -77,9 +77,8 @@ class TestBus(Bus):
         self._managed_names = frozenset(managed)
         self._serving: list[asyncio.Task[None]] = []
 
-    async def _connect(self) -> Client:
-        nc = self.broker.connect(self.name, str(self._nats_options["inbox_prefix"]), self._on_error)
-        return cast(Client, nc)  # duck-typed: the part of nats-py's client that Bus and its components use
+    async def _connect(self) -> Connection:
+        return self.broker.connect(self.name, str(self._nats_options["inbox_prefix"]), self._on_trouble)
 
     async def start(self) -> TestBus:
         await super().start()

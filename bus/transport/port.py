@@ -7,21 +7,42 @@ buckets, the receive limits and the drop counters. None of it is a nats-py type
 beyond the raw message a raw subscription delivers.
 ``Bus`` implements it; the components take a Port, never ``Bus`` itself, so
 they sit below the façade and can be driven by any implementation of it.
+
+:class:`Connection` is what the façade itself needs of a client: nats-py's
+behind :class:`~bus.transport.nats_connection.NatsConnection`, the in-process
+broker's behind :class:`bus.testing.TestBus`. :class:`Trouble` classifies what
+a connection's error callback reports.
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
+import nats.errors as nats_errors
+
+from bus.core.errors import TransportError
 from bus.core.stats import BusStats
 from bus.transport.kv import Bucket
-from bus.transport.nats_api import nats_errors
-from bus.transport.streams import StreamSpec, StreamState
+from bus.transport.streams import PullConsumer, StreamSpec, StreamState
 
 #: What a publish, subscribe or unsubscribe on a Port may raise when the connection fails
 #: (catch this, not nats-py's types; KV and stream calls raise hookbus errors instead).
-TRANSPORT_FAILURES: tuple[type[Exception], ...] = (nats_errors.Error,)
+TRANSPORT_FAILURES: tuple[type[Exception], ...] = (TransportError, nats_errors.Error)
+
+
+class Trouble(enum.Enum):
+    """What kind of trouble a connection's error callback reports."""
+
+    SLOW_CONSUMER = "slow_consumer"
+    CONNECTION = "connection"
+    DENIED = "denied"
+    OTHER = "other"
+
+
+#: Hears each trouble a connection reports, with the error itself.
+TroubleCallback = Callable[[Trouble, Exception], Awaitable[None]]
 
 
 class RawMessage(Protocol):
@@ -44,6 +65,62 @@ class RawSubscription(Protocol):
     """What subscribing returns: a handle to stop receiving (raises one of TRANSPORT_FAILURES when cut off)."""
 
     async def unsubscribe(self, limit: int = 0) -> None: ...
+
+
+class Connection(Protocol):
+    """A client as the façade uses it; failures come out as hookbus errors (NotSent, NoResponders, ...)."""
+
+    @property
+    def raw(self) -> Any:
+        """The client underneath, for tests and tools."""
+        ...
+
+    @property
+    def is_connected(self) -> bool: ...
+
+    @property
+    def max_payload(self) -> int: ...
+
+    @property
+    def server(self) -> str:
+        """Where it is connected now (host:port), for logs."""
+        ...
+
+    def push(self, subject: str, data: bytes, reply: str = "") -> Awaitable[None] | None:
+        """Publish on the fast path; an awaitable when the caller must wait (buffer full); NotSent when dropped."""
+        ...
+
+    async def publish(self, subject: str, data: bytes, reply: str = "") -> None: ...
+
+    async def subscribe(
+        self,
+        subject: str,
+        cb: Callable[[RawMessage], Awaitable[None]],
+        *,
+        queue: str = "",
+        pending_msgs_limit: int | None = None,
+        pending_bytes_limit: int | None = None,
+    ) -> RawSubscription: ...
+
+    async def request(self, subject: str, data: bytes, timeout_s: float) -> bytes: ...
+
+    def new_inbox(self) -> str: ...
+
+    async def flush(self, timeout: float) -> None: ...
+
+    async def close(self, flush_timeout: float = 0.0) -> bool:
+        """Close (flushing first within ``flush_timeout``); False if the flush did not complete."""
+        ...
+
+    async def open_bucket(self, name: str, ttl_s: float | None = None) -> Bucket: ...
+
+    async def ensure_stream(self, spec: StreamSpec) -> StreamState: ...
+
+    async def stream_state(self, name: str) -> StreamState | None: ...
+
+    async def pull_consumer(
+        self, stream: str, subject: str, durable: str, *, ack_wait_s: float, max_ack_pending: int
+    ) -> PullConsumer: ...
 
 
 class Port(Protocol):

@@ -21,6 +21,7 @@ from typing import Final
 import nats.errors
 from nats.aio.client import Client
 
+from bus.core.errors import NotSent
 from bus.transport.internals import internals_enabled
 
 _CONNECTED: Final = Client.CONNECTED
@@ -53,12 +54,13 @@ class Publisher:
         """Publish ``data`` on a subject that bus.core.subjects has validated (``reply``: an inbox, for requests).
 
         Returns None when the message is in the outgoing buffer, or an awaitable
-        the caller must await (a flush to kick, or the plain publish fallback),
-        so the common case costs no coroutine.
+        the caller must await (a flush to kick, or the plain publish fallback,
+        which raises NotSent when the client does not take the message), so the
+        common case costs no coroutine.
         """
         nc = self._nc
         if not self.fast or nc._status != _CONNECTED:
-            return nc.publish(subject, data, reply=reply)
+            return self.publish(subject, data, reply)
         prefix = self._prefixes.get(subject) if not reply else b"PUB %s %s " % (subject.encode(), reply.encode())
         if prefix is None:
             if len(self._prefixes) >= 4096:
@@ -78,6 +80,22 @@ class Publisher:
         if queue is not None and queue.empty():
             return nc._flush_pending()
         return None
+
+    async def publish(self, subject: str, data: bytes, reply: str = "") -> None:
+        """nats-py's own ``publish``, its failures as NotSent (the drop label as ``reason``)."""
+        try:
+            await self._nc.publish(subject, data, reply=reply)
+        except nats.errors.Error as exc:
+            raise not_sent(exc) from None
+
+
+def not_sent(exc: nats.errors.Error) -> NotSent:
+    """A nats-py publish or subscribe failure as hookbus's NotSent."""
+    if isinstance(exc, nats.errors.ConnectionClosedError | nats.errors.ConnectionDrainingError):
+        return NotSent("closed", type(exc).__name__)
+    if isinstance(exc, nats.errors.MaxPayloadError):
+        return NotSent("oversize", type(exc).__name__)
+    return NotSent("disconnected", type(exc).__name__)
 
 
 async def ordered_flush(nc: Client, timeout: float) -> None:

@@ -28,6 +28,7 @@ from bus.core.ratelog import RateLimitedLog
 from bus.core.schema import TurnRequestMsg, TurnResultMsg, decode
 from bus.core.subjects import TOKEN_RE, TURN_PREFIX, turn_queue
 from bus.core.subjects import turn_subject as turn_subject
+from bus.core.tasks import TaskSet
 from bus.transport.port import TRANSPORT_FAILURES, Port, RawMessage
 
 log = logging.getLogger("hookbus.turns")
@@ -96,7 +97,7 @@ class TurnServer:
         self.agent = agent
         self.handler = handler
         self._slots = asyncio.Semaphore(concurrency)
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: TaskSet[None] = TaskSet()
         self._bad = RateLimitedLog(log)
         self.started = 0
         self.rejected = 0
@@ -138,8 +139,7 @@ class TurnServer:
             task = asyncio.get_running_loop().create_task(self._run(request, msg.reply))
         finally:
             _depth._current.reset(token)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks.keep(task)
 
     async def _run(self, request: TurnRequest, reply: str) -> None:
         self.started += 1

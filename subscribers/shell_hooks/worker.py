@@ -23,6 +23,7 @@ from pathlib import Path
 from bus.client import Bus, Subscription
 from bus.core.envelope import Event
 from bus.core.ratelog import RateLimitedLog
+from bus.core.tasks import TaskSet
 from bus.core.visible import visible, visible_lines
 from bus.journal.entries import JournalEntry, publish_entry
 from subscribers.shell_hooks import metrics
@@ -108,7 +109,7 @@ class ShellWorker:
         self._subs: dict[str, Subscription] = {}
         self._sync_lock = asyncio.Lock()
         self._stopping = False
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: TaskSet[None] = TaskSet()
         self._started = False
         self._refusal_log = RateLimitedLog(log, interval=5.0)
 
@@ -139,9 +140,7 @@ class ShellWorker:
         self._groups = config.runnable_by_pattern()
         log.info("hooks.json: %d hooks on %d patterns", len(config.entries), len(self._groups))
         if self._started:
-            task = asyncio.create_task(self._sync_subscriptions())
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._tasks.start(self._sync_subscriptions())
 
     async def _sync_subscriptions(self) -> None:
         """Subscribe to new patterns, unsubscribe from gone ones."""
@@ -182,9 +181,7 @@ class ShellWorker:
         """Run one hook in a slot of ``lane`` (already acquired)."""
         self._active += 1
         self.stats.running_peak = max(self.stats.running_peak, self._active)
-        task = asyncio.create_task(self._run(lane, entry, event))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks.start(self._run(lane, entry, event))
 
     async def _run(self, lane: _Lane, entry: HookEntry, event: Event) -> None:
         metrics.RUNNING.inc()

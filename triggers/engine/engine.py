@@ -28,6 +28,7 @@ from bus.client import Bus, Subscription
 from bus.core.clock import now_timestamp
 from bus.core.envelope import Event
 from bus.core.subjects import TRIGGERS_QUEUE, TRIGGERS_STATUS
+from bus.core.tasks import TaskSet
 from bus.journal.entries import JournalEntry, publish_entry
 from bus.metrics import register_once
 from bus.transport.port import TRANSPORT_FAILURES, RawMessage
@@ -92,7 +93,7 @@ class TriggerEngine:
         self.state: dict[str, TriggerState] = {}
         self._subs: dict[str, Subscription] = {}
         self._inbox = ""
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: TaskSet[None] = TaskSet()
 
     async def start(self) -> TriggerEngine:
         register_metrics()
@@ -156,9 +157,7 @@ class TriggerEngine:
 
     def _debounced(self, spec: TriggerSpec, event: Event) -> None:
         self.state[spec.name].debounce = None
-        task = asyncio.get_running_loop().create_task(self._fire_guarded(spec, event))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks.start(self._fire_guarded(spec, event))
 
     async def _fire_guarded(self, spec: TriggerSpec, event: Event) -> None:
         state = self.state.get(spec.name)

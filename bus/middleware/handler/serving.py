@@ -16,6 +16,7 @@ from bus.core.declaration import Declaration
 from bus.core.depth import DEFAULT_MAX_DEPTH
 from bus.core.eager import run_eager
 from bus.core.errors import RegistryError
+from bus.core.tasks import TaskSet
 from bus.middleware.guards import GUARDS_BUCKET, mark_stopped, put_records, remove_records
 from bus.middleware.registry import MODULES_BUCKET, announcement_of, open_bucket, request_subject
 from bus.transport.kv import Bucket
@@ -57,7 +58,7 @@ class ModuleServer:
         self.bus = bus
         self.detach_on_stop = detach_on_stop
         self.announcement = announcement_of(module)
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks: TaskSet[Any] = TaskSet()
         self._nested = 0  # of the running tasks, those answering nested calls (depth > 0)
         self._waiting: collections.deque[tuple[str, dict[str, Any]]] = collections.deque()
         self._waiting_nested: collections.deque[tuple[str, dict[str, Any]]] = collections.deque()
@@ -175,8 +176,7 @@ class ModuleServer:
         """Send a reply from synchronous code: inline, or in a task if the send must wait."""
         finished, task = run_eager(replying)
         if not finished:
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._tasks.keep(task)
 
     async def _reply(self, inbox: str, reply: dict[str, Any]) -> None:
         if not inbox:

@@ -29,6 +29,7 @@ from bus.core.declaration import Declaration
 from bus.core.errors import BrokenChain, ForeignAnnouncement, HookbusError, RegistryError
 from bus.core.stages import Stage
 from bus.core.subjects import BROKEN_CLEARED, BROKEN_SET, MODULE_ATTACHED, MODULE_DETACHED
+from bus.core.tasks import TaskSet
 from bus.middleware.faults import Outcome
 from bus.middleware.guards import GUARDS_BUCKET, GuardRecord, parse_record
 from bus.middleware.kernel.chain import order
@@ -124,7 +125,7 @@ class View:
         self._watches: list[Watch] = []
         self._modules_watch: Watch | None = None
         self._modules_kv: Bucket | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: TaskSet[None] = TaskSet()
         self._trust_kv: Bucket | None = None
         self.guards_kv: Bucket | None = None
         self._started = False
@@ -157,9 +158,7 @@ class View:
             await watch.stop()
 
     def _spawn(self, coro: object) -> None:
-        task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro)  # type: ignore[arg-type]
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks.start(coro)  # type: ignore[arg-type]
 
     # -- what the watches deliver
 

@@ -1,0 +1,28 @@
+"""TaskSet: the tasks a component started and has not seen finish, for waiting on or cancelling at close.
+
+asyncio keeps only a weak reference to a task, so a component that starts one
+in the background must hold it until it is done; every component did so with
+a set and ``add_done_callback(set.discard)``. This is that set, once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+_T = TypeVar("_T")
+
+
+class TaskSet(set[asyncio.Task[_T]]):
+    """A set of running tasks; each leaves the set by itself when it finishes."""
+
+    def keep(self, task: asyncio.Task[_T]) -> asyncio.Task[_T]:
+        """Hold ``task`` until it is done; returns it."""
+        self.add(task)
+        task.add_done_callback(self.discard)
+        return task
+
+    def start(self, coro: Coroutine[Any, Any, _T]) -> asyncio.Task[_T]:
+        """Run ``coro`` in a task on the running loop and hold it until it is done."""
+        return self.keep(asyncio.get_running_loop().create_task(coro))
