@@ -19,10 +19,12 @@ from typing import Any, Final
 
 from bus.core import depth as _depth
 from bus.core.catalog import check_strict
+from bus.core.claim import DEFAULT_MAX_OBJECT_BYTES, whole_payload
 from bus.core.decisions import Decision
-from bus.core.envelope import DEFAULT_MAX_BYTES, Encoder
-from bus.core.errors import BusClosedError, ConfigError, NotSent, SubjectError, TransportError
+from bus.core.envelope import DEFAULT_MAX_BYTES, Encoder, payload_bytes
+from bus.core.errors import BusClosedError, ConfigError, NotSent, PayloadRefError, SubjectError, TransportError
 from bus.core.ratelog import RateLimitedLog
+from bus.core.schema import PayloadRefMsg
 from bus.core.stats import COLLECTOR, BusStats
 from bus.core.subjects import TOKEN_RE, normalise_pattern
 from bus.core.tasks import TaskSet
@@ -34,6 +36,7 @@ from bus.subscription import Subscription as Subscription
 from bus.transport.connection import Credentials, auth_options, resolve_servers, with_private_inbox
 from bus.transport.kv import Bucket
 from bus.transport.nats_connection import NatsConnection
+from bus.transport.objects import PayloadStore, ensure_payloads_bucket
 from bus.transport.port import Connection, RawMessage, RawSubscription, Trouble
 from bus.transport.server import NatsServer
 from bus.transport.streams import PullConsumer, StreamSpec, StreamState
@@ -71,6 +74,10 @@ class Bus:
     ``hookbus up`` listens). ``Bus(embedded=True)`` starts a private nats-server
     for this Bus alone, for tests and notebooks.
 
+    An event over ``max_bytes`` keeps its payload whole in the ``hookbus_payloads``
+    object store (up to ``max_object_bytes``) and goes out with a reference and a
+    preview; without the store it is cut to fit (docs/events.md, Oversized events).
+
     Middleware (``intercept``): ``trust_new=True`` approves handlers never seen
     before on first sight (development); ``managed`` names handlers or modules
     of the operator's config that run without approval; ``middleware`` holds
@@ -88,6 +95,7 @@ class Bus:
         name: str = "hookbus",
         embedded: bool = False,
         max_bytes: int = DEFAULT_MAX_BYTES,
+        max_object_bytes: int = DEFAULT_MAX_OBJECT_BYTES,
         max_depth: int = _depth.DEFAULT_MAX_DEPTH,
         strict: bool = False,
         connect_timeout: float = 10.0,
@@ -109,7 +117,9 @@ class Bus:
         self.stats = BusStats()
         self._servers = None if embedded else resolve_servers(servers)
         self._embedded: NatsServer | None = NatsServer(die_with_parent=True) if embedded else None
-        self._encoder = Encoder(max_bytes, source)
+        self._encoder = Encoder(max_bytes, source, cut=False)
+        self._max_object_bytes = max_object_bytes
+        self._payloads: PayloadStore | None = None
         self._connect_timeout = connect_timeout
         self._close_timeout = close_timeout
         self._nats_options = with_private_inbox(
@@ -178,6 +188,7 @@ class Bus:
             )
         self._state = BusState.OPEN
         COLLECTOR.track(self.stats)
+        self._payloads = PayloadStore(self.nc, self._max_object_bytes)
         return self
 
     async def _connect(self) -> Connection:
@@ -248,8 +259,8 @@ class Bus:
         if depth >= self.max_depth:
             stats.dropped.add("depth")
             return False
-        if truncated:
-            stats.truncated += 1
+        if truncated:  # over the limit: kept whole in the object store, or cut to fit
+            data = await self._oversize(subject, _EMPTY if payload is None else payload, session_id, depth, len(data))
         conn = self._conn
         if conn is None:
             raise BusClosedError(f"emit on a Bus that is {self._state.value}")
@@ -337,6 +348,38 @@ class Bus:
                 await waiting
         except NotSent:
             self.stats.dropped.add("disconnected")
+
+    async def _oversize(
+        self, subject: str, payload: Mapping[str, Any], session_id: str | None, depth: int, size: int
+    ) -> bytes:
+        """An event over the limit: its payload kept whole in the object store, else cut to fit (both counted)."""
+        store = self._payloads
+        ref = None if store is None else await store.put(payload_bytes(subject, payload))
+        if ref is None:
+            self.stats.truncated += 1
+        else:
+            self.stats.claimed += 1
+        return self._encoder.fit(subject, payload, session_id, depth, size, ref)
+
+    async def load_payload(self, subject: str, ref: PayloadRefMsg) -> dict[str, Any]:
+        """The whole payload a received event refers to (``Event.full_payload`` calls this), checked.
+
+        Raises PayloadRefError when the reference is refused (another bucket, over
+        ``max_object_bytes``) or the object is missing or not what it names.
+        """
+        store = self._payloads
+        if store is None:
+            raise PayloadRefError(subject, f"the Bus is {self._state.value}: nothing to fetch the payload with")
+        return whole_payload(subject, await store.fetch(subject, ref))
+
+    async def ensure_payloads_bucket(self) -> None:
+        """Create the claim check's object store if missing (``hookbus up``); RegistryError if refused."""
+        await ensure_payloads_bucket(self.nc)
+
+    @property
+    def max_object_bytes(self) -> int:
+        """The largest whole payload this Bus keeps in (or fetches from) the object store."""
+        return self._max_object_bytes
 
     def new_id(self) -> str:
         """A unique id (the one generator of event ids; middleware calls use it too)."""

@@ -67,6 +67,7 @@ class Subscription:
         self._hides_internal = hides_internal(pattern)
         self._max_bytes = bus.max_bytes
         self._max_depth = bus.max_depth
+        self._load_payload = bus.load_payload
         self._malformed_log = RateLimitedLog(log)
         self._error_log = RateLimitedLog(log)
         self._background = background
@@ -87,6 +88,8 @@ class Subscription:
             self.bus.stats.dropped.add(exc.drop)
             self._malformed_log.warning("%s (subscription %r); message skipped", exc, self.pattern)
             return
+        if event.payload_ref is not None:  # a claimed event: its handlers may fetch the whole payload
+            event.loader = self._load_payload
         tasks = self._tasks
         while len(tasks) >= self.concurrency:
             self._slot_free = asyncio.get_running_loop().create_future()

@@ -82,9 +82,10 @@ async def test_stdin_is_empty_without_stdin_json(bus: Bus, workspace: Path, star
     assert (out / "env_payload_set").read_text() == "set"
 
 
-async def test_payload_over_8_kb_is_not_in_the_environment(
+async def test_payload_over_8_kb_leaves_the_variable_empty_and_flagged(
     bus: Bus, workspace: Path, start_worker: StartWorker
 ) -> None:
+    """As PRX does: ZERO_HOOK_PAYLOAD is set but empty, and ZERO_HOOK_PAYLOAD_TRUNCATED=1."""
     out = dump_hook(workspace)
     recorder = EventRecorder()
     await bus.subscribe("prx.lifecycle.tool_call", recorder)
@@ -93,7 +94,8 @@ async def test_payload_over_8_kb_is_not_in_the_environment(
     await wait_for_file(out / "done")
     raw = (await recorder.wait_for(1))[0].raw.decode()
     assert len(raw) > ENV_PAYLOAD_LIMIT
-    assert (out / "env_payload_set").read_text() == ""
+    assert (out / "env_payload_set").read_text() == "set" and (out / "env_payload").read_text() == ""
+    assert env_of(out / "env")["ZERO_HOOK_PAYLOAD_TRUNCATED"] == "1"
     assert (out / "file_payload").read_text() == raw
     assert (out / "stdin").read_text() == raw
 

@@ -27,7 +27,7 @@ from bus.journal.entries import JournalEntry
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = ("bus", "subscribers", "triggers")
 #: A string that names hookbus plumbing: a subject, a KV bucket, a stream.
-PLUMBING = re.compile(r"hookbus\.[a-z]|hookbus_(modules|trust|guards)\b|HOOKBUS_JOURNAL|\$KV\.|\$JS\.")
+PLUMBING = re.compile(r"hookbus\.[a-z]|hookbus_(modules|trust|guards|payloads)\b|HOOKBUS_JOURNAL|\$KV\.|\$JS\.|\$O\.")
 
 
 def _literals(tree: ast.AST) -> list[tuple[int, str]]:
@@ -121,6 +121,14 @@ _SINK = [
 ]
 
 
+#: Putting a whole payload in the claim check's object store (chunks, then the meta), and reading one back.
+_PAYLOADS_PUT = [f"{subjects.PAYLOADS_CHUNKS}.nuid", f"{subjects.PAYLOADS_METAS}.bmFtZQ=="]
+_PAYLOADS_GET = [
+    f"$JS.API.DIRECT.GET.{subjects.PAYLOADS_STREAM}",
+    f"$JS.API.DIRECT.GET.{subjects.PAYLOADS_STREAM}.{subjects.PAYLOADS_METAS}.bmFtZQ==",
+]
+
+
 def _journal(kinds: tuple[str, ...], origin: str) -> list[str]:
     return [
         JournalEntry(kind=kind, point="p", phase="x", who="w", decision="continue").subject(origin) for kind in kinds
@@ -130,7 +138,13 @@ def _journal(kinds: tuple[str, ...], origin: str) -> list[str]:
 #: What each role publishes and subscribes to, as the code builds the names.
 ROLES: dict[str, dict[str, list[str]]] = {
     "agent-eva": {
-        "publish": [*_EVENTS, module_subject("guard"), *_journal(("middleware",), "agent-eva"), *_READ_STATE],
+        "publish": [
+            *_EVENTS,
+            module_subject("guard"),
+            *_journal(("middleware",), "agent-eva"),
+            *_PAYLOADS_PUT,
+            *_READ_STATE,
+        ],
         "subscribe": [turn_subject("eva"), "_INBOX.agent-eva.reply"],
     },
     "module-guard": {
@@ -143,6 +157,8 @@ ROLES: dict[str, dict[str, list[str]]] = {
             turn_subject("eva"),
             TRIGGERS_STATUS,
             *_journal(("shell_hook", "subscriber", "trigger"), "worker"),
+            *_PAYLOADS_PUT,
+            *_PAYLOADS_GET,
         ],
         "subscribe": [*_EVENTS, TRIGGERS_STATUS, "_INBOX.worker.reply"],
     },
@@ -153,6 +169,10 @@ ROLES: dict[str, dict[str, list[str]]] = {
             turn_subject("eva"),
             TRIGGERS_STATUS,
             *_journal(("shell_hook", "subscriber", "trigger"), "bus"),
+            *_PAYLOADS_PUT,
+            *_PAYLOADS_GET,
+            f"$JS.API.STREAM.INFO.{subjects.PAYLOADS_STREAM}",
+            f"$JS.API.STREAM.CREATE.{subjects.PAYLOADS_STREAM}",
             *_SINK,
             *_READ_STATE,
             *[f"$JS.API.STREAM.CREATE.KV_{bucket}" for bucket in (MODULES_BUCKET, TRUST_BUCKET, GUARDS_BUCKET)],

@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from typing import Any
 
 import orjson
 
 from bus.cli.common import add_nats_url, connection_args
 from bus.client import Bus
 from bus.core.envelope import Event
+from bus.core.errors import PayloadRefError
 from bus.core.visible import visible
 
 _MAX_PAYLOAD_CHARS = 200
@@ -27,29 +29,52 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("pattern", nargs="?", default=">")
     parser.add_argument("--json", action="store_true", help="one envelope per line, as on the wire")
+    parser.add_argument(
+        "--full",
+        action="store_true",
+        help="whole payloads: not shortened, and fetched from the object store for events over the size limit",
+    )
     parser.add_argument("--count", type=int, default=0, metavar="N", help="exit after N events")
     add_nats_url(parser)
     parser.set_defaults(func=run)
 
 
-def format_line(event: Event) -> str:
-    """One readable line: time, subject, depth, session, payload (shortened); control characters escaped."""
+def format_line(event: Event, whole: dict[str, Any] | None = None) -> str:
+    """One readable line: time, subject, depth, session, payload (shortened unless ``whole`` is given).
+
+    Control characters are escaped.
+    """
     clock = visible(event.timestamp[11:23] if len(event.timestamp) >= 23 else event.timestamp)
-    payload = orjson.dumps(event.payload).decode()
-    if len(payload) > _MAX_PAYLOAD_CHARS:
+    payload = orjson.dumps(event.payload if whole is None else whole).decode()
+    if whole is None and len(payload) > _MAX_PAYLOAD_CHARS:
         payload = payload[: _MAX_PAYLOAD_CHARS - 1] + "…"
     session = f" session={visible(event.session_id)}" if event.session_id else ""
-    cut = " truncated" if event.truncated else ""
+    cut = " truncated" if event.truncated and (whole is None or event.payload_ref is None) else ""
     return f"{clock} {event.subject} depth={event.depth}{session}{cut} {payload}"
+
+
+def _line(event: Event, as_json: bool) -> str:
+    return event.raw.decode(errors="replace") if as_json else format_line(event)
+
+
+async def _full_line(event: Event, as_json: bool) -> str:
+    """The line with the whole payload; the preview and a note on stderr when it cannot be had."""
+    try:
+        whole = await event.full_payload()
+        raw = await event.full_raw()
+    except PayloadRefError as exc:
+        print(f"hookbus tail: {exc}; showing the preview", file=sys.stderr, flush=True)
+        return _line(event, as_json)
+    return raw.decode(errors="replace") if as_json else format_line(event, whole)
 
 
 async def run(args: argparse.Namespace) -> int:
     done = asyncio.Event()
     seen = 0
 
-    def show(event: Event) -> None:
+    async def show(event: Event) -> None:
         nonlocal seen
-        line = event.raw.decode(errors="replace") if args.json else format_line(event)
+        line = await _full_line(event, args.json) if args.full else _line(event, args.json)
         sys.stdout.write(line + "\n")
         sys.stdout.flush()
         seen += 1

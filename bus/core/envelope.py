@@ -16,22 +16,29 @@ and ids are a random per-process prefix plus a counter.
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Final, NotRequired, TypedDict
 
+import msgspec
 import orjson
 
 from bus.core.clock import IdSource, format_timestamp
 from bus.core.depth import DEFAULT_MAX_DEPTH, depth_problem
-from bus.core.errors import EnvelopeError, NotSerializableError, PayloadError, PayloadTooLarge
+from bus.core.errors import EnvelopeError, NotSerializableError, PayloadError, PayloadRefError, PayloadTooLarge
+from bus.core.schema import PayloadRefMsg, convert
 from bus.core.subjects import event_name, known_event_name, received_event_name, subject_problem, validate_subject
 
 #: Default limit on an encoded event, as in the PRX document (64 KB).
 DEFAULT_MAX_BYTES: Final = 64 * 1024
 #: Strings shorter than this are never cut when truncating.
 _MIN_CUT_CHARS: Final = 64
+#: Attempts at cutting strings in proportion before an event is found too large (two suffice in practice).
+_FIT_TRIES: Final = 8
+#: Bytes the ``"truncated":true`` flag adds to an envelope.
+_FLAG_ROOM: Final = len(b',"truncated":true')
 _dumps = orjson.dumps
 _loads = orjson.loads
 _time = time.time
@@ -53,6 +60,11 @@ class EventDict(TypedDict):
     depth: int
     source: NotRequired[str]
     truncated: NotRequired[bool]
+    payload_ref: NotRequired[dict[str, Any]]
+
+
+#: Fetches the whole payload a reference names, checked (``loader(subject, ref)``); the receiving Bus's.
+PayloadLoader = Callable[[str, PayloadRefMsg], Awaitable[dict[str, Any]]]
 
 
 @dataclass(slots=True)
@@ -70,6 +82,11 @@ class Event:
     truncated: bool = False
     #: The exact bytes received (what shell hooks get as their payload).
     raw: bytes = b""
+    #: Set when ``payload`` is a preview and the whole payload is in the object store (the claim check).
+    payload_ref: PayloadRefMsg | None = None
+    #: What fetches a claimed payload (set by the subscription that received it); None: nothing can.
+    loader: PayloadLoader | None = field(default=None, compare=False, repr=False)
+    _whole: asyncio.Future[dict[str, Any]] | None = field(default=None, init=False, compare=False, repr=False)
 
     def to_dict(self) -> EventDict:
         """The envelope as a dict, as it was on the wire."""
@@ -85,16 +102,45 @@ class Event:
             out["source"] = self.source
         if self.truncated:
             out["truncated"] = True
+        if self.payload_ref is not None:
+            out["payload_ref"] = msgspec.to_builtins(self.payload_ref)
         return out
+
+    async def full_payload(self) -> dict[str, Any]:
+        """The whole payload: ``payload`` itself, or the object a claimed event refers to (fetched once, checked).
+
+        Raises PayloadRefError naming what was wrong: a refused reference, a
+        missing object, or bytes that are not what the reference names.
+        """
+        ref = self.payload_ref
+        if ref is None:
+            return self.payload
+        if self._whole is None:
+            if self.loader is None:
+                raise PayloadRefError(self.subject, "this event did not come from a bus: nothing can fetch its payload")
+            self._whole = asyncio.ensure_future(self.loader(self.subject, ref))
+        return await asyncio.shield(self._whole)
+
+    async def full_raw(self) -> bytes:
+        """The envelope with the whole payload and without ``truncated`` (``raw`` itself unless claimed)."""
+        if self.payload_ref is None:
+            return self.raw
+        envelope: dict[str, Any] = dict(self.to_dict())
+        envelope["payload"] = await self.full_payload()
+        envelope.pop("truncated", None)
+        return _dumps(envelope)
 
 
 class Encoder:
     """Builds envelope bytes; one per Bus (it caches per-subject heads)."""
 
-    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES, source: str | None = None) -> None:
+    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES, source: str | None = None, *, cut: bool = True) -> None:
         if max_bytes < 512:
             raise ValueError(f"max_bytes={max_bytes} is too small: an envelope needs room")
         self.max_bytes = max_bytes
+        #: False: ``encode`` returns an oversized envelope as it is (flagged), for a caller that claims it
+        #: (keeps the payload in the object store) or calls :meth:`fit`.
+        self.cut = cut
         self._heads: dict[str, bytes] = {}
         self._tail = b',"source":' + orjson.dumps(source) + b"}" if source else b"}"
         #: Event ids; ``new_id()`` and the envelopes share its counter, so no two ids repeat.
@@ -125,8 +171,9 @@ class Encoder:
     def encode(
         self, subject: str, payload: Mapping[str, Any], session_id: str | None, depth: int
     ) -> tuple[bytes, bool]:
-        """Encode an event; returns ``(bytes, truncated)``.
+        """Encode an event; returns ``(bytes, oversize)``: an oversized one comes back cut to fit (see :meth:`fit`).
 
+        With ``cut`` False an oversized envelope comes back whole, for the caller to claim or fit.
         Raises SubjectError, NotSerializableError or PayloadTooLarge for caller bugs.
         """
         head = self._heads.get(subject) or self.head(subject)
@@ -152,21 +199,48 @@ class Encoder:
         data = _ENVELOPE % (head, self._ts_bytes, sid, body, self._id_prefix, self._counter(), depth, self._tail)
         if len(data) <= self.max_bytes:
             return data, False
-        return self._truncated(subject, payload, session_id, depth, len(data)), True
+        if not self.cut:
+            return data, True
+        return self.fit(subject, payload, session_id, depth, len(data)), True
 
-    def _truncated(
-        self, subject: str, payload: Mapping[str, Any], session_id: str | None, depth: int, size: int
+    def fit(
+        self,
+        subject: str,
+        payload: Mapping[str, Any],
+        session_id: str | None,
+        depth: int,
+        size: int,
+        ref: PayloadRefMsg | None = None,
     ) -> bytes:
-        """Cut the largest strings until the envelope fits, or raise PayloadTooLarge."""
-        fitted = truncate_strings(orjson.loads(orjson.dumps(payload)), size - self.max_bytes)
-        while fitted is not None:
-            data = self._encode_flagged(subject, fitted, session_id, depth)
+        """The envelope of an event ``size`` bytes long, flagged ``truncated``, its largest strings cut to fit.
+
+        The strings are cut in proportion to their sizes so that the envelope
+        uses the limit (a 1 MiB string keeps about the limit, less the rest of
+        the envelope). With ``ref`` (a claimed event) the envelope carries it
+        and the payload is a preview, empty when no string can be cut enough.
+        Raises PayloadTooLarge when nothing makes the envelope fit.
+        """
+        cutter = StringCutter(_loads(_dump_payload(subject, payload)))
+        ref_room = 0 if ref is None else len(_dumps(msgspec.to_builtins(ref))) + len(b',"payload_ref":')
+        excess, last = size - self.max_bytes + _FLAG_ROOM + ref_room, size
+        for _ in range(_FIT_TRIES):
+            if not cutter.cut(excess):
+                break
+            data = self._encode_flagged(subject, cutter.value, session_id, depth, ref)
             if len(data) <= self.max_bytes:
                 return data
-            fitted = truncate_strings(fitted, len(data) - self.max_bytes)
+            if len(data) >= last:  # every string is as short as it may be
+                break
+            excess, last = excess + len(data) - self.max_bytes, len(data)
+        if ref is not None:
+            data = self._encode_flagged(subject, {}, session_id, depth, ref)
+            if len(data) <= self.max_bytes:
+                return data
         raise PayloadTooLarge(subject, size, self.max_bytes)
 
-    def _encode_flagged(self, subject: str, payload: Any, session_id: str | None, depth: int) -> bytes:
+    def _encode_flagged(
+        self, subject: str, payload: Any, session_id: str | None, depth: int, ref: PayloadRefMsg | None = None
+    ) -> bytes:
         envelope = {
             "event": event_name(subject),
             "timestamp": self._ts_bytes.decode(),
@@ -176,6 +250,8 @@ class Encoder:
             "depth": depth,
             "truncated": True,
         }
+        if ref is not None:
+            envelope["payload_ref"] = msgspec.to_builtins(ref)
         return orjson.dumps(envelope)[:-1] + self._tail
 
 
@@ -195,29 +271,76 @@ def truncation_marker(cut_bytes: int) -> str:
     return f"…[hookbus: {cut_bytes} bytes cut]…"
 
 
-def truncate_strings(value: Any, excess: int) -> Any | None:
-    """Cut the largest string in ``value`` (in place) by at least ``excess`` bytes.
+#: Bytes a marker may take (its count has at most this many digits).
+_MARKER_ROOM: Final = len(truncation_marker(10**12).encode())
 
-    The string keeps its head and tail around a marker naming how many bytes
-    were cut. Returns ``value``, or None when no string is long enough to cut.
+
+class StringCutter:
+    """The long strings of a payload (a private copy, cut in place), shortened in proportion to their sizes.
+
+    Each :meth:`cut` starts again from the original strings, so a cut string
+    carries one marker naming exactly how many bytes it lost.
     """
-    found = _largest_string(value)
-    if found is None:
-        return None
-    container, key, text = found
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+        #: (container, key, original text, its UTF-8 size, its size inside JSON), largest first.
+        self._strings = sorted(_long_strings(value), key=lambda found: -found[4])
+
+    def cut(self, excess: int) -> bool:
+        """Shorten the largest strings by about ``excess`` JSON bytes in all; False if no string is long enough.
+
+        Each chosen string loses a share of ``excess`` (plus its marker) in
+        proportion to its size; a string whose share would not pay for its
+        marker is left alone.
+        """
+        chosen = self._strings
+        while chosen:
+            need = excess + len(chosen) * _MARKER_ROOM
+            total = sum(found[4] for found in chosen)
+            if len(chosen) == 1 or need * chosen[-1][4] >= 2 * _MARKER_ROOM * total:
+                break
+            chosen = chosen[:-1]
+        if not chosen:
+            return False
+        for container, key, text, _, _ in self._strings:
+            container[key] = text
+        for container, key, text, utf8_size, json_size in chosen:
+            share = -(-need * json_size // total)  # JSON bytes, rounded up
+            container[key] = _cut_text(text, -(-share * utf8_size // json_size))
+        return True
+
+
+def _cut_text(text: str, cut_bytes: int) -> str:
+    """``text`` without about ``cut_bytes`` UTF-8 bytes from its middle, a marker in their place."""
     encoded = text.encode()
-    # Cut the requested excess plus room for the marker and JSON escaping slack.
-    cut = min(len(encoded) - _MIN_CUT_CHARS, excess + 64 + excess // 8)
+    cut = min(len(encoded) - _MIN_CUT_CHARS, cut_bytes)
     if cut <= 0:
-        return None
+        return text
     keep = len(encoded) - cut
     head = encoded[: keep // 2].decode(errors="ignore")
     tail = encoded[len(encoded) - (keep - keep // 2) :].decode(errors="ignore")
-    container[key] = head + truncation_marker(len(encoded) - len(head.encode()) - len(tail.encode())) + tail
-    return value
+    return head + truncation_marker(len(encoded) - len(head.encode()) - len(tail.encode())) + tail
+
+
+def _long_strings(value: Any) -> list[tuple[Any, Any, str, int, int]]:
+    """Every string of ``value`` longer than the shortest one ever cut, with where it is and its sizes."""
+    found: list[tuple[Any, Any, str, int, int]] = []
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        for key, item in items:
+            if isinstance(item, str):
+                if len(item) > _MIN_CUT_CHARS:
+                    found.append((node, key, item, len(item.encode()), len(_dumps(item)) - 2))
+            elif isinstance(item, (dict, list)):
+                stack.append(item)
+    return found
 
 
 def _largest_string(value: Any) -> tuple[Any, Any, str] | None:
+    """The longest string of ``value`` over the shortest one ever cut, with its container and key (output drain)."""
     best: tuple[Any, Any, str] | None = None
     stack = [value]
     while stack:
@@ -230,6 +353,11 @@ def _largest_string(value: Any) -> tuple[Any, Any, str] | None:
             elif isinstance(item, (dict, list)):
                 stack.append(item)
     return best
+
+
+def payload_bytes(subject: str, payload: Mapping[str, Any]) -> bytes:
+    """A payload's JSON bytes, as an envelope carries them and the object store keeps them whole."""
+    return _dump_payload(subject, payload)
 
 
 def _check_field(obj: dict[str, Any], subject: str, name: str, kind: type | tuple[type, ...]) -> None:
@@ -254,6 +382,14 @@ def _reject(subject: str, obj: dict[str, Any], max_depth: int) -> EnvelopeError:
         raise EnvelopeError(subject, f"field 'source' has type {type(obj.get('source')).__name__}")
     except EnvelopeError as exc:
         return exc
+
+
+def _payload_ref(subject: str, ref: object) -> PayloadRefMsg:
+    """A received ``payload_ref`` as its type (only its shape: the receiver checks the rest before fetching)."""
+    try:
+        return convert(ref, PayloadRefMsg, "field 'payload_ref'", ValueError)
+    except ValueError as exc:
+        raise EnvelopeError(subject, str(exc)) from None
 
 
 _FIELDS: Final = (
@@ -302,5 +438,9 @@ def decode(subject: str, data: bytes, max_bytes: int = DEFAULT_MAX_BYTES, max_de
         and 0 <= depth < max_depth
         and (source is None or type(source) is str)
     ):
-        return Event(subject, name, stamp, session, payload, ident, depth, source, obj.get("truncated") is True, data)
+        event = Event(subject, name, stamp, session, payload, ident, depth, source, obj.get("truncated") is True, data)
+        ref = obj.get("payload_ref")
+        if ref is not None:
+            event.payload_ref = _payload_ref(subject, ref)
+        return event
     raise _reject(subject, obj, max_depth)

@@ -14,6 +14,7 @@ The tree::
     │   ├── PayloadTooLarge        over the size limit even after truncation
     │   └── CatalogError           strict mode: does not match the event catalog
     ├── EnvelopeError          bytes from the bus are not a valid event envelope
+    ├── PayloadRefError        a claim-check reference is refused, or its whole payload cannot be had
     └── MiddlewareError        the middleware could not do what was asked
         ├── StageError             a stage name breaks the stage rules (also ValueError)
         ├── DeclarationError       a handler declaration is invalid (also ValueError)
@@ -127,6 +128,20 @@ class EnvelopeError(HookbusError):
         self.drop = drop
         what = "malformed" if drop == "malformed" else "refused"
         super().__init__(f"{what} event on {subject!r}: {reason}")
+
+
+class PayloadRefError(HookbusError):
+    """The whole payload of a claimed event cannot be had: its reference is refused or its object is not right.
+
+    Receivers check a reference as if the emitter were hostile: the bucket
+    name, the size against their cap, and the object's size and SHA-256
+    against the reference. ``subject`` is the event's subject.
+    """
+
+    def __init__(self, subject: str, reason: str) -> None:
+        self.subject = subject
+        self.reason = reason
+        super().__init__(f"payload of the event on {subject!r}: {reason}")
 
 
 class MiddlewareError(HookbusError):

@@ -21,6 +21,28 @@ NonNegative = Annotated[int, msgspec.Meta(ge=0)]
 T = TypeVar("T")
 
 
+#: A SHA-256 in lower-case hex.
+Sha256Hex = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{64}$")]
+
+
+class PayloadRefMsg(msgspec.Struct, kw_only=True):
+    """An envelope's ``payload_ref``: the whole payload is the object ``name`` of ``bucket`` (the claim check).
+
+    Receivers re-check it before fetching (bucket ``hookbus_payloads``, size
+    within their cap) and after (the object's bytes have this size and SHA-256).
+    """
+
+    bucket: str
+    name: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_=-]{1,128}$")]
+    size: NonNegative  # bytes of the payload's JSON object
+    sha256: Sha256Hex  # of those bytes
+
+
+#: What a receiver completed, in an event's ``received_as``: a PRX envelope without ``id`` or
+#: ``depth``, or a bare PRX payload object wrapped as the event of its subject.
+ReceivedAs = Literal["prx-envelope", "prx-payload"]
+
+
 class EnvelopeMsg(msgspec.Struct, kw_only=True):
     """An event on its subject (docs/events.md). Receivers decode it with the hand-written check in
     bus.core.envelope (faster on the delivery path); a test holds the two to the same verdicts."""
@@ -33,6 +55,7 @@ class EnvelopeMsg(msgspec.Struct, kw_only=True):
     depth: NonNegative  # and below the receiver's limit
     source: str | None = None
     truncated: Any = False  # only ``true`` means cut
+    payload_ref: PayloadRefMsg | None = None  # set: ``payload`` is a preview, the whole is in the object store
 
 
 #: Depths the journal takes: far beyond any recursion limit, and well inside SQLite's integers.
@@ -151,6 +174,7 @@ class AnnouncementMsg(msgspec.Struct, kw_only=True):
 #: Every wire message declared here, for the documentation check.
 MESSAGES: tuple[type[msgspec.Struct], ...] = (
     EnvelopeMsg,
+    PayloadRefMsg,
     JournalEntryMsg,
     TurnRequestMsg,
     TurnResultMsg,

@@ -73,6 +73,8 @@ class BusStats:
         self.dropped = LabelledCounter()
         self.handler_errors = LabelledCounter()
         self.truncated = 0
+        #: Oversized events whose payload went whole to the object store (the envelope carries a reference).
+        self.claimed = 0
         self.disconnects = 0
         self.reconnects = 0
 
@@ -83,6 +85,7 @@ class BusStats:
             for label, value in dict(theirs).items():
                 mine.add(label, value)
         self.truncated += other.truncated
+        self.claimed += other.claimed
         self.disconnects += other.disconnects
         self.reconnects += other.reconnects
 
@@ -128,6 +131,7 @@ class _BusCollector(Collector):
         yield _family("events_dropped", "Events not published or not delivered, by reason.", "reason", total.dropped)
         yield _family("handler_errors", "Subscriber handlers that raised, by subject.", "subject", total.handler_errors)
         yield _plain("events_truncated", "Oversized events whose strings were cut to fit.", total.truncated)
+        yield _plain("events_claimed", "Oversized events kept whole in the object store.", total.claimed)
         yield _plain("nats_disconnects", "Times a client lost its NATS connection.", total.disconnects)
         yield _plain("nats_reconnects", "Times a client reconnected to NATS.", total.reconnects)
 

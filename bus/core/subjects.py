@@ -206,6 +206,14 @@ TURN_PREFIX = "hookbus.turn"
 MODULES_BUCKET = "hookbus_modules"
 TRUST_BUCKET = "hookbus_trust"
 GUARDS_BUCKET = "hookbus_guards"
+#: The JetStream object store holding whole payloads of events over the size limit (the claim check,
+#: docs/protocol.md): the envelope carries a reference to one of its objects and a preview.
+PAYLOADS_BUCKET = "hookbus_payloads"
+#: Its stream and subjects, in JetStream's object-store layout: ``<chunks>.<nuid>`` holds an object's
+#: chunks, ``<metas>.<base64url(name)>`` its meta (size, chunk count, digest).
+PAYLOADS_STREAM = "OBJ_hookbus_payloads"
+PAYLOADS_CHUNKS = "$O.hookbus_payloads.C"
+PAYLOADS_METAS = "$O.hookbus_payloads.M"
 #: Queue groups: shell-hook workers (unless told otherwise), and the agent-metrics subscriber.
 SHELL_QUEUE = "hookbus-shell"
 AGENT_METRICS_QUEUE = "hookbus-agent-metrics"

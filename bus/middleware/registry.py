@@ -57,9 +57,10 @@ async def open_bucket(port: Port, bucket: str) -> Bucket:
 
 
 async def ensure_buckets(port: Port) -> None:
-    """Create the middleware state buckets if missing (``hookbus up`` does, as the bus role)."""
+    """Create the middleware buckets and the claim check's object store if missing (``hookbus up``, as bus)."""
     for bucket in (MODULES_BUCKET, TRUST_BUCKET, GUARDS_BUCKET):
         await open_bucket(port, bucket)
+    await port.ensure_payloads_bucket()
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 import nats.errors as nats_errors
 
 from bus.core.errors import TransportError
+from bus.core.schema import PayloadRefMsg
 from bus.core.stats import BusStats
 from bus.transport.kv import Bucket
 from bus.transport.streams import PullConsumer, StreamSpec, StreamState
@@ -131,6 +132,14 @@ class Port(Protocol):
         ...
 
     def new_inbox(self) -> str: ...
+
+    async def load_payload(self, subject: str, ref: PayloadRefMsg) -> dict[str, Any]:
+        """The whole payload a claimed event refers to, checked; PayloadRefError if refused or not what it names."""
+        ...
+
+    async def ensure_payloads_bucket(self) -> None:
+        """Create the claim check's object store if missing; RegistryError if refused."""
+        ...
 
     async def ensure_stream(self, spec: StreamSpec) -> StreamState:
         """Create (or update) a JetStream stream; JournalError if the server refuses."""

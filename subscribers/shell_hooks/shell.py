@@ -1,9 +1,12 @@
 """Run one shell hook process, exactly as the PRX document describes.
 
 The event's envelope JSON reaches the process through three channels at once:
-``ZERO_HOOK_PAYLOAD`` (unless it exceeds 8 KB), a temporary file named by
-``ZERO_HOOK_PAYLOAD_FILE`` (removed when the process ends) and, with
-``stdin_json``, standard input. The environment is rebuilt from nothing: a safe
+``ZERO_HOOK_PAYLOAD`` (over 8 KiB it is set but empty and
+``ZERO_HOOK_PAYLOAD_TRUNCATED=1`` says so, as PRX does), a temporary file named
+by ``ZERO_HOOK_PAYLOAD_FILE`` (removed when the process ends) and, with
+``stdin_json``, standard input. The file and stdin carry the whole payload: for
+an event over the bus limit it is fetched from the object store (the claim
+check) and the hook reads one envelope as if nothing had been cut. The environment is rebuilt from nothing: a safe
 PATH, the ``ZERO_HOOK_*`` variables, ``HOOKBUS_DEPTH`` (event depth + 1, so that
 ``hookbus emit`` inside the hook carries the recursion counter), ``NATS_URL``
 without credentials, then the variables the action's ``env`` may set (see
@@ -20,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import logging
 import os
 import signal
 import tempfile
@@ -30,6 +34,8 @@ from typing import Final
 
 from bus.core.depth import DEPTH_ENV, child_depth
 from bus.core.envelope import Event
+from bus.core.errors import PayloadRefError
+from bus.core.ratelog import RateLimitedLog
 from subscribers.shell_hooks.hooks_config import HookEntry
 from subscribers.shell_hooks.limits import DEFAULT_KILL_GRACE
 from subscribers.shell_hooks.process import HookProcess, spawn
@@ -42,8 +48,10 @@ from subscribers.shell_hooks.security import (
     safe_path,
 )
 
-#: Above this many bytes the payload is not put in ZERO_HOOK_PAYLOAD (PRX: 8 KB).
+#: Above this many bytes ZERO_HOOK_PAYLOAD is empty and ZERO_HOOK_PAYLOAD_TRUNCATED=1 (PRX: 8 KiB).
 ENV_PAYLOAD_LIMIT: Final = 8 * 1024
+log = logging.getLogger("hookbus.shell_hooks")
+_fetch_log = RateLimitedLog(log, interval=5.0)
 #: Bytes of a hook's output kept for the log; the rest is read and discarded.
 DEFAULT_OUTPUT_LIMIT: Final = 4096
 #: How long to keep reading output after the process exits (background children may hold the pipe).
@@ -95,8 +103,8 @@ class ShellRunner:
         #: Process-group ids of hooks running now (killed on shutdown).
         self.running: set[int] = set()
 
-    def environment(self, entry: HookEntry, event: Event, payload_file: str) -> dict[str, str]:
-        """The sanitised environment of one hook process."""
+    def environment(self, entry: HookEntry, event: Event, payload_file: str, payload: bytes) -> dict[str, str]:
+        """The sanitised environment of one hook process (``payload``: the envelope the hook reads)."""
         env = {key: value for key, value in entry.action.env.items() if is_allowed_env(key)}
         url = env.get("NATS_URL") or self.nats_url
         if url:
@@ -106,9 +114,12 @@ class ShellRunner:
         env["ZERO_HOOK_SESSION"] = event.session_id or ""
         env["ZERO_HOOK_TIMESTAMP"] = event.timestamp
         env["ZERO_HOOK_PAYLOAD_FILE"] = payload_file
-        env.pop("ZERO_HOOK_PAYLOAD", None)
-        if len(event.raw) <= ENV_PAYLOAD_LIMIT:
-            env["ZERO_HOOK_PAYLOAD"] = event.raw.decode()
+        env.pop("ZERO_HOOK_PAYLOAD_TRUNCATED", None)
+        if len(payload) <= ENV_PAYLOAD_LIMIT:
+            env["ZERO_HOOK_PAYLOAD"] = payload.decode()
+        else:  # execve's limits: the file and stdin carry it
+            env["ZERO_HOOK_PAYLOAD"] = ""
+            env["ZERO_HOOK_PAYLOAD_TRUNCATED"] = "1"
         env[DEPTH_ENV] = str(child_depth(event.depth))
         return env
 
@@ -119,21 +130,22 @@ class ShellRunner:
         cwd, problem = resolve_cwd(entry.action.cwd, self.workspace)
         if cwd is None:
             return HookResult(entry.id, entry.event, HookOutcome.REFUSED, reason=problem)
+        payload = await hook_payload(event)
         fd, payload_file = tempfile.mkstemp(prefix="hookbus-hook-", suffix=".json")
         try:
             try:
-                os.write(fd, event.raw)  # at most the 64 KiB event limit: one write
+                _write_all(fd, payload)
             finally:
                 os.close(fd)
-            return await self._spawn(entry, event, cwd, payload_file)
+            return await self._spawn(entry, event, cwd, payload_file, payload)
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(payload_file)
 
-    async def _spawn(self, entry: HookEntry, event: Event, cwd: Path, payload_file: str) -> HookResult:
+    async def _spawn(self, entry: HookEntry, event: Event, cwd: Path, payload_file: str, payload: bytes) -> HookResult:
         action = entry.action
         command = resolve_command(action.command, self.workspace)
-        env = self.environment(entry, event, payload_file)
+        env = self.environment(entry, event, payload_file, payload)
         refused = nul_problem([command, *action.args, str(cwd)], env)
         if refused is not None:
             return HookResult(entry.id, entry.event, HookOutcome.REFUSED, reason=f"event refused: {refused}")
@@ -143,7 +155,7 @@ class ShellRunner:
                 [command, *action.args],
                 env=env,
                 cwd=cwd,
-                stdin_data=event.raw if action.stdin_json else None,
+                stdin_data=payload if action.stdin_json else None,
                 output_limit=self.output_limit,
             )
         except (OSError, ValueError) as exc:  # ValueError: what execve cannot take (checked above; a backstop)
@@ -222,6 +234,28 @@ class _Deadline:
             self._timer = None
         if self.expired and not self.killed:
             kill_group(self.pgid, signal.SIGKILL)
+
+
+async def hook_payload(event: Event) -> bytes:
+    """The envelope a hook reads: with the whole payload, fetched for a claimed event (once per event).
+
+    When the whole payload cannot be had (the reference refused, the object
+    gone or not what it names) the hook gets the envelope as received: its
+    preview, flagged ``truncated``, and the reason is logged.
+    """
+    if event.payload_ref is None:
+        return event.raw
+    try:
+        return await event.full_raw()
+    except PayloadRefError as exc:
+        _fetch_log.warning("%s; the hook gets the preview", exc)
+        return event.raw
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def kill_group(pgid: int, sig: signal.Signals) -> None:
