@@ -15,22 +15,27 @@
 
 A handler gets the decoded :class:`bus.Event` and the :class:`bus.Bus`; what it
 emits carries the event's depth + 1 (the bus sets it for handlers), so loops
-stop at the recursion limit. Handlers of one Subscriber share a queue group
-and run at most ``concurrency`` at a time per pattern; ``stop()`` stops taking
-events and lets in-flight handlers finish within ``drain_timeout``.
+stop at the recursion limit. Subscribers with the same ``queue`` share the
+events: each handler subscribes in a queue group of its own within ``queue``
+(:func:`bus.core.subjects.key_queue` of its pattern and name), so an event
+matching several handlers reaches each of them once across the members, never
+just one of them. Handlers run at most ``concurrency`` at a time per pattern;
+``stop()`` stops taking events and lets in-flight handlers finish within
+``drain_timeout``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Final
 
 from bus.client import DEFAULT_CONCURRENCY, Bus, Subscription
 from bus.core.envelope import Event
-from bus.core.subjects import normalise_pattern
+from bus.core.subjects import key_queue, normalise_pattern
 
 #: A Subscriber's handler: like an EventHandler, also given the Bus (to emit, intercept, request turns).
 SubscriberHandler = Callable[[Event, Bus], Awaitable[None]]
@@ -45,9 +50,15 @@ class Route:
     pattern: str
     handler: SubscriberHandler
 
+    @property
+    def key(self) -> str:
+        """What names this route in every member: its NATS pattern and the handler's module and name."""
+        name = getattr(self.handler, "__qualname__", None) or repr(self.handler)
+        return f"{normalise_pattern(self.pattern)} {getattr(self.handler, '__module__', '')}.{name}"
+
 
 class Subscriber:
-    """A set of handlers run together: one queue group, bounded concurrency, graceful stop."""
+    """A set of handlers run together: one queue namespace, bounded concurrency, graceful stop."""
 
     def __init__(
         self,
@@ -80,11 +91,27 @@ class Subscriber:
 
     async def start(self, bus: Bus) -> None:
         """Subscribe every route on ``bus`` (an open Bus); events published after this returns reach them."""
-        for route in self.routes:
+        for route, queue in zip(self.routes, self.queues(), strict=True):
             self._subs.append(
-                await bus.subscribe(route.pattern, _bind(route.handler, bus), self.queue, concurrency=self.concurrency)
+                await bus.subscribe(route.pattern, _bind(route.handler, bus), queue, concurrency=self.concurrency)
             )
         await bus.flush()  # the server has the subscriptions when start() returns
+
+    def queues(self) -> list[str | None]:
+        """Each route's queue group: its own within ``queue`` (None without one).
+
+        A route whose key repeats (the same handler twice on one pattern) gets
+        its rank among them in the key, so each still runs once per event.
+        """
+        if not self.queue:
+            return [None] * len(self.routes)
+        seen: Counter[str] = Counter()
+        queues: list[str | None] = []
+        for route in self.routes:
+            key = route.key
+            seen[key] += 1
+            queues.append(key_queue(self.queue, key if seen[key] == 1 else f"{key} #{seen[key]}"))
+        return queues
 
     async def stop(self) -> None:
         """Stop taking events; in-flight handlers get ``drain_timeout`` seconds, then are cancelled."""

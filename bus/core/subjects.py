@@ -11,6 +11,7 @@ also accept the PRX-style forms, mapped by :func:`normalise_pattern`.
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 from bus.core.errors import SubjectError
@@ -214,11 +215,33 @@ PAYLOADS_BUCKET = "hookbus_payloads"
 PAYLOADS_STREAM = "OBJ_hookbus_payloads"
 PAYLOADS_CHUNKS = "$O.hookbus_payloads.C"
 PAYLOADS_METAS = "$O.hookbus_payloads.M"
-#: Queue groups: shell-hook workers (unless told otherwise), and the agent-metrics subscriber.
+#: Queue groups: shell-hook workers (unless told otherwise: the namespace of their per-key groups, see
+#: key_queue), and the agent-metrics subscriber.
 SHELL_QUEUE = "hookbus-shell"
 AGENT_METRICS_QUEUE = "hookbus-agent-metrics"
 #: The queue group trigger engines share, so each event fires a trigger once.
 TRIGGERS_QUEUE = "hookbus-triggers"
+
+
+#: Hex digits of the key's hash in a per-key queue group (64 bits: no two keys of a workspace collide).
+_KEY_QUEUE_HASH_CHARS = 16
+
+
+def key_queue(group: str, key: str) -> str:
+    """The NATS queue group one key (a hook key, a handler, a trigger) of ``group`` subscribes in.
+
+    NATS hands a message to one member of a queue group, whatever pattern each
+    member subscribed with: keys sharing one group would split an event that
+    matches several of them. So each key gets its own group, ``<group>-`` plus
+    16 hex digits of the SHA-256 of the key; workers sharing ``group`` and
+    holding the same key share that key's events, and an event matching
+    several keys runs each key once. Callers pass a normalised key (the NATS
+    pattern of a hooks.json key) so that spellings of one key share a group.
+    """
+    if not TOKEN_RE.fullmatch(group):
+        raise SubjectError(group, "a queue group name must match [A-Za-z0-9_-]+")
+    digest = hashlib.sha256(key.encode()).hexdigest()[:_KEY_QUEUE_HASH_CHARS]
+    return f"{group}-{digest}"
 
 
 def turn_subject(agent: str) -> str:

@@ -1,8 +1,11 @@
 """The shell-hook worker: subscribe to what hooks.json names, run the hooks, bounded.
 
-One subscription per event key (NATS pattern) of hooks.json, in a queue group
-so that workers on many machines share the events (each event's hooks run on
-one worker: at-most-once). Each key is a lane of its own: the NATS callback
+One subscription per event key (NATS pattern) of hooks.json, each in a queue
+group of its own (``key_queue(queue, pattern)``), so that workers on many
+machines share each key's events (each key's hooks run on one worker:
+at-most-once) and an event matching several keys runs every key's hooks: NATS
+gives a message to one member of a group whatever its pattern, so keys sharing
+one group would split it. Each key is a lane of its own: the NATS callback
 only enqueues into the key's bounded queue (full: the event is shed and
 counted), and the key's dispatcher starts each hook once one of the key's
 ``max_procs`` process slots is free. So the worker never forks without bound,
@@ -23,6 +26,7 @@ from pathlib import Path
 from bus.client import Bus, Subscription
 from bus.core.envelope import Event
 from bus.core.ratelog import RateLimitedLog
+from bus.core.subjects import key_queue
 from bus.core.tasks import TaskSet
 from bus.core.visible import visible, visible_lines
 from bus.journal.entries import JournalEntry, publish_entry
@@ -155,9 +159,13 @@ class ShellWorker:
             for pattern in added:
                 self._lanes[pattern] = _Lane(self, pattern)
                 handler = _Enqueue(self, pattern)
-                self._subs[pattern] = await self.bus.subscribe(pattern, handler, self.queue)
+                self._subs[pattern] = await self.bus.subscribe(pattern, handler, self.queue_of(pattern))
             if added:
                 await self.bus.flush()  # the server has the subscriptions: "started" means receiving
+
+    def queue_of(self, pattern: str) -> str | None:
+        """The queue group of one key's subscription: its own within the worker's ``queue`` namespace."""
+        return key_queue(self.queue, pattern) if self.queue else None
 
     def enqueue(self, pattern: str, event: Event) -> None:
         """The NATS callback: queue the event with the hooks of its key, or shed it (that key full)."""

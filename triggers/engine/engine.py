@@ -4,9 +4,9 @@ For each event on a trigger's pattern: the filter, then the recursion depth
 (the turn would run at event depth + 1; at the limit it is not started), then
 debounce (wait for quiet, keep the last event), then dedupe, cooldown and the
 in-flight limit. Every firing and every suppression goes to the journal with
-its reason, and to metrics. Replicas share events through one queue group, so
-each event is judged, and each turn started, once; the guards' state is each
-replica's own.
+its reason, and to metrics. Replicas share each trigger's events through a
+queue group of that trigger's own, so each event is judged, and each turn
+started, once per trigger it matches; the guards' state is each replica's own.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from prometheus_client.registry import REGISTRY, CollectorRegistry
 from bus.client import Bus, Subscription
 from bus.core.clock import now_timestamp
 from bus.core.envelope import Event
-from bus.core.subjects import TRIGGERS_QUEUE, TRIGGERS_STATUS
+from bus.core.subjects import TRIGGERS_QUEUE, TRIGGERS_STATUS, key_queue
 from bus.core.tasks import TaskSet
 from bus.journal.entries import JournalEntry, publish_entry
 from bus.metrics import register_once
@@ -110,7 +110,8 @@ class TriggerEngine:
         for name, spec in specs.items():
             self.state.setdefault(name, TriggerState())
             if name not in self._subs:
-                self._subs[name] = await self.bus.subscribe(spec.pattern, self._handler(name), queue=self.queue)
+                queue = key_queue(self.queue, name) if self.queue else None  # one group per trigger: overlaps all fire
+                self._subs[name] = await self.bus.subscribe(spec.pattern, self._handler(name), queue=queue)
         for gone in set(self.state) - set(specs):
             del self.state[gone]
         self.specs = dict(specs)
