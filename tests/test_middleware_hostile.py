@@ -171,6 +171,21 @@ def test_a_fault_reads_through_the_declared_fail_mode(harness: Harness) -> None:
     assert harness.call(False, orjson.dumps(silent)) == Continue()
 
 
+def test_a_reply_of_the_wrong_shape_is_invalid_as_a_whole_naming_the_field(harness: Harness) -> None:
+    first, second = harness.qualnames(True)
+    ok = {"handler": first, "outcome": "ok", "decision": "continue", "duration_ms": 0.1}
+    reply = {"decision": "continue", "reactions": [ok, {**ok, "handler": second, "duration_ms": "soon"}]}
+    decision = harness.call(True, orjson.dumps(reply))
+    assert isinstance(decision, Cancel) and decision.handler == first  # the whole request: the first one's fail mode
+    assert f"{first} is fail-closed and invalid: invalid reply: " in decision.reason
+    assert "field 'reactions[1].duration_ms'" in decision.reason
+    assert harness.call(False, orjson.dumps(reply)) == Continue()
+    reply["reactions"][1]["duration_ms"] = 0.2  # well-typed: both handlers passed
+    assert harness.call(True, orjson.dumps(reply)) == Continue()
+    said_error = harness.call(True, orjson.dumps({"error": "malformed request: x", "decision": "continue"}))
+    assert isinstance(said_error, Cancel) and "the module answered an error: malformed request: x" in said_error.reason
+
+
 def test_a_huge_reason_and_an_odd_handler_name_are_drained_under_the_kernels_name(harness: Harness) -> None:
     first, _ = harness.qualnames(False)
     reply = {"decision": "cancel", "reason": "x" * 16384 + "END", "handler": "h" * 300 + "/../../x"}

@@ -20,6 +20,8 @@ import orjson
 import pytest
 
 from bus import Bus, Cancel, Continue, Module, Patch
+from bus.core.declaration import declare
+from bus.middleware.registry import MODULES_BUCKET, Announcement, open_bucket
 from bus.testing import serving, wait_for_chain
 from tests.conftest import IN_CI, require_binary, unique
 
@@ -106,12 +108,12 @@ async def approve(operator: Bus, *names: str) -> None:
 
 
 def test_node_checks_the_identity_vectors() -> None:
-    """The JS identity implementation reproduces every vector the Python implementation generated."""
+    """The JS side reproduces every vector: identities, versions, and which announcements, replies and
+    requests are valid (tests/test_protocol_vectors.py holds the Python side to the same files)."""
     done = subprocess.run([node(), "--test", "test/"], cwd=JS, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
-    expected = sum(
-        len(json.loads((VECTORS / f"{name}.json").read_text())) for name in ("identity", "identity_invalid", "version")
-    )
+    files = ("identity", "identity_invalid", "version", "announcements", "replies", "requests")
+    expected = sum(len(json.loads((VECTORS / f"{name}.json").read_text())) for name in files)
     assert f"# pass {expected}\n" in done.stdout and "# fail 0\n" in done.stdout, done.stdout[-1000:]
 
 
@@ -224,3 +226,24 @@ async def test_a_python_module_serves_the_js_kernel(nats_url: str) -> None:
             assert held["decision"] == "cancel" and held["handler"] == f"{name}.boom"
             assert held["reason"].startswith(f"{name}.boom is gone since "), held
             assert await kernel.ask("intercept", stage=stage, payload={"name": "bad"}) == {"decision": "continue"}
+
+
+async def test_the_js_kernel_refuses_a_numeric_instance_as_the_python_kernel_does(nats_url: str) -> None:
+    """An announcement whose instance is the number 5, under the key ``<module>.5``: both kernels ignore it."""
+    forged, honest = unique("num"), unique("str")
+    stage = f"custom.{forged}"
+    decls = {name: declare(name, "h", stage, timeout=1.0) for name in (forged, honest)}
+    node()
+    async with Bus(nats_url, name="operator") as operator:
+        view = await operator.middleware.start()
+        for decl in decls.values():
+            await view.approve(decl)
+        kv = await open_bucket(operator, MODULES_BUCKET)
+        async with js_process("kernel.js", "--servers", nats_url) as (kernel, _):
+            numeric = Announcement(forged, "5", f"hookbus.mw.{forged}", 60.0, False, (decls[forged],))
+            await kv.put(numeric.key, orjson.dumps({**orjson.loads(numeric.to_bytes()), "instance": 5}))
+            barrier = Announcement(honest, "7", f"hookbus.mw.{honest}", 60.0, False, (decls[honest],))
+            await kv.put(barrier.key, barrier.to_bytes())  # watched after the forged one: once seen, both were read
+            assert await kernel.ask("wait", stage=stage, handlers=[f"{honest}.h"]) == [f"{honest}.h"]
+            await wait_for_chain(operator, stage, [f"{honest}.h"], WAIT)
+            assert f"{forged}.h" not in view.declarations()

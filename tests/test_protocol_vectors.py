@@ -1,7 +1,8 @@
-"""The identity test vectors (tests/vectors/*.json) against the Python implementation.
+"""The protocol test vectors (tests/vectors/*.json) against the Python implementation.
 
 The vectors are the data another language's module or kernel checks itself
-against (examples/js runs them too); this proves they say what hookbus does.
+against (examples/js runs them too); this proves they say what hookbus does:
+identities, versions, and which announcements, replies and requests are valid.
 """
 
 from __future__ import annotations
@@ -13,7 +14,10 @@ from typing import Any
 
 import pytest
 
-from bus import HookbusError, Module
+from bus import DecisionError, HookbusError, Module
+from bus.core.decisions import read_reply
+from bus.core.schema import MiddlewareRequest, decode
+from bus.middleware.registry import parse_announcement
 
 from .protocol_support import canonical, declaration_from_wire, identity, version
 
@@ -70,3 +74,37 @@ def test_a_module_announces_declarations_that_hash_back_to_their_identity() -> N
     wire = json.loads(json.dumps(decl.to_wire()))
     assert identity(wire) == decl.identity()
     assert wire["timeout"] == 30.0 and wire["match"] == ["ls", "shell"] and wire["after"] == ["guard.first"]
+
+
+@pytest.mark.parametrize("vector", _load("announcements"), ids=lambda v: v["what"])
+def test_announcement_vector(vector: dict[str, Any]) -> None:
+    """What a kernel accepts from the registry (examples/js checks the same file)."""
+    data = json.dumps(vector["announcement"]).encode()
+    if vector["valid"]:
+        assert parse_announcement(data, vector["key"]).key == vector["key"]
+    else:
+        with pytest.raises((ValueError, HookbusError)):
+            parse_announcement(data, vector["key"])
+
+
+@pytest.mark.parametrize("vector", _load("replies"), ids=lambda v: v["what"])
+def test_reply_vector(vector: dict[str, Any]) -> None:
+    """What a kernel reads as a module's decision, and what as an invalid reply (the whole request faulted)."""
+    data = json.dumps(vector["reply"]).encode()
+    if vector["decision"] is None:
+        with pytest.raises(DecisionError) as caught:
+            read_reply(data, "hookbus.mw.g.v")
+        assert "hookbus.mw.g.v" in str(caught.value)
+    else:
+        assert read_reply(data, "hookbus.mw.g.v")[1].kind == vector["decision"]
+
+
+@pytest.mark.parametrize("vector", _load("requests"), ids=lambda v: v["what"])
+def test_request_vector(vector: dict[str, Any]) -> None:
+    """What a module runs, and what it answers with ``{"error": "malformed request: ..."}``."""
+    data = json.dumps(vector["request"]).encode()
+    if vector["valid"]:
+        assert decode(data, MiddlewareRequest, "request", ValueError).stage == vector["request"]["stage"]
+    else:
+        with pytest.raises(ValueError, match=r"^request"):
+            decode(data, MiddlewareRequest, "request", ValueError)

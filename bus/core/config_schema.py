@@ -8,6 +8,7 @@ the loaders.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any
 
 import msgspec
@@ -63,5 +64,98 @@ class Trigger(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     enabled: bool = True
 
 
+#: A shell hook's timeout when neither its action nor the file gives one (PRX's documented default).
+HOOK_TIMEOUT_MS = 30_000
+#: Longest shell-hook timeout accepted (a day): anything longer is a typo in units.
+HOOK_MAX_TIMEOUT_MS = 24 * 3600 * 1000
+TimeoutMs = Annotated[int, msgspec.Meta(ge=1, le=HOOK_MAX_TIMEOUT_MS)]
+
+
+class ShellAction(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """What a shell hook runs: PRX's action fields. ``null`` means the default, as in PRX's files."""
+
+    command: str
+    args: list[str] | None = None
+    env: dict[str, str] | None = None
+    cwd: str | None = None
+    timeout_ms: TimeoutMs | None = None  # null: the file's timeout_ms, else HOOK_TIMEOUT_MS
+    stdin_json: bool | None = None
+
+
+class ShellHook(ShellAction, kw_only=True):
+    """One entry of hooks.json: the action plus the fields hookbus's HTTP API manages."""
+
+    id: Name | None = None
+    enabled: bool | None = None
+    created_at: str | None = None
+    updated_at: str | None = None
+
+
+class ShellHooksFile(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """hooks.json's top level. Keys and entries are checked one by one (to name them) by the loader."""
+
+    hooks: dict[str, object] = {}
+    enabled: bool | None = None  # PRX's switch for the whole file; null: on
+    timeout_ms: TimeoutMs | None = None  # the default of actions without their own; null: HOOK_TIMEOUT_MS
+
+
+class ShellHookBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """A hook written through hookbus's HTTP API: ``{event, action, enabled}``.
+
+    The other fields of a listed hook may be sent back and are ignored: the id
+    comes from the path, the timestamps and the flat ``command``/``timeout_ms``
+    from the stored hook and its action.
+    """
+
+    event: str
+    action: object  # a ShellAction, checked apart to be named ``action``
+    enabled: bool | None = None
+    id: object = None
+    created_at: object = None
+    updated_at: object = None
+    command: object = None
+    timeout_ms: object = None
+
+
+class PrxHookBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """A hook created through PRX's HTTP API shape: flat, as PRX's web console sends it."""
+
+    event: str
+    command: str
+    args: list[str] = []
+    timeout_ms: TimeoutMs | None = None
+
+
+class PrxHookChange(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """A change through PRX's HTTP API shape: the fields given (not null) replace the hook's."""
+
+    event: str | None = None
+    command: str | None = None
+    args: list[str] | None = None
+    timeout_ms: TimeoutMs | None = None
+
+
+def field_problem(exc: msgspec.ValidationError) -> tuple[str | None, str]:
+    """msgspec's complaint as (the top-level field it is about, or None; what is wrong), for errors
+    that carry the field apart from the message (HookConfigError)."""
+    message, _, where = str(exc).partition(" - at `")
+    path = where.rstrip("`").removeprefix("$").lstrip(".")
+    if found := re.fullmatch(r"Object (missing required|contains unknown) field `([^`]*)`", message):
+        return found.group(2), "required field is missing" if found.group(1) == "missing required" else "unknown field"
+    name = re.match(r"[^.\[]+", path)
+    detail = "" if name is None or name.group(0) == path else " (in a value)" if "[...]" in path else f" (at {path})"
+    return (name.group(0) if name else None), message[:1].lower() + message[1:] + detail
+
+
 #: Every config type declared here.
-CONFIGS: tuple[type[msgspec.Struct], ...] = (HookTurnsFile, HookTurn, Trigger)
+CONFIGS: tuple[type[msgspec.Struct], ...] = (
+    HookTurnsFile,
+    HookTurn,
+    Trigger,
+    ShellHooksFile,
+    ShellHook,
+    ShellAction,
+    ShellHookBody,
+    PrxHookBody,
+    PrxHookChange,
+)

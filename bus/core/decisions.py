@@ -1,10 +1,11 @@
 """The three decisions of a middleware handler and their wire form.
 
 ``Continue()`` lets the action pass as is, ``Cancel(reason)`` forbids it,
-``Patch(payload)`` lets it pass with a replaced payload. On the wire they are
-``{"decision": "continue"}``, ``{"decision": "cancel", "reason": str}`` and
-``{"decision": "patch", "payload": {...}}``; :func:`from_wire` is the one
-parser of that form and names what is wrong with anything else.
+``Patch(payload)`` lets it pass with a replaced payload. On the wire a decision
+is the top of a module's reply, ``bus.core.schema.MiddlewareReply``
+(``{"decision": "continue"}``, ``{"decision": "cancel", "reason": str}``,
+``{"decision": "patch", "payload": {...}}``): :func:`reply_of` writes one,
+:func:`read_reply` is the one reader, and names what is wrong with anything else.
 """
 
 from __future__ import annotations
@@ -12,8 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final, TypeAlias
 
+import msgspec
+
 from bus.core.errors import DecisionError
 from bus.core.payloads import to_dict
+from bus.core.schema import MiddlewareReply, ReactionMsg, convert, decode
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,7 +27,7 @@ class Continue:
     kind: ClassVar[str] = "continue"
 
     def to_wire(self) -> dict[str, Any]:
-        return {"decision": "continue"}
+        return _builtins(reply_of(self))
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +45,7 @@ class Cancel:
     payload: dict[str, Any] | None = field(default=None, compare=False)
 
     def to_wire(self) -> dict[str, Any]:
-        return {"decision": "cancel", "reason": self.reason}
+        return _builtins(reply_of(self))
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +59,7 @@ class Patch:
     payload: Any
 
     def to_wire(self) -> dict[str, Any]:
-        return {"decision": "patch", "payload": to_dict(self.payload)}
+        return _builtins(reply_of(self))
 
 
 #: What a handler returns and what ``Bus.intercept`` gives back.
@@ -64,22 +68,53 @@ Decision: TypeAlias = Continue | Cancel | Patch
 CONTINUE: Final = Continue()
 
 
+def reply_of(decision: Decision, reactions: list[ReactionMsg] | None = None) -> MiddlewareReply:
+    """The reply a module sends for the decision of its run (a cancel names its handler, if it has one)."""
+    more: Any = msgspec.UNSET if reactions is None else reactions
+    if isinstance(decision, Cancel):
+        handler: Any = msgspec.UNSET if decision.handler is None else decision.handler
+        return MiddlewareReply(decision="cancel", reason=decision.reason, handler=handler, reactions=more)
+    if isinstance(decision, Patch):
+        return MiddlewareReply(decision="patch", payload=to_dict(decision.payload), reactions=more)
+    return MiddlewareReply(decision="continue", reactions=more)
+
+
+def read_reply(data: bytes, where: str) -> tuple[MiddlewareReply, Decision]:
+    """A module's reply received from ``where`` and its decision; DecisionError naming what is wrong."""
+    try:
+        reply = decode(data, MiddlewareReply, "reply", ValueError)
+    except ValueError as exc:
+        raise DecisionError(where, str(exc)) from None
+    return reply, decision_of(reply, where)
+
+
 def from_wire(obj: object, where: str) -> Decision:
-    """Parse a decision object received from ``where``; raise DecisionError if it is not one."""
-    if not isinstance(obj, dict):
-        raise DecisionError(where, f"expected a JSON object, got {type(obj).__name__}")
-    kind = obj.get("decision")
+    """A reply already parsed from JSON, as a decision; DecisionError naming what is wrong."""
+    try:
+        reply = convert(obj, MiddlewareReply, "reply", ValueError)
+    except ValueError as exc:
+        raise DecisionError(where, str(exc)) from None
+    return decision_of(reply, where)
+
+
+def decision_of(reply: MiddlewareReply, where: str) -> Decision:
+    """The decision a well-typed reply carries; DecisionError if it is an error or misses its part."""
+    if reply.error is not msgspec.UNSET:
+        raise DecisionError(where, f"the module answered an error: {reply.error}")
+    kind = reply.decision
     if kind == "continue":
         return CONTINUE
     if kind == "cancel":
-        reason = obj.get("reason")
-        if not isinstance(reason, str):
+        if reply.reason is msgspec.UNSET:
             raise DecisionError(where, "cancel without a string 'reason'")
-        handler = obj.get("handler")
-        return Cancel(reason, handler if isinstance(handler, str) else None)
+        return Cancel(reply.reason, None if reply.handler is msgspec.UNSET else reply.handler)
     if kind == "patch":
-        payload = obj.get("payload")
-        if not isinstance(payload, dict):
+        if reply.payload is msgspec.UNSET:
             raise DecisionError(where, "patch without an object 'payload'")
-        return Patch(payload)
-    raise DecisionError(where, f"unknown decision {kind!r}")
+        return Patch(reply.payload)
+    raise DecisionError(where, "field 'decision' is required")
+
+
+def _builtins(reply: MiddlewareReply) -> dict[str, Any]:
+    out: dict[str, Any] = msgspec.to_builtins(reply)
+    return out

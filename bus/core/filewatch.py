@@ -1,16 +1,18 @@
 """Hot reload of a config file: poll, parse, keep the last good version.
 
-Editors replace files rather than rewrite them, so the file's identity
-(inode, size, mtime) is what is watched, by polling: no extra dependency and
-no missed rename. A change that does not parse keeps the last good value
-running and logs one clear error (naming the file and what is wrong) per
-change, not per poll.
+What is watched is the file's content, by polling and comparing a digest of
+it (as PRX does): no extra dependency, no missed rename (editors replace files
+rather than rewrite them), and no missed rewrite in place that keeps the size
+and the old mtime; a ``touch`` is not a change. A change that does not parse
+keeps the last good value running and logs one clear error (naming the file
+and what is wrong) per change, not per poll.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -21,16 +23,19 @@ from bus.core.errors import ConfigError
 log = logging.getLogger("hookbus.config")
 
 T = TypeVar("T")
-Signature = tuple[int, int, int] | None
+#: A version of a file: the digest of its content, why it cannot be read, or None (it does not exist).
+Signature = bytes | str | None
 
 
-def signature(path: Path) -> Signature:
-    """What identifies a version of the file: inode, size, mtime; None if it does not exist."""
+def read_version(path: Path) -> tuple[Signature, bytes | None]:
+    """The file's version and content (None if it does not exist or cannot be read)."""
     try:
-        stat = path.stat()
+        data = path.read_bytes()
     except FileNotFoundError:
-        return None
-    return (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+        return None, None
+    except OSError as exc:  # the loader reads it again and names the problem
+        return f"unreadable: {exc.strerror or exc}", None
+    return hashlib.sha256(data).digest(), data
 
 
 class FileVersion:
@@ -38,16 +43,18 @@ class FileVersion:
 
     ``seen_missing`` makes a file that does not exist at the first look count
     as unchanged (there is nothing new to load); otherwise the first look is
-    always a change.
+    always a change. ``data`` is the content read at the last look, so that a
+    loader parses exactly the version that was compared.
     """
 
     def __init__(self, path: Path, *, seen_missing: bool = False) -> None:
         self.path = path
         self._seen: Signature | object = None if seen_missing else _UNSEEN
+        self.data: bytes | None = None
 
     def changed(self) -> bool:
         """True once per new version (or disappearance) of the file."""
-        current = signature(self.path)
+        current, self.data = read_version(self.path)
         if current == self._seen:
             return False
         self._seen = current

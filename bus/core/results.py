@@ -1,16 +1,19 @@
 """How a decision changes the payload: patch composition and the tool.result rules.
 
-On tool.result the veto acts on the output, not on the action: a cancel hides
-the output from the model behind a note with the reason, and a patch carrying
-``"remark"`` keeps the output wrapped with the handler's text. Both the module
-(composing its own sub-chain) and the kernel use :func:`apply_patch`, so the
-rule lives here only.
+A chain is walked in order: a patch replaces the payload for the rest of it, a
+cancel ends it. On tool.result the veto acts on the output, not on the action:
+a cancel hides the output from the model behind a note with the reason, and a
+patch carrying ``"remark"`` keeps the output wrapped with the handler's text.
+Both the module (its own sub-chain) and the kernel (the whole chain) walk with
+:class:`ChainRun`, so the rule lives here only.
 """
 
 from __future__ import annotations
 
 from typing import Any, Final
 
+from bus.core.decisions import CONTINUE, Cancel, Decision, Patch
+from bus.core.payloads import to_dict
 from bus.core.stages import Stage
 
 #: The key a tool.result patch uses to remark on the output without replacing it.
@@ -35,3 +38,32 @@ def wrap_output(output: str, remark: str, handler: str) -> str:
 def hide_output(payload: dict[str, Any], reason: str, handler: str) -> dict[str, Any]:
     """A tool.result payload whose output the model must not see: replaced by the reason."""
     return {**payload, "output": f"[hookbus: output hidden by {handler}: {reason}]", "hidden": True}
+
+
+class ChainRun:
+    """One walk along a chain of handlers: the payload as patched so far, and the cancel that ended it."""
+
+    __slots__ = ("cancel", "patched", "payload", "stage")
+
+    def __init__(self, stage: str, payload: dict[str, Any]) -> None:
+        self.stage = stage
+        self.payload = payload
+        self.patched = False
+        self.cancel: Cancel | None = None
+
+    def take(self, decision: Decision, handler: str) -> bool:
+        """Apply ``handler``'s decision (a cancel is named ``handler``); False once the run is cancelled."""
+        if isinstance(decision, Patch):
+            self.payload = apply_patch(self.stage, to_dict(decision.payload), handler)
+            self.patched = True
+            return True
+        if isinstance(decision, Cancel):
+            self.cancel = Cancel(decision.reason, handler)
+            return False
+        return True
+
+    def decision(self) -> Decision:
+        """The run's decision: its cancel, else a patch of the final payload if any handler patched, else continue."""
+        if self.cancel is not None:
+            return self.cancel
+        return Patch(self.payload) if self.patched else CONTINUE

@@ -10,9 +10,11 @@ interoperate. docs/protocol.md describes every type here (a test checks it).
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Final, Literal, TypeVar
 
 import msgspec
+
+from bus.core.depth import DEFAULT_MAX_DEPTH
 
 #: A NATS subject token (agent, module names).
 Token = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_-]+$")]
@@ -171,6 +173,59 @@ class AnnouncementMsg(msgspec.Struct, kw_only=True):
     at: float = 0.0
 
 
+#: The depths a middleware request may claim: below the recursion limit.
+RequestDepth = Annotated[int, msgspec.Meta(ge=0, lt=DEFAULT_MAX_DEPTH)]
+#: A duration a module may report for a handler (ms); beyond it the number means nothing.
+ReportedMs = Annotated[float, msgspec.Meta(ge=0, lt=1e8)]
+#: The three decisions, as the wire names them.
+DecisionKind = Literal["continue", "cancel", "patch"]
+
+
+class RequestCtx(msgspec.Struct, kw_only=True):
+    """A middleware request's ``ctx``: whose call it is, at which depth, until when the kernel waits."""
+
+    session: str | None = None
+    agent: str | None = None
+    depth: RequestDepth = 0
+    id: str = ""  # the intercept's id, shared by its requests and journal entries
+    deadline: float = 0.0  # Unix time
+
+
+class MiddlewareRequest(msgspec.Struct, kw_only=True):
+    """On ``hookbus.mw.<module>.<version>``: run these handlers of the module, in order, on a payload."""
+
+    stage: str
+    payload: dict[str, Any] = {}
+    ctx: RequestCtx = msgspec.field(default_factory=RequestCtx)
+    handlers: list[str] | None = None  # None: every handler of the stage, in declaration order
+
+
+class ReactionMsg(msgspec.Struct, kw_only=True):
+    """One handler's turn in a middleware reply: how it ended and what the module made of it.
+
+    ``outcome`` and ``decision`` are any strings here: the kernel reads a value
+    it does not know as ``invalid`` for that handler (docs/protocol.md, Who applies fail modes).
+    """
+
+    handler: str
+    outcome: str
+    decision: str | None = None
+    reason: str | msgspec.UnsetType | None = msgspec.UNSET  # sent with a cancel only
+    duration_ms: ReportedMs | None = None
+    cause: str | None = None
+
+
+class MiddlewareReply(msgspec.Struct, kw_only=True):
+    """A module's answer to a middleware request: the run's decision and each handler's reaction, or an error."""
+
+    decision: DecisionKind | msgspec.UnsetType = msgspec.UNSET
+    reason: str | msgspec.UnsetType = msgspec.UNSET  # a cancel's
+    handler: str | msgspec.UnsetType = msgspec.UNSET  # a cancel's: who cancelled (``module.handler``)
+    payload: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET  # a patch's: the payload after the run
+    reactions: list[ReactionMsg] | msgspec.UnsetType = msgspec.UNSET
+    error: str | msgspec.UnsetType = msgspec.UNSET  # instead of a decision: the request could not be run
+
+
 #: Every wire message declared here, for the documentation check.
 MESSAGES: tuple[type[msgspec.Struct], ...] = (
     EnvelopeMsg,
@@ -184,9 +239,15 @@ MESSAGES: tuple[type[msgspec.Struct], ...] = (
     TrustApproval,
     GuardRecordMsg,
     AnnouncementMsg,
+    MiddlewareRequest,
+    RequestCtx,
+    MiddlewareReply,
+    ReactionMsg,
 )
 
 _decoders: dict[type[Any], msgspec.json.Decoder[Any]] = {}
+#: Any message above as JSON bytes (fields left unset are not written).
+encode: Final = msgspec.json.Encoder().encode
 
 
 def decode(

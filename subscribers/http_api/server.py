@@ -1,4 +1,4 @@
-"""The hooks HTTP API of the PRX document, served by ``hookbus up``.
+"""The hooks HTTP API of the PRX document, served by ``hookbus up``; PRX's own shapes too.
 
 ::
 
@@ -8,7 +8,11 @@
     DELETE /api/hooks/{id}             204
     PATCH  /api/hooks/{id}/toggle      200 {"id", "enabled"}
 
-A hook is ``{id, event, action, enabled, created_at, updated_at}``. Every
+A hook is ``{id, event, action, enabled, created_at, updated_at}``, plus PRX's
+flat ``command`` and ``timeout_ms``. PRX's shapes (what its web console sends)
+are accepted beside these and answered as PRX answers: a flat body
+``{event, command, args, timeout_ms}`` (``{"status": "created" | "updated"}``),
+and ids ``event`` or ``event:n`` (``{"status": "deleted" | "toggled"}``). Every
 endpoint needs ``Authorization: Bearer <token>`` (401 otherwise). Writes are
 validated like hooks.json (400 with the reason), written atomically, and
 handed to ``on_write`` (the worker's reload) so they take effect at once.
@@ -29,6 +33,7 @@ from bus.core.errors import ConfigError, HookConfigError, HookNotFound
 from subscribers.http_api.token import token_matches
 from subscribers.shell_hooks import metrics
 from subscribers.shell_hooks.hooks_store import HooksStore
+from subscribers.shell_hooks.prx_api import is_prx_body
 
 log = logging.getLogger("hookbus.api")
 
@@ -83,30 +88,46 @@ async def _written(request: web.Request) -> None:
 
 async def list_hooks(request: web.Request) -> web.Response:
     config = request.app[_STORE].read()
-    return _json({"hooks": [entry.to_api() for entry in config.entries]})
+    answer: dict[str, Any] = {"hooks": [entry.to_api() for entry in config.entries]}
+    if "enabled" in config.top:  # PRX's switch for the whole file, which its console shows
+        answer["enabled"] = config.enabled
+    return _json(answer)
 
 
 async def create_hook(request: web.Request) -> web.Response:
-    entry = await request.app[_STORE].create(await _body(request))
+    body = await _body(request)
+    entry = await request.app[_STORE].create(body)
     await _written(request)
+    if is_prx_body(body):
+        return _json({"status": "created", "event": entry.event, "id": entry.id}, 201)
     return _json(entry.to_api(), 201)
 
 
 async def update_hook(request: web.Request) -> web.Response:
-    entry = await request.app[_STORE].update(request.match_info["id"], await _body(request))
+    body = await _body(request)
+    hook_id = request.match_info["id"]
+    entry = await request.app[_STORE].update(hook_id, body)
     await _written(request)
+    if is_prx_body(body):
+        return _json({"status": "updated", "id": hook_id})
     return _json(entry.to_api())
 
 
 async def delete_hook(request: web.Request) -> web.Response:
-    await request.app[_STORE].delete(request.match_info["id"])
+    hook_id = request.match_info["id"]
+    by_prx_id = await request.app[_STORE].delete(hook_id)
     await _written(request)
+    if by_prx_id:
+        return _json({"status": "deleted", "id": hook_id})
     return web.Response(status=204)
 
 
 async def toggle_hook(request: web.Request) -> web.Response:
-    entry = await request.app[_STORE].toggle(request.match_info["id"])
+    hook_id = request.match_info["id"]
+    entry, by_prx_id = await request.app[_STORE].toggle(hook_id)
     await _written(request)
+    if by_prx_id:
+        return _json({"status": "toggled", "id": hook_id, "enabled": entry.enabled})
     return _json({"id": entry.id, "enabled": entry.enabled})
 
 

@@ -1,21 +1,23 @@
-"""hooks.json: parse, validate and write it. The one validator of hooks.
+"""hooks.json: read it, hold it, write it back. The rules of hooks that need code.
 
 The format is PRX's::
 
-    {"hooks": {"<event>": [{"command": ..., "args": [...], "env": {...}, "cwd": ...,
+    {"enabled": true, "timeout_ms": 5000,
+     "hooks": {"<event>": [{"command": ..., "args": [...], "env": {...}, "cwd": ...,
                             "timeout_ms": 5000, "stdin_json": true}]}}
 
-An ``<event>`` key is a PRX event name (``tool_call``), a subject
-(``eva.custom.deploy``) or a pattern (``prx.lifecycle.*``, ``*``); see
-:func:`bus.core.subjects.normalise_pattern`. Entries may also carry ``id``,
-``enabled``, ``created_at`` and ``updated_at`` (written by the HTTP API); a plain
-PRX file without them works, and its entries get ids derived from their content.
+Its shapes are declared in :mod:`bus.core.config_schema` (``ShellHooksFile``,
+``ShellHook``, ``ShellAction``) and converted by msgspec. What stays here:
+reading a key (PRX's normalisation, then the subject grammar, in
+:func:`read_key`), the defaults (``null`` or absent: the file's ``timeout_ms``,
+else 30 s), the security refusals, ids, and writing back each entry in the
+shape it was read.
 
 Two kinds of problem, told apart on purpose:
 
-- a structural one (bad JSON, wrong type, unknown field) makes the whole file
-  invalid: :class:`~bus.core.errors.HookConfigError` naming file, entry and field;
-  the worker keeps its last good configuration;
+- a structural one (bad JSON, wrong type, unknown field, bad key) makes the
+  whole file invalid: :class:`~bus.core.errors.HookConfigError` naming file,
+  key and index, and field; the worker keeps its last good configuration;
 - a security one (shell metacharacters, NUL bytes, a climbing ``cwd``) refuses
   that entry only: it is loaded with ``refused`` set, logged, counted, never run.
 
@@ -25,27 +27,39 @@ The HTTP API rejects both kinds (400), through the same functions.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
+import msgspec
 import orjson
 
+from bus.core.catalog import warn_misspelt
 from bus.core.clock import now_timestamp
-from bus.core.errors import HookConfigError, SubjectError
-from bus.core.subjects import TOKEN_RE, matches, normalise_pattern
+from bus.core.config_schema import (
+    HOOK_MAX_TIMEOUT_MS,
+    HOOK_TIMEOUT_MS,
+    ShellAction,
+    ShellHook,
+    ShellHookBody,
+    ShellHooksFile,
+    field_problem,
+)
+from bus.core.errors import HookConfigError, HookNotFound, SubjectError
+from bus.core.subjects import PRX_EVENTS, matches, normalise_pattern
 from subscribers.shell_hooks.security import command_problem, cwd_problem, is_allowed_env, nul_problem
 
-DEFAULT_TIMEOUT_MS: Final = 30_000
-#: Longest timeout accepted (a day): anything longer is a typo in units.
-MAX_TIMEOUT_MS: Final = 24 * 3600 * 1000
-ACTION_FIELDS: Final = ("command", "args", "env", "cwd", "timeout_ms", "stdin_json")
-META_FIELDS: Final = ("id", "enabled", "created_at", "updated_at")
+DEFAULT_TIMEOUT_MS: Final = HOOK_TIMEOUT_MS
+MAX_TIMEOUT_MS: Final = HOOK_MAX_TIMEOUT_MS
+#: What PRX's key normalisation changes: ASCII upper case, and ``-`` for ``_``.
+_PRX_FOLD: Final = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ-", "abcdefghijklmnopqrstuvwxyz_")
+
+S = TypeVar("S")
 
 
 @dataclass(frozen=True, slots=True)
 class HookAction:
-    """What to run: the PRX action fields."""
+    """What to run: the PRX action fields, defaults applied."""
 
     command: str
     args: tuple[str, ...] = ()
@@ -72,7 +86,7 @@ class HookAction:
 
 @dataclass(frozen=True, slots=True)
 class HookEntry:
-    """One hook: an event key, an action, and the management fields."""
+    """One hook: an event key, an action, the management fields, and the object it was read from."""
 
     id: str
     event: str
@@ -83,9 +97,13 @@ class HookEntry:
     updated_at: str | None = None
     #: Why the security rules refuse this entry (never run), or None.
     refused: str | None = None
+    #: The key as written in the file (``Tool-Call`` for the event ``tool_call``): where it is written back.
+    key: str = ""
+    #: The entry's object as written: what is written back, so that its shape is kept.
+    fields: Mapping[str, Any] = field(default_factory=dict)
 
     def to_api(self) -> dict[str, Any]:
-        """The hook object of the HTTP API."""
+        """The hook object of the HTTP API; ``command`` and ``timeout_ms`` flat too, for PRX's console."""
         return {
             "id": self.id,
             "event": self.event,
@@ -93,10 +111,12 @@ class HookEntry:
             "enabled": self.enabled,
             "created_at": self.created_at,
             "updated_at": self.updated_at,
+            "command": self.action.command,
+            "timeout_ms": self.action.timeout_ms,
         }
 
-    def to_file(self) -> dict[str, Any]:
-        """The entry as written to hooks.json: the action fields plus the management ones."""
+    def hookbus_fields(self) -> dict[str, Any]:
+        """The entry in hookbus's full shape: the action fields plus the management ones."""
         out: dict[str, Any] = {"id": self.id, **self.action.to_json(), "enabled": self.enabled}
         if self.created_at is not None:
             out["created_at"] = self.created_at
@@ -110,86 +130,113 @@ class HooksConfig:
     """A whole hooks.json, validated."""
 
     entries: tuple[HookEntry, ...] = ()
+    #: The file's top-level fields besides ``hooks`` (PRX's ``enabled``, ``timeout_ms``), as written.
+    top: Mapping[str, Any] = field(default_factory=dict)
+    #: What the loader logs once per version (keys read differently from how they are written).
+    warnings: tuple[str, ...] = field(default=(), compare=False)
+
+    @property
+    def enabled(self) -> bool:
+        """PRX's switch for the whole file (absent or null: on)."""
+        return self.top.get("enabled") is not False
+
+    @property
+    def timeout_ms(self) -> int:
+        """The timeout of actions that give none."""
+        return int(self.top.get("timeout_ms") or DEFAULT_TIMEOUT_MS)
+
+    @property
+    def uses_ids(self) -> bool:
+        """Whether the file is in hookbus's shape (entries with ids) rather than PRX's plain one."""
+        return any("id" in entry.fields for entry in self.entries)
 
     def runnable_by_pattern(self) -> dict[str, tuple[HookEntry, ...]]:
         """Enabled entries grouped by the NATS pattern the worker subscribes to."""
         groups: dict[str, list[HookEntry]] = {}
         for entry in self.entries:
-            if entry.enabled:
+            if entry.enabled and self.enabled:
                 groups.setdefault(entry.pattern, []).append(entry)
         return {pattern: tuple(group) for pattern, group in groups.items()}
 
     def matching(self, subject: str) -> list[HookEntry]:
         """Enabled entries an event on ``subject`` triggers."""
-        return [e for e in self.entries if e.enabled and matches(e.pattern, subject)]
+        return [e for e in self.entries if e.enabled and self.enabled and matches(e.pattern, subject)]
 
-    def find(self, hook_id: str) -> HookEntry | None:
-        return next((entry for entry in self.entries if entry.id == hook_id), None)
+    def locate(self, hook_id: str) -> tuple[int, bool]:
+        """The index of the hook ``hook_id`` names, and whether it was named the PRX way.
+
+        hookbus's ids first; then PRX's: ``<event>`` or ``<event>:<n>``, the
+        n-th action (from 0) of that event in file order.
+        """
+        for index, entry in enumerate(self.entries):
+            if entry.id == hook_id:
+                return index, False
+        event, sep, number = hook_id.rpartition(":")
+        if not (sep and number.isascii() and number.isdigit()):
+            event, number = hook_id, "0"
+        event = prx_key(event)
+        same = [index for index, entry in enumerate(self.entries) if entry.event == event]
+        if int(number) < len(same):
+            return same[int(number)], True
+        raise HookNotFound(hook_id)
+
+    def key_for(self, event: str) -> str:
+        """Where a new hook of ``event`` goes: the key the file already uses for it, else the event."""
+        return next((entry.key for entry in self.entries if entry.event == event), event)
+
+    def items(self) -> list[tuple[str, Mapping[str, Any]]]:
+        """The entries as (key, object as written), in file order."""
+        return [(entry.key, entry.fields) for entry in self.entries]
+
+    def rebuilt(self, items: Iterable[tuple[str, Mapping[str, Any]]]) -> HooksConfig:
+        """This file with other entries: read exactly as the file written from them will be."""
+        return build(self.top, _grouped(items).items())
 
     def to_json_bytes(self) -> bytes:
-        """hooks.json content: entries grouped under their event key, in file order."""
-        hooks: dict[str, list[dict[str, Any]]] = {}
-        for entry in self.entries:
-            hooks.setdefault(entry.event, []).append(entry.to_file())
-        return orjson.dumps({"hooks": hooks}, option=orjson.OPT_INDENT_2) + b"\n"
+        """hooks.json content: the top-level fields as read, entries grouped under their keys, in file order."""
+        return orjson.dumps({**self.top, "hooks": _grouped(self.items())}, option=orjson.OPT_INDENT_2) + b"\n"
 
 
-def _type_name(value: object) -> str:
-    return "null" if value is None else type(value).__name__
+def _grouped(items: Iterable[tuple[str, Mapping[str, Any]]]) -> dict[str, list[Mapping[str, Any]]]:
+    groups: dict[str, list[Mapping[str, Any]]] = {}
+    for key, fields in items:
+        groups.setdefault(key, []).append(fields)
+    return groups
 
 
-def _expect(obj: Mapping[str, Any], name: str, kind: type, what: str, where: dict[str, str | None]) -> Any:
-    value = obj[name]
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise HookConfigError(f"expected {what}, got {_type_name(value)}", field=name, **where)
-    return value
+def to_schema(obj: object, kind: type[S], **where: str | None) -> S:
+    """``obj`` as the schema type ``kind``, or HookConfigError naming ``where`` and the field."""
+    try:
+        return msgspec.convert(obj, kind)
+    except msgspec.ValidationError as exc:
+        name, reason = field_problem(exc)
+        allowed = getattr(kind, "__struct_fields__", None)
+        if reason == "unknown field" and allowed:
+            reason += f" (allowed: {', '.join(allowed)})"
+        raise HookConfigError(reason, field=name, **where) from None
 
 
-def _string_list(value: object, where: dict[str, str | None]) -> tuple[str, ...]:
-    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-        raise HookConfigError(f"expected a list of strings, got {_type_name(value)}", field="args", **where)
-    return tuple(value)
+def prx_key(key: str) -> str:
+    """PRX's reading of a key: trimmed; a PRX event name in any case and with ``-`` for ``_`` is that name.
 
-
-def _string_map(value: object, where: dict[str, str | None]) -> dict[str, str]:
-    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
-        raise HookConfigError("expected an object of string values", field="env", **where)
-    return dict(value)
-
-
-def parse_action(obj: object, *, allowed_extra: tuple[str, ...] = (), **where: str | None) -> HookAction:
-    """Validate the PRX action fields of ``obj``; raise HookConfigError naming the field.
-
-    ``allowed_extra`` names other fields the caller handles (the file's
-    management fields); any further field is an error.
+    Other keys (subjects, patterns) are only trimmed: their case and ``-`` are meaningful.
     """
-    if not isinstance(obj, dict):
-        raise HookConfigError(f"a hook action must be an object, got {_type_name(obj)}", **where)
-    for name in obj:
-        if name not in ACTION_FIELDS and name not in allowed_extra:
-            raise HookConfigError(
-                f"unknown field (allowed: {', '.join(ACTION_FIELDS + allowed_extra)})", field=name, **where
-            )
-    if "command" not in obj:
-        raise HookConfigError("required field is missing", field="command", **where)
-    command = _expect(obj, "command", str, "a string", where)
-    args = _string_list(obj["args"], where) if "args" in obj else ()
-    env = _string_map(obj["env"], where) if "env" in obj else {}
-    cwd = None if obj.get("cwd") is None else _expect(obj, "cwd", str, "a string", where)
-    timeout_ms = DEFAULT_TIMEOUT_MS
-    if "timeout_ms" in obj:
-        timeout_ms = _expect(obj, "timeout_ms", int, "a whole number of milliseconds", where)
-        if not 0 < timeout_ms <= MAX_TIMEOUT_MS:
-            raise HookConfigError(
-                f"must be between 1 and {MAX_TIMEOUT_MS}, got {timeout_ms}", field="timeout_ms", **where
-            )
-    stdin_json = _expect(obj, "stdin_json", bool, "true or false", where) if "stdin_json" in obj else False
-    return HookAction(command, args, env, cwd, timeout_ms, stdin_json)
+    trimmed = key.strip()
+    folded = trimmed.translate(_PRX_FOLD)
+    return folded if folded in PRX_EVENTS else trimmed
 
 
-def refusal(action: HookAction) -> str | None:
-    """Why the security rules refuse ``action`` on sight, or None."""
-    return command_problem(action.command) or nul_problem(action.args, action.env) or cwd_problem(action.cwd)
+def read_key(key: str, warnings: list[str], **where: str | None) -> tuple[str, str]:
+    """A hooks.json key as (its event, the NATS pattern to subscribe to): the one place keys are read.
+
+    A key PRX would read differently from how it is written (``Tool-Call-Start``)
+    is read the same way, with a warning naming it as written.
+    """
+    event = prx_key(key)
+    if event != key:
+        warnings.append(f"{where.get('file') or 'hooks'}: key {key!r} is read as {event!r} (as PRX reads it)")
+    warn_misspelt(event, where.get("file") or "hooks", warnings)
+    return event, parse_event_key(event, **where)
 
 
 def parse_event_key(key: object, **where: str | None) -> str:
@@ -200,73 +247,77 @@ def parse_event_key(key: object, **where: str | None) -> str:
         raise HookConfigError(f"not an event name, subject or pattern: {exc.reason}", **where) from None
 
 
+def refusal(action: HookAction) -> str | None:
+    """Why the security rules refuse ``action`` on sight, or None."""
+    return command_problem(action.command) or nul_problem(action.args, action.env) or cwd_problem(action.cwd)
+
+
 def derived_id(event: str, action: HookAction) -> str:
     """A stable id for an entry the file gives none: a digest of its content."""
     digest = hashlib.sha256(orjson.dumps([event, action.to_json()], option=orjson.OPT_SORT_KEYS)).hexdigest()
     return f"hook_{digest[:10]}"
 
 
-def _parse_meta(obj: dict[str, Any], where: dict[str, str | None]) -> dict[str, Any]:
-    meta: dict[str, Any] = {}
-    if "id" in obj:
-        meta["id"] = _expect(obj, "id", str, "a string", where)
-        if not TOKEN_RE.fullmatch(meta["id"]):
-            raise HookConfigError("an id must match [A-Za-z0-9_-]+", field="id", **where)
-    if "enabled" in obj:
-        meta["enabled"] = _expect(obj, "enabled", bool, "true or false", where)
-    for name in ("created_at", "updated_at"):
-        if obj.get(name) is not None:
-            meta[name] = _expect(obj, name, str, "a timestamp string", where)
-    return meta
+def _action(doc: ShellAction, default_timeout_ms: int) -> HookAction:
+    """The action with PRX's defaults for what is absent or null."""
+    args, env = tuple(doc.args or ()), dict(doc.env or {})
+    return HookAction(doc.command, args, env, doc.cwd, doc.timeout_ms or default_timeout_ms, bool(doc.stdin_json))
 
 
-def parse_entry(event: str, pattern: str, obj: object, *, file: str | None, entry: str) -> HookEntry:
-    """One hooks.json entry: action fields plus optional management fields."""
-    where: dict[str, str | None] = {"file": file, "entry": entry}
-    action = parse_action(obj, allowed_extra=META_FIELDS, **where)
-    assert isinstance(obj, dict)
-    meta = _parse_meta(obj, where)
-    hook_id = meta.pop("id", None) or derived_id(event, action)
-    return HookEntry(hook_id, event, pattern, action, refused=refusal(action), **meta)
+def make_entry(
+    key: str, event: str, pattern: str, obj: object, default_timeout_ms: int, **where: str | None
+) -> HookEntry:
+    """One entry from its object as written."""
+    doc = to_schema(obj, ShellHook, **where)
+    assert isinstance(obj, Mapping)
+    action = _action(doc, default_timeout_ms)
+    enabled = doc.enabled is not False
+    hook_id = doc.id or derived_id(event, action)
+    return HookEntry(
+        hook_id, event, pattern, action, enabled, doc.created_at, doc.updated_at, refusal(action), key, dict(obj)
+    )
+
+
+def build(
+    top: Mapping[str, Any], groups: Iterable[tuple[str, Sequence[object]]], file: str | None = None
+) -> HooksConfig:
+    """A configuration from its top-level fields and its keys' lists of entry objects."""
+    default_timeout_ms = top.get("timeout_ms") or DEFAULT_TIMEOUT_MS
+    warnings: list[str] = []
+    entries: list[HookEntry] = []
+    for key, objects in groups:
+        event, pattern = read_key(key, warnings, file=file, entry=f"hooks.{key}")
+        for index, obj in enumerate(objects):
+            where = {"file": file, "entry": f"hooks.{key}[{index}]"}
+            entries.append(make_entry(key, event, pattern, obj, default_timeout_ms, **where))
+    return HooksConfig(_unique_ids(entries, file), dict(top), tuple(warnings))
 
 
 def parse_config(data: bytes, file: str) -> HooksConfig:
-    """Parse hooks.json content; raise HookConfigError naming file, entry and field."""
+    """Parse hooks.json content; raise HookConfigError naming file, key and index, and field."""
     try:
-        top = orjson.loads(data)
+        doc = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         raise HookConfigError(f"not valid JSON ({exc})", file=file) from None
-    if not isinstance(top, dict):
-        raise HookConfigError(f"expected a JSON object with a 'hooks' key, got {_type_name(top)}", file=file)
-    for name in top:
-        if name != "hooks":
-            raise HookConfigError("unknown top-level field (only 'hooks' is allowed)", file=file, field=name)
-    hooks = top.get("hooks", {})
-    if not isinstance(hooks, dict):
-        raise HookConfigError(
-            f"expected an object of event -> actions, got {_type_name(hooks)}", file=file, field="hooks"
-        )
-    entries: list[HookEntry] = []
-    for key, actions in hooks.items():
-        pattern = parse_event_key(key, file=file, entry=f"hooks.{key}")
-        if not isinstance(actions, list):
-            raise HookConfigError(
-                f"expected a list of actions, got {_type_name(actions)}", file=file, entry=f"hooks.{key}"
-            )
-        for index, obj in enumerate(actions):
-            entries.append(parse_entry(key, pattern, obj, file=file, entry=f"hooks.{key}[{index}]"))
-    return HooksConfig(_unique_ids(entries, file))
+    checked = to_schema(doc, ShellHooksFile, file=file)
+    assert isinstance(doc, dict)
+    top = {name: value for name, value in doc.items() if name != "hooks"}
+    groups = [
+        (key, to_schema(objects, list[object], file=file, entry=f"hooks.{key}"))
+        for key, objects in checked.hooks.items()
+    ]
+    return build(top, groups, file)
 
 
-def _unique_ids(entries: list[HookEntry], file: str) -> tuple[HookEntry, ...]:
+def _unique_ids(entries: list[HookEntry], file: str | None) -> tuple[HookEntry, ...]:
     """Refuse duplicate explicit ids; number duplicate derived ones (identical entries)."""
     seen: set[str] = set()
     out: list[HookEntry] = []
     for entry in entries:
         hook_id, n = entry.id, 1
         while hook_id in seen:
-            if not hook_id.startswith("hook_"):
-                raise HookConfigError(f"duplicate id {entry.id!r}", file=file, entry=f"hooks.{entry.event}", field="id")
+            if "id" in entry.fields:
+                raise HookConfigError(f"duplicate id {entry.id!r}", file=file, entry=f"hooks.{entry.key}", field="id")
             n += 1
             hook_id = f"{entry.id}-{n}"
         seen.add(hook_id)
@@ -274,30 +325,31 @@ def _unique_ids(entries: list[HookEntry], file: str) -> tuple[HookEntry, ...]:
     return tuple(out)
 
 
-def parse_api_hook(body: object, *, hook_id: str, created_at: str | None = None) -> HookEntry:
-    """A hook object from an HTTP API write (``event``, ``action``, ``enabled``).
-
-    Same rules as the file, and stricter: an entry the security rules would
-    refuse is an error here, so that a bad hook is turned away at the door.
-    """
-    if not isinstance(body, dict):
-        raise HookConfigError(f"expected a JSON object, got {_type_name(body)}")
-    for name in body:
-        if name not in ("event", "action", "enabled", "id", "created_at", "updated_at"):
-            raise HookConfigError("unknown field (allowed: event, action, enabled)", field=name)
-    event = body.get("event")
-    if not isinstance(event, str):
-        raise HookConfigError(f"expected an event name, subject or pattern, got {_type_name(event)}", field="event")
-    pattern = parse_event_key(event, field="event")
-    action = parse_action(body.get("action"), entry="action")
-    enabled = body.get("enabled", True)
-    if not isinstance(enabled, bool):
-        raise HookConfigError(f"expected true or false, got {_type_name(enabled)}", field="enabled")
-    reason = refusal(action)
-    if reason is not None:
-        raise HookConfigError(f"refused: {reason}", entry="action")
-    ignored = action.ignored_env()
+def checked_for_api(entry: HookEntry) -> HookEntry:
+    """``entry`` if the HTTP API may write it: stricter than the file, a hook the security rules
+    would refuse, or whose env would be ignored, is an error, turned away at the door."""
+    if entry.refused is not None:
+        raise HookConfigError(f"refused: {entry.refused}", entry="action")
+    ignored = entry.action.ignored_env()
     if ignored:
         raise HookConfigError(f"a hook's env may not set {', '.join(ignored)}", entry="action", field="env")
+    return entry
+
+
+def parse_api_hook(
+    body: object, *, hook_id: str, created_at: str | None = None, default_timeout_ms: int = DEFAULT_TIMEOUT_MS
+) -> HookEntry:
+    """A hook from an HTTP API write in hookbus's shape (``event``, ``action``, ``enabled``).
+
+    Same rules as the file, and stricter (:func:`checked_for_api`). The entry
+    is to be written in hookbus's full shape (``fields``).
+    """
+    if not isinstance(body, dict):
+        raise HookConfigError(f"expected a JSON object, got {'null' if body is None else type(body).__name__}")
+    doc = to_schema(body, ShellHookBody)
+    event, pattern = read_key(doc.event, [], field="event")
+    action = _action(to_schema(doc.action, ShellAction, entry="action"), default_timeout_ms)
     stamp = now_timestamp()
-    return HookEntry(hook_id, event, pattern, action, enabled, created_at or stamp, stamp)
+    enabled = doc.enabled is not False
+    entry = HookEntry(hook_id, event, pattern, action, enabled, created_at or stamp, stamp, refusal(action), event)
+    return checked_for_api(replace(entry, fields=entry.hookbus_fields()))

@@ -1,9 +1,10 @@
 """hooks.json on disk: load it, watch it for changes, replace it atomically.
 
-Watching polls the file's (inode, size, mtime) signature through
-:class:`bus.core.filewatch.FileVersion`, the poller every config file uses:
-no dependency, and robust to editors that write a new file and rename it
-over the old one (the inode changes) as well as to in-place writes.
+Watching polls a digest of the file's content through
+:class:`bus.core.filewatch.FileVersion`, the poller every config file uses (as
+PRX compares a content hash): editors that rename a new file over the old one
+and rewrites in place that keep the size and the mtime are both seen, and the
+version parsed is the one compared.
 """
 
 from __future__ import annotations
@@ -29,14 +30,15 @@ log = logging.getLogger("hookbus.hooks")
 HOOKS_FILE: Final = "hooks.json"
 
 
-def load(path: Path) -> HooksConfig:
-    """Read and validate hooks.json; a missing file is an empty configuration."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return HooksConfig()
-    except OSError as exc:
-        raise HookConfigError(f"cannot read: {exc.strerror or exc}", file=str(path)) from None
+def load(path: Path, data: bytes | None = None) -> HooksConfig:
+    """Validate hooks.json (``data``, its content if already read); a missing file is an empty configuration."""
+    if data is None:
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return HooksConfig()
+        except OSError as exc:
+            raise HookConfigError(f"cannot read: {exc.strerror or exc}", file=str(path)) from None
     return parse_config(data, str(path))
 
 
@@ -89,7 +91,7 @@ class HooksFile:
         if not self._version.changed():
             return False
         try:
-            config = load(self.path)
+            config = load(self.path, self._version.data)
         except HookConfigError as exc:
             self.last_error = exc
             CONFIG_ERRORS.inc()
@@ -97,7 +99,7 @@ class HooksFile:
             return False
         self.last_error = None
         self.config = config
-        _log_refusals(config)
+        _log_notices(config)
         self._on_change(config)
         return True
 
@@ -122,7 +124,9 @@ class HooksFile:
                 await task
 
 
-def _log_refusals(config: HooksConfig) -> None:
+def _log_notices(config: HooksConfig) -> None:
+    for warning in config.warnings:
+        log.warning("%s", warning)
     for entry in config.entries:
         if entry.refused is not None:
             log.error("hook %s (%s) refused, it will not run: %s", entry.id, entry.event, entry.refused)

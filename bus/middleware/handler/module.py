@@ -17,18 +17,21 @@ import hashlib
 import inspect
 import logging
 import time
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar, cast, get_type_hints
 
+import msgspec
+
 from bus.client import Bus
 from bus.core import depth as _depth
-from bus.core.decisions import Cancel, Continue, Decision, Patch
+from bus.core.decisions import Cancel, Continue, Decision, Patch, reply_of
 from bus.core.declaration import DEFAULT_TIMEOUT, Declaration, declare
 from bus.core.eager import run_eager
 from bus.core.errors import DeclarationError
 from bus.core.payloads import from_dict, is_typed, to_dict
-from bus.core.results import apply_patch
+from bus.core.results import ChainRun
+from bus.core.schema import MiddlewareReply, MiddlewareRequest, ReactionMsg, RequestCtx, convert
 from bus.core.subjects import TOKEN_RE
 from bus.middleware.faults import Outcome, fault_decision
 from bus.middleware.handler.serving import ModuleServer
@@ -67,29 +70,6 @@ class _Handler:
     func: StageHandler
     wants_ctx: bool
     payload_type: type | None
-
-
-@dataclass(frozen=True, slots=True)
-class Reaction:
-    """How one handler reacted to one request (the journal's unit)."""
-
-    handler: str
-    outcome: Outcome
-    decision: Decision
-    duration_ms: float
-    cause: str | None = None
-
-    def to_wire(self) -> dict[str, Any]:
-        wire = {
-            "handler": self.handler,
-            "outcome": self.outcome.value,
-            "decision": self.decision.kind,
-            "duration_ms": self.duration_ms,
-            "cause": self.cause,
-        }
-        if isinstance(self.decision, Cancel):
-            wire["reason"] = self.decision.reason
-        return wire
 
 
 class Module:
@@ -154,47 +134,43 @@ class Module:
         """Every handler's declaration, in declaration order."""
         return [handler.decl for handler in self._handlers.values()]
 
-    async def handle(self, request: dict[str, Any], bus: Bus | None = None) -> dict[str, Any]:
-        """Answer one request ``{stage, payload, ctx, handlers}``: run the named handlers in order.
+    async def handle(self, request: Mapping[str, Any], bus: Bus | None = None) -> dict[str, Any]:
+        """Answer one request given as a wire object ``{stage, payload, ctx, handlers}``, with the wire reply.
+
+        Usable without NATS, to test handlers; ValueError naming the field if
+        ``request`` is not a request (docs/protocol.md, Request).
+        """
+        reply = await self.answer(convert(request, MiddlewareRequest, "request", ValueError), bus)
+        wire: dict[str, Any] = msgspec.to_builtins(reply)
+        return wire
+
+    async def answer(self, request: MiddlewareRequest, bus: Bus | None = None) -> MiddlewareReply:
+        """Answer one request: run the named handlers in order (all of the stage's if it names none).
 
         Patches compose in that order, a cancel ends the run, faults read per
-        each handler's fail mode. Usable without NATS, to test handlers.
+        each handler's fail mode; one reaction per handler run or skipped.
         """
-        stage = str(request.get("stage", ""))
-        current: dict[str, Any] = request.get("payload") or {}
-        wire_ctx = request.get("ctx") or {}
-        names = request.get("handlers")
+        stage = request.stage
+        names = request.handlers
         todo = [h.decl.name for h in self._by_stage.get(stage, [])] if names is None else names
-        reactions: list[Reaction] = []
-        patched = False
+        run = ChainRun(stage, request.payload)
+        reactions: list[ReactionMsg] = []
         for name in todo:
             handler = self._handlers.get(name)
             if handler is None or handler.decl.stage != stage:
-                reactions.append(Reaction(f"{self.name}.{name}", Outcome.ABSENT, Continue(), 0.0, "not declared here"))
+                reactions.append(_reaction(f"{self.name}.{name}", Outcome.ABSENT, Continue(), 0.0, "not declared here"))
                 continue
-            reaction = await self._run(handler, stage, current, wire_ctx, bus)
+            reaction, decision = await self._run(handler, stage, run.payload, request.ctx, bus)
             reactions.append(reaction)
-            decision = reaction.decision
-            if isinstance(decision, Cancel):
-                reactions_wire = _wire(reactions)
-                return {
-                    "decision": "cancel",
-                    "reason": decision.reason,
-                    "handler": reaction.handler,
-                    "reactions": reactions_wire,
-                }
-            if isinstance(decision, Patch):
-                current = apply_patch(stage, to_dict(decision.payload), reaction.handler)
-                patched = True
-        if patched:
-            return {"decision": "patch", "payload": current, "reactions": _wire(reactions)}
-        return {"decision": "continue", "reactions": _wire(reactions)}
+            if not run.take(decision, reaction.handler):
+                break
+        return reply_of(run.decision(), reactions)
 
     async def _run(
-        self, handler: _Handler, stage: str, payload: dict[str, Any], wire_ctx: dict[str, Any], bus: Bus | None
-    ) -> Reaction:
+        self, handler: _Handler, stage: str, payload: dict[str, Any], wire_ctx: RequestCtx, bus: Bus | None
+    ) -> tuple[ReactionMsg, Decision]:
         decl = handler.decl
-        depth = int(wire_ctx.get("depth", 0))
+        depth = wire_ctx.depth
         arg = from_dict(handler.payload_type, payload) if handler.payload_type else payload
         started = time.perf_counter()
         outer = _depth.current_depth()
@@ -205,7 +181,7 @@ class Module:
             # Not asyncio.timeout: this may run inline in the subscription's task (bus.core.eager),
             # which asyncio.timeout would cancel; wait_for cancels only the handler's own task.
             if handler.wants_ctx:
-                coro = handler.func(stage, arg, ctx=_stage_ctx(decl, wire_ctx, depth, bus))
+                coro = handler.func(stage, arg, ctx=_stage_ctx(decl, wire_ctx, bus))
             else:
                 coro = handler.func(stage, arg)
             finished, result = run_eager(coro)
@@ -221,14 +197,8 @@ class Module:
             _depth.set_depth(outer)
         elapsed = (time.perf_counter() - started) * 1000
         if outcome is not Outcome.OK:
-            return Reaction(
-                decl.qualname,
-                outcome,
-                fault_decision(decl.fail_closed, decl.qualname, outcome, cause or ""),
-                elapsed,
-                cause,
-            )
-        return Reaction(decl.qualname, outcome, result, elapsed)
+            result = fault_decision(decl.fail_closed, decl.qualname, outcome, cause or "")
+        return _reaction(decl.qualname, outcome, result, elapsed, cause), result
 
     async def serve(
         self,
@@ -270,19 +240,23 @@ def _check(result: object) -> tuple[Outcome, str | None]:
     return Outcome.INVALID, f"returned {type(result).__name__}, not Continue/Cancel/Patch"
 
 
-def _wire(reactions: list[Reaction]) -> list[dict[str, Any]]:
-    return [reaction.to_wire() for reaction in reactions]
+def _reaction(handler: str, outcome: Outcome, decision: Decision, ms: float, cause: str | None) -> ReactionMsg:
+    """How one handler reacted, as the reply reports it (a cancel's reason with it)."""
+    reason: Any = decision.reason if isinstance(decision, Cancel) else msgspec.UNSET
+    return ReactionMsg(
+        handler=handler, outcome=outcome.value, decision=decision.kind, reason=reason, duration_ms=ms, cause=cause
+    )
 
 
-def _stage_ctx(decl: Declaration, wire_ctx: dict[str, Any], depth: int, bus: Bus | None) -> StageCtx:
+def _stage_ctx(decl: Declaration, wire_ctx: RequestCtx, bus: Bus | None) -> StageCtx:
     return StageCtx(
         stage=decl.stage,
         handler=decl.qualname,
-        session=wire_ctx.get("session"),
-        agent=wire_ctx.get("agent"),
-        depth=depth,
-        deadline=float(wire_ctx.get("deadline", 0.0)),
-        request_id=str(wire_ctx.get("id", "")),
+        session=wire_ctx.session,
+        agent=wire_ctx.agent,
+        depth=wire_ctx.depth,
+        deadline=wire_ctx.deadline,
+        request_id=wire_ctx.id,
         bus=bus,
     )
 

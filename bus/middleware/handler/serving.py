@@ -10,12 +10,10 @@ import logging
 from collections.abc import Coroutine
 from typing import Any, Final, Protocol
 
-import orjson
-
 from bus.core.declaration import Declaration
-from bus.core.depth import DEFAULT_MAX_DEPTH
 from bus.core.eager import run_eager
 from bus.core.errors import RegistryError
+from bus.core.schema import MiddlewareReply, MiddlewareRequest, decode, encode
 from bus.core.tasks import TaskSet
 from bus.middleware.guards import GUARDS_BUCKET, mark_stopped, put_records, remove_records
 from bus.middleware.registry import MODULES_BUCKET, announcement_of, open_bucket, request_subject
@@ -40,7 +38,7 @@ class Served(Protocol):
     @property
     def declarations(self) -> list[Declaration]: ...
 
-    async def handle(self, request: dict[str, Any], bus: Any = None) -> dict[str, Any]: ...
+    async def answer(self, request: MiddlewareRequest, bus: Any = None) -> MiddlewareReply: ...
 
 
 #: How long a stopping module lets its in-flight handlers finish before cancelling them.
@@ -60,8 +58,8 @@ class ModuleServer:
         self.announcement = announcement_of(module)
         self._tasks: TaskSet[Any] = TaskSet()
         self._nested = 0  # of the running tasks, those answering nested calls (depth > 0)
-        self._waiting: collections.deque[tuple[str, dict[str, Any]]] = collections.deque()
-        self._waiting_nested: collections.deque[tuple[str, dict[str, Any]]] = collections.deque()
+        self._waiting: collections.deque[tuple[str, MiddlewareRequest]] = collections.deque()
+        self._waiting_nested: collections.deque[tuple[str, MiddlewareRequest]] = collections.deque()
 
     async def run(self, ready: asyncio.Event | None = None) -> None:
         kv = await open_bucket(self.bus, MODULES_BUCKET)
@@ -117,18 +115,15 @@ class ModuleServer:
 
     async def _on_msg(self, msg: RawMessage) -> None:
         try:
-            request = orjson.loads(msg.data)
-            if not isinstance(request, dict):
-                raise TypeError("the request is not a JSON object")
-            depth = _depth_of(request)
-        except (orjson.JSONDecodeError, TypeError, ValueError) as exc:
-            await self._reply(msg.reply, {"error": f"malformed request: {exc}"})
+            request = decode(msg.data, MiddlewareRequest, "request", ValueError)  # ctx.depth below the limit
+        except ValueError as exc:
+            await self._reply(msg.reply, MiddlewareReply(error=f"malformed {exc}"))
             return
         # Calls from an agent (depth 0) share ``concurrency`` slots; calls made while handling one
         # (A -> B -> A) get as many again of their own, so re-entry never waits behind agents'
         # calls, and the total stays bounded whatever depth a request claims. Beyond that they
         # wait in a queue (never by blocking this callback: the calls behind it would wait too).
-        nested = depth > 0
+        nested = request.ctx.depth > 0
         if self._has_slot(nested):
             replying = self._start(msg.reply, request, nested)
             if replying is not None:
@@ -143,15 +138,15 @@ class ModuleServer:
             return self._nested < self.module.concurrency
         return len(self._tasks) - self._nested < self.module.concurrency
 
-    def _start(self, inbox: str, request: dict[str, Any], nested: bool) -> Coroutine[Any, Any, None] | None:
+    def _start(self, inbox: str, request: MiddlewareRequest, nested: bool) -> Coroutine[Any, Any, None] | None:
         """Run the handlers inline as far as they go (most never wait: no task for them).
 
         Returns the reply to send if they finished, else None (a task answers later).
         """
         try:
-            finished, value = run_eager(self.module.handle(request, self.bus))
-        except Exception as exc:  # handler faults are caught in handle(): this is a malformed request
-            return self._reply(inbox, {"error": f"malformed request: {exc!r}"})
+            finished, value = run_eager(self.module.answer(request, self.bus))
+        except Exception as exc:  # handler faults are caught in answer(): this is a malformed request
+            return self._reply(inbox, MiddlewareReply(error=f"malformed request: {exc!r}"))
         if finished:
             return self._reply(inbox, value)
         self._tasks.add(value)
@@ -164,7 +159,7 @@ class ModuleServer:
         self._nested -= nested
         if not task.cancelled():
             failed = task.exception()
-            reply = {"error": f"request failed: {failed!r}"} if failed is not None else task.result()
+            reply = MiddlewareReply(error=f"request failed: {failed!r}") if failed is not None else task.result()
             self._send_later(self._reply(inbox, reply))
         for queue, deeper in ((self._waiting_nested, True), (self._waiting, False)):
             while queue and self._has_slot(deeper):
@@ -178,20 +173,16 @@ class ModuleServer:
         if not finished:
             self._tasks.keep(task)
 
-    async def _reply(self, inbox: str, reply: dict[str, Any]) -> None:
+    async def _reply(self, inbox: str, reply: MiddlewareReply) -> None:
         if not inbox:
             return
-        data = orjson.dumps(reply)
+        try:
+            data = encode(reply)
+        except (TypeError, ValueError) as exc:  # a patch holding what JSON cannot carry: say so instead
+            data = encode(MiddlewareReply(error=f"the reply cannot be encoded: {exc}"))
         limit = self.bus.max_payload
         if len(data) > limit:  # the server would drop the connection for it: say so instead
-            data = orjson.dumps({"error": f"reply of {len(data)} bytes is over the server's max_payload ({limit})"})
+            data = encode(
+                MiddlewareReply(error=f"reply of {len(data)} bytes is over the server's max_payload ({limit})")
+            )
         await self.bus.push(inbox, data)
-
-
-def _depth_of(request: dict[str, Any]) -> int:
-    """The depth a request claims; ValueError if it is not a whole number in 0..limit-1."""
-    ctx = request.get("ctx")
-    depth = ctx.get("depth", 0) if isinstance(ctx, dict) else 0
-    if type(depth) is not int or not 0 <= depth < DEFAULT_MAX_DEPTH:
-        raise ValueError(f"ctx.depth {depth!r} is not a whole number in 0..{DEFAULT_MAX_DEPTH - 1}")
-    return depth

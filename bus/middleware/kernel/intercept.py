@@ -22,12 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-import orjson
-
 from bus.core import depth as _depth
-from bus.core.decisions import CONTINUE, Cancel, Decision, Patch, from_wire
+from bus.core.decisions import CONTINUE, Cancel, Decision, Patch, read_reply
 from bus.core.errors import Aborted, BusClosedError, DecisionError, NoResponders, RequestTimeout
-from bus.core.results import apply_patch, hide_output
+from bus.core.results import ChainRun, hide_output
+from bus.core.schema import MiddlewareReply, MiddlewareRequest, ReactionMsg, RequestCtx, encode
 from bus.core.stages import Stage, match_field, phase
 from bus.journal.entries import JournalEntry, JournalPublisher
 from bus.middleware.faults import REPORTED, Outcome, fault_decision
@@ -154,34 +153,25 @@ class Interceptor:
         if depth >= self._bus.max_depth:
             return CONTINUE  # the recursion limit: nothing runs at or past it
         rid = self._bus.new_id()
-        wire_ctx = {
-            "session": ctx.get("session"),
-            "agent": ctx.get("agent"),
-            "depth": depth,
-            "id": rid,
-        }
+        wire_ctx = _wire_ctx(ctx, depth, rid)
         journal = _Journal(self._journal, stage, wire_ctx, self.options.journal_neutral)
-        current = self._canonical(stage, payload)
+        run = ChainRun(stage, self._canonical(stage, payload))
         for link in chain.waiting:
-            if _wants(link, stage, current):
+            if _wants(link, stage, run.payload):
                 journal.add(link, Outcome.UNTRUSTED, CONTINUE, 0.0, f"{link.trust.value}: not approved")
         if chain.broken:
             journal.flush()
             return _broken(chain, journal)
-        links = [link for link in chain.links if _wants(link, stage, current)]
-        patched = False
-        decision: Decision = CONTINUE
+        links = [link for link in chain.links if _wants(link, stage, run.payload)]
         index = 0
         while index < len(links):
             batch = _batch(links, index)
             index += len(batch)
-            decision = await self._call(stage, batch, current, wire_ctx, journal)
-            if isinstance(decision, Cancel):
+            decision, who = await self._call(stage, batch, run.payload, wire_ctx, journal)
+            if not run.take(decision, who):
                 break
-            if isinstance(decision, Patch):
-                current, patched = decision.payload, True
         journal.flush()
-        return self._final(stage, decision, current, patched, rid)
+        return self._final(run, rid)
 
     def _held_call(self, chain: StageChain, payload: dict[str, Any], ctx: Mapping[str, Any]) -> Decision | None:
         """The cancel of a held guard that wants this call (no request), journaled; None if none wants it.
@@ -207,8 +197,7 @@ class Interceptor:
         decision = Cancel(link.hold, link.decl.qualname)
         timer = asyncio.get_running_loop().call_later(HELD_WINDOW, self._held_window_ends, link.hold)
         self._held[link.hold] = [link, 0, timer, decision]
-        depth = _depth.current_depth()
-        wire_ctx = {"session": ctx.get("session"), "agent": ctx.get("agent"), "depth": depth, "id": self._bus.new_id()}
+        wire_ctx = _wire_ctx(ctx, _depth.current_depth(), self._bus.new_id())
         journal = _Journal(self._journal, link.decl.stage, wire_ctx, self.options.journal_neutral)
         journal.add(link, link.outcome, decision, 0.0, link.hold)
         journal.flush()
@@ -219,8 +208,7 @@ class Interceptor:
         timer.cancel()
         if not count:
             return
-        wire_ctx = {"session": None, "agent": None, "depth": 0, "id": None}
-        journal = _Journal(self._journal, link.decl.stage, wire_ctx, self.options.journal_neutral)
+        journal = _Journal(self._journal, link.decl.stage, RequestCtx(), self.options.journal_neutral)
         cause = f"{reason}; {count} more call{'s' if count != 1 else ''} cancelled alike within {HELD_WINDOW:g}s"
         journal.add(link, link.outcome, Cancel(cause, link.decl.qualname), 0.0, cause, count)
         journal.flush()
@@ -235,20 +223,19 @@ class Interceptor:
         return payload
 
     async def _call(
-        self, stage: str, batch: Sequence[Link], payload: dict[str, Any], wire_ctx: dict[str, Any], journal: _Journal
-    ) -> Decision:
-        """One request for a run of handlers of one module; journal their reactions."""
+        self, stage: str, batch: Sequence[Link], payload: dict[str, Any], wire_ctx: RequestCtx, journal: _Journal
+    ) -> tuple[Decision, str]:
+        """One request for a run of handlers of one module; journal their reactions.
+
+        Returns the run's decision (a cancel named by the kernel) and the handler it is attributed to.
+        """
         assert self._requester is not None
         timeout = sum(link.decl.timeout for link in batch) + REPLY_GRACE
-        request = {
-            "stage": stage,
-            "payload": payload,
-            "ctx": {**wire_ctx, "deadline": time.time() + timeout},
-            "handlers": [link.decl.name for link in batch],
-        }
+        wire_ctx.deadline = time.time() + timeout  # this request's (the journal does not read it)
+        handlers = [link.decl.name for link in batch]
+        data = encode(MiddlewareRequest(stage=stage, payload=payload, ctx=wire_ctx, handlers=handlers))
         started = time.perf_counter()
         subject = batch[0].subject
-        data = orjson.dumps(request)
         limit = self._bus.max_payload
         if len(data) > limit:
             cause = f"request of {len(data)} bytes is over the server's max_payload ({limit})"
@@ -262,23 +249,22 @@ class Interceptor:
         except Aborted:
             return _faulted(batch, Outcome.SHUTDOWN, "the bus closed while waiting", started, journal)
         try:
-            reply = orjson.loads(raw)
-            decision = from_wire(reply, subject)
-        except (orjson.JSONDecodeError, DecisionError) as exc:
+            reply, decision = read_reply(raw, subject)
+        except DecisionError as exc:
             return _faulted(
                 batch, Outcome.INVALID, _bounded(f"invalid reply: {exc}") or "invalid reply", started, journal
             )
-        return _answered(stage, batch, reply, decision, started, journal)
+        return _answered(batch, reply, decision, started, journal)
 
-    def _final(self, stage: str, decision: Decision, current: dict[str, Any], patched: bool, rid: str) -> Decision:
-        if isinstance(decision, Cancel):
-            handler = decision.handler or "?"  # the kernel's own name for it (see _answered)
-            reason = self._drained(decision.reason, f"{rid}-{handler[:64]}-reason")
-            hidden = hide_output(current, reason, handler) if stage == Stage.TOOL_RESULT else None
+    def _final(self, run: ChainRun, rid: str) -> Decision:
+        if run.cancel is not None:
+            handler = run.cancel.handler or "?"  # the kernel's own name for it (see _answered)
+            reason = self._drained(run.cancel.reason, f"{rid}-{handler[:64]}-reason")
+            hidden = hide_output(run.payload, reason, handler) if run.stage == Stage.TOOL_RESULT else None
             return Cancel(reason, handler, hidden)
-        if patched:
+        if run.patched:
             try:
-                return Patch(self._drain.payload(current, f"{rid}-patch"))
+                return Patch(self._drain.payload(run.payload, f"{rid}-patch"))
             except OSError as exc:  # the drain directory is unusable: the patch cannot be kept whole
                 log.error("could not drain a patched payload (%r): the call is cancelled", exc)
                 return Cancel(f"the patched payload is over the drain budget and could not be stored: {exc}")
@@ -317,6 +303,17 @@ class Interceptor:
         await self._journal.drain()
         if view is not None:
             await view.stop()
+
+
+def _wire_ctx(ctx: Mapping[str, Any], depth: int, rid: str) -> RequestCtx:
+    """A request's ``ctx`` from the caller's: its session and agent (texts, or null), the depth, the call's id."""
+    session, agent = ctx.get("session"), ctx.get("agent")
+    return RequestCtx(
+        session=session if session is None or isinstance(session, str) else str(session),
+        agent=agent if agent is None or isinstance(agent, str) else str(agent),
+        depth=depth,
+        id=rid,
+    )
 
 
 def _wants(link: Link, stage: str, payload: dict[str, Any]) -> bool:
@@ -358,81 +355,76 @@ def _batch(links: Sequence[Link], start: int) -> list[Link]:
     return batch
 
 
-def _faulted(batch: Sequence[Link], outcome: Outcome, cause: str, started: float, journal: _Journal) -> Decision:
-    """Every handler of a failed request reads per its own fail mode, in order."""
-    elapsed = (time.perf_counter() - started) * 1000
+def _faulted(
+    batch: Sequence[Link], outcome: Outcome, cause: str, started: float, journal: _Journal
+) -> tuple[Decision, str]:
+    """Every handler of a failed request reads per its own fail mode, in order; the first fail-closed one cancels."""
+    elapsed = _elapsed(started)
     for link in batch:
-        decl = link.decl
-        decision = fault_decision(decl.fail_closed, decl.qualname, outcome, cause)
-        journal.add(link, outcome, decision, elapsed, cause)
+        decision = _fault(link, outcome, cause, elapsed, journal)
         if isinstance(decision, Cancel):
-            return decision
-    return CONTINUE
+            return decision, link.decl.qualname
+    return CONTINUE, batch[-1].decl.qualname
+
+
+def _fault(link: Link, outcome: Outcome, cause: str, ms: float, journal: _Journal) -> Decision:
+    """One handler's fault read through the kernel's own declaration of it, journaled."""
+    decl = link.decl
+    decision = fault_decision(decl.fail_closed, decl.qualname, outcome, cause)
+    journal.add(link, outcome, decision, ms, cause)
+    return decision
 
 
 def _answered(
-    stage: str, batch: Sequence[Link], reply: dict[str, Any], decision: Decision, started: float, journal: _Journal
-) -> Decision:
+    batch: Sequence[Link], reply: MiddlewareReply, decision: Decision, started: float, journal: _Journal
+) -> tuple[Decision, str]:
     """Read a module's reply through the kernel's declarations: its faults per their declared fail mode."""
-    reactions = reply.get("reactions")
+    reactions = reply.reactions
     if isinstance(reactions, list) and reactions:
-        return _accounted(stage, batch, reactions, decision, started, journal)
+        return _accounted(batch, reactions, decision, started, journal)
     # No account per handler: the decision is the run's as a whole, named by the kernel.
     link = batch[0]
-    handler = reply.get("handler")
     for candidate in batch:
-        if handler == candidate.decl.qualname:
+        if reply.handler == candidate.decl.qualname:
             link = candidate
-    journal.add(link, Outcome.OK, decision, (time.perf_counter() - started) * 1000, None)
-    return _named(stage, decision, link)
+    journal.add(link, Outcome.OK, decision, _elapsed(started), None)
+    return decision, link.decl.qualname
 
 
 def _accounted(
-    stage: str, batch: Sequence[Link], reactions: list[Any], decision: Decision, started: float, journal: _Journal
-) -> Decision:
+    batch: Sequence[Link], reactions: list[ReactionMsg], decision: Decision, started: float, journal: _Journal
+) -> tuple[Decision, str]:
     """Walk the batch with the module's reactions: a fault reads per the kernel's declared fail mode."""
     count = len(reactions)
     for index, link in enumerate(batch):
         decl = link.decl
         qualname = decl.qualname
         item = reactions[index] if index < count else None
-        handler = item.get("handler") if type(item) is dict else None
-        if handler is None or (handler != qualname and handler != decl.name):
-            cause = "the module's reply does not account for it"
-            fault = fault_decision(decl.fail_closed, qualname, Outcome.INVALID, cause)
-            journal.add(link, Outcome.INVALID, fault, _elapsed(started), cause)
+        if item is None or (item.handler != qualname and item.handler != decl.name):
+            fault = _fault(
+                link, Outcome.INVALID, "the module's reply does not account for it", _elapsed(started), journal
+            )
             if isinstance(fault, Cancel):
-                return fault
+                return fault, qualname
             continue
-        assert item is not None
-        outcome, kind, ms = item.get("outcome"), item.get("decision"), item.get("duration_ms")
-        if (type(ms) is not float and type(ms) is not int) or not 0 <= ms < 1e8:  # not a plausible duration
+        outcome, kind, ms = item.outcome, item.decision, item.duration_ms
+        if ms is None:
             ms = _elapsed(started)
         if outcome == _OK:
             if kind == "continue" or kind == "patch":
                 journal.ok(link, qualname, kind, ms)
                 continue
             if kind == "cancel":
-                reason = decision.reason if isinstance(decision, Cancel) else item.get("reason")
+                reason = decision.reason if isinstance(decision, Cancel) else item.reason
                 cancel = Cancel(reason if isinstance(reason, str) else "cancelled", qualname)
                 journal.add(link, Outcome.OK, cancel, ms, None)
-                return _named(stage, cancel, link)
+                return cancel, qualname
         read = Outcome(outcome) if outcome in REPORTED and outcome != _OK else Outcome.INVALID
-        cause = _bounded(item.get("cause")) or f"reported {_bounded(repr(outcome))}, {_bounded(repr(kind))}"
-        fault = fault_decision(decl.fail_closed, qualname, read, cause)
-        journal.add(link, read, fault, ms, cause)
+        cause = _bounded(item.cause) or f"reported {_bounded(repr(outcome))}, {_bounded(repr(kind))}"
+        fault = _fault(link, read, cause, ms, journal)
         if isinstance(fault, Cancel):
-            return fault
-    return _named(stage, decision, batch[-1])
-
-
-def _named(stage: str, decision: Decision, link: Link) -> Decision:
-    """The decision with the kernel's own name for the handler (a module cannot pick it)."""
-    if isinstance(decision, Cancel):
-        return Cancel(decision.reason, link.decl.qualname)
-    if isinstance(decision, Patch):
-        return Patch(apply_patch(stage, decision.payload, link.decl.qualname))
-    return decision
+            return fault, qualname
+    return decision, batch[-1].decl.qualname
 
 
 _OK: Final = Outcome.OK.value
@@ -452,7 +444,7 @@ def _bounded(value: Any) -> str | None:
 class _Journal:
     """Collects one call's reactions as shared-journal entries (kind ``middleware``), in chain order."""
 
-    def __init__(self, sink: JournalPublisher, stage: str, wire_ctx: dict[str, Any], neutral: bool) -> None:
+    def __init__(self, sink: JournalPublisher, stage: str, wire_ctx: RequestCtx, neutral: bool) -> None:
         self._sink = sink
         self._neutral = neutral
         self._stage = stage
@@ -524,10 +516,10 @@ class _Journal:
             decision=verdict,
             cause=cause,
             duration_ms=ms,
-            session=ctx["session"],
-            agent=ctx["agent"],
-            depth=ctx["depth"],
-            trace_id=ctx["id"],
+            session=ctx.session,
+            agent=ctx.agent,
+            depth=ctx.depth,
+            trace_id=ctx.id or None,
             identity=identity,
         )
 

@@ -7,9 +7,11 @@ const { normalise, identity, version } = require('./identity');
 const wire = require('./wire');
 
 const SWEEP_MS = 500;
-const decode = (data) => JSON.parse(new TextDecoder().decode(data));
+const decode = wire.decodeJson;
 
 class ForeignAnnouncement extends Error {}
+
+const isObject = (value) => value !== null && typeof value === 'object' && !Array.isArray(value);
 
 // Decode a registry value under `key`; throws naming what is wrong.
 function parseAnnouncement(key, data) {
@@ -18,15 +20,20 @@ function parseAnnouncement(key, data) {
   const { module } = obj;
   if (typeof module !== 'string' || !wire.TOKEN.test(module)) throw new Error('the module name is not a token');
   const subject = wire.moduleSubject(module);
+  // Absent fields take their defaults; present ones (null included) must have their type.
+  if (typeof obj.instance !== 'string') throw new Error('the instance is not a string');
+  if ('protocol' in obj && !Number.isInteger(obj.protocol)) throw new Error("'protocol' is not an integer");
+  if ('subject' in obj && typeof obj.subject !== 'string') throw new Error("'subject' is not a string");
+  const heartbeat = 'heartbeat' in obj ? obj.heartbeat : 1.0;
+  if (typeof heartbeat !== 'number' || !(heartbeat >= 0.05 && heartbeat <= 60)) throw new Error(`heartbeat ${heartbeat} is not a number in 0.05..60 s`);
+  const at = 'at' in obj ? obj.at : 0;
+  if (typeof at !== 'number' || !Number.isFinite(at)) throw new Error("'at' is not a finite time");
+  if (!obj.handlers.every(isObject)) throw new Error('a handler is not an object');
   if (key !== `${module}.${obj.instance}`) throw new ForeignAnnouncement(`entry ${key} announces module ${module}`);
   if ('subject' in obj && obj.subject !== subject) throw new ForeignAnnouncement(`module ${module} announces subject ${obj.subject}`);
   const declarations = obj.handlers.map(normalise);
   if (declarations.some((d) => d.module !== module)) throw new ForeignAnnouncement('a handler names another module');
-  const heartbeat = obj.heartbeat ?? 1.0;
-  if (typeof heartbeat !== 'number' || !(heartbeat >= 0.05 && heartbeat <= 60)) throw new Error(`heartbeat ${heartbeat} is outside 0.05..60 s`);
-  const at = obj.at ?? 0;
-  if (typeof at !== 'number' || !Number.isFinite(at)) throw new Error("'at' is not a finite time");
-  return { module, instance: String(obj.instance), heartbeat, batch: obj.batch === true, at, declarations,
+  return { module, instance: obj.instance, heartbeat, batch: obj.batch === true, at, declarations,
     subject: `${subject}.${version(declarations)}`, sameAs: JSON.stringify([obj.batch === true, heartbeat, declarations.map(identity)]) };
 }
 
@@ -352,17 +359,21 @@ class Kernel {
       return { decision: 'continue' };
     };
     if (data.length > this.nc.info.max_payload) return faulted('oversize', `request of ${data.length} bytes is over the server's max_payload (${this.nc.info.max_payload})`);
-    let reply;
+    let msg;
     try {
-      const msg = await this.nc.request(batch[0].subject, data, { timeout: timeout * 1000 });
-      reply = decode(msg.data);
+      msg = await this.nc.request(batch[0].subject, data, { timeout: timeout * 1000 });
     } catch (err) {
       if (err.code === ErrorCode.NoResponders) return faulted('absent', 'no responders: the module is not running');
       if (err.code === ErrorCode.Timeout) return faulted('timeout', `no reply within ${timeout}s`);
-      if (err instanceof SyntaxError) return faulted('invalid', bounded(`invalid reply: ${err.message}`));
       return faulted('shutdown', `the request failed: ${err.message}`);
     }
-    const wrong = wire.checkDecision(reply);
+    let reply;
+    try {
+      reply = decode(msg.data);
+    } catch (err) {
+      return faulted('invalid', bounded(`invalid reply: ${err.message}`));
+    }
+    const wrong = wire.checkReply(reply);
     if (wrong !== null) return faulted('invalid', bounded(`invalid reply: ${wrong}`));
     const reactions = Array.isArray(reply.reactions) && reply.reactions.length ? reply.reactions : null;
     if (reactions === null) {
@@ -373,7 +384,7 @@ class Kernel {
     for (let index = 0; index < batch.length; index += 1) {
       const l = batch[index];
       const item = reactions[index];
-      const handler = item !== null && typeof item === 'object' && !Array.isArray(item) ? item.handler : undefined;
+      const handler = item === undefined ? undefined : item.handler; // checkReply: every item is an object
       if (handler !== l.qualname && handler !== l.decl.name) {
         const cause = "the module's reply does not account for it";
         const fault = wire.faultDecision(l.decl.fail_closed, l.qualname, 'invalid', cause);
@@ -381,8 +392,7 @@ class Kernel {
         if (fault.decision === 'cancel') return fault;
         continue;
       }
-      let ms = item.duration_ms;
-      if (typeof ms !== 'number' || !(ms >= 0 && ms < 1e8)) ms = performance.now() - started;
+      const ms = item.duration_ms ?? performance.now() - started; // checkReply: a number in range, or null
       if (item.outcome === 'ok' && (item.decision === 'continue' || item.decision === 'patch')) {
         journal.add(l, 'ok', { decision: item.decision }, ms, null);
         continue;

@@ -141,12 +141,9 @@ class Module {
   async onMessage(nc, msg) {
     let reply;
     try {
-      const request = JSON.parse(new TextDecoder().decode(msg.data));
-      if (request === null || typeof request !== 'object' || Array.isArray(request)) throw new Error('the request is not a JSON object');
-      const depth = request.ctx && typeof request.ctx === 'object' ? (request.ctx.depth ?? 0) : 0;
-      if (!Number.isInteger(depth) || depth < 0 || depth >= wire.MAX_DEPTH) {
-        throw new Error(`ctx.depth ${JSON.stringify(depth)} is not a whole number in 0..${wire.MAX_DEPTH - 1}`);
-      }
+      const request = wire.decodeJson(msg.data);
+      const wrong = wire.checkRequest(request);
+      if (wrong !== null) throw new Error(wrong);
       reply = await this.handle(request);
     } catch (err) {
       reply = { error: `malformed request: ${err.message}` };
