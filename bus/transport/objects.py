@@ -5,7 +5,8 @@ JetStream object store (stream ``OBJ_hookbus_payloads``) with a retention time
 and a size cap. :class:`PayloadStore` writes an object in the object store's
 own layout (chunks on ``$O.<bucket>.C.<nuid>``, then its meta on
 ``$O.<bucket>.M.<name>``), so any NATS client reads it, and reads one back with
-direct gets, never more chunks or bytes than the reference names.
+direct gets (the meta, then every chunk in one batch), never more chunks than
+the meta names nor more bytes than the reference does.
 
 Every participant that may put may also overwrite a meta (subject permissions
 cannot tell one object's meta from another's: names are base64 in one token),
@@ -45,6 +46,7 @@ FETCH_TIMEOUT_S: Final = 15.0
 #: After finding no bucket, emitters cut oversized events for this long before looking again.
 RETRY_AFTER_S: Final = 30.0
 _CHUNKS: Final = PAYLOADS_CHUNKS + "."
+_DIRECT_GET: Final = f"$JS.API.DIRECT.GET.{PAYLOADS_STREAM}"
 _METAS: Final = PAYLOADS_METAS + "."
 #: What a JetStream request may raise from nats-py (and asyncio, for a timed-out request).
 _FAILURES: Final = (nats_errors.Error, js_errors.Error, TimeoutError)
@@ -76,8 +78,9 @@ class PayloadStore:
         nuid = secrets.token_hex(11)
         try:
             js = self._nc.jetstream()
-            for start in range(0, len(body), CHUNK_BYTES):
-                await js.publish(_CHUNKS + nuid, body[start : start + CHUNK_BYTES])
+            chunks = [body[start : start + CHUNK_BYTES] for start in range(0, len(body), CHUNK_BYTES)]
+            # sent in this order on one connection (so stored in it), acknowledged together; the meta only after
+            await asyncio.gather(*(js.publish(_CHUNKS + nuid, chunk) for chunk in chunks))
             await js.publish(_meta_subject(ref.name), _meta(ref, nuid), headers={api.Header.ROLLUP: "sub"})
         except (js_errors.NoStreamResponseError, nats_errors.NoRespondersError, nats_errors.TimeoutError) as exc:
             # no bucket, or no answer (a put this user may not make is dropped unanswered): look again later
@@ -114,15 +117,31 @@ class PayloadStore:
                 subject, f"object {ref.name} is not in {PAYLOADS_BUCKET} (expired, deleted or never stored)"
             ) from None
         nuid, chunks = _checked_meta(subject, ref, raw.data)
-        data = bytearray()
-        seq = 1
-        for _ in range(chunks):
-            msg = await js.get_msg(PAYLOADS_STREAM, seq=seq, subject=_CHUNKS + nuid, direct=True, next=True)
-            data += msg.data or b""
-            if len(data) > ref.size:
-                raise PayloadRefError(subject, f"object {ref.name} holds more than the {ref.size} bytes it should")
-            seq = (msg.seq or seq) + 1
-        return bytes(data)
+        if chunks == 0:
+            return b""
+        return await self._chunks(subject, ref, nuid, chunks)
+
+    async def _chunks(self, subject: str, ref: PayloadRefMsg, nuid: str, chunks: int) -> bytes:
+        """The object's chunks in one batched direct get: the server streams them, bounded by count and bytes."""
+        nc = self._nc
+        inbox = nc.new_inbox()
+        sub = await nc.subscribe(inbox)
+        try:
+            request = {"seq": 1, "next_by_subj": _CHUNKS + nuid, "batch": chunks}
+            await nc.publish(_DIRECT_GET, orjson.dumps(request), reply=inbox)
+            data = bytearray()
+            while True:
+                msg = await sub.next_msg(timeout=FETCH_TIMEOUT_S)
+                status = (msg.headers or {}).get("Status")
+                if status == "204":  # end of batch
+                    return bytes(data)
+                if status is not None or not msg.data:
+                    raise PayloadRefError(subject, f"object {ref.name}: a chunk is missing (status {status})")
+                data += msg.data
+                if len(data) > ref.size:
+                    raise PayloadRefError(subject, f"object {ref.name} holds more than the {ref.size} bytes it should")
+        finally:
+            await sub.unsubscribe()
 
 
 def _meta(ref: PayloadRefMsg, nuid: str) -> bytes:
