@@ -95,5 +95,5 @@ def test_hooks_test_reports_a_broken_file_in_one_line(workspace: Path) -> None:
     assert done.returncode == 1
     assert (
         done.stderr.strip()
-        == f"hookbus: error: {workspace / 'hooks.json'}: hooks.tool_call[0].cwd: expected a string, got int"
+        == f"hookbus: error: {workspace / 'hooks.json'}: hooks.tool_call[0].cwd: expected `str | null`, got `int`"
     )

@@ -12,7 +12,7 @@ async def test_strict_mode_checks_catalogued_payloads(nats_url: str) -> None:
         assert await bus.emit("prx.lifecycle.tool_call", {"tool": "shell", "success": True, "output": ""})
         with pytest.raises(CatalogError, match="missing field 'success'"):
             await bus.emit("prx.lifecycle.tool_call", {"tool": "shell", "output": ""})
-        with pytest.raises(CatalogError, match="'duration_ms' must be number, not str"):
+        with pytest.raises(CatalogError, match="'duration_ms' must be number, not string"):
             await bus.emit(
                 "prx.lifecycle.llm_response", {"provider": "p", "model": "m", "duration_ms": "5", "success": True}
             )

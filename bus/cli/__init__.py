@@ -3,86 +3,91 @@
 Each subcommand lives in its own module with a ``register(subparsers)`` that
 adds its parser and sets ``func``, a coroutine taking the parsed arguments and
 returning an exit code. Errors hookbus raises on purpose are one line on
-stderr and a non-zero exit, never a traceback.
+stderr and a non-zero exit, never a traceback. Nothing is imported at module
+load: ``hookbus emit`` (see :func:`main`) must stay cheap.
 """
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import logging
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from bus.cli import (
-    agent,
-    approvals,
-    approve,
-    chain,
-    demo,
-    detach,
-    emit,
-    events,
-    hooks,
-    intercept,
-    journal,
-    tail,
-    triggers,
-    up,
-    worker,
-)
-from bus.core.errors import HookbusError
+if TYPE_CHECKING:
+    import argparse
+    from types import ModuleType
 
-_COMMANDS = (
-    up,
-    worker,
-    agent,
-    emit,
-    tail,
-    events,
-    journal,
-    hooks,
-    triggers,
-    chain,
-    intercept,
-    approvals,
-    approve,
-    detach,
-    demo,
-)
+
+def _commands() -> tuple[ModuleType, ...]:
+    """The subcommands in help order, imported when the whole parser is built (``hookbus emit`` is not)."""
+    from bus.cli import (
+        agent,
+        approvals,
+        approve,
+        chain,
+        demo,
+        detach,
+        emit,
+        events,
+        hooks,
+        intercept,
+        journal,
+        tail,
+        triggers,
+        up,
+        worker,
+    )
+
+    return (
+        up,
+        worker,
+        agent,
+        emit,
+        tail,
+        events,
+        journal,
+        hooks,
+        triggers,
+        chain,
+        intercept,
+        approvals,
+        approve,
+        detach,
+        demo,
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    from bus.cli.parser import CommandParser, add_version
+
+    parser = CommandParser(
         prog="hookbus",
         description="An event bus and middleware bus for AI-agent lifecycle hooks, on NATS.",
     )
+    add_version(parser)
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for command in _COMMANDS:
+    for command in _commands():
         command.register(subparsers)
     return parser
 
 
-def _configure_logging(verbosity: int) -> None:
-    level = logging.WARNING if verbosity == 0 else logging.INFO if verbosity == 1 else logging.DEBUG
-    logging.basicConfig(level=level, format="hookbus: %(levelname)s: %(message)s", stream=sys.stderr)
-    # nats-py logs every failed reconnect attempt with a traceback; hookbus reports them itself.
-    logging.getLogger("nats").setLevel(logging.CRITICAL if verbosity < 2 else logging.DEBUG)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``hookbus`` console script."""
-    args = build_parser().parse_args(argv)
-    _configure_logging(args.verbose)
-    try:
-        code: int = asyncio.run(args.func(args))
-    except HookbusError as exc:
-        print(f"hookbus: error: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 130
-    except BrokenPipeError:  # output piped into head and the like
-        sys.stderr.close()
-        return 0
-    return code
+    """Entry point of the ``hookbus`` console script.
+
+    ``hookbus emit`` goes straight to its own module: hooks run it once per
+    event, and importing the other commands (and the full NATS client) would
+    cost many times the publish itself.
+    """
+    arguments = sys.argv[1:] if argv is None else list(argv)
+    if arguments[:1] == ["emit"]:
+        from bus.cli import emit
+
+        return emit.main(arguments[1:])
+    import asyncio
+
+    from bus.cli.running import configure_logging, guarded
+
+    args = build_parser().parse_args(arguments)
+    configure_logging(args.verbose)
+    return guarded(lambda: int(asyncio.run(args.func(args))))

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from bus.cli.common import add_metrics_port, add_nats_url, connection_args, serve_metrics, stop_on_signals
 from bus.cli.middleware import add_drain_workspace, middleware_options
+from bus.cli.options import SERVICE_CONNECT_S
 from bus.client import Bus
 from bus.core.errors import ConfigError
 from bus.core.subjects import TOKEN_RE
@@ -27,7 +28,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("--name", required=True, help="the agent's name, as triggers.yaml names it")
     parser.add_argument("--llm-url", required=True, help="base URL, e.g. http://127.0.0.1:11434/v1")
-    parser.add_argument("--model", required=True)
+    parser.add_argument("--model", required=True, help="the model name the endpoint serves, e.g. llama3.1:8b")
     parser.add_argument("--api-key", default=None, help="default: $OPENAI_API_KEY")
     parser.add_argument("--provider", default="openai-compatible", help="provider label in events and metrics")
     parser.add_argument("--system", default=None, help="a system prompt")
@@ -43,7 +44,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("--host", default="127.0.0.1", help="address /metrics binds (default: 127.0.0.1)")
     add_metrics_port(parser)
-    add_nats_url(parser)
+    add_nats_url(parser, connect_s=SERVICE_CONNECT_S)  # a service may start before its server
     add_drain_workspace(parser)
     parser.set_defaults(func=run)
 

@@ -17,7 +17,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "The approval lives on the bus (JetStream KV), so any machine reaching NATS can approve."
         ),
     )
-    parser.add_argument("name")
+    parser.add_argument("name", help="module.handler, or a module for all its waiting handlers")
     add_options(parser)
     parser.set_defaults(func=run)
 

@@ -18,8 +18,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "by a demo agent. Run `hookbus up` first, then `hookbus tail` in another terminal."
         ),
     )
-    parser.add_argument("--sessions", type=int, default=12)
-    parser.add_argument("--agents", type=int, default=3)
+    parser.add_argument("--sessions", type=int, default=12, help="agent sessions to play (default: 12)")
+    parser.add_argument("--agents", type=int, default=3, help="agents the sessions are spread over (default: 3)")
     parser.add_argument("--pace", type=float, default=1.0, help="scale of simulated latencies (0: as fast as possible)")
     parser.add_argument("--seed", type=int, default=None, help="repeat a run exactly")
     add_nats_url(parser)

@@ -28,7 +28,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "Until then every call its guard would see is cancelled. Refused while an instance is alive."
         ),
     )
-    parser.add_argument("name")
+    parser.add_argument("name", help="module.handler, or a module for all its fail-closed handlers")
     add_options(parser)
     parser.set_defaults(func=run)
 

@@ -10,7 +10,14 @@ from bus.core.catalog import CATALOG, FAMILIES
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser("events", help="list the catalogued events and their payload fields")
+    parser = subparsers.add_parser(
+        "events",
+        help="list the catalogued events and their payload fields",
+        description=(
+            "List the events hookbus knows by name: subject, when it fires, payload fields with their JSON types "
+            "(what 'hookbus emit --strict' checks). 'hookbus emit' refuses other subjects unless --any."
+        ),
+    )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.set_defaults(func=run)
 

@@ -23,7 +23,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "the decision; 1 for errors."
         ),
     )
-    parser.add_argument("stage")
+    parser.add_argument("stage", help="the stage to run, e.g. tool.call")
     parser.add_argument("payload", nargs="?", default=None, help="a JSON object; '-' or absent: read stdin")
     parser.add_argument("--session", default=None, help="session id passed to handlers")
     parser.add_argument("--agent", default=None, help="agent name passed to handlers")

@@ -9,7 +9,9 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 
 from bus.cli.common import add_metrics_port, add_nats_url, connection_args, serve_metrics, stop_on_signals
+from bus.cli.options import SERVICE_CONNECT_S
 from bus.client import Bus
+from bus.core.catalog import closest
 from bus.core.errors import ConfigError
 from bus.journal.entries import canonical_time
 
@@ -31,8 +33,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     query.add_argument("--point", help="stage or subject, e.g. tool.call")
     query.add_argument("--who", "--handler", dest="who", help="handler, hook or trigger name")
     query.add_argument("--decision", help="continue, cancel, patch, timeout, failed, absent, denied, fired, ...")
-    query.add_argument("--session")
-    query.add_argument("--kind", choices=["middleware", "shell_hook", "subscriber", "trigger"])
+    query.add_argument("--session", help="only this session's entries")
+    query.add_argument(
+        "--kind", choices=["middleware", "shell_hook", "subscriber", "trigger"], help="only entries of this kind"
+    )
     query.add_argument("--since", help="received from this time on, e.g. 2026-11-30T10:00:00Z")
     query.add_argument("--until", help="received before this time")
     query.add_argument("--limit", type=int, default=50, help="newest N entries (default: 50)")
@@ -43,17 +47,24 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     sink = subparsers.add_parser(
         "journal-sink",
         help="run only the journal sink (stream -> SQLite + JSONL) against an existing NATS",
+        description=(
+            "Run only the journal sink: consume the journal stream of an existing NATS (JetStream) into the "
+            "workspace's journal.db (SQLite) and JSONL files, for 'hookbus journal' to query. 'hookbus up' runs "
+            "one itself."
+        ),
     )
     sink.add_argument("--workspace", type=Path, default=Path(".hookbus"))
     sink.add_argument("--host", default="127.0.0.1", help="address /metrics binds (default: 127.0.0.1)")
     add_metrics_port(sink)
-    add_nats_url(sink)
+    add_nats_url(sink, connect_s=SERVICE_CONNECT_S)  # a service may start before its server
     sink.set_defaults(func=run_sink)
 
 
 async def run_query(args: argparse.Namespace) -> int:
     from subscribers.journal.store import DB_NAME, JournalStore, Query, dumps_line
 
+    if args.decision is not None:
+        check_decision(args.decision)  # before the workspace: a wrong filter is wrong anywhere
     path: Path = args.workspace / DB_NAME
     if not path.exists():  # noqa: ASYNC240 - one stat before anything runs
         raise ConfigError(f"no journal at {path}: is 'hookbus up --workspace {args.workspace}' running?")
@@ -65,17 +76,17 @@ async def run_query(args: argparse.Namespace) -> int:
         value = getattr(args, bound)
         filters[bound] = canonical_time(value) if value else None
     after, limit = 0, args.limit
-    if not args.json:
-        print("  ".join(c.upper() for c in ("received", *_COLUMNS)), flush=True)
+    table = _Table(("received", *_COLUMNS))
     try:
         while True:
             rows = store.query(Query(**filters, after_seq=after, limit=limit))
+            if not args.json:
+                table.fit([[row.received, *(getattr(row.entry, c) for c in _COLUMNS)] for _, row in rows])
             for seq, row in rows:
                 if args.json:
                     print(dumps_line(seq, row), flush=True)
                 else:
-                    values = [row.received, *(getattr(row.entry, c) for c in _COLUMNS)]
-                    print("  ".join(_cell(v) for v in values), flush=True)
+                    print(table.line([row.received, *(getattr(row.entry, c) for c in _COLUMNS)]), flush=True)
             if rows:
                 after = rows[-1][0]
             if not args.follow:
@@ -84,6 +95,47 @@ async def run_query(args: argparse.Namespace) -> int:
             await asyncio.sleep(0.5)
     finally:
         store.close()
+
+
+def known_decisions() -> list[str]:
+    """What the journal's writers put in ``decision``: middleware outcomes and decisions, hook runs, triggers."""
+    from bus.middleware.faults import Outcome
+    from subscribers.shell_hooks.shell import HookOutcome
+
+    written = {"continue", "cancel", "patch", "denied", "detached", "fired", "suppressed"}
+    return sorted({*written, *(o.value for o in Outcome), *(o.value for o in HookOutcome)})
+
+
+def check_decision(value: str) -> None:
+    """A --decision nobody writes is refused (naming the valid ones), not answered with an empty table."""
+    valid = known_decisions()
+    if value not in valid:
+        meant = closest(value, valid)
+        hint = f"; did you mean {meant}?" if meant else ""
+        raise ConfigError(f"--decision {value!r} is not a journal decision{hint} (valid: {', '.join(valid)})")
+
+
+class _Table:
+    """Columns padded to their widest cell so far; the header comes with the first rows, the last column is free."""
+
+    def __init__(self, columns: tuple[str, ...]) -> None:
+        self._header: list[str] | None = [c.upper() for c in columns]
+        self._widths = [len(c) for c in columns]
+
+    def fit(self, rows: list[list[object]]) -> None:
+        """Widen the columns for these rows and print the header if it is still due."""
+        for row in rows:
+            for index, value in enumerate(row[:-1]):
+                self._widths[index] = max(self._widths[index], len(_cell(value)))
+        if self._header is not None:
+            print(self._pad(self._header), flush=True)
+            self._header = None
+
+    def line(self, row: list[object]) -> str:
+        return self._pad([_cell(value) for value in row])
+
+    def _pad(self, cells: list[str]) -> str:
+        return "  ".join([*(c.ljust(w) for c, w in zip(cells[:-1], self._widths, strict=False)), cells[-1]])
 
 
 def _cell(value: object) -> str:

@@ -27,7 +27,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "internal subjects such as _INBOX, $JS and hookbus.* only when PATTERN names them)."
         ),
     )
-    parser.add_argument("pattern", nargs="?", default=">")
+    parser.add_argument(
+        "pattern", nargs="?", default=">", help="subjects to show: prx.*, tool_call, eva.custom.> (default: all events)"
+    )
     parser.add_argument("--json", action="store_true", help="one envelope per line, as on the wire")
     parser.add_argument(
         "--full",

@@ -11,6 +11,7 @@ import msgspec
 import orjson
 
 from bus.cli.common import add_nats_url, connection_args, read_json_object
+from bus.cli.parser import also_after
 from bus.cli.workspace import add_workspace, bus_name, existing
 from bus.client import Bus
 from bus.core.errors import ConfigError, ConnectError, NoResponders, RequestTimeout, TriggerStatusError
@@ -19,18 +20,25 @@ from bus.core.subjects import TRIGGERS_STATUS, validate_subject
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser("triggers", help="list LLM triggers and their state, or test one")
+    parser = subparsers.add_parser(
+        "triggers",
+        help="list LLM triggers and their state, or test one",
+        description="The LLM triggers of triggers.yaml: their state on the bus (list), or a dry run of one (test).",
+    )
     add_workspace(parser, "workspace with triggers.yaml, read by 'test' and when no engine answers")
     actions = parser.add_subparsers(dest="action", metavar="ACTION")
-    listing = actions.add_parser("list", help="each trigger: pattern, agent, fired, suppressed (default)")
+    listing_help = "each trigger: pattern, agent, fired, suppressed (default)"
+    listing = actions.add_parser("list", help=listing_help, description=f"List {listing_help}.")
     add_nats_url(listing)
-    listing.add_argument("--json", action="store_true")
-    test = actions.add_parser("test", help="would this event fire NAME, and with what prompt? Starts nothing.")
-    test.add_argument("name")
+    listing.add_argument("--json", action="store_true", help="one JSON document: running, triggers")
+    test_help = "would this event fire NAME, and with what prompt? Starts nothing."
+    test = actions.add_parser("test", help=test_help, description=test_help)
+    test.add_argument("name", help="the trigger's name in triggers.yaml")
     test.add_argument("payload", nargs="?", default=None, help="the event payload as JSON ('-' or absent: stdin)")
     test.add_argument("--subject", help="the event's subject (default: the trigger's 'on', if it is a subject)")
-    test.add_argument("--session", default=None)
-    test.add_argument("--depth", type=int, default=0)
+    test.add_argument("--session", default=None, help="session id of the event")
+    test.add_argument("--depth", type=int, default=0, help="recursion depth of the event (default: 0)")
+    also_after(parser, "--workspace", listing, test)
     parser.set_defaults(func=run, action="list", nats_url=None, connect_timeout=2.0, json=False)
 
 

@@ -16,11 +16,12 @@ from contextlib import AsyncExitStack
 from functools import partial
 
 from bus.cli.common import add_nats_url, connection_args, serve_metrics, stop_on_signals
+from bus.cli.options import SERVICE_CONNECT_S
 from bus.cli.worker_options import add_worker_options, worker_settings
 from bus.cli.workspace import add_workspace
 from bus.cli.workspace import resolve as resolve_workspace
 from bus.client import Bus
-from bus.core.errors import ConfigError, ServerError
+from bus.core.errors import ConfigError, PortInUse, ServerError
 from bus.core.filelock import WorkspaceLock
 from bus.core.private_files import private_dir
 from bus.middleware.registry import ensure_buckets
@@ -75,7 +76,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=DEFAULT_METRICS_PORT,
         help=f"Prometheus /metrics port (default: {DEFAULT_METRICS_PORT}; -1: off)",
     )
-    add_nats_url(parser)
+    add_nats_url(parser, connect_s=SERVICE_CONNECT_S)  # a service may start before its server
     add_worker_options(parser)
     parser.set_defaults(func=run)
 
@@ -105,7 +106,7 @@ async def run(args: argparse.Namespace) -> int:
         if not nats_url:
             server = NatsServer(port=args.port, host=args.host, store_dir=workspace / "jetstream", die_with_parent=True)
             stack.callback(server.cleanup)
-            await asyncio.to_thread(server.start)
+            await _start(server)
             nats_url = server.url
         bus = await stack.enter_async_context(Bus(nats_url, name="hookbus-up", **connection_args(args)))
         await ensure_buckets(bus)  # agents and modules may read the middleware state, not create it
@@ -126,6 +127,17 @@ async def run(args: argparse.Namespace) -> int:
         await _wait(stop, server)
     print("hookbus up: stopped", flush=True)
     return 0
+
+
+async def _start(server: NatsServer) -> None:
+    """Start the embedded server; a busy port is one line naming the flag that changes it."""
+    try:
+        await asyncio.to_thread(server.start)
+    except PortInUse as exc:
+        raise ConfigError(
+            f"{exc}: choose another with --port (0: any free port), "
+            f"or use the bus already there with --nats-url nats://{exc.host}:{exc.port}"
+        ) from None
 
 
 async def _wait(stop: asyncio.Event, server: NatsServer | None) -> None:

@@ -10,6 +10,7 @@ import argparse
 from contextlib import AsyncExitStack
 
 from bus.cli.common import add_metrics_port, add_nats_url, connection_args, serve_metrics, stop_on_signals
+from bus.cli.options import SERVICE_CONNECT_S
 from bus.cli.worker_options import add_worker_options, worker_settings
 from bus.cli.workspace import add_workspace, existing
 
@@ -24,7 +25,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_workspace(parser, "workspace with hooks.json")
     add_metrics_port(parser)
     parser.add_argument("--host", default="127.0.0.1", help="address /metrics binds (default: 127.0.0.1)")
-    add_nats_url(parser)
+    add_nats_url(parser, connect_s=SERVICE_CONNECT_S)  # a service may start before its server
     add_worker_options(parser)
     parser.set_defaults(func=run)
 

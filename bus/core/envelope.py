@@ -16,20 +16,22 @@ and ids are a random per-process prefix plus a counter.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, NotRequired, TypedDict
+from typing import TYPE_CHECKING, Any, Final, NotRequired, TypedDict
 
-import msgspec
 import orjson
 
 from bus.core.clock import IdSource, format_timestamp
 from bus.core.depth import DEFAULT_MAX_DEPTH, depth_problem
 from bus.core.errors import EnvelopeError, NotSerializableError, PayloadError, PayloadRefError, PayloadTooLarge
-from bus.core.schema import PayloadRefMsg, convert
 from bus.core.subjects import event_name, known_event_name, received_event_name, subject_problem, validate_subject
+
+if TYPE_CHECKING:  # not at run time: hookbus emit encodes with this module and must load fast (no asyncio, msgspec)
+    import asyncio
+
+    from bus.core.schema import PayloadRefMsg
 
 #: Default limit on an encoded event, as in the PRX document (64 KB).
 DEFAULT_MAX_BYTES: Final = 64 * 1024
@@ -64,7 +66,7 @@ class EventDict(TypedDict):
 
 
 #: Fetches the whole payload a reference names, checked (``loader(subject, ref)``); the receiving Bus's.
-PayloadLoader = Callable[[str, PayloadRefMsg], Awaitable[dict[str, Any]]]
+PayloadLoader = Callable[[str, "PayloadRefMsg"], Awaitable[dict[str, Any]]]
 
 
 @dataclass(slots=True)
@@ -103,7 +105,7 @@ class Event:
         if self.truncated:
             out["truncated"] = True
         if self.payload_ref is not None:
-            out["payload_ref"] = msgspec.to_builtins(self.payload_ref)
+            out["payload_ref"] = _builtins(self.payload_ref)
         return out
 
     async def full_payload(self) -> dict[str, Any]:
@@ -115,6 +117,8 @@ class Event:
         ref = self.payload_ref
         if ref is None:
             return self.payload
+        import asyncio  # here, not at module load: see TYPE_CHECKING above
+
         if self._whole is None:
             if self.loader is None:
                 raise PayloadRefError(self.subject, "this event did not come from a bus: nothing can fetch its payload")
@@ -221,7 +225,7 @@ class Encoder:
         Raises PayloadTooLarge when nothing makes the envelope fit.
         """
         cutter = StringCutter(_loads(_dump_payload(subject, payload)))
-        ref_room = 0 if ref is None else len(_dumps(msgspec.to_builtins(ref))) + len(b',"payload_ref":')
+        ref_room = 0 if ref is None else len(_dumps(_builtins(ref))) + len(b',"payload_ref":')
         excess, last = size - self.max_bytes + _FLAG_ROOM + ref_room, size
         for _ in range(_FIT_TRIES):
             if not cutter.cut(excess):
@@ -251,8 +255,15 @@ class Encoder:
             "truncated": True,
         }
         if ref is not None:
-            envelope["payload_ref"] = msgspec.to_builtins(ref)
+            envelope["payload_ref"] = _builtins(ref)
         return orjson.dumps(envelope)[:-1] + self._tail
+
+
+def _builtins(ref: PayloadRefMsg) -> Any:
+    """A claim-check reference as plain JSON values (msgspec is loaded on this slow path only)."""
+    import msgspec
+
+    return msgspec.to_builtins(ref)
 
 
 def _dump_payload(subject: str, payload: Mapping[str, Any]) -> bytes:
@@ -387,6 +398,8 @@ def _reject(subject: str, obj: dict[str, Any], max_depth: int) -> EnvelopeError:
 def _payload_ref(subject: str, ref: object) -> PayloadRefMsg:
     """A received ``payload_ref`` as its type (only its shape: the receiver checks the rest before fetching)."""
     try:
+        from bus.core.schema import PayloadRefMsg, convert
+
         return convert(ref, PayloadRefMsg, "field 'payload_ref'", ValueError)
     except ValueError as exc:
         raise EnvelopeError(subject, str(exc)) from None

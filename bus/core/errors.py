@@ -6,8 +6,10 @@ The tree::
     ├── ConfigError            a setting, flag or config file is wrong
     │   └── HookConfigError        hooks.json (or an API write) breaks the hooks format
     ├── ConnectError           the bus could not be reached (names the URL)
+    ├── PublishDenied          the server's permissions refused a publish (names the subject)
     ├── BusClosedError         the Bus was used after close(), or before start
     ├── ServerError            the embedded nats-server would not start
+    │   └── PortInUse              its port is taken (names host and port)
     ├── SubjectError           a subject or pattern breaks the subject rules (also ValueError)
     ├── PayloadError           a payload cannot be sent (also ValueError)
     │   ├── NotSerializableError   not JSON-serialisable
@@ -26,6 +28,8 @@ Errors carry the context they are about (subject, size, URL) as attributes.
 """
 
 from __future__ import annotations
+
+from errno import ECONNREFUSED as _ECONNREFUSED
 
 
 class HookbusError(Exception):
@@ -61,12 +65,37 @@ class ConnectError(HookbusError):
     def __init__(self, servers: list[str], cause: BaseException | None = None) -> None:
         self.servers = servers
         self.cause = cause
+        #: Nobody listens at the address (no server there), rather than a refusal, a timeout or a TLS problem.
+        self.refused = isinstance(cause, ConnectionRefusedError) or getattr(cause, "errno", None) == _ECONNREFUSED
+        shown = ", ".join(_without_secret(url) for url in servers)
+        if self.refused:
+            super().__init__(f"no NATS server at {shown} (connection refused)")
+            return
         detail = f": {cause}" if cause is not None and str(cause) else ""
         kind = f" ({type(cause).__name__})" if cause is not None else ""
         hint = ""
         if cause is not None and "authorization violation" in str(cause).lower():
             hint = " (the server refused the credentials: check user/password, token, nkey or creds file)"
-        super().__init__(f"cannot connect to NATS at {', '.join(servers)}{kind}{detail}{hint}")
+        super().__init__(f"cannot connect to NATS at {shown}{kind}{detail}{hint}")
+
+
+def _without_secret(url: str) -> str:
+    """A server URL as shown in messages: a password or token in it replaced by ``***``."""
+    scheme, sep, rest = url.rpartition("://")
+    userinfo, at, host = rest.rpartition("@")
+    if not at:
+        return url
+    user, colon, _ = userinfo.partition(":")
+    return f"{scheme}{sep}{user}:***@{host}" if colon else f"{scheme}{sep}***@{host}"
+
+
+class PublishDenied(HookbusError):
+    """The NATS server refused a publish: the connection's user may not publish to the subject."""
+
+    def __init__(self, subject: str, detail: str) -> None:
+        self.subject = subject
+        self.detail = detail
+        super().__init__(f"the NATS server denied publishing to {subject!r} ({detail})")
 
 
 class BusClosedError(HookbusError):
@@ -75,6 +104,15 @@ class BusClosedError(HookbusError):
 
 class ServerError(HookbusError):
     """The embedded nats-server could not be started."""
+
+
+class PortInUse(ServerError):
+    """The embedded nats-server could not listen: another process holds its address."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host = host
+        self.port = port
+        super().__init__(f"port {port} on {host} is already in use")
 
 
 class SubjectError(HookbusError, ValueError):

@@ -13,7 +13,6 @@ import logging
 import os
 import ssl
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, fields
 from typing import Any, Final
 from urllib.parse import urlsplit
 
@@ -24,27 +23,40 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_e
 
 from bus.core.errors import ConfigError, ConnectError, SubjectError
 from bus.core.subjects import validate_subject
+from bus.transport.endpoints import (
+    AUTH_ENV,
+    DEFAULT_URL,
+    INBOX_ROOT,
+    TLS_ENV,
+    URL_ENV,
+    Credentials,
+    credential_values,
+    resolve_servers,
+)
+
+__all__ = [  # the settings live in bus.transport.endpoints; importers of this module keep finding them here
+    "AUTH_ENV",
+    "DEFAULT_URL",
+    "INBOX_ROOT",
+    "TLS_ENV",
+    "URL_ENV",
+    "Credentials",
+    "auth_options",
+    "is_auth_failure",
+    "jetstream_replicas",
+    "open_connection",
+    "resolve_servers",
+    "tls_context",
+    "with_private_inbox",
+]
 
 log = logging.getLogger("hookbus.connection")
 
-URL_ENV: Final = "NATS_URL"
-DEFAULT_URL: Final = "nats://127.0.0.1:4222"
 #: Bytes a disconnected client buffers before emits are dropped and counted.
 DEFAULT_PENDING_BYTES: Final = 8 * 1024 * 1024
 
 Callback = Callable[[], Awaitable[None]]
 ErrorCallback = Callable[[Exception], Awaitable[None]]
-
-
-def resolve_servers(servers: str | list[str] | None) -> list[str]:
-    """Explicit servers, else ``$NATS_URL`` (comma-separated), else 127.0.0.1:4222."""
-    if servers is None:
-        servers = os.environ.get(URL_ENV) or DEFAULT_URL
-    if isinstance(servers, str):
-        servers = [part.strip() for part in servers.split(",") if part.strip()]
-    if not servers:
-        raise ConnectError(["<none>"], ValueError("no NATS server URL given"))
-    return list(servers)
 
 
 async def _attempt(servers: list[str], **options: Any) -> Client:
@@ -75,56 +87,6 @@ def _transient(exc: BaseException) -> bool:
     return isinstance(exc, OSError | TimeoutError | nats.errors.NoServersError | nats.errors.Error)
 
 
-#: Environment variables for credentials and TLS, and the nats-py option each sets.
-AUTH_ENV: Final = {
-    "HOOKBUS_NATS_USER": "user",
-    "HOOKBUS_NATS_PASSWORD": "password",
-    "HOOKBUS_NATS_TOKEN": "token",
-    "HOOKBUS_NATS_CREDS": "user_credentials",
-    "HOOKBUS_NATS_NKEY_SEED": "nkeys_seed",
-    "HOOKBUS_NATS_INBOX": "inbox_prefix",
-}
-#: Reply subjects live under this prefix plus the NATS user's name (see :func:`with_private_inbox`).
-INBOX_ROOT: Final = "_INBOX"
-TLS_ENV: Final = ("HOOKBUS_NATS_TLS_CA", "HOOKBUS_NATS_TLS_CERT", "HOOKBUS_NATS_TLS_KEY")
-
-
-@dataclass(frozen=True)
-class Credentials:
-    """Credentials and TLS files for a connection, given as arguments (the command line's flags).
-
-    Each field left None falls back to its ``HOOKBUS_NATS_*`` variable (see
-    :data:`AUTH_ENV`, :data:`TLS_ENV`); a field set wins over the variable.
-    """
-
-    user: str | None = None
-    password: str | None = None
-    token: str | None = None
-    creds: str | None = None
-    nkey_seed: str | None = None
-    inbox: str | None = None
-    tls_ca: str | None = None
-    tls_cert: str | None = None
-    tls_key: str | None = None
-
-    def overrides(self) -> dict[str, str | None]:
-        """The fields by the name of the variable each one overrides."""
-        return {_VARIABLE[field.name]: getattr(self, field.name) for field in fields(self)}
-
-
-_VARIABLE: Final = {
-    "user": "HOOKBUS_NATS_USER",
-    "password": "HOOKBUS_NATS_PASSWORD",
-    "token": "HOOKBUS_NATS_TOKEN",
-    "creds": "HOOKBUS_NATS_CREDS",
-    "nkey_seed": "HOOKBUS_NATS_NKEY_SEED",
-    "inbox": "HOOKBUS_NATS_INBOX",
-    "tls_ca": "HOOKBUS_NATS_TLS_CA",
-    "tls_cert": "HOOKBUS_NATS_TLS_CERT",
-    "tls_key": "HOOKBUS_NATS_TLS_KEY",
-}
-
-
 def auth_options(
     environ: Mapping[str, str] | None = None, overrides: Mapping[str, str | None] | None = None
 ) -> dict[str, Any]:
@@ -133,8 +95,7 @@ def auth_options(
     ``overrides`` uses the environment variable names as keys (flags win over the
     environment). Files named must exist: a typo is a ConfigError, not a hang.
     """
-    source = {**(os.environ if environ is None else environ)}
-    source.update({k: v for k, v in (overrides or {}).items() if v})
+    source = credential_values(environ, overrides)
     options: dict[str, Any] = {}
     for variable, option in AUTH_ENV.items():
         value = source.get(variable)
@@ -209,28 +170,38 @@ async def open_connection(
         retry=retry_if_exception(_transient),
         reraise=True,
     )
+    reconnect_wait = settings.pop("reconnect_time_wait")
+    failures: list[Exception] = []  # the last failure nats-py reported before its NoServersError
+
+    async def on_connect_error(exc: Exception) -> None:
+        failures[:] = [exc]
+        await on_error(exc)
+
     try:
         async for attempt in retrying:
             with attempt:
                 nc = await _attempt(
                     servers,
                     name=name,
-                    # One pass over the servers per attempt (each tried at most twice;
-                    # 0 would mean "for ever" here), so that tenacity owns the retry
-                    # policy; reconnecting for ever is switched on once connected.
+                    # One pass over the servers per attempt (each tried at most twice, without
+                    # waiting in between: 0 would mean "for ever" here), so that tenacity owns
+                    # the retry policy; reconnecting for ever is switched on once connected.
                     allow_reconnect=False,
                     max_reconnect_attempts=1,
-                    error_cb=on_error,
+                    reconnect_time_wait=0,
+                    error_cb=on_connect_error,
                     disconnected_cb=on_disconnect,
                     reconnected_cb=on_reconnect,
                     skip_subject_validation=True,  # bus.core.subjects validates first
                     **settings,
                 )
     except Exception as exc:
-        raise ConnectError(servers, exc) from exc
+        cause = failures[-1] if isinstance(exc, nats.errors.NoServersError) and failures else exc
+        raise ConnectError(servers, cause) from exc
     # nats-py reads these options on every disconnect: from now on, reconnect for ever.
     nc.options["allow_reconnect"] = True
     nc.options["max_reconnect_attempts"] = -1
+    nc.options["reconnect_time_wait"] = reconnect_wait
     return nc
 
 

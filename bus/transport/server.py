@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -23,13 +24,15 @@ from pathlib import Path
 from types import TracebackType
 from typing import Final
 
-from bus.core.errors import ServerError
+from bus.core.errors import PortInUse, ServerError
 from bus.core.private_files import private_dir
 
 BINARY_ENV: Final = "HOOKBUS_NATS_SERVER"
 _PR_SET_PDEATHSIG: Final = 1  # from <linux/prctl.h>
 _START_TIMEOUT: Final = 15.0
 _STOP_TIMEOUT: Final = 5.0
+#: What nats-server logs when another process holds its address (Go's net error, the same on every OS).
+_ADDRESS_IN_USE: Final = re.compile(r"listen tcp \[?([^\s\]]*?)\]?:(\d+): bind: address already in use")
 
 
 def _die_with_parent() -> None:
@@ -140,8 +143,11 @@ class NatsServer:
 
     def _fail(self, why: str) -> ServerError:
         self.stop()
-        tail = self.log_path.read_text(errors="replace")[-2000:] if self.log_path.exists() else ""
-        return ServerError(f"nats-server {why}; its log ends with:\n{tail}")
+        log = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        busy = _ADDRESS_IN_USE.search(log)
+        if busy is not None:  # the usual cause, and one line says it all
+            return PortInUse(busy.group(1) or "every address", int(busy.group(2)))
+        return ServerError(f"nats-server {why}; its log ends with:\n{log[-2000:]}")
 
     def _read_ports(self, deadline: float) -> None:
         assert self._proc is not None

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from bus.core.catalog import warn_misspelt
 from bus.core.config_files import parse_entries, read_yaml
 from bus.core.config_schema import Trigger
 from bus.core.errors import ConfigError, SubjectError
@@ -82,6 +83,7 @@ def parse_one(item: Any, where: str) -> TriggerSpec:
         pattern = normalise_pattern(entry.on)
     except SubjectError as exc:
         raise ConfigError(f"{where}: field 'on': {exc}") from None
+    warn_misspelt(entry.on, f"{where}: field 'on'")
     dedupe = entry.dedupe
     return TriggerSpec(
         name=entry.name,

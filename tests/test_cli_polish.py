@@ -1,0 +1,96 @@
+"""The command line's manners: help for everything in plain text, --version, options anywhere, tidy output."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections.abc import Iterator
+from importlib.metadata import version
+from pathlib import Path
+
+from bus.cli import build_parser
+from bus.journal.entries import JournalEntry
+from subscribers.journal.store import DB_NAME, JournalStore, Received
+
+from .conftest import run_cli
+
+
+def every_parser(
+    parser: argparse.ArgumentParser, path: str = "hookbus"
+) -> Iterator[tuple[str, argparse.ArgumentParser]]:
+    """Each command and subcommand's parser, with its command line."""
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from every_parser(sub, f"{path} {name}")
+
+
+def test_every_command_and_option_has_help_in_plain_text() -> None:
+    missing, rst = [], []
+    for path, parser in every_parser(build_parser()):
+        if path != "hookbus" and not parser.description:
+            missing.append(f"{path} (description)")
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                missing += [f"{path} {c.dest}" for c in action._choices_actions if not c.help]
+            elif not action.help:
+                missing.append(f"{path} {'/'.join(action.option_strings) or action.dest}")
+        if "`" in parser.format_help():
+            rst.append(path)
+    assert missing == []
+    assert rst == []
+
+
+def test_help_runs_for_every_command() -> None:
+    for path, _ in every_parser(build_parser()):
+        done = run_cli(*path.split()[1:], "--help")
+        assert done.returncode == 0, (path, done.stderr)
+        assert done.stdout.startswith(f"usage: {path}")
+
+
+def test_version() -> None:
+    done = run_cli("--version")
+    assert (done.returncode, done.stdout) == (0, f"hookbus {version('hookbus')}\n")
+
+
+def test_credential_flags_have_one_section_and_stay_out_of_the_usage_line() -> None:
+    text = run_cli("emit", "--help").stdout
+    usage, _, rest = text.partition("\n\n")
+    assert "--nats-url" in usage and "--nats-password" not in usage and "--tls-ca" not in usage
+    section = rest[rest.index("NATS credentials and TLS:") :]
+    for flag in ("--nats-user", "--nats-password", "--nats-token", "--nats-creds", "--tls-ca", "--tls-key"):
+        assert flag in section
+    assert "[$HOOKBUS_NATS_PASSWORD]" in section
+
+
+def test_options_are_taken_after_positionals(tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "triggers.yaml").write_text(
+        "triggers:\n  - {name: deploys, on: eva.custom.deploy, prompt: 'deploy of {payload.app}', agent: eva}\n"
+    )
+    done = run_cli("triggers", "test", "deploys", '{"app": "web"}', "--workspace", str(workspace))
+    assert done.returncode == 0, done.stderr
+    assert "deploy of web" in done.stdout
+    emitted = run_cli("emit", "eva.custom.x", "--session", "s", "[]", env={"NATS_URL": "nats://127.0.0.1:1"})
+    assert emitted.stderr.splitlines() == ["hookbus: error: the payload must be a JSON object, not array"]
+
+
+def test_journal_columns_are_aligned(tmp_path: Path) -> None:
+    store = JournalStore(tmp_path / DB_NAME)
+    entries = [
+        JournalEntry("middleware", "tool.call", "before", "guard.no_rm", "cancel", "only by hand"),
+        JournalEntry("trigger", "eva.custom.a_much_longer_subject", "fire", "t", "fired", "turn 1"),
+    ]
+    store.insert_many(
+        [Received(e, stream_seq=n, received=f"2026-11-30T10:00:0{n}.000Z") for n, e in enumerate(entries, 1)]
+    )
+    store.close()
+    done = run_cli("journal", "--workspace", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == 3
+    starts = [[m.start() for m in re.finditer(r"(?<=  )\S", line)] for line in lines]
+    assert starts[0] == starts[1] == starts[2]  # every column begins at the same place on every line
+    assert lines[0].split()[:3] == ["RECEIVED", "TIME", "KIND"]
