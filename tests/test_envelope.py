@@ -154,7 +154,10 @@ def test_not_serialisable_names_the_subject() -> None:
     [
         (b"nope", "not JSON"),
         (b"[]", "expected a JSON object, got list"),
-        (b'{"event":"e","timestamp":"t","session_id":null,"payload":{},"id":"i"}', "missing field 'depth'"),
+        (
+            b'{"event":"e","timestamp":"t","session_id":null,"payload":{},"id":"i","depth":null}',
+            "'depth' has type NoneType",
+        ),
         (b'{"event":"e","timestamp":"t","payload":{},"id":"i","depth":0}', "missing field 'session_id'"),
         (b'{"event":"e","timestamp":5,"session_id":null,"payload":{},"id":"i","depth":0}', "'timestamp' has type int"),
         (b'{"event":"e","timestamp":"t","session_id":1,"payload":{},"id":"i","depth":0}', "'session_id' has type int"),

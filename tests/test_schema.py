@@ -266,12 +266,19 @@ _VALID: dict[str, Any] = {
 @example({**_VALID, "depth": DEFAULT_MAX_DEPTH})
 @example({**_VALID, "depth": 0, "event": "agent_end"})
 def test_the_envelope_schema_and_the_fast_receive_check_agree(obj: Any) -> None:
-    """The delivery path keeps its hand-written check; it must accept exactly what EnvelopeMsg accepts."""
+    """The delivery path keeps its hand-written check; it must accept exactly what EnvelopeMsg accepts.
+
+    On ``prx.lifecycle.<event>`` an object with neither ``event`` nor ``payload`` is a bare PRX payload,
+    not an envelope: always accepted, wrapped. An envelope without ``id`` or ``depth`` is completed.
+    """
     subject, data = "prx.lifecycle.tool_call", orjson.dumps(obj)
     try:
         event = envelope.decode(subject, data)
     except EnvelopeError:
         event = None
+    if isinstance(obj, dict) and "event" not in obj and "payload" not in obj:
+        assert event is not None and (event.payload, event.depth, event.received_as) == (obj, 0, "prx-payload")
+        return
     try:
         msg = decode(data, EnvelopeMsg, "event", ValueError)
     except ValueError:
@@ -280,16 +287,11 @@ def test_the_envelope_schema_and_the_fast_receive_check_agree(obj: Any) -> None:
     valid = msg.event == "tool_call" and msg.depth < DEFAULT_MAX_DEPTH
     assert (event is not None) == valid
     if event is not None:
-        seen = (event.timestamp, event.session_id, event.payload, event.id, event.depth, event.source, event.truncated)
-        assert seen == (
-            msg.timestamp,
-            msg.session_id,
-            msg.payload,
-            msg.id,
-            msg.depth,
-            msg.source,
-            msg.truncated is True,
-        )
+        seen = (event.timestamp, event.session_id, event.payload, event.depth, event.source, event.truncated)
+        assert seen == (msg.timestamp, msg.session_id, msg.payload, msg.depth, msg.source, msg.truncated is True)
+        completed = msg.id is msgspec.UNSET or "depth" not in obj
+        assert event.id == msg.id if msg.id is not msgspec.UNSET else event.id  # else assigned on receipt
+        assert event.received_as == ("prx-envelope" if completed else None)
 
 
 def test_a_journal_entry_is_checked_by_the_schema_then_clamped() -> None:

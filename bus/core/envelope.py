@@ -9,6 +9,11 @@ plus optional ``"source"`` (the emitting client's name) and ``"truncated": true`
 (string values were cut to fit the size limit). ``NAME`` is the subject without
 its domain prefix (see :func:`bus.core.subjects.event_name`).
 
+Receivers also take what PRX publishers send (docs/events.md, "From PRX
+publishers"): an envelope without ``id`` or ``depth``, and a bare payload
+object on ``prx.lifecycle.<event>``. Those are completed on receipt and
+flagged in ``received_as``; they are tried only after the fast check failed.
+
 Encoding is on the agent's hot path, so the per-subject head of the object is
 built once and cached, the timestamp string is reused within a millisecond,
 and ids are a random per-process prefix plus a counter.
@@ -23,15 +28,22 @@ from typing import TYPE_CHECKING, Any, Final, NotRequired, TypedDict
 
 import orjson
 
-from bus.core.clock import IdSource, format_timestamp
+from bus.core.clock import IdSource, format_timestamp, now_timestamp
 from bus.core.depth import DEFAULT_MAX_DEPTH, depth_problem
 from bus.core.errors import EnvelopeError, NotSerializableError, PayloadError, PayloadRefError, PayloadTooLarge
-from bus.core.subjects import event_name, known_event_name, received_event_name, subject_problem, validate_subject
+from bus.core.subjects import (
+    PRX_DOMAIN,
+    event_name,
+    known_event_name,
+    received_event_name,
+    subject_problem,
+    validate_subject,
+)
 
 if TYPE_CHECKING:  # not at run time: hookbus emit encodes with this module and must load fast (no asyncio, msgspec)
     import asyncio
 
-    from bus.core.schema import PayloadRefMsg
+    from bus.core.schema import PayloadRefMsg, ReceivedAs
 
 #: Default limit on an encoded event, as in the PRX document (64 KB).
 DEFAULT_MAX_BYTES: Final = 64 * 1024
@@ -63,6 +75,7 @@ class EventDict(TypedDict):
     source: NotRequired[str]
     truncated: NotRequired[bool]
     payload_ref: NotRequired[dict[str, Any]]
+    received_as: NotRequired[str]
 
 
 #: Fetches the whole payload a reference names, checked (``loader(subject, ref)``); the receiving Bus's.
@@ -82,8 +95,12 @@ class Event:
     depth: int
     source: str | None = None
     truncated: bool = False
-    #: The exact bytes received (what shell hooks get as their payload).
+    #: The exact bytes received (what shell hooks get as their payload); for a message the
+    #: receiver completed (``received_as``), the completed envelope.
     raw: bytes = b""
+    #: Set by the receiver, never taken from the sender: ``prx-envelope`` or ``prx-payload`` when
+    #: it completed a PRX publisher's message (bus.core.schema.ReceivedAs), else None.
+    received_as: ReceivedAs | None = None
     #: Set when ``payload`` is a preview and the whole payload is in the object store (the claim check).
     payload_ref: PayloadRefMsg | None = None
     #: What fetches a claimed payload (set by the subscription that received it); None: nothing can.
@@ -104,6 +121,8 @@ class Event:
             out["source"] = self.source
         if self.truncated:
             out["truncated"] = True
+        if self.received_as is not None:
+            out["received_as"] = self.received_as
         if self.payload_ref is not None:
             out["payload_ref"] = _builtins(self.payload_ref)
         return out
@@ -379,20 +398,53 @@ def _check_field(obj: dict[str, Any], subject: str, name: str, kind: type | tupl
         raise EnvelopeError(subject, f"field {name!r} has type {type(value).__name__}")
 
 
-def _reject(subject: str, obj: dict[str, Any], max_depth: int) -> EnvelopeError:
-    """Name the first thing wrong with an object that failed the fast check."""
-    try:
-        for name, kind in _FIELDS:
+def _decode_other(subject: str, obj: dict[str, Any], data: bytes, max_depth: int, expected: str) -> Event:
+    """An object the fast check refused: a PRX publisher's shape, completed, or an EnvelopeError naming the field.
+
+    On ``prx.lifecycle.<event>`` an object with neither ``event`` nor ``payload``
+    is a bare payload (what PRX's agent publishes there). Anything else must be
+    an envelope, where ``id`` and ``depth`` may be missing (PRX's documented
+    envelope): present fields are checked as always, a missing depth is 0 and
+    a missing id is assigned here.
+    """
+    if "event" not in obj and "payload" not in obj and subject.startswith(_PRX_PREFIX):
+        return _completed(subject, expected, now_timestamp(), None, obj, _receipt_id(), 0, None, False, _AS_PAYLOAD)
+    for name, kind in _FIELDS:
+        if name in obj or name not in _FILLED_IN:
             _check_field(obj, subject, name, kind)
-        problem = depth_problem(obj["depth"], max_depth)
-        if problem is not None:
-            return EnvelopeError(subject, problem, "depth")
-        expected = received_event_name(subject)
-        if obj["event"] != expected:
-            return EnvelopeError(subject, f"field 'event' is {obj['event']!r}, the subject says {expected!r}")
-        raise EnvelopeError(subject, f"field 'source' has type {type(obj.get('source')).__name__}")
-    except EnvelopeError as exc:
-        return exc
+    depth = obj.get("depth", 0)
+    problem = depth_problem(depth, max_depth)
+    if problem is not None:
+        raise EnvelopeError(subject, problem, "depth")
+    if obj["event"] != expected:
+        raise EnvelopeError(subject, f"field 'event' is {obj['event']!r}, the subject says {expected!r}")
+    source = obj.get("source")
+    if source is not None and type(source) is not str:
+        raise EnvelopeError(subject, f"field 'source' has type {type(source).__name__}")
+    stamp, session, payload = obj["timestamp"], obj["session_id"], obj["payload"]
+    truncated = obj.get("truncated") is True
+    if "id" in obj and "depth" in obj:  # nothing to complete (the fast check refuses nothing this accepts)
+        return Event(subject, expected, stamp, session, payload, obj["id"], depth, source, truncated, data)
+    ident = obj["id"] if "id" in obj else _receipt_id()
+    return _completed(subject, expected, stamp, session, payload, ident, depth, source, truncated, _AS_ENVELOPE)
+
+
+def _completed(
+    subject: str,
+    name: str,
+    stamp: str,
+    session: str | None,
+    payload: dict[str, Any],
+    ident: str,
+    depth: int,
+    source: str | None,
+    truncated: bool,
+    received_as: ReceivedAs,
+) -> Event:
+    """An event the receiver completed; its ``raw`` is the completed envelope, so hooks read one shape."""
+    event = Event(subject, name, stamp, session, payload, ident, depth, source, truncated, received_as=received_as)
+    event.raw = _dumps(event.to_dict())
+    return event
 
 
 def _payload_ref(subject: str, ref: object) -> PayloadRefMsg:
@@ -413,6 +465,13 @@ _FIELDS: Final = (
     ("id", str),
     ("depth", int),
 )
+#: The fields a PRX publisher's envelope may lack: the receiver fills them in.
+_FILLED_IN: Final = frozenset(("id", "depth"))
+_PRX_PREFIX: Final = PRX_DOMAIN + "."
+#: Ids of events completed on receipt (one per process; unique like the encoders' ids).
+_receipt_id = IdSource()
+_AS_ENVELOPE: Final[ReceivedAs] = "prx-envelope"
+_AS_PAYLOAD: Final[ReceivedAs] = "prx-payload"
 
 
 def decode(subject: str, data: bytes, max_bytes: int = DEFAULT_MAX_BYTES, max_depth: int = DEFAULT_MAX_DEPTH) -> Event:
@@ -439,7 +498,7 @@ def decode(subject: str, data: bytes, max_bytes: int = DEFAULT_MAX_BYTES, max_de
         name, stamp, session = obj["event"], obj["timestamp"], obj["session_id"]
         payload, ident, depth = obj["payload"], obj["id"], obj["depth"]
     except KeyError:
-        raise _reject(subject, obj, max_depth) from None
+        return _decode_other(subject, obj, data, max_depth, expected)
     source = obj.get("source")
     if (
         name == expected
@@ -456,4 +515,4 @@ def decode(subject: str, data: bytes, max_bytes: int = DEFAULT_MAX_BYTES, max_de
         if ref is not None:
             event.payload_ref = _payload_ref(subject, ref)
         return event
-    raise _reject(subject, obj, max_depth)
+    return _decode_other(subject, obj, data, max_depth, expected)

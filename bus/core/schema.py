@@ -47,16 +47,24 @@ ReceivedAs = Literal["prx-envelope", "prx-payload"]
 
 class EnvelopeMsg(msgspec.Struct, kw_only=True):
     """An event on its subject (docs/events.md). Receivers decode it with the hand-written check in
-    bus.core.envelope (faster on the delivery path); a test holds the two to the same verdicts."""
+    bus.core.envelope (faster on the delivery path); a test holds the two to the same verdicts.
+
+    ``id`` and ``depth`` may be missing (PRX documents its envelope without them): the receiver
+    assigns an id, takes depth 0 and sets ``received_as`` to ``prx-envelope``. On
+    ``prx.lifecycle.<event>`` an object with neither ``event`` nor ``payload`` is not an envelope
+    but a bare payload (what PRX's agent publishes): the receiver wraps it as that event (receipt
+    time, ``session_id`` null, depth 0, an id of its own) with ``received_as`` ``prx-payload``.
+    """
 
     event: str  # the subject's event name (checked against the subject by the receiver)
     timestamp: str
     session_id: str | None  # required, may be null
     payload: dict[str, Any]
-    id: str
-    depth: NonNegative  # and below the receiver's limit
+    id: str | msgspec.UnsetType = msgspec.UNSET  # absent: assigned on receipt
+    depth: NonNegative = 0  # and below the receiver's limit
     source: str | None = None
     truncated: Any = False  # only ``true`` means cut
+    received_as: Any = None  # set by receivers only (ReceivedAs); what a sender puts here is ignored
     payload_ref: PayloadRefMsg | None = None  # set: ``payload`` is a preview, the whole is in the object store
 
 
