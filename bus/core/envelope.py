@@ -9,6 +9,12 @@ plus optional ``"source"`` (the emitting client's name) and ``"truncated": true`
 (string values were cut to fit the size limit). ``NAME`` is the subject without
 its domain prefix (see :func:`bus.core.subjects.event_name`).
 
+An event over the limit keeps its payload whole in the object store when the
+emitter has one (the claim check, :mod:`bus.core.claim`): its envelope then
+carries ``"payload_ref"`` and a preview cut to fit, and
+:meth:`Event.full_payload` fetches the whole. Without one, the largest strings
+are cut in proportion to their sizes so that the envelope uses the limit.
+
 Receivers also take what PRX publishers send (docs/events.md, "From PRX
 publishers"): an envelope without ``id`` or ``depth``, and a bare payload
 object on ``prx.lifecycle.<event>``. Those are completed on receipt and
