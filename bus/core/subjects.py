@@ -215,6 +215,8 @@ PAYLOADS_BUCKET = "hookbus_payloads"
 PAYLOADS_STREAM = "OBJ_hookbus_payloads"
 PAYLOADS_CHUNKS = "$O.hookbus_payloads.C"
 PAYLOADS_METAS = "$O.hookbus_payloads.M"
+#: Where readers fetch an object's meta and chunks: JetStream's direct get on the stream.
+PAYLOADS_DIRECT_GET = "$JS.API.DIRECT.GET.OBJ_hookbus_payloads"
 #: Queue groups: shell-hook workers (unless told otherwise: the namespace of their per-key groups, see
 #: key_queue), and the agent-metrics subscriber.
 SHELL_QUEUE = "hookbus-shell"

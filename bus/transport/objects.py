@@ -34,7 +34,13 @@ from bus.core.claim import PAYLOADS_MAX_BYTES, PAYLOADS_TTL_S, check_body, check
 from bus.core.errors import PayloadRefError, RegistryError
 from bus.core.ratelog import RateLimitedLog
 from bus.core.schema import PayloadRefMsg
-from bus.core.subjects import PAYLOADS_BUCKET, PAYLOADS_CHUNKS, PAYLOADS_METAS, PAYLOADS_STREAM
+from bus.core.subjects import (
+    PAYLOADS_BUCKET,
+    PAYLOADS_CHUNKS,
+    PAYLOADS_DIRECT_GET,
+    PAYLOADS_METAS,
+    PAYLOADS_STREAM,
+)
 from bus.transport.connection import jetstream_replicas
 
 log = logging.getLogger("hookbus.payloads")
@@ -46,7 +52,6 @@ FETCH_TIMEOUT_S: Final = 15.0
 #: After finding no bucket, emitters cut oversized events for this long before looking again.
 RETRY_AFTER_S: Final = 30.0
 _CHUNKS: Final = PAYLOADS_CHUNKS + "."
-_DIRECT_GET: Final = f"$JS.API.DIRECT.GET.{PAYLOADS_STREAM}"
 _METAS: Final = PAYLOADS_METAS + "."
 #: What a JetStream request may raise from nats-py (and asyncio, for a timed-out request).
 _FAILURES: Final = (nats_errors.Error, js_errors.Error, TimeoutError)
@@ -128,7 +133,7 @@ class PayloadStore:
         sub = await nc.subscribe(inbox)
         try:
             request = {"seq": 1, "next_by_subj": _CHUNKS + nuid, "batch": chunks}
-            await nc.publish(_DIRECT_GET, orjson.dumps(request), reply=inbox)
+            await nc.publish(PAYLOADS_DIRECT_GET, orjson.dumps(request), reply=inbox)
             data = bytearray()
             while True:
                 msg = await sub.next_msg(timeout=FETCH_TIMEOUT_S)
