@@ -25,7 +25,19 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("cli", ("bus.cli",)),
     ("workers", ("subscribers", "triggers")),
     # The façade: Bus, Module (whose serve() opens a Bus), the service contract of ``hookbus up``, test helpers.
-    ("facade", ("bus", "bus.client", "bus.metrics", "bus.middleware.handler.module", "bus.service", "bus.testing")),
+    # (bus.presence: each process's presence record, kept through the Bus.)
+    (
+        "facade",
+        (
+            "bus",
+            "bus.client",
+            "bus.metrics",
+            "bus.middleware.handler.module",
+            "bus.presence",
+            "bus.service",
+            "bus.testing",
+        ),
+    ),
     # The receive path of event subscriptions, under the façade that makes them.
     ("subscriptions", ("bus.subscription",)),
     ("middleware sides", ("bus.middleware.kernel", "bus.middleware.handler")),

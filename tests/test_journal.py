@@ -192,7 +192,11 @@ async def test_journal_cli_filters(workspace: Path) -> None:
     assert table.stdout.splitlines()[0].startswith("RECEIVED  TIME  KIND  POINT")
     assert "memory.save" in table.stdout
     missing = run_cli("journal", "--workspace", str(workspace / "nowhere"))
-    assert missing.returncode == 1 and "no journal at" in missing.stderr
+    assert missing.returncode == 1 and f"workspace {workspace / 'nowhere'} (from --workspace) does not exist" in (
+        missing.stderr
+    )
+    no_journal = run_cli("journal", "--workspace", str(workspace.parent))
+    assert no_journal.returncode == 1 and f"no journal at {workspace.parent / DB_NAME}" in no_journal.stderr
 
 
 async def test_journal_follow_prints_new_entries(workspace: Path) -> None:

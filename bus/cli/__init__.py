@@ -32,6 +32,8 @@ def _commands() -> tuple[ModuleType, ...]:
         hooks,
         intercept,
         journal,
+        serve,
+        status,
         tail,
         triggers,
         up,
@@ -40,6 +42,7 @@ def _commands() -> tuple[ModuleType, ...]:
 
     return (
         up,
+        status,
         worker,
         agent,
         emit,
@@ -48,6 +51,7 @@ def _commands() -> tuple[ModuleType, ...]:
         journal,
         hooks,
         triggers,
+        serve,
         chain,
         intercept,
         approvals,

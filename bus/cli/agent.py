@@ -55,6 +55,7 @@ def client_key(args: argparse.Namespace) -> str | None:
 
 
 async def run(args: argparse.Namespace) -> int:
+    from bus.presence import component, presence
     from triggers.agent.llm import ChatClient
     from triggers.agent.runner import TurnRunner
 
@@ -94,9 +95,11 @@ async def run(args: argparse.Namespace) -> int:
             serving = asyncio.create_task(hook_turns.serve(bus=bus)) if hook_turns else None
             await bus.flush()
             extra = f" and {len(hook_turns.declarations)} hook-turns" if hook_turns else ""
+            parts = [component("agent", args.name, f"turns{extra} with {args.model} at {args.llm_url}")]
             where = f", metrics {metrics}" if metrics else ""
-            print(f"agent {args.name}: serving turns{extra} with {args.model} at {args.llm_url}{where}", flush=True)
-            await stop.wait()
+            async with presence(bus, f"hookbus agent {args.name}", parts):
+                print(f"agent {args.name}: serving turns{extra} with {args.model} at {args.llm_url}{where}", flush=True)
+                await stop.wait()
             if serving is not None:
                 serving.cancel()
                 await asyncio.gather(serving, return_exceptions=True)

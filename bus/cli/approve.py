@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 
 from bus.cli.middleware import add_options, open_view
+from bus.cli.workspace import bus_name
+from bus.core.errors import MiddlewareError
 from bus.middleware.kernel.approvals import approve
 
 
@@ -23,7 +25,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 async def run(args: argparse.Namespace) -> int:
-    async with open_view(args, "hookbus-approve") as (_, view):
-        for decl in await approve(view, args.name):
+    async with open_view(args, "hookbus-approve") as (bus, view):
+        try:
+            approved = await approve(view, args.name)
+        except MiddlewareError as exc:
+            raise MiddlewareError(f"{exc} on {bus_name(bus.servers)}") from None
+        for decl in approved:
             print(f"approved {decl.qualname} (stage {decl.stage}, identity {decl.identity()[:12]})")
     return 0

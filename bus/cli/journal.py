@@ -5,15 +5,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import re
+import sys
 from contextlib import AsyncExitStack
 from pathlib import Path
 
 from bus.cli.common import add_metrics_port, add_nats_url, connection_args, serve_metrics, stop_on_signals
 from bus.cli.options import SERVICE_CONNECT_S
+from bus.cli.workspace import add_workspace, existing
+from bus.cli.workspace import resolve as resolve_workspace
 from bus.client import Bus
 from bus.core.catalog import closest
 from bus.core.errors import ConfigError
-from bus.journal.entries import canonical_time
+from bus.core.visible import visible_lines
+from bus.journal.entries import JournalEntry, canonical_time
 
 _COLUMNS = ("time", "kind", "point", "phase", "who", "decision", "duration_ms", "session", "cause")
 #: Control characters an entry may carry (terminal escapes, fake line breaks) are shown escaped.
@@ -29,7 +33,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "--since and --until compare the server's receive time."
         ),
     )
-    query.add_argument("--workspace", type=Path, default=Path(".hookbus"))
+    add_workspace(query, "workspace whose journal.db to read")
     query.add_argument("--point", help="stage or subject, e.g. tool.call")
     query.add_argument("--who", "--handler", dest="who", help="handler, hook or trigger name")
     query.add_argument("--decision", help="continue, cancel, patch, timeout, failed, absent, denied, fired, ...")
@@ -42,6 +46,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     query.add_argument("--limit", type=int, default=50, help="newest N entries (default: 50)")
     query.add_argument("--json", action="store_true", help="one JSON object per line")
     query.add_argument("--follow", "-f", action="store_true", help="keep printing new entries")
+    query.add_argument(
+        "--count", type=int, default=0, metavar="N", help="exit after N entries (with --follow: wait for them)"
+    )
     query.set_defaults(func=run_query)
 
     sink = subparsers.add_parser(
@@ -53,7 +60,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "one itself."
         ),
     )
-    sink.add_argument("--workspace", type=Path, default=Path(".hookbus"))
+    add_workspace(sink, "workspace where journal.db and the JSONL files go, created if missing")
     sink.add_argument("--host", default="127.0.0.1", help="address /metrics binds (default: 127.0.0.1)")
     add_metrics_port(sink)
     add_nats_url(sink, connect_s=SERVICE_CONNECT_S)  # a service may start before its server
@@ -65,9 +72,13 @@ async def run_query(args: argparse.Namespace) -> int:
 
     if args.decision is not None:
         check_decision(args.decision)  # before the workspace: a wrong filter is wrong anywhere
-    path: Path = args.workspace / DB_NAME
+    workspace = existing(args)
+    path: Path = workspace.path / DB_NAME
     if not path.exists():  # noqa: ASYNC240 - one stat before anything runs
-        raise ConfigError(f"no journal at {path}: is 'hookbus up --workspace {args.workspace}' running?")
+        raise ConfigError(
+            f"no journal at {path} (workspace {workspace.source}): "
+            f"is 'hookbus up --workspace {workspace.path}' running?"
+        )
     if args.limit < 1:
         raise ConfigError(f"--limit {args.limit} must be at least 1")
     store = JournalStore(path)
@@ -75,7 +86,7 @@ async def run_query(args: argparse.Namespace) -> int:
     for bound in ("since", "until"):
         value = getattr(args, bound)
         filters[bound] = canonical_time(value) if value else None
-    after, limit = 0, args.limit
+    after, limit, printed = 0, args.limit, 0
     table = _Table(("received", *_COLUMNS))
     try:
         while True:
@@ -87,14 +98,31 @@ async def run_query(args: argparse.Namespace) -> int:
                     print(dumps_line(seq, row), flush=True)
                 else:
                     print(table.line([row.received, *(getattr(row.entry, c) for c in _COLUMNS)]), flush=True)
+                    for line in output_lines(row.entry):
+                        print(line, flush=True)
+                printed += 1
+                if printed == args.count:
+                    return 0
             if rows:
                 after = rows[-1][0]
+            elif after == 0 and not args.follow:
+                print(f"(no journal entry in {path} matches; workspace {workspace.source})", file=sys.stderr)
             if not args.follow:
                 return 0
             limit = 10_000  # following: everything new since the last poll
             await asyncio.sleep(0.5)
     finally:
         store.close()
+
+
+def output_lines(entry: JournalEntry) -> list[str]:
+    """A shell hook run's kept output, under its row: each line escaped, prefixed with its stream."""
+    lines: list[str] = []
+    for stream in ("stdout", "stderr"):
+        text = getattr(entry, stream)
+        if text:
+            lines.extend(f"    {stream} | {line}" for line in visible_lines(text))
+    return lines
 
 
 def known_decisions() -> list[str]:
@@ -147,13 +175,16 @@ def _cell(value: object) -> str:
 
 
 async def run_sink(args: argparse.Namespace) -> int:
+    from bus.presence import component, presence
     from subscribers.journal.sink import JournalSink
 
     stop = stop_on_signals()
     async with AsyncExitStack() as stack:
         metrics = serve_metrics(stack, args.host, args.metrics_port)
         bus = await stack.enter_async_context(Bus(args.nats_url, name="hookbus-journal-sink", **connection_args(args)))
-        sink = JournalSink(bus, args.workspace.resolve())
+        sink = JournalSink(bus, resolve_workspace(args).path)
+        parts = [component("journal_sink", "journal", str(sink.store.path))]
+        await stack.enter_async_context(presence(bus, "hookbus journal-sink", parts))
         print(f"journal sink: {sink.store.path}" + (f", metrics {metrics}" if metrics else ""), flush=True)
         await sink.run(stop)
     return 0

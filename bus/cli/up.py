@@ -14,6 +14,7 @@ import os
 import sys
 from contextlib import AsyncExitStack
 from functools import partial
+from pathlib import Path
 
 from bus.cli.common import add_nats_url, connection_args, serve_metrics, stop_on_signals
 from bus.cli.options import SERVICE_CONNECT_S
@@ -24,7 +25,10 @@ from bus.client import Bus
 from bus.core.errors import ConfigError, PortInUse, ServerError
 from bus.core.filelock import WorkspaceLock
 from bus.core.private_files import private_dir
+from bus.core.schema import PresenceComponent
+from bus.middleware.kernel.approvals import approvals_held
 from bus.middleware.registry import ensure_buckets
+from bus.presence import component, presence
 from bus.service import Service, ServiceContext
 from bus.transport.connection import URL_ENV
 from bus.transport.server import NatsServer
@@ -42,12 +46,19 @@ def services(args: argparse.Namespace) -> list[Service]:
     # Imported here: bus/ must not import the workers when it is loaded.
     from subscribers import agent_metrics
     from subscribers.journal import sink as journal_sink
+    from subscribers.shell_hooks.failures import failure_lines
     from subscribers.shell_hooks.service import shell_hooks  # the shell-hook worker and the hooks HTTP API
     from subscribers.shell_hooks.settings import ShellHooksSettings
     from triggers.engine import service as triggers
 
     shell = ShellHooksSettings(worker=worker_settings(args), api_host=args.host, api_port=args.http_port)
-    return [journal_sink.service, agent_metrics.service, partial(shell_hooks, settings=shell), triggers.service]
+    return [
+        journal_sink.service,
+        agent_metrics.service,
+        failure_lines,
+        partial(shell_hooks, settings=shell),
+        triggers.service,
+    ]
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -103,6 +114,7 @@ async def run(args: argparse.Namespace) -> int:
         stack.enter_context(WorkspaceLock(workspace / UP_LOCK))  # a second hookbus up here is refused
         server = None
         nats_url = args.nats_url or os.environ.get(URL_ENV)
+        fresh_store = not (workspace / "jetstream").exists()
         if not nats_url:
             server = NatsServer(port=args.port, host=args.host, store_dir=workspace / "jetstream", die_with_parent=True)
             stack.callback(server.cleanup)
@@ -116,12 +128,14 @@ async def run(args: argparse.Namespace) -> int:
         shown = public_url(nats_url)  # never print credentials
         where = f"{server.url} (embedded, JetStream store {server.store_dir})" if server else f"{shown} (external)"
         lines.append(f"  nats     {where}")
+        lines.append(f"  trust    {await _approvals_line(bus, server, fresh_store)}")
         metrics = serve_metrics(stack, args.host, args.metrics_port)
         if metrics:
             lines.append(f"  metrics  {metrics}")
         ctx = ServiceContext(bus=bus, workspace=workspace, nats_url=nats_url, lines=lines)
         for service in services(args):
             await stack.enter_async_context(service(ctx))
+        await stack.enter_async_context(presence(bus, "hookbus up", _components(workspace, where, args)))
         lines.append(f"ready (pid {os.getpid()}); Ctrl-C or SIGTERM stops everything")
         print("\n".join(lines), flush=True)
         await _wait(stop, server)
@@ -138,6 +152,29 @@ async def _start(server: NatsServer) -> None:
             f"{exc}: choose another with --port (0: any free port), "
             f"or use the bus already there with --nats-url nats://{exc.host}:{exc.port}"
         ) from None
+
+
+def _components(workspace: Path, where: str, args: argparse.Namespace) -> list[PresenceComponent]:
+    """What ``hookbus up`` runs, for ``hookbus status``."""
+    return [
+        component("bus", "nats", where),
+        component("worker", "shell hooks", f"{workspace / 'hooks.json'}, queue group {args.queue or '-'}"),
+        component("trigger_engine", "triggers", str(workspace / "triggers.yaml")),
+        component("journal_sink", "journal", str(workspace / "journal.db")),
+    ]
+
+
+async def _approvals_line(bus: Bus, server: NatsServer | None, fresh_store: bool) -> str:
+    """How many handler approvals the bus holds: they live in its JetStream store, not in the workspace."""
+    count = await approvals_held(bus)
+    if server is None:
+        return f"{count} approved handlers on this bus (its JetStream store)"
+    if count == 0 and fresh_store:
+        return (
+            f"no approved handlers: this workspace's embedded bus is new ({server.store_dir}); "
+            "approvals made on another bus do not carry over: 'hookbus approve NAME' here"
+        )
+    return f"{count} approved handlers (kept in {server.store_dir})"
 
 
 async def _wait(stop: asyncio.Event, server: NatsServer | None) -> None:

@@ -32,10 +32,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 async def run(args: argparse.Namespace) -> int:
     from bus.client import Bus
+    from bus.presence import component, presence
     from subscribers.shell_hooks.worker import ShellWorker
 
+    settings = worker_settings(args)  # flags first: a bad flag is named before a missing workspace
     workspace = existing(args).path
-    settings = worker_settings(args)
     stop = stop_on_signals()
     bus = Bus(args.nats_url, name="hookbus-worker", **connection_args(args))
     async with AsyncExitStack() as stack:
@@ -43,6 +44,8 @@ async def run(args: argparse.Namespace) -> int:
         hooks = f"{worker.hooks.path} ({len(worker.config.entries)} hooks)"
         url = serve_metrics(stack, args.host, args.metrics_port)
         metrics = f", metrics {url}" if url else ""
+        detail = f"{worker.hooks.path}, queue group {worker.queue or '-'}"
+        await stack.enter_async_context(presence(bus, "hookbus worker", [component("worker", "shell hooks", detail)]))
         print(
             f"hookbus worker: {hooks} on {', '.join(bus.servers)}, queue group {worker.queue or '-'}{metrics}; ready",
             flush=True,

@@ -8,7 +8,14 @@ from __future__ import annotations
 import argparse
 
 from bus.core.errors import ConfigError
-from subscribers.shell_hooks.limits import DEFAULT_KILL_GRACE, DEFAULT_MAX_PROCS, DEFAULT_QUEUE, DEFAULT_QUEUE_SIZE
+from subscribers.shell_hooks.limits import (
+    DEFAULT_KILL_GRACE,
+    DEFAULT_MAX_PROCS,
+    DEFAULT_OUTPUT_TAIL,
+    DEFAULT_QUEUE,
+    DEFAULT_QUEUE_SIZE,
+    MAX_OUTPUT_TAIL,
+)
 from subscribers.shell_hooks.settings import WorkerSettings
 
 
@@ -38,6 +45,14 @@ def add_worker_options(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_KILL_GRACE,
         help="seconds between SIGTERM and SIGKILL on a hook timeout (default: %(default)s)",
     )
+    group.add_argument(
+        "--output-tail",
+        type=int,
+        default=DEFAULT_OUTPUT_TAIL,
+        metavar="BYTES",
+        help=f"last bytes of each hook run's stdout and stderr kept in the journal, 0-{MAX_OUTPUT_TAIL} "
+        "(default: %(default)s)",
+    )
 
 
 def worker_settings(args: argparse.Namespace) -> WorkerSettings:
@@ -46,6 +61,12 @@ def worker_settings(args: argparse.Namespace) -> WorkerSettings:
         raise ConfigError("--max-procs and --queue-size must be at least 1")
     if args.kill_grace < 0:
         raise ConfigError("--kill-grace must not be negative")
+    if not 0 <= args.output_tail <= MAX_OUTPUT_TAIL:
+        raise ConfigError(f"--output-tail {args.output_tail} must be in 0..{MAX_OUTPUT_TAIL}")
     return WorkerSettings(
-        queue=args.queue or None, max_procs=args.max_procs, queue_size=args.queue_size, kill_grace_s=args.kill_grace
+        queue=args.queue or None,
+        max_procs=args.max_procs,
+        queue_size=args.queue_size,
+        kill_grace_s=args.kill_grace,
+        output_tail_bytes=args.output_tail,
     )

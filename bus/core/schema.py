@@ -97,6 +97,8 @@ class JournalEntryMsg(msgspec.Struct, kw_only=True):
     process: Text
     time: Text
     id: Text
+    stdout: str | None = None  # a shell hook run's last output, as text (the receiver keeps its tail)
+    stderr: str | None = None
 
 
 class TurnRequestMsg(msgspec.Struct, kw_only=True):
@@ -181,6 +183,35 @@ class AnnouncementMsg(msgspec.Struct, kw_only=True):
     at: float = 0.0
 
 
+#: A short text of a presence record, as ``hookbus status`` shows it.
+ShortText = Annotated[str, msgspec.Meta(max_length=200)]
+#: What a process runs, as ``hookbus status`` groups it.
+ComponentKind = Literal["bus", "agent", "worker", "trigger_engine", "journal_sink"]
+
+
+class PresenceComponent(msgspec.Struct, kw_only=True):
+    """One part a process runs: its ``kind``, its ``name`` and a ``detail`` for people."""
+
+    kind: ComponentKind
+    name: ShortText
+    detail: ShortText = ""
+
+
+class PresenceMsg(msgspec.Struct, kw_only=True):
+    """A value of the ``hookbus_presence`` bucket: one process says it is alive and what it runs."""
+
+    user: Token  # the NATS user, also the key's first token (the permissions bind the two)
+    instance: Token
+    process: ShortText  # ``hookbus up``, ``hookbus worker`` ...
+    version: ShortText  # the hookbus version it runs
+    host: ShortText
+    pid: Annotated[int, msgspec.Meta(ge=0)]
+    heartbeat: Annotated[float, msgspec.Meta(gt=0, le=3600)]
+    started: float
+    at: float  # Unix time of this beat, by the process's clock
+    components: Annotated[list[PresenceComponent], msgspec.Meta(max_length=32)]
+
+
 #: The depths a middleware request may claim: below the recursion limit.
 RequestDepth = Annotated[int, msgspec.Meta(ge=0, lt=DEFAULT_MAX_DEPTH)]
 #: A duration a module may report for a handler (ms); beyond it the number means nothing.
@@ -247,6 +278,8 @@ MESSAGES: tuple[type[msgspec.Struct], ...] = (
     TrustApproval,
     GuardRecordMsg,
     AnnouncementMsg,
+    PresenceMsg,
+    PresenceComponent,
     MiddlewareRequest,
     RequestCtx,
     MiddlewareReply,

@@ -85,6 +85,9 @@ class JournalEntry:
     process: str = PROCESS
     time: str = ""
     id: str = field(default_factory=_ids.new_id)
+    #: A shell hook run's last output (stdout and stderr apart), as text; None when it printed nothing.
+    stdout: str | None = None
+    stderr: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -191,13 +194,18 @@ async def ensure_stream(bus: Port, replicas: int | None = None) -> StreamState:
 #: Longest text a field keeps (longer is cut, marked with an ellipsis): names and ids, and the cause.
 TEXT_CAP: Final = 256
 CAUSE_CAP: Final = 4096
+#: Longest hook output a stream keeps (characters); longer keeps its end, marked with a leading ellipsis.
+OUTPUT_CAP: Final = 8192
+#: The output fields: their clamp keeps the end, where a failing hook says why.
+_TAIL_FIELDS: Final = ("stdout", "stderr")
 #: Depths the journal takes: far beyond any recursion limit, and well inside SQLite's integers.
 MAX_DEPTH: Final = JOURNAL_MAX_DEPTH
 MAX_DURATION_MS: Final = JOURNAL_MAX_DURATION_MS
 
 _TEXT_FIELDS: Final = ("kind", "point", "phase", "who", "decision", "process", "time", "id")
-_OPTIONAL_TEXT: Final = ("cause", "session", "agent", "trace_id", "identity")
-_TEXT_RULES: Final = tuple((name, CAUSE_CAP if name == "cause" else TEXT_CAP) for name in _TEXT_FIELDS + _OPTIONAL_TEXT)
+_OPTIONAL_TEXT: Final = ("cause", "session", "agent", "trace_id", "identity", *_TAIL_FIELDS)
+_CAPS: Final = {"cause": CAUSE_CAP, "stdout": OUTPUT_CAP, "stderr": OUTPUT_CAP}
+_TEXT_RULES: Final = tuple((name, _CAPS.get(name, TEXT_CAP)) for name in _TEXT_FIELDS + _OPTIONAL_TEXT)
 
 
 def decode_entry(data: bytes, subject: str | None = None) -> JournalEntry:
@@ -260,8 +268,16 @@ def _clamped(value: str, cap: int, name: str, cut: list[str]) -> str:
         value = value.replace("\x00", "\ufffd")
     if len(value) > cap:
         cut.append(name)
-        value = value[: cap - 1] + "…"
+        value = "…" + value[len(value) - cap + 1 :] if name in _TAIL_FIELDS else value[: cap - 1] + "…"
     return value
+
+
+def output_tail(data: bytes, cap: int = OUTPUT_CAP) -> str | None:
+    """A hook's output bytes as journal text: decoded (bad UTF-8 replaced), its end kept; None if empty."""
+    if not data:
+        return None
+    text = data.decode(errors="replace").replace("\x00", "\ufffd")
+    return text if len(text) <= cap else "…" + text[len(text) - cap + 1 :]
 
 
 def _checked_time(text: str) -> str:

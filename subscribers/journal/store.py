@@ -28,8 +28,11 @@ DB_NAME: Final = "journal.db"
 JSONL_DIR: Final = "journal"
 DEFAULT_JSONL_MAX_BYTES: Final = 10 * 1024 * 1024
 DEFAULT_JSONL_KEEP: Final = 5
-#: Version 1 keyed rows by the entry's own id (which anyone could pre-claim); 2 by the stream sequence.
-SCHEMA_VERSION: Final = 2
+#: Version 1 keyed rows by the entry's own id (which anyone could pre-claim); 2 by the stream sequence;
+#: 3 added the shell hooks' output columns (stdout, stderr).
+SCHEMA_VERSION: Final = 3
+#: Columns later versions added to the table, ALTERed into an older one.
+_ADDED: Final = ("stdout", "stderr")
 BUSY_TIMEOUT_MS: Final = 10_000
 
 _COLUMNS: Final = tuple(JournalEntry.__dataclass_fields__)
@@ -117,7 +120,11 @@ class JournalStore:
                 elif not columns:
                     self._db.execute(_TABLE)
                 elif "stream_seq" not in columns:
-                    self._from_version_1()
+                    self._from_version_1(columns)
+                else:
+                    for name in _ADDED:
+                        if name not in columns:
+                            self._db.execute(f"ALTER TABLE entries ADD COLUMN {name} TEXT")  # fixed names
                 for statement in _INDEXES:
                     self._db.execute(statement)
                 self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
@@ -126,13 +133,13 @@ class JournalStore:
                 self._db.execute("ROLLBACK")
                 raise
 
-    def _from_version_1(self) -> None:
+    def _from_version_1(self, old_columns: set[str]) -> None:
         """Version 1 rows keep their numbers; their receive time is the time they claimed (all there is)."""
         for index in ("point", "who", "decision", "session", "time"):
             self._db.execute(f"DROP INDEX IF EXISTS entries_{index}")
         self._db.execute("ALTER TABLE entries RENAME TO entries_v1")
         self._db.execute(_TABLE)
-        names = ", ".join(_COLUMNS)
+        names = ", ".join(name for name in _COLUMNS if name in old_columns)
         self._db.execute(
             f"INSERT INTO entries (seq, received, {names}) SELECT seq, time, {names} FROM entries_v1 ORDER BY seq"
         )

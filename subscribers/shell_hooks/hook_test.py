@@ -44,7 +44,11 @@ def describe(entry: HookEntry, result: HookResult) -> str:
     if result.reason and not result.reason.startswith("exit code"):
         head += f" ({result.reason})"
     lines = [head]
-    lines.extend(f"  | {line}" for line in visible_lines(result.output.decode(errors="replace")))
-    if result.output_bytes > len(result.output):
-        lines.append(f"  | [... {result.output_bytes - len(result.output)} more bytes]")
+    for stream, data, total in (
+        ("stdout", result.stdout, result.stdout_bytes),
+        ("stderr", result.stderr, result.stderr_bytes),
+    ):
+        if total > len(data):
+            lines.append(f"  {stream} | [... {total - len(data)} earlier bytes not kept]")
+        lines.extend(f"  {stream} | {line}" for line in visible_lines(data.decode(errors="replace")))
     return "\n".join(lines)

@@ -22,3 +22,7 @@ DEFAULT_KILL_GRACE: Final = 5.0
 DEFAULT_POLL_INTERVAL: Final = 0.5
 #: How long stopping a worker lets running hooks finish before killing their process groups.
 DEFAULT_DRAIN_TIMEOUT: Final = 5.0
+#: Bytes of each output stream (stdout, stderr) of a hook run kept for the log and the journal: the last ones.
+DEFAULT_OUTPUT_TAIL: Final = 4096
+#: The most a worker may be told to keep per stream: the journal keeps no more (bus.journal.entries.OUTPUT_CAP).
+MAX_OUTPUT_TAIL: Final = 8192

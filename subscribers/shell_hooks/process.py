@@ -25,22 +25,37 @@ _READ_CHUNK: Final = 65536
 _HAS_PIDFD: Final = hasattr(os, "pidfd_open")
 
 
+class OutputTail:
+    """One output stream of a hook: its last ``limit`` bytes, and how many it wrote in all."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.data = bytearray()
+        self.total = 0
+
+    def add(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        self.data += chunk[-self.limit :] if self.limit else b""
+        if len(self.data) > self.limit:
+            del self.data[: len(self.data) - self.limit]
+
+
 class HookProcess:
-    """A running hook: its pid, its exit, its bounded output."""
+    """A running hook: its pid, its exit, the bounded tails of its stdout and stderr."""
 
     def __init__(
-        self, popen: subprocess.Popen[bytes], out_fd: int, stdin_data: bytes | None, output_limit: int
+        self, popen: subprocess.Popen[bytes], out_fds: tuple[int, int], stdin_data: bytes | None, output_limit: int
     ) -> None:
         self._loop = asyncio.get_running_loop()
         self._popen = popen
         self.pid = popen.pid
-        self.output = bytearray()
-        self.output_bytes = 0
-        self._limit = output_limit
-        self._out_fd: int | None = out_fd
+        self.stdout = OutputTail(output_limit)
+        self.stderr = OutputTail(output_limit)
+        self._open: dict[int, OutputTail] = dict(zip(out_fds, (self.stdout, self.stderr), strict=True))
         self._eof = self._loop.create_future()
-        os.set_blocking(out_fd, False)
-        self._loop.add_reader(out_fd, self._on_output)
+        for fd in out_fds:
+            os.set_blocking(fd, False)
+            self._loop.add_reader(fd, self._on_output, fd)
         self._pidfd: int | None = None
         self._exited = self._watch_exit()
         self._stdin = _StdinFeeder(self._loop, popen, stdin_data) if popen.stdin is not None else None
@@ -75,26 +90,22 @@ class HookProcess:
         with contextlib.suppress(subprocess.TimeoutExpired):
             self._popen.wait(timeout)
 
-    def _on_output(self) -> None:
-        assert self._out_fd is not None
+    def _on_output(self, fd: int) -> None:
         try:
-            chunk = os.read(self._out_fd, _READ_CHUNK)
+            chunk = os.read(fd, _READ_CHUNK)
         except BlockingIOError:
             return
         if not chunk:
-            self._close_output()
+            self._close_output(fd)
             return
-        self.output_bytes += len(chunk)
-        room = self._limit - len(self.output)
-        if room > 0:
-            self.output += chunk[:room]
+        self._open[fd].add(chunk)
 
-    def _close_output(self) -> None:
-        fd, self._out_fd = self._out_fd, None
-        if fd is not None:
-            self._loop.remove_reader(fd)
-            os.close(fd)
-        if not self._eof.done():
+    def _close_output(self, *fds: int) -> None:
+        for fd in fds or list(self._open):
+            if self._open.pop(fd, None) is not None:
+                self._loop.remove_reader(fd)
+                os.close(fd)
+        if not self._open and not self._eof.done():
             self._eof.set_result(None)
 
     async def wait(self) -> int:
@@ -159,25 +170,28 @@ def spawn(
     stdin_data: bytes | None,
     output_limit: int,
 ) -> HookProcess:
-    """Start ``argv`` in a new session; stdout and stderr go to one bounded pipe.
+    """Start ``argv`` in a new session; stdout and stderr go to two pipes, each keeping its last bytes.
 
     ``stdin_data`` None gives the child /dev/null. Raises OSError when the
     command cannot be started (not found, not executable, bad cwd).
     """
-    read_fd, write_fd = os.pipe()
+    out_read, out_write = os.pipe()
+    err_read, err_write = os.pipe()
     try:
         popen = subprocess.Popen(
             argv,
             stdin=subprocess.PIPE if stdin_data is not None else subprocess.DEVNULL,
-            stdout=write_fd,
-            stderr=write_fd,
+            stdout=out_write,
+            stderr=err_write,
             cwd=cwd,
             env=dict(env),
             start_new_session=True,
         )
     except BaseException:
-        os.close(read_fd)
+        os.close(out_read)
+        os.close(err_read)
         raise
     finally:
-        os.close(write_fd)
-    return HookProcess(popen, read_fd, stdin_data, output_limit)
+        os.close(out_write)
+        os.close(err_write)
+    return HookProcess(popen, (out_read, err_read), stdin_data, output_limit)

@@ -13,9 +13,11 @@ from subscribers.shell_hooks.limits import (
     DEFAULT_DRAIN_TIMEOUT,
     DEFAULT_KILL_GRACE,
     DEFAULT_MAX_PROCS,
+    DEFAULT_OUTPUT_TAIL,
     DEFAULT_POLL_INTERVAL,
     DEFAULT_QUEUE,
     DEFAULT_QUEUE_SIZE,
+    MAX_OUTPUT_TAIL,
 )
 
 
@@ -32,12 +34,16 @@ class WorkerSettings:
     kill_grace_s: float = DEFAULT_KILL_GRACE
     poll_interval_s: float = DEFAULT_POLL_INTERVAL
     drain_timeout_s: float = DEFAULT_DRAIN_TIMEOUT
+    #: Bytes of each output stream of a run kept (the last ones) for the log and the journal; 0: none.
+    output_tail_bytes: int = DEFAULT_OUTPUT_TAIL
 
     def __post_init__(self) -> None:
         if self.max_procs < 1 or self.queue_size < 1:
             raise ConfigError(f"max_procs and queue_size must be at least 1 (got {self.max_procs}, {self.queue_size})")
         if self.kill_grace_s < 0:
             raise ConfigError(f"kill_grace_s must not be negative (got {self.kill_grace_s})")
+        if not 0 <= self.output_tail_bytes <= MAX_OUTPUT_TAIL:
+            raise ConfigError(f"output_tail_bytes must be in 0..{MAX_OUTPUT_TAIL} (got {self.output_tail_bytes})")
         if not self.queue:
             object.__setattr__(self, "queue", None)
 

@@ -14,8 +14,8 @@ without credentials, then the variables the action's ``env`` may set (see
 event name, timestamp) refuses the run: it cannot reach an environment.
 
 The process leads its own process group: a timeout sends SIGTERM to the whole
-group, then SIGKILL after a grace period. Output (stdout and stderr merged) is
-read to the end but only its first bytes are kept.
+group, then SIGKILL after a grace period. Stdout and stderr are read to the end
+and the last bytes of each are kept (for the log and the journal).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ from subscribers.shell_hooks.security import (
 ENV_PAYLOAD_LIMIT: Final = 8 * 1024
 log = logging.getLogger("hookbus.shell_hooks")
 _fetch_log = RateLimitedLog(log, interval=5.0)
-#: Bytes of a hook's output kept for the log; the rest is read and discarded.
+#: Bytes of each of a hook's output streams kept (the last ones) for the log and the journal.
 DEFAULT_OUTPUT_LIMIT: Final = 4096
 #: How long to keep reading output after the process exits (background children may hold the pipe).
 _OUTPUT_LINGER: Final = 0.5
@@ -77,11 +77,14 @@ class HookResult:
     outcome: HookOutcome
     exit_code: int | None = None
     duration: float = 0.0
-    output: bytes = b""
-    output_bytes: int = 0
+    #: The last bytes of stdout and of stderr, and how many bytes each stream had in all.
+    stdout: bytes = b""
+    stdout_bytes: int = 0
     reason: str | None = None
     #: True when the timeout had to escalate to SIGKILL.
     killed: bool = False
+    stderr: bytes = b""
+    stderr_bytes: int = 0
 
 
 class ShellRunner:
@@ -182,7 +185,9 @@ class ShellRunner:
             deadline.cancel()
         duration = time.monotonic() - started
         complete = await proc.finish_output(_OUTPUT_LINGER)
-        output = bytes(proc.output) if complete else bytes(proc.output) + _ABANDONED
+        stdout, stderr = bytes(proc.stdout.data), bytes(proc.stderr.data)
+        if not complete:
+            stderr += _ABANDONED
         reason: str | None
         if deadline.expired:
             outcome = HookOutcome.TIMEOUT
@@ -191,8 +196,19 @@ class ShellRunner:
         else:
             outcome = HookOutcome.OK if code == 0 else HookOutcome.FAILED
             reason = None if code == 0 else _exit_reason(code)
-        total = proc.output_bytes
-        return HookResult(entry.id, entry.event, outcome, code, duration, output, total, reason, deadline.killed)
+        return HookResult(
+            entry.id,
+            entry.event,
+            outcome,
+            code,
+            duration,
+            stdout,
+            proc.stdout.total,
+            reason,
+            deadline.killed,
+            stderr,
+            proc.stderr.total,
+        )
 
     def kill_all(self) -> int:
         """SIGKILL the process group of every running hook (worker shutdown); how many."""

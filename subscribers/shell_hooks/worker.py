@@ -29,7 +29,7 @@ from bus.core.ratelog import RateLimitedLog
 from bus.core.subjects import key_queue
 from bus.core.tasks import TaskSet
 from bus.core.visible import visible, visible_lines
-from bus.journal.entries import JournalEntry, publish_entry
+from bus.journal.entries import JournalEntry, output_tail, publish_entry
 from subscribers.shell_hooks import metrics
 from subscribers.shell_hooks.hooks_config import HookEntry, HooksConfig
 from subscribers.shell_hooks.hooks_file import HOOKS_FILE, HooksFile
@@ -69,7 +69,7 @@ Job = tuple[tuple[HookEntry, ...], Event]
 
 
 def journal_entry(result: HookResult, event: Event) -> JournalEntry:
-    """What a hook run did, for the shared journal (never the payload it was given)."""
+    """What a hook run did, for the shared journal (never the payload it was given): with its output's tails."""
     return JournalEntry(
         kind="shell_hook",
         point=event.subject,
@@ -81,6 +81,8 @@ def journal_entry(result: HookResult, event: Event) -> JournalEntry:
         session=event.session_id,
         depth=event.depth,
         trace_id=event.id,
+        stdout=output_tail(result.stdout),
+        stderr=output_tail(result.stderr),
     )
 
 
@@ -102,7 +104,9 @@ class ShellWorker:
         self.max_procs = settings.max_procs
         self.drain_timeout_s = settings.drain_timeout_s
         nats_url = nats_url or ",".join(bus.servers)
-        self.runner = ShellRunner(workspace, nats_url=nats_url, kill_grace=settings.kill_grace_s)
+        self.runner = ShellRunner(
+            workspace, nats_url=nats_url, kill_grace=settings.kill_grace_s, output_limit=settings.output_tail_bytes
+        )
         self.hooks = HooksFile(workspace / HOOKS_FILE, self._on_config, settings.poll_interval_s)
         self.stats = WorkerStats()
         self.queue_size = settings.queue_size
@@ -221,11 +225,14 @@ class ShellWorker:
         level = logging.INFO if result.outcome is HookOutcome.OK else logging.WARNING
         status = "exit 0" if result.outcome is HookOutcome.OK else result.reason
         log.log(level, "%s %s in %.0f ms", what, status, result.duration * 1000)
-        for line in visible_lines(result.output.decode(errors="replace")):
-            log.log(level, "hook %s | %s", result.hook_id, line)
-        if result.output_bytes > len(result.output):
-            more = result.output_bytes - len(result.output)
-            log.log(level, "hook %s | [... %d more bytes not logged]", result.hook_id, more)
+        for prefix, data, total in (
+            ("|", result.stdout, result.stdout_bytes),
+            ("stderr |", result.stderr, result.stderr_bytes),
+        ):
+            if total > len(data):
+                log.log(level, "hook %s %s [... %d earlier bytes not kept]", result.hook_id, prefix, total - len(data))
+            for line in visible_lines(data.decode(errors="replace")):
+                log.log(level, "hook %s %s %s", result.hook_id, prefix, line)
 
     async def stop(self) -> None:
         """Stop taking events, let running hooks finish within the drain bound, then kill their groups."""

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 from bus.core.declaration import Declaration
-from bus.core.errors import MiddlewareError
+from bus.core.errors import MiddlewareError, RegistryError
 from bus.middleware.kernel.view import View
-from bus.middleware.trust import TrustState
+from bus.middleware.registry import LOAD_WITHIN_S, TRUST_BUCKET, open_bucket
+from bus.middleware.trust import TrustState, approved_identity
+from bus.transport.port import Port
 
 
 @dataclass(frozen=True, slots=True)
@@ -16,6 +19,26 @@ class Waiting:
 
     decl: Declaration
     state: TrustState  # Untrusted (never approved) or Modified (changed since approval)
+
+
+async def approvals_held(port: Port) -> int:
+    """How many handlers the bus's trust store approves: it lives in the bus's JetStream, not in a workspace."""
+    kv = await open_bucket(port, TRUST_BUCKET)
+    watch = await kv.watch()
+    held = 0
+    try:
+        async with asyncio.timeout(LOAD_WITHIN_S):  # bounded, as every registry load
+            async for entry in watch:
+                if entry is None:
+                    break
+                held += approved_identity(entry.value) is not None
+                if entry.delta == 0:
+                    break
+    except TimeoutError:
+        raise RegistryError(f"the {TRUST_BUCKET} bucket did not load within {LOAD_WITHIN_S:g}s") from None
+    finally:
+        await watch.stop()
+    return held
 
 
 def queue(view: View) -> list[Waiting]:

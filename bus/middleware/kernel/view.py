@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import difflib
 import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from bus.core.catalog import closest
 from bus.core.declaration import Declaration
 from bus.core.errors import BrokenChain, ForeignAnnouncement, HookbusError, RegistryError
 from bus.core.stages import Stage
@@ -408,12 +408,7 @@ class View:
         """For a stage neither built in nor declared: a declared stage it is probably a typo of."""
         if stage in _BUILT_IN or stage in self.chains:
             return None
-        squeezed = _squeeze(stage)
-        for candidate in self.chains:
-            if _squeeze(candidate) == squeezed:
-                return candidate
-        close = difflib.get_close_matches(stage, list(self.chains), n=1, cutoff=0.85)
-        return close[0] if close else None
+        return closest(stage, self.chains, cutoff=0.85)
 
     async def wait_until(self, predicate: Callable[[], bool], timeout: float) -> None:
         """Wait (up to ``timeout``) until ``predicate()`` holds, checking after each rebuild."""
@@ -495,10 +490,6 @@ class _Parts:
             return StageChain(stage, (), exc.reason, held, waiting, guards[0] if guards else None)
         links = tuple(members[decl.qualname] for decl in ordered if decl.qualname in members)
         return StageChain(stage, links, None, held, waiting)
-
-
-def _squeeze(stage: str) -> str:
-    return "".join(ch for ch in stage.lower() if ch.isalnum())
 
 
 def _clock(moment: float) -> str:
