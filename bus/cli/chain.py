@@ -22,12 +22,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 async def run(args: argparse.Namespace) -> int:
     async with open_view(args, "hookbus-chain") as (bus, view):
         stages = [args.stage] if args.stage else sorted(view.chains)
+        where = bus_name(bus.servers)
         if not stages:
-            print(f"no middleware handler is declared on {bus_name(bus.servers)}")
+            print(f"no middleware handler is declared on {where}")
         for stage in stages:
             chain = view.chains.get(stage)
             if chain is None:
-                print(f"{stage}  (no handler declared: intercepts continue without a network call)")
+                print(f"{stage}  (no handler declared on {where}: intercepts continue without a network call)")
                 continue
             print("\n".join(describe_chain(chain, view)))
     return 0

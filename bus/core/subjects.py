@@ -258,3 +258,6 @@ def turn_queue(agent: str) -> str:
 
 #: The trigger engine answers status requests here (``hookbus triggers status``).
 TRIGGERS_STATUS = "hookbus.triggers.status"
+#: Processes on the bus (``hookbus up``, workers, sinks, agents) say they are alive here, one key each,
+#: ``<user>.<instance>`` (``hookbus status`` reads it; modules announce in MODULES_BUCKET instead).
+PRESENCE_BUCKET = "hookbus_presence"

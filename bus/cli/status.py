@@ -1,0 +1,150 @@
+"""``hookbus status``: what is on the bus: agents, workers, modules and their handlers, trigger engines, sinks.
+
+Processes are read from the presence bucket (each ``hookbus up``, ``worker``,
+``journal-sink`` and ``agent`` renews its record every few seconds), modules
+and their handlers from the middleware registry, with their trust state. Each
+line says the hookbus or module version and when it was last heard of.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+import orjson
+
+from bus.cli.middleware import add_options, open_view
+from bus.cli.workspace import bus_name
+from bus.core.visible import visible
+from bus.middleware.kernel.view import View
+from bus.middleware.registry import version_of
+from bus.presence import Present, read_presence
+
+#: The sections, in order: presence component kind -> heading.
+SECTIONS = {
+    "bus": "buses (hookbus up)",
+    "agent": "agents",
+    "worker": "workers",
+    "trigger_engine": "trigger engines",
+    "journal_sink": "journal sinks",
+}
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "status",
+        help="list what is on the bus: agents, workers, modules and handlers, trigger engines, journal sinks",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--json", action="store_true", help="one JSON object")
+    add_options(parser)
+    parser.set_defaults(func=run)
+
+
+def ago(seconds: float) -> str:
+    """``3s ago``, ``2m ago``, ``1h ago``."""
+    if seconds < 120:
+        return f"{seconds:.0f}s ago"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m ago"
+    return f"{seconds / 3600:.0f}h ago"
+
+
+def process_rows(present: list[Present]) -> dict[str, list[dict[str, Any]]]:
+    """Each component of each present process, by kind (sections in SECTIONS order)."""
+    rows: dict[str, list[dict[str, Any]]] = {kind: [] for kind in SECTIONS}
+    for item in sorted(present, key=lambda p: (p.record.process, p.key)):
+        rec = item.record
+        for part in rec.components:
+            rows[part.kind].append(
+                {
+                    "name": part.name,
+                    "detail": part.detail,
+                    "process": rec.process,
+                    "user": rec.user,
+                    "where": f"{rec.host}:{rec.pid}",
+                    "version": rec.version,
+                    "last_seen_s": round(item.age_s, 1),
+                    "silent": item.silent,
+                }
+            )
+    return rows
+
+
+def module_rows(view: View) -> list[dict[str, Any]]:
+    """Each live module: its instances (version, where, last heard) and its handlers with trust state."""
+    now = time.time()
+    modules: dict[str, dict[str, Any]] = {}
+    for ann, heard in view.instances.values():
+        entry = modules.setdefault(ann.module, {"name": ann.module, "instances": [], "handlers": {}})
+        entry["instances"].append(
+            {"instance": ann.instance, "version": version_of(ann.declarations), "last_seen_s": round(now - heard, 1)}
+        )
+        for decl in ann.declarations:
+            trust = view.trust_of(decl)
+            entry["handlers"][decl.qualname] = {
+                "name": decl.qualname,
+                "stage": decl.stage,
+                "fail_closed": decl.fail_closed,
+                "state": trust.value,
+                "runs": trust.runs,
+            }
+    return [
+        {**entry, "handlers": sorted(entry["handlers"].values(), key=lambda h: h["name"])}
+        for _, entry in sorted(modules.items())
+    ]
+
+
+def lines_of(rows: dict[str, list[dict[str, Any]]], modules: list[dict[str, Any]]) -> list[str]:
+    """The human listing: one section per kind of participant; modules with their handlers under them."""
+    out: list[str] = []
+    for kind, heading in SECTIONS.items():
+        out.append(heading)
+        for row in rows[kind]:
+            silent = "  SILENT (not renewed: gone?)" if row["silent"] else ""
+            out.append(
+                f"  {visible(row['name'])}  hookbus {visible(row['version'])}  {visible(row['process'])} "
+                f"{visible(row['where'])}  last seen {ago(row['last_seen_s'])}{silent}  {visible(row['detail'])}"
+            )
+        if not rows[kind]:
+            out.append("  none")
+        if kind == "agent":
+            out.extend(_module_lines(modules))
+    return out
+
+
+def _module_lines(modules: list[dict[str, Any]]) -> list[str]:
+    out = ["modules"]
+    for module in modules:
+        versions = ", ".join(sorted({i["version"] for i in module["instances"]}))
+        seen = min(i["last_seen_s"] for i in module["instances"])
+        count = len(module["instances"])
+        out.append(
+            f"  {module['name']}  version {versions}  {count} instance{'s' if count != 1 else ''}  "
+            f"last seen {ago(seen)}"
+        )
+        for handler in module["handlers"]:
+            mode = "fail-closed" if handler["fail_closed"] else "fail-open"
+            state = handler["state"] if handler["runs"] else f"{handler['state']}: waiting for approval"
+            out.append(f"    {handler['name']}  on {handler['stage']}  {mode}  {state}")
+    if not modules:
+        out.append("  none")
+    return out
+
+
+async def run(args: argparse.Namespace) -> int:
+    async with open_view(args, "hookbus-status") as (bus, view):
+        present, problems = await read_presence(bus)
+        where = bus_name(bus.servers)
+        rows = process_rows(present)
+        modules = module_rows(view)
+    if args.json:
+        print(orjson.dumps({"nats": where, **rows, "modules": modules, "problems": problems}).decode())
+        return 0
+    print(f"on {where}:")
+    print("\n".join(lines_of(rows, modules)))
+    for problem in problems:
+        print(f"(ignored: {visible(problem)})")
+    return 0
