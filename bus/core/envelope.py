@@ -64,7 +64,9 @@ _loads = orjson.loads
 _time = time.time
 _known_event_name = known_event_name
 #: The envelope after its cached head: timestamp, session, payload, id, depth, tail.
-_ENVELOPE: Final = b'%s%s","session_id":%s,"payload":%s,"id":"%s%x","depth":%d%s'
+_ENVELOPE: Final = b'%s%s","session_id":%s,"payload":%s,"id":"%s%x","depth":%s%s'
+#: Depths as they are written (formatting an int into bytes costs more than the lookup).
+_DEPTH_BYTES: Final = {depth: b"%d" % depth for depth in range(64)}
 #: How many distinct subjects the encoder remembers as already validated.
 _SUBJECT_CACHE_SIZE: Final = 4096
 
@@ -225,7 +227,8 @@ class Encoder:
         now = _time()
         if now >= self._ts_next:
             self._refresh_timestamp(now)
-        data = _ENVELOPE % (head, self._ts_bytes, sid, body, self._id_prefix, self._counter(), depth, self._tail)
+        depth_bytes = _DEPTH_BYTES.get(depth) or b"%d" % depth
+        data = _ENVELOPE % (head, self._ts_bytes, sid, body, self._id_prefix, self._counter(), depth_bytes, self._tail)
         if len(data) <= self.max_bytes:
             return data, False
         if not self.cut:
