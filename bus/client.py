@@ -28,6 +28,7 @@ from bus.core.schema import PayloadRefMsg
 from bus.core.stats import COLLECTOR, BusStats
 from bus.core.subjects import TOKEN_RE, normalise_pattern
 from bus.core.tasks import TaskSet
+from bus.counters import CountersReporter
 from bus.middleware.kernel.intercept import Interceptor, MiddlewareOptions
 from bus.middleware.trust import Managed
 from bus.subscription import DEFAULT_CLOSE_TIMEOUT, settle
@@ -138,6 +139,7 @@ class Bus:
         self._error_log = RateLimitedLog(log, interval=5.0)
         self._state = BusState.UNOPENED
         self._warned_disconnected = False
+        self._counters: CountersReporter | None = None
         self.middleware = Interceptor(
             self, managed=Managed.of(managed), trust_new=trust_new, options=middleware or MiddlewareOptions()
         )
@@ -189,6 +191,7 @@ class Bus:
         self._state = BusState.OPEN
         COLLECTOR.track(self.stats)
         self._payloads = PayloadStore(self.nc, self._max_object_bytes)
+        self._counters = CountersReporter(self).start()  # the fleet's view of this process (bus/counters.py)
         return self
 
     async def _connect(self) -> Connection:
@@ -222,6 +225,8 @@ class Bus:
         for sub in list(self._subs):
             await sub.unsubscribe(self._close_timeout)
         await settle(self._background, self._close_timeout, "journal writes")
+        if self._counters is not None:
+            await self._counters.close()  # the last counts go out before the connection closes
         conn, self._conn = self._conn, None
         if conn is not None and not await conn.close(flush_timeout=self._close_timeout):
             log.warning("could not flush pending events to NATS while closing")

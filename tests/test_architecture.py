@@ -31,6 +31,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         (
             "bus",
             "bus.client",
+            "bus.counters",
             "bus.metrics",
             "bus.middleware.handler.module",
             "bus.presence",

@@ -3,25 +3,28 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
+import operator
 import subprocess
+import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client import start_http_server
+import yaml
 
-from bus import Bus, Cancel, Continue, Event, Module, Patch, Stage, register_collectors
+from bus import Bus, Cancel, Continue, Event, Module, Patch, Stage
 from bus.core.decisions import Decision
 from bus.core.depth import set_depth
+from bus.counters import INTERVAL_ENV
 from bus.testing import EventRecorder, serving, wait_for_chain
 from deploy.grafana.build_dashboards import render
-from triggers.demo import GUARD_HANDLERS, run_demo
 
-from .conftest import require_binary
-from .prometheus import Prometheus, free_port
+from .conftest import require_binary, run_cli
+from .prometheus import Prometheus
 from .test_cli import UpProcess
 from .waiting import wait_until
 
@@ -66,7 +69,7 @@ def test_every_panel_reads_at_a_glance() -> None:
             assert all(t["legendFormat"] for t in panel["targets"]), panel["title"]
 
 
-async def workload(nats_url: str) -> None:
+async def workload(nats_url: str) -> str:
     """What a small fleet does: LLM calls (two models, one failing), tool calls, turns, errors, bad input,
     and intercepts against a guard module (cancels, patches, a fail-closed fault)."""
     guard = Module(f"guard{uuid.uuid4().hex[:6]}")
@@ -111,6 +114,7 @@ async def workload(nats_url: str) -> None:
         await bus.emit("eva.custom.loop", {})
         set_depth(0)
         await rec.wait_for(80)
+    return guard.name
 
 
 HOOKS = {
@@ -127,77 +131,156 @@ triggers:
 """
 
 
+#: A hook that re-emits the event it reacts to with `hookbus emit`, run from the checkout (``python -m bus.cli``,
+#: as ``hookbus_cmd`` does: the hook's environment is rebuilt from nothing, and an editable install may not
+#: be importable from the workspace).
+LOOP_SCRIPT = f"""#!/bin/sh
+cd {ROOT} && exec {sys.executable} -m bus.cli emit eva.custom.loop '{{}}'
+"""
+#: The recursion alert waits 10 minutes on the shipped rules; here it may fire at once (same expression).
+FAST_ALERTS = {"HookbusRecursionLimitHit": "0s"}
+
+
+def fast_rules(folder: Path) -> Path:
+    """The shipped alert rules with the ``for`` of FAST_ALERTS shortened, expressions untouched."""
+    rules = yaml.safe_load((DEPLOY / "prometheus" / "alerts.yml").read_text())
+    for group in rules["groups"]:
+        for rule in group["rules"]:
+            if rule["alert"] in FAST_ALERTS:
+                rule["for"] = FAST_ALERTS[rule["alert"]]
+    path = folder / "alerts.yml"
+    path.write_text(yaml.safe_dump(rules))
+    return path
+
+
 @pytest.fixture
-def observed(workspace: Path, nats_url: str) -> Iterator[Prometheus]:
+def observed(workspace: Path, nats_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Prometheus]:
+    """`hookbus up` with a few hooks and a trigger, and a real Prometheus scraping it and nothing else.
+
+    Everything else (the demo, the workload, hook processes) is a process of its own that nobody scrapes:
+    the dashboards and alerts must get their data through `hookbus up`'s fleet series.
+    """
     prometheus_bin = require_binary("prometheus")
-    (workspace / "hooks.json").write_text(json.dumps({"hooks": HOOKS}))
+    monkeypatch.setenv(INTERVAL_ENV, "0.5")  # counters reports from this process and its children, twice a second
+    loop = workspace / "loop.sh"
+    loop.write_text(LOOP_SCRIPT)
+    loop.chmod(0o700)
+    loop_hook = {"id": "loop", "command": str(loop)}
+    (workspace / "hooks.json").write_text(json.dumps({"hooks": {**HOOKS, "eva.custom.loop": [loop_hook]}}))
     (workspace / "triggers.yaml").write_text(TRIGGERS)
     up = UpProcess(workspace, "--nats-url", nats_url)
-    own_port = free_port()
-    register_collectors()  # this process embeds Buses and serves its own /metrics
-    own_server, _thread = start_http_server(own_port, addr="127.0.0.1")
     prom = Prometheus(
         prometheus_bin,
-        {"hookbus": [up.metrics_url.split("//")[1].split("/")[0]], "workload": [f"127.0.0.1:{own_port}"]},
-        rule_files=[DEPLOY / "prometheus" / "alerts.yml"],
+        {"hookbus": [up.metrics_url.split("//")[1].split("/")[0]]},
+        rule_files=[fast_rules(workspace)],
     )
     try:
         prom.start()
         yield prom
     finally:
         prom.stop()
-        own_server.shutdown()
-        own_server.server_close()
         up.close()
 
 
-async def test_every_dashboard_query_parses_and_returns_data(observed: Prometheus, nats_url: str) -> None:
-    async with Bus(nats_url, name="demo", managed=GUARD_HANDLERS) as bus:
-        report = await run_demo(bus, sessions=8, pace=0, seed=3)  # what `hookbus demo` plays
-    assert report.cancelled and report.turns_answered
-    await workload(nats_url)
-    await asyncio.to_thread(observed.wait_for_series, 'hookbus_agent_llm_responses_total{job="hookbus"}')
-    await asyncio.sleep(2.5)  # Prometheus's pace: two more scrapes after the workload, so rate() has two points
-    empty = []
-    for name in ("hookbus.json", "agents.json"):
-        for title, expr in dashboard_queries(name):
-            answer = await asyncio.to_thread(observed.query, expr)
-            assert answer["status"] == "success", f"{name} / {title}: {expr}: {answer.get('error')}"
+async def wait_for_data(prom: Prometheus, queries: list[tuple[str, str]], timeout: float = 120) -> list[str]:
+    """Poll until every query answers with data (or ``timeout``); return those still empty."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        empty = []
+        for title, expr in queries:
+            answer = await asyncio.to_thread(prom.query, expr)
+            assert answer["status"] == "success", f"{title}: {expr}: {answer.get('error')}"
             if not answer["data"]["result"]:
-                empty.append(f"{name} / {title}: {expr}")
+                empty.append(f"{title}: {expr}")
+        if not empty or loop.time() > deadline:
+            return empty
+        await asyncio.sleep(0.5)
+
+
+def value(prom: Prometheus, expr: str) -> float:
+    result = prom.query(expr)["data"]["result"]
+    return float(result[0]["value"][1]) if result else 0.0
+
+
+async def settles(prom: Prometheus, expr: str, good: Callable[[float], bool], what: str) -> None:
+    """Wait (bounded) until the value of ``expr`` is ``good``."""
+
+    async def holds() -> bool:
+        return good(await asyncio.to_thread(value, prom, expr))
+
+    await wait_until(holds, timeout=90, what=what)
+
+
+async def test_every_dashboard_query_parses_and_returns_data(observed: Prometheus, nats_url: str) -> None:
+    demo = await asyncio.to_thread(
+        run_cli, "demo", "--nats-url", nats_url, "--sessions", "8", "--pace", "0", "--seed", "3", timeout=180
+    )
+    assert demo.returncode == 0, demo.stdout + demo.stderr
+    await workload(nats_url)
+    queries = [
+        (f"{name} / {title}", expr)
+        for name in ("hookbus.json", "agents.json")
+        for title, expr in dashboard_queries(name)
+    ]
+    empty = await wait_for_data(observed, queries)
     assert not empty, "queries without data:\n" + "\n".join(empty)
     for title, expr in dashboard_queries("nats.json"):  # the exporter is not running here: parsing only
         answer = await asyncio.to_thread(observed.query, expr)
         assert answer["status"] == "success", f"nats.json / {title}: {expr}: {answer.get('error')}"
 
 
-async def test_agent_metrics_hold_the_workload(observed: Prometheus, nats_url: str) -> None:
-    await workload(nats_url)
-    await asyncio.to_thread(observed.wait_for_series, 'hookbus_agent_errors_total{job="hookbus"}')
-    # Prometheus's own pace: at least one more scrape (every 1 s) after the first one that saw the workload,
-    # so the samples read below hold all of it; the shell-hook counts below are waited for by value.
-    await asyncio.sleep(1.5)
+async def test_fleet_and_agent_metrics_hold_the_workload(observed: Prometheus, nats_url: str) -> None:
+    guard = await workload(nats_url)
+    mw = f'handler="{guard}.no_rm"'
+    exact = {
+        'sum(hookbus_agent_llm_responses_total{job="hookbus"})': 20,
+        'sum(hookbus_agent_llm_responses_total{job="hookbus",outcome="error"})': 4,
+        'sum(hookbus_agent_llm_duration_seconds_count{job="hookbus",model="gpt-4o"})': 10,
+        'sum(hookbus_agent_tool_calls_total{job="hookbus",tool="write_file"})': 7,
+        'sum(hookbus_agent_turns_total{job="hookbus",outcome="failed"})': 4,
+        'sum(hookbus_fleet_events_total{subject="prx.lifecycle.llm_response"})': 20,
+        'sum(hookbus_fleet_events_total{subject="eva.custom.note"})': 20,
+        f'sum(hookbus_fleet_middleware_decisions_total{{{mw},decision="cancel"}})': 6,
+        f'sum(hookbus_fleet_middleware_decisions_total{{{mw},decision="patch"}})': 3,
+        f'sum(hookbus_fleet_middleware_decisions_total{{{mw},decision="continue"}})': 3,
+        f'sum(hookbus_fleet_middleware_calls_total{{{mw},outcome="failed"}})': 3,
+        f"sum(hookbus_fleet_middleware_fail_closed_cancels_total{{{mw}}})": 3,
+        f"sum(hookbus_fleet_middleware_duration_seconds_count{{{mw}}})": 12,
+        'sum(hookbus_fleet_shell_hook_runs_total{hook="ok"})': 20,
+        'sum(hookbus_fleet_shell_hook_duration_seconds_count{hook="ok"})': 20,
+        'sum(hookbus_fleet_shell_hook_failures_total{hook="fails"})': 20,
+        'sum(hookbus_fleet_shell_hook_timeouts_total{hook="slow"})': 20,
+        'sum(hookbus_fleet_shell_hook_refusals_total{hook="refused"})': 20,
+        'sum(hookbus_fleet_trigger_fired_total{trigger="notes"})': 1,
+        'sum(hookbus_fleet_trigger_suppressed_total{trigger="notes",reason="cooldown"})': 19,
+    }
+    at_least = {
+        'sum(hookbus_fleet_events_dropped_total{reason="depth"})': 1,  # the workload's emit at the limit
+        'sum(hookbus_fleet_events_refused_total{reason="malformed"})': 1,  # its raw "not an envelope"
+        'sum(hookbus_fleet_handler_errors_total{subject="eva.custom.>"})': 20,
+        'sum(hookbus_fleet_events_delivered_total{subject="prx.lifecycle.tool_call"})': 20,
+    }
+    for expr, target in exact.items():  # a count that overshoots never equals: the wait fails
+        await settles(observed, expr, functools.partial(operator.eq, target), f"{expr} == {target}")
+    for expr, target in at_least.items():
+        await settles(observed, expr, functools.partial(operator.le, target), f"{expr} >= {target}")
+    # Only `hookbus up` is scraped: none of the above came from the processes that did the work.
+    jobs = {series["metric"]["job"] for series in observed.query("up")["data"]["result"]}
+    assert jobs == {"hookbus"}
 
-    def value(expr: str) -> float:
-        result = observed.query(expr)["data"]["result"]
-        return float(result[0]["value"][1]) if result else 0.0
 
-    assert value('sum(hookbus_agent_llm_responses_total{job="hookbus"})') == 20
-    assert value('sum(hookbus_agent_llm_responses_total{job="hookbus",outcome="error"})') == 4
-    assert value('sum(hookbus_agent_llm_duration_seconds_count{job="hookbus",model="gpt-4o"})') == 10
-    assert value('sum(hookbus_agent_tool_calls_total{job="hookbus",tool="write_file"})') == 7
-    assert value('sum(hookbus_agent_tool_calls_total{job="hookbus",outcome="error"})') == 5
-    assert value('sum(hookbus_agent_turns_total{job="hookbus",outcome="failed"})') == 4
-    assert value('sum(hookbus_agent_errors_total{job="hookbus",component="llm"})') == 10
-    assert value('sum(hookbus_events_dropped_total{job="hookbus",reason="malformed"})') >= 1
-    assert value('sum(hookbus_events_dropped_total{job="workload",reason="depth"})') >= 1
-    assert value('sum(hookbus_events_truncated_total{job="workload"})') >= 1
-    # hook processes may still be finishing: wait for their counts to arrive
-    for expr in (
-        'sum(hookbus_shell_hook_runs_total{job="hookbus",hook="ok"})',
-        'sum(hookbus_shell_hook_timeouts_total{job="hookbus"})',
-        'sum(hookbus_shell_hook_refusals_total{job="hookbus"})',
-    ):
-        await wait_until(lambda expr=expr: value(expr) == 20, timeout=60)
-    assert value('sum(hookbus_trigger_fired_total{job="hookbus"})') == 1
-    assert value('sum(hookbus_trigger_suppressed_total{job="hookbus",reason="cooldown"})') == 19
+async def test_the_recursion_alert_fires_for_a_hook_loop_driven_by_hookbus_emit(
+    observed: Prometheus, nats_url: str
+) -> None:
+    """A hook that re-emits what it reacts to: each `hookbus emit` carries depth + 1, the one at the limit
+    drops its event and reports the drop before it exits, and the alert reads the fleet series."""
+    await asyncio.to_thread(observed.wait_for_series, 'hookbus_fleet_events_dropped_total{reason="depth"}')
+    assert value(observed, 'sum(hookbus_fleet_events_dropped_total{reason="depth"})') == 0
+    started = await asyncio.to_thread(run_cli, "emit", "eva.custom.loop", "{}", "--nats-url", nats_url)
+    assert started.returncode == 0, started.stderr
+    firing = 'ALERTS{alertname="HookbusRecursionLimitHit",alertstate="firing"}'
+    await asyncio.to_thread(observed.wait_for_series, firing, 180)
+    assert value(observed, 'sum(hookbus_fleet_shell_hook_runs_total{hook="loop"})') == 8  # depths 0 to 7
+    assert value(observed, 'sum(hookbus_fleet_events_dropped_total{reason="depth"})') == 1
+    assert value(observed, 'sum(hookbus_fleet_events_total{subject="eva.custom.loop"})') == 8

@@ -17,6 +17,7 @@ from bus.core.subjects import (
     MODULES_BUCKET,
     TRIGGERS_STATUS,
     TRUST_BUCKET,
+    counters_subject,
     matches,
     module_subject,
     subject_for,
@@ -143,12 +144,18 @@ ROLES: dict[str, dict[str, list[str]]] = {
             module_subject("guard"),
             *_journal(("middleware",), "agent-eva"),
             *_PAYLOADS_PUT,
+            counters_subject("agent-eva"),
             *_READ_STATE,
         ],
         "subscribe": [turn_subject("eva"), "_INBOX.agent-eva.reply"],
     },
     "module-guard": {
-        "publish": [f"$KV.{MODULES_BUCKET}.guard.instance", f"$KV.{GUARDS_BUCKET}.guard.key", *_READ_STATE],
+        "publish": [
+            f"$KV.{MODULES_BUCKET}.guard.instance",
+            f"$KV.{GUARDS_BUCKET}.guard.key",
+            counters_subject("module-guard"),
+            *_READ_STATE,
+        ],
         "subscribe": [module_subject("guard"), "_INBOX.module-guard.reply"],
     },
     "worker": {
@@ -159,10 +166,11 @@ ROLES: dict[str, dict[str, list[str]]] = {
             *_journal(("shell_hook", "subscriber", "trigger"), "worker"),
             *_PAYLOADS_PUT,
             *_PAYLOADS_GET,
+            counters_subject("worker"),
         ],
         "subscribe": [*_EVENTS, TRIGGERS_STATUS, "_INBOX.worker.reply"],
     },
-    "sink": {"publish": _SINK, "subscribe": ["_INBOX.sink.reply"]},
+    "sink": {"publish": [*_SINK, counters_subject("sink")], "subscribe": ["_INBOX.sink.reply"]},
     "bus": {
         "publish": [
             *_EVENTS,
@@ -173,12 +181,21 @@ ROLES: dict[str, dict[str, list[str]]] = {
             *_PAYLOADS_GET,
             f"$JS.API.STREAM.INFO.{subjects.PAYLOADS_STREAM}",
             f"$JS.API.STREAM.CREATE.{subjects.PAYLOADS_STREAM}",
+            counters_subject("bus"),
             *_SINK,
             *_READ_STATE,
             *[f"$JS.API.STREAM.CREATE.KV_{bucket}" for bucket in (MODULES_BUCKET, TRUST_BUCKET, GUARDS_BUCKET)],
             f"$JS.API.STREAM.CREATE.{JOURNAL_STREAM}",
         ],
-        "subscribe": [*_EVENTS, TRIGGERS_STATUS, "_INBOX.bus.reply"],
+        # the fleet metrics: every journal entry and every counters report, as core subscriptions
+        "subscribe": [
+            *_EVENTS,
+            TRIGGERS_STATUS,
+            "_INBOX.bus.reply",
+            *_journal(("middleware", "trigger"), "agent-eva"),
+            counters_subject(None),
+            counters_subject("agent-eva"),
+        ],
     },
 }
 
@@ -203,6 +220,8 @@ def test_roles_are_kept_out_of_what_is_not_theirs() -> None:
     assert not _allowed("module-guard", "publish", f"$KV.{MODULES_BUCKET}.audit.instance")
     assert not _allowed("worker", "publish", _journal(("middleware",), "worker")[0])
     assert not _allowed("worker", "subscribe", f"{JOURNAL_PREFIX}.>")
+    assert not _allowed("agent-eva", "publish", counters_subject("agent-bob"))
+    assert not _allowed("worker", "publish", counters_subject("bus"))
     assert not _allowed("sink", "publish", subject_for("tool_call"))
     assert _allowed("operator", "publish", "anything.at.all")
 

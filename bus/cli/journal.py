@@ -47,8 +47,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     query.add_argument("--json", action="store_true", help="one JSON object per line")
     query.add_argument("--follow", "-f", action="store_true", help="keep printing new entries")
     query.add_argument(
+        "--events",
+        action="store_true",
+        help="with --session: the session's recorded events (hookbus up --record) and its entries, in time order",
+    )
+    query.add_argument(
+        "--events-since", default="7d", metavar="DURATION", help="how far back --events reads the history (default: 7d)"
+    )
+    query.add_argument(
         "--count", type=int, default=0, metavar="N", help="exit after N entries (with --follow: wait for them)"
     )
+    add_nats_url(query)  # --events reads the recorded history from the bus
     query.set_defaults(func=run_query)
 
     sink = subparsers.add_parser(
@@ -82,6 +91,13 @@ async def run_query(args: argparse.Namespace) -> int:
     if args.limit < 1:
         raise ConfigError(f"--limit {args.limit} must be at least 1")
     store = JournalStore(path)
+    if args.events:
+        from bus.cli.session_timeline import print_timeline
+
+        try:
+            return await print_timeline(args, store)
+        finally:
+            store.close()
     filters = {k: getattr(args, k) for k in ("point", "who", "decision", "session", "kind")}
     for bound in ("since", "until"):
         value = getattr(args, bound)

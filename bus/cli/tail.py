@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 
 from bus.cli.common import add_nats_url, connection_args
+from bus.cli.tail_history import HistoryThenLive
 from bus.client import Bus
 from bus.core.envelope import Event
 from bus.core.errors import PayloadRefError
@@ -37,6 +38,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="whole payloads: not shortened, and fetched from the object store for events over the size limit",
     )
     parser.add_argument("--count", type=int, default=0, metavar="N", help="exit after N events")
+    parser.add_argument(
+        "--since",
+        metavar="DURATION",
+        help="first the recorded events of the last DURATION (10m, 24h; hookbus up --record)",
+    )
+    parser.add_argument("--session", help="only this session's events (recorded ones too: all of them without --since)")
     add_nats_url(parser)
     parser.set_defaults(func=run)
 
@@ -83,9 +90,12 @@ async def run(args: argparse.Namespace) -> int:
         if args.count and seen >= args.count:
             done.set()
 
+    history = HistoryThenLive(show, args.pattern, args.since, args.session) if args.since or args.session else None
     async with Bus(args.nats_url, name="hookbus-tail", **connection_args(args)) as bus:
-        await bus.subscribe(args.pattern, show, concurrency=1)
+        await bus.subscribe(args.pattern, history.live if history else show, concurrency=1)
         await bus.flush()
+        if history:
+            await history.replay(bus, done.is_set)
         print(f"tailing {args.pattern} on {', '.join(bus.servers)}", file=sys.stderr, flush=True)
         await done.wait()
     return 0

@@ -15,6 +15,7 @@ import sys
 from contextlib import AsyncExitStack
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bus.cli.common import add_nats_url, connection_args, serve_metrics, stop_on_signals
 from bus.cli.options import SERVICE_CONNECT_S
@@ -25,6 +26,7 @@ from bus.client import Bus
 from bus.core.errors import ConfigError, PortInUse, ServerError
 from bus.core.filelock import WorkspaceLock
 from bus.core.private_files import private_dir
+from bus.core.quantities import parse_duration, parse_size
 from bus.core.schema import PresenceComponent
 from bus.middleware.kernel.approvals import approvals_held
 from bus.middleware.registry import ensure_buckets
@@ -32,6 +34,9 @@ from bus.presence import component, presence
 from bus.service import Service, ServiceContext
 from bus.transport.connection import URL_ENV
 from bus.transport.server import NatsServer
+
+if TYPE_CHECKING:
+    from subscribers.history.recorder import HistorySettings
 
 DEFAULT_PORT = 4222
 DEFAULT_HTTP_PORT = 8477
@@ -45,6 +50,8 @@ def services(args: argparse.Namespace) -> list[Service]:
     """
     # Imported here: bus/ must not import the workers when it is loaded.
     from subscribers import agent_metrics
+    from subscribers.fleet_metrics import service as fleet_metrics
+    from subscribers.history import recorder as history
     from subscribers.journal import sink as journal_sink
     from subscribers.shell_hooks.failures import failure_lines
     from subscribers.shell_hooks.service import shell_hooks  # the shell-hook worker and the hooks HTTP API
@@ -52,9 +59,12 @@ def services(args: argparse.Namespace) -> list[Service]:
     from triggers.engine import service as triggers
 
     shell = ShellHooksSettings(worker=worker_settings(args), api_host=args.host, api_port=args.http_port)
+    recording = [partial(history.service, settings=history_settings(args))] if args.record else []
     return [
+        *recording,  # first: events are kept from the moment the bus is up
         journal_sink.service,
         agent_metrics.service,
+        fleet_metrics.service,
         failure_lines,
         partial(shell_hooks, settings=shell),
         triggers.service,
@@ -89,7 +99,30 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     add_nats_url(parser, connect_s=SERVICE_CONNECT_S)  # a service may start before its server
     add_worker_options(parser)
+    record = parser.add_argument_group("recorded history (opt-in; read with tail --since, journal --events, replay)")
+    record.add_argument(
+        "--record",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="keep the events of PATTERN in the JetStream stream HOOKBUS_HISTORY (repeatable: 'prx.>', 'eva.>')",
+    )
+    record.add_argument("--record-max-age", default="7d", help="drop recorded events older than this (default: 7d)")
+    record.add_argument(
+        "--record-max-bytes", default="1GiB", help="keep at most this much, the oldest go first (default: 1GiB)"
+    )
     parser.set_defaults(func=run)
+
+
+def history_settings(args: argparse.Namespace) -> HistorySettings:
+    """--record and its limits as the recorder's settings (ConfigError naming a bad value)."""
+    from subscribers.history.recorder import HistorySettings, checked_patterns
+
+    return HistorySettings(
+        patterns=checked_patterns(tuple(args.record)),
+        max_age_s=parse_duration(args.record_max_age, "--record-max-age"),
+        max_bytes=parse_size(args.record_max_bytes, "--record-max-bytes"),
+    )
 
 
 #: The lock file that makes one hookbus up the owner of its workspace.
@@ -106,6 +139,8 @@ async def run(args: argparse.Namespace) -> int:
     _check_port("port", args.port)
     _check_port("http-port", args.http_port)
     _check_port("metrics-port", args.metrics_port, allow_off=True)
+    if args.record:
+        history_settings(args)  # a bad pattern or limit is refused before anything starts
     workspace = resolve_workspace(args).path
     private_dir(workspace)  # 0700 if new: hooks.json, the journal, the token live there
     stop = stop_on_signals()

@@ -248,6 +248,10 @@ class TriggerStatusError(HookbusError):
     """A reply on the trigger status subject is not a valid status."""
 
 
+class CountersReportError(HookbusError):
+    """Bytes on a counters subject are not a valid counters report (docs/metrics.md)."""
+
+
 class BrokenChain(MiddlewareError):
     """The stage's declarations cannot be ordered."""
 

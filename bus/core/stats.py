@@ -21,8 +21,19 @@ PREFIX: Final = "hookbus"
 MAX_LABELS: Final = 256
 OTHER: Final = "other"
 
-#: Why an event did not reach the wire or a handler.
-DROP_REASONS: Final = ("depth", "oversize", "disconnected", "malformed", "slow_consumer", "closed")
+#: Why an event did not reach the wire or a handler (docs/metrics.md; the fleet series start each at 0).
+DROP_REASONS: Final = (
+    "depth",
+    "oversize",
+    "disconnected",
+    "malformed",
+    "slow_consumer",
+    "closed",
+    "journal",
+    "denied",
+)
+#: Why a receiver refuses an event (bus.core.errors.EnvelopeError.drop).
+REFUSE_REASONS: Final = ("malformed", "oversize", "depth")
 
 
 #: A label value that is missing or not a string.

@@ -223,6 +223,18 @@ SHELL_QUEUE = "hookbus-shell"
 AGENT_METRICS_QUEUE = "hookbus-agent-metrics"
 #: The queue group trigger engines share, so each event fires a trigger once.
 TRIGGERS_QUEUE = "hookbus-triggers"
+#: Every process's batched counters (drops, truncations, deliveries, middleware reactions) go to
+#: ``hookbus.counters[.<origin>]``, the origin being its NATS user as for the journal (docs/metrics.md).
+COUNTERS_PREFIX = "hookbus.counters"
+#: The opt-in recorded history of events (``hookbus up --record PATTERN``): a JetStream stream on those patterns.
+HISTORY_STREAM = "HOOKBUS_HISTORY"
+#: The queue group of the fleet-metrics receivers (``hookbus up``, ``hookbus metrics``): each message counted once.
+FLEET_METRICS_QUEUE = "hookbus-fleet-metrics"
+
+
+def counters_subject(origin: str | None) -> str:
+    """Where a process whose NATS user is ``origin`` (None: no user) sends its counters."""
+    return f"{COUNTERS_PREFIX}.{origin}" if origin else COUNTERS_PREFIX
 
 
 #: Hex digits of the key's hash in a per-key queue group (64 bits: no two keys of a workspace collide).

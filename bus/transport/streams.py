@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import nats.errors as nats_errors
@@ -175,3 +176,65 @@ async def open_pull_consumer(
     except (nats_errors.Error, js_errors.Error) as exc:
         raise JournalError(f"cannot open consumer {durable} on stream {stream}: {exc!r}") from None
     return PullConsumer(stream, durable, sub)
+
+
+async def read_since(nc: Any, stream: str, since: datetime) -> AsyncIterator[StreamMessage]:
+    """Every message of ``stream`` stored at or after ``since``, oldest first, up to the last one stored now.
+
+    Read with message gets (request and reply on this connection's inbox),
+    not a consumer: a consumer's deliveries carry the events' own subjects, so
+    any connection subscribed to ``>`` would receive the history a second
+    time as if it were live. The first message at or after ``since`` is found
+    by bisecting on sequence numbers. JournalError if the server refuses.
+    """
+    js = nc.jetstream()
+    try:
+        info = await js.stream_info(stream)
+    except (nats_errors.Error, js_errors.Error) as exc:
+        raise JournalError(f"cannot read stream {stream}: {exc!r}") from None
+    first, last = int(info.state.first_seq or 0), int(info.state.last_seq or 0)
+    if not info.state.messages:
+        return
+    low, high = first, last + 1
+    while low < high:  # the first sequence whose message is at or after ``since``
+        middle = (low + high) // 2
+        found = await _next_message(js, stream, middle, last)
+        if found is None or found.timestamp is None or found.timestamp >= since:
+            high = middle
+        else:
+            low = (found.stream_seq or middle) + 1
+    seq = low
+    while seq <= last:
+        found = await _next_message(js, stream, seq, last)
+        if found is None:
+            return
+        yield found
+        seq = (found.stream_seq or seq) + 1
+
+
+async def _next_message(js: Any, stream: str, seq: int, last: int) -> StreamMessage | None:
+    """The first message at or after ``seq`` (deleted ones are skipped), None past ``last``."""
+    try:
+        raw = await js.get_msg(stream, seq=seq, subject=">", next=True)
+    except js_errors.NotFoundError:
+        return None
+    except (nats_errors.Error, js_errors.Error) as exc:
+        raise JournalError(f"reading stream {stream} at {seq} failed: {exc!r}") from None
+    if raw.seq is None or raw.seq > last:
+        return None
+    return StreamMessage(raw.subject or "", raw.data or b"", raw.seq, _stored_at(raw.time), None, raw)
+
+
+def _stored_at(text: Any) -> datetime | None:
+    """The server's RFC 3339 time of a stored message (nanoseconds cut to what datetime holds)."""
+    if isinstance(text, datetime):
+        return text
+    if not isinstance(text, str):
+        return None
+    head, dot, fraction = text.rstrip("Z").partition(".")
+    digits = "".join(ch for ch in fraction if ch.isdigit())[:6]
+    try:
+        moment = datetime.fromisoformat(f"{head}.{digits or '0'}" if dot else head)
+    except ValueError:
+        return None
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment

@@ -42,28 +42,52 @@ def ratio(metric: str, by: str, bad: str) -> str:
     return f"{rate(metric, by, bad)} / {rate(metric, by)}"
 
 
+# Fleet series (docs/metrics.md, "The fleet"): derived by `hookbus up` (and `hookbus metrics`) from what crosses
+# the bus, so every panel has data when only they are scraped.
 HOOKBUS = [
     Panel(
-        "Events emitted",
+        "Events on the bus",
         "ops",
-        ((rate("hookbus_events_emitted_total", "subject"), "{{subject}}"),),
-        "Events published by emit, per second.",
+        ((rate("hookbus_fleet_events_total", "subject"), "{{subject}}"),),
+        "Events that crossed the bus, per second, by subject (counted once by the fleet-metrics receivers).",
     ),
-    Panel("Events delivered to handlers", "ops", ((rate("hookbus_events_delivered_total", "subject"), "{{subject}}"),)),
+    Panel(
+        "Events by agent",
+        "ops",
+        ((rate("hookbus_fleet_events_total", "agent"), "{{agent}}"),),
+        "By the envelope's source (Bus(source=...)); unknown when an emitter does not name itself.",
+    ),
+    Panel(
+        "Events delivered to handlers",
+        "ops",
+        ((rate("hookbus_fleet_events_delivered_total", "subject"), "{{subject}}"),),
+        "As every process reports it.",
+    ),
     Panel(
         "Events dropped by reason",
         "ops",
-        ((rate("hookbus_events_dropped_total", "reason"), "{{reason}}"),),
+        (
+            (rate("hookbus_fleet_events_dropped_total", "reason"), "{{reason}}"),
+            (rate("hookbus_fleet_events_refused_total", "reason"), "refused by the receiver: {{reason}}"),
+        ),
         "depth: recursion limit; oversize; disconnected: buffer full while NATS was away; malformed; slow_consumer.",
     ),
-    Panel("Subscriber handler errors", "ops", ((rate("hookbus_handler_errors_total", "subject"), "{{subject}}"),)),
-    Panel("Oversized events truncated", "ops", ((f"sum(rate(hookbus_events_truncated_total[{RATE}]))", "truncated"),)),
+    Panel(
+        "Subscriber handler errors",
+        "ops",
+        ((rate("hookbus_fleet_handler_errors_total", "subject"), "{{subject}}"),),
+    ),
+    Panel(
+        "Oversized events truncated",
+        "ops",
+        ((f"sum(rate(hookbus_fleet_events_truncated_total[{RATE}]))", "truncated"),),
+    ),
     Panel(
         "NATS disconnects and reconnects",
         "short",
         (
-            (f"sum(increase(hookbus_nats_disconnects_total[{RATE}]))", "disconnects"),
-            (f"sum(increase(hookbus_nats_reconnects_total[{RATE}]))", "reconnects"),
+            (f"sum(increase(hookbus_fleet_nats_disconnects_total[{RATE}]))", "disconnects"),
+            (f"sum(increase(hookbus_fleet_nats_reconnects_total[{RATE}]))", "reconnects"),
         ),
     ),
 ]
@@ -72,37 +96,37 @@ MIDDLEWARE = [
     Panel(
         "Middleware decisions",
         "ops",
-        ((rate("hookbus_middleware_decisions_total", "stage, decision"), "{{stage}} {{decision}}"),),
-        "What each handler reaction read as, per stage.",
+        ((rate("hookbus_fleet_middleware_decisions_total", "stage, decision"), "{{stage}} {{decision}}"),),
+        "What each handler reaction read as, per stage, as the kernels report it.",
     ),
     Panel(
         "Middleware faults by outcome",
         "ops",
-        ((rate("hookbus_middleware_calls_total", "outcome", 'outcome!="ok"'), "{{outcome}}"),),
-        "timeout, failed (handler raised), absent (no responders), invalid (garbage reply), denied (untrusted).",
+        ((rate("hookbus_fleet_middleware_calls_total", "outcome", 'outcome!="ok"'), "{{outcome}}"),),
+        "timeout, failed (handler raised), absent (no responders), invalid (garbage reply), untrusted.",
     ),
     Panel(
         "Fail-closed cancels",
         "ops",
-        ((rate("hookbus_middleware_fail_closed_cancels_total", "handler"), "{{handler}}"),),
+        ((rate("hookbus_fleet_middleware_fail_closed_cancels_total", "handler"), "{{handler}}"),),
         "A fail_closed handler's fault stopped the action.",
     ),
-    Panel("Middleware latency by handler", "s", quantiles("hookbus_middleware_duration_seconds", "handler")),
+    Panel("Middleware latency by handler", "s", quantiles("hookbus_fleet_middleware_duration_seconds", "handler")),
 ]
 
 HOOKS = [
-    Panel("Shell hook runs by hook", "ops", ((rate("hookbus_shell_hook_runs_total", "hook"), "{{hook}}"),)),
+    Panel("Shell hook runs by hook", "ops", ((rate("hookbus_fleet_shell_hook_runs_total", "hook"), "{{hook}}"),)),
     Panel(
         "Shell hook failures, timeouts, refusals",
         "ops",
         (
-            (f"sum(rate(hookbus_shell_hook_failures_total[{RATE}]))", "failures"),
-            (f"sum(rate(hookbus_shell_hook_timeouts_total[{RATE}]))", "timeouts"),
-            (f"sum(rate(hookbus_shell_hook_refusals_total[{RATE}]))", "refusals"),
+            (f"sum(rate(hookbus_fleet_shell_hook_failures_total[{RATE}]))", "failures"),
+            (f"sum(rate(hookbus_fleet_shell_hook_timeouts_total[{RATE}]))", "timeouts"),
+            (f"sum(rate(hookbus_fleet_shell_hook_refusals_total[{RATE}]))", "refusals"),
         ),
         "Failures: non-zero exit or signal. Timeouts: stopped at timeout_ms. Refusals: security rules.",
     ),
-    Panel("Shell hook duration by hook", "s", quantiles("hookbus_shell_hook_duration_seconds", "hook")),
+    Panel("Shell hook duration by hook", "s", quantiles("hookbus_fleet_shell_hook_duration_seconds", "hook")),
     Panel(
         "Shell hook load",
         "short",
@@ -111,12 +135,13 @@ HOOKS = [
             ("sum(hookbus_shell_events_queued)", "queued"),
             (f"sum(increase(hookbus_shell_events_shed_total[{RATE}]))", "shed"),
         ),
+        "The shell-hook workers' own gauges (hookbus up runs one; scrape `hookbus worker` processes too).",
     ),
-    Panel("Triggers fired", "ops", ((rate("hookbus_trigger_fired_total", "trigger"), "{{trigger}}"),)),
+    Panel("Triggers fired", "ops", ((rate("hookbus_fleet_trigger_fired_total", "trigger"), "{{trigger}}"),)),
     Panel(
         "Trigger suppressions by reason",
         "ops",
-        ((rate("hookbus_trigger_suppressed_total", "reason"), "{{reason}}"),),
+        ((rate("hookbus_fleet_trigger_suppressed_total", "reason"), "{{reason}}"),),
         "filter, depth (recursion limit), debounce, dedupe, cooldown, in_flight, disabled.",
     ),
 ]

@@ -19,7 +19,7 @@ from subscribers.shell_hooks.shell import HookOutcome, HookResult
 _NS: Final = f"{PREFIX}_shell"
 _LABELS: Final = ("hook", "event")
 #: Hook durations run from milliseconds (a logger) to the 30 s default timeout.
-_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+DURATION_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 RUNS: Final = Counter(f"{_NS}_hook_runs", "Hook processes started.", _LABELS, registry=None)
 FAILURES: Final = Counter(
@@ -30,7 +30,7 @@ REFUSALS: Final = Counter(
     f"{_NS}_hook_refusals", "Hook runs refused by the security rules (never started).", _LABELS, registry=None
 )
 DURATION: Final = Histogram(
-    f"{_NS}_hook_duration_seconds", "Wall time of hook runs.", _LABELS, buckets=_BUCKETS, registry=None
+    f"{_NS}_hook_duration_seconds", "Wall time of hook runs.", _LABELS, buckets=DURATION_BUCKETS, registry=None
 )
 SHED: Final = Counter(f"{_NS}_events_shed", "Events dropped because the worker's queue was full.", registry=None)
 RUNNING: Final = Gauge(f"{_NS}_hooks_running", "Hook processes running now.", registry=None)

@@ -1,0 +1,1 @@
+"""Fleet metrics derived from what crosses the bus: events, journal entries, processes' counters reports."""

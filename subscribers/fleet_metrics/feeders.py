@@ -1,0 +1,74 @@
+"""Events and journal entries into the fleet's series.
+
+Events are counted by subject and agent (the envelope's ``source``) once
+they pass the receiver's check (bus.core.envelope.decode); what fails it is
+counted by reason. Journal entries are checked and clamped by the journal's
+own decoder; shell-hook runs and trigger firings and suppressions are counted
+from them (middleware reactions come from the kernels' counters reports,
+which include the neutral continues the journal skips).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from bus.core.envelope import decode as decode_event
+from bus.core.errors import EnvelopeError, JournalError
+from bus.journal.entries import JournalEntry, decode_entry
+from subscribers.fleet_metrics.metrics import FleetMetrics
+
+#: Shell-hook decisions that mean the hook ran (a refusal never started one).
+_RAN: Final = frozenset({"ok", "failed", "timeout"})
+
+
+def count_event(fleet: FleetMetrics, subject: str, data: bytes, max_bytes: int, max_depth: int) -> None:
+    """Count one event message as it crossed the bus."""
+    try:
+        event = decode_event(subject, data, max_bytes, max_depth)
+    except EnvelopeError as exc:
+        fleet.refused.add((exc.drop,))
+        return
+    fleet.events.add(fleet.event_key(subject, event.source))
+
+
+def count_entry(fleet: FleetMetrics, subject: str, data: bytes) -> None:
+    """Count one journal entry (refused if it is not a valid entry of its subject's kind)."""
+    try:
+        entry = decode_entry(data, subject)
+    except JournalError:
+        fleet.entries.add(("refused",))
+        return
+    if entry.kind == "shell_hook":
+        _hook_run(fleet, entry)
+    elif entry.kind == "trigger":
+        _trigger(fleet, entry)
+    else:
+        fleet.entries.add(("ignored",))
+        return
+    fleet.entries.add(("counted",))
+
+
+def _hook_run(fleet: FleetMetrics, entry: JournalEntry) -> None:
+    key = (fleet.hooks(entry.who), fleet.hook_events(entry.point))
+    decision = entry.decision
+    if decision == "refused":
+        fleet.hook_refusals.add(key)
+        return
+    if decision not in _RAN:
+        return
+    fleet.hook_runs.add(key)
+    if decision == "failed":
+        fleet.hook_failures.add(key)
+    elif decision == "timeout":
+        fleet.hook_timeouts.add(key)
+    if entry.duration_ms is not None:
+        fleet.hook_duration.observe(key, entry.duration_ms / 1000)
+
+
+def _trigger(fleet: FleetMetrics, entry: JournalEntry) -> None:
+    trigger = fleet.triggers(entry.who)
+    if entry.decision == "fired":
+        fleet.fired.add((trigger,))
+    elif entry.decision == "suppressed":
+        reason = (entry.cause or "").partition(":")[0].strip()
+        fleet.suppressed.add((trigger, fleet.trigger_reasons(reason)))

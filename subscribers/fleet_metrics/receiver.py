@@ -1,0 +1,74 @@
+"""The fleet-metrics receiver: events, journal entries and counters reports off the bus, into the fleet's series.
+
+Every subscription is in the queue group ``hookbus-fleet-metrics``: ``hookbus
+up`` and any number of ``hookbus metrics`` processes share the messages, each
+counted by one of them (sum the instances in Prometheus). Raw subscriptions:
+counting an event is a decode and a dict update, no handler task.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from prometheus_client.registry import REGISTRY, CollectorRegistry
+
+from bus.core.subjects import COUNTERS_PREFIX, EVA_DOMAIN, FLEET_METRICS_QUEUE, JOURNAL_PREFIX, PRX_DOMAIN
+from bus.metrics import register_once
+from bus.transport.port import TRANSPORT_FAILURES, Port, RawMessage, RawSubscription
+from subscribers.fleet_metrics.feeders import count_entry, count_event
+from subscribers.fleet_metrics.metrics import FleetMetrics
+from subscribers.fleet_metrics.reports import apply_report
+
+QUEUE: Final = FLEET_METRICS_QUEUE
+#: Messages a subscription holds before NATS-side drops: a 100k-event burst waits, it is not lost.
+PENDING_MSGS: Final = 500_000
+#: The event subjects counted: hookbus's two domains (the permissions of the bus user, too).
+EVENT_PATTERNS: Final = (f"{PRX_DOMAIN}.>", f"{EVA_DOMAIN}.>")
+
+
+class FleetReceiver:
+    """Feeds a :class:`FleetMetrics` from ``bus`` while started."""
+
+    def __init__(
+        self, bus: Port, fleet: FleetMetrics | None = None, registry: CollectorRegistry | None = REGISTRY
+    ) -> None:
+        self.bus = bus
+        self.fleet = fleet or FleetMetrics()
+        self._registry = registry  # None: not exposed (tests, embedding)
+        self._subs: list[RawSubscription] = []
+
+    async def start(self) -> FleetReceiver:
+        """Subscribe (in the shared queue group) and expose the series on the registry."""
+        if self._registry is not None:
+            register_once((self.fleet.collector,), self._registry)
+        bus = self.bus
+        for pattern in EVENT_PATTERNS:
+            self._subs.append(
+                await bus.subscribe_raw(pattern, self._on_event, queue=QUEUE, pending_msgs_limit=PENDING_MSGS)
+            )
+        for pattern in (f"{JOURNAL_PREFIX}.>",):
+            self._subs.append(
+                await bus.subscribe_raw(pattern, self._on_entry, queue=QUEUE, pending_msgs_limit=PENDING_MSGS)
+            )
+        for pattern in (COUNTERS_PREFIX, f"{COUNTERS_PREFIX}.>"):
+            self._subs.append(await bus.subscribe_raw(pattern, self._on_report, queue=QUEUE))
+        await bus.flush()
+        return self
+
+    async def _on_event(self, msg: RawMessage) -> None:
+        count_event(self.fleet, msg.subject, msg.data, self.bus.max_bytes, self.bus.max_depth)
+
+    async def _on_entry(self, msg: RawMessage) -> None:
+        count_entry(self.fleet, msg.subject, msg.data)
+
+    async def _on_report(self, msg: RawMessage) -> None:
+        apply_report(self.fleet, msg.data)
+
+    async def stop(self) -> None:
+        """Unsubscribe (quietly if the connection is already gone)."""
+        subs, self._subs = self._subs, []
+        for sub in subs:
+            try:
+                await sub.unsubscribe()
+            except TRANSPORT_FAILURES:  # closing: a cut connection has nothing left to unsubscribe
+                continue

@@ -1,0 +1,53 @@
+"""Reading the recorded history back: events from a time on, by pattern and session, oldest first.
+
+What comes out of the stream is checked like anything received (the
+envelope's rules), so a hostile publisher's bytes recorded yesterday are no
+more trusted today; what fails the check is skipped and counted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from bus.client import Bus
+from bus.core.envelope import Event, decode
+from bus.core.errors import ConfigError, EnvelopeError
+from bus.core.subjects import HISTORY_STREAM, matches, normalise_pattern
+from bus.transport.streams import read_since
+
+
+@dataclass
+class Skipped:
+    """Recorded messages that are not valid events (shown as a count, never printed)."""
+
+    count: int = 0
+
+
+async def recorded_events(
+    bus: Bus,
+    since_s: float,
+    pattern: str = ">",
+    session: str | None = None,
+    skipped: Skipped | None = None,
+) -> AsyncIterator[Event]:
+    """The recorded events of the last ``since_s`` seconds matching ``pattern`` (and ``session``), oldest first.
+
+    ConfigError when nothing is recorded (``hookbus up`` without ``--record``).
+    """
+    if await bus.stream_state(HISTORY_STREAM) is None:
+        raise ConfigError(f"no recorded history on {', '.join(bus.servers)}: start 'hookbus up --record PATTERN'")
+    nats_pattern = normalise_pattern(pattern)
+    start = datetime.now(UTC) - timedelta(seconds=since_s)
+    async for message in read_since(bus.nc, HISTORY_STREAM, start):
+        if not matches(nats_pattern, message.subject):
+            continue
+        try:
+            event = decode(message.subject, message.data, bus.max_bytes, bus.max_depth)
+        except EnvelopeError:
+            if skipped is not None:
+                skipped.count += 1
+            continue
+        if session is None or event.session_id == session:
+            yield event
