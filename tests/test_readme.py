@@ -168,6 +168,7 @@ def tour_environment(llm_url: str) -> dict[str, str]:
     return env
 
 
+@pytest.mark.timeout(600)  # the whole tour: a bus, an agent, a module, a dozen commands
 async def test_the_tour_runs_as_written(tmp_path: Path, llm: FakeLLM) -> None:
     if shutil.which("curl") is None:
         pytest.fail("the README's tour uses curl")

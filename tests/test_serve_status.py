@@ -232,6 +232,7 @@ async def test_status_ignores_a_presence_record_under_another_key(nats_url: str)
     assert any("is not JSON" in problem for problem in problems)
 
 
+@pytest.mark.timeout(300)  # a hookbus up, five idle seconds, a tail
 async def test_tail_on_an_idle_bus_prints_nothing_then_the_next_event(tmp_path: Path) -> None:
     """Five seconds of an idle bus (presence, registry heartbeats, JetStream: only internal traffic), then a marker."""
     up = UpProcess(tmp_path / "ws")

@@ -11,6 +11,8 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from bus import Bus, Continue, Module, Stage
 from bus.testing import EventRecorder
 
@@ -114,6 +116,7 @@ async def test_commands_that_ask_the_bus_name_it(nats_url: str) -> None:
     assert any(line.startswith(f"{name}.check  untrusted  stage tool.call") for line in lines[1:]), lines
 
 
+@pytest.mark.timeout(300)  # three hookbus up in a row
 async def test_approvals_live_with_the_bus_and_up_says_so(tmp_path: Path) -> None:
     """A new workspace is a new embedded bus with no approvals; the same workspace keeps them."""
     workspace = tmp_path / "ws"
