@@ -71,11 +71,12 @@ CONTINUE: Final = Continue()
 def reply_of(decision: Decision, reactions: list[ReactionMsg] | None = None) -> MiddlewareReply:
     """The reply a module sends for the decision of its run (a cancel names its handler, if it has one)."""
     more: Any = msgspec.UNSET if reactions is None else reactions
-    if isinstance(decision, Cancel):
-        handler: Any = msgspec.UNSET if decision.handler is None else decision.handler
-        return MiddlewareReply(decision="cancel", reason=decision.reason, handler=handler, reactions=more)
     if isinstance(decision, Patch):
         return MiddlewareReply(decision="patch", payload=to_dict(decision.payload), reactions=more)
+    if isinstance(decision, Cancel):
+        if decision.handler is None:
+            return MiddlewareReply(decision="cancel", reason=decision.reason, reactions=more)
+        return MiddlewareReply(decision="cancel", reason=decision.reason, handler=decision.handler, reactions=more)
     return MiddlewareReply(decision="continue", reactions=more)
 
 

@@ -242,10 +242,13 @@ def _check(result: object) -> tuple[Outcome, str | None]:
 
 def _reaction(handler: str, outcome: Outcome, decision: Decision, ms: float, cause: str | None) -> ReactionMsg:
     """How one handler reacted, as the reply reports it (a cancel's reason with it)."""
-    reason: Any = decision.reason if isinstance(decision, Cancel) else msgspec.UNSET
-    return ReactionMsg(
-        handler=handler, outcome=outcome.value, decision=decision.kind, reason=reason, duration_ms=ms, cause=cause
-    )
+    kind = decision.kind
+    if isinstance(decision, Cancel):
+        reason = decision.reason
+        return ReactionMsg(
+            handler=handler, outcome=outcome.value, decision=kind, reason=reason, duration_ms=ms, cause=cause
+        )
+    return ReactionMsg(handler=handler, outcome=outcome.value, decision=kind, duration_ms=ms, cause=cause)
 
 
 def _stage_ctx(decl: Declaration, wire_ctx: RequestCtx, bus: Bus | None) -> StageCtx:
