@@ -94,3 +94,17 @@ def test_journal_columns_are_aligned(tmp_path: Path) -> None:
     starts = [[m.start() for m in re.finditer(r"(?<=  )\S", line)] for line in lines]
     assert starts[0] == starts[1] == starts[2]  # every column begins at the same place on every line
     assert lines[0].split()[:3] == ["RECEIVED", "TIME", "KIND"]
+
+
+def test_long_running_services_wait_the_service_connect_budget() -> None:
+    """Services may start before their server: each retries its first connect for SERVICE_CONNECT_S, not one-shot's."""
+    from bus.cli.options import ONE_SHOT_CONNECT_S, SERVICE_CONNECT_S
+
+    budgets = {}
+    for path, parser in every_parser(build_parser()):
+        for action in parser._actions:
+            if action.dest == "connect_timeout":
+                budgets[path] = action.default
+    services = ("hookbus up", "hookbus worker", "hookbus agent", "hookbus serve", "hookbus metrics")
+    assert {name: budgets[name] for name in services} == dict.fromkeys(services, SERVICE_CONNECT_S)
+    assert budgets["hookbus emit"] == ONE_SHOT_CONNECT_S

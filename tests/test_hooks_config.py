@@ -110,3 +110,11 @@ def test_api_writes_are_stricter_refused_actions_are_errors() -> None:
     assert (caught.value.entry, caught.value.field) == ("action", "timeout_ms")
     entry = parse_api_hook({"event": "eva.custom.deploy", "action": {"command": "a"}}, hook_id="h")
     assert entry.to_api()["action"] == {"command": "a", "args": [], "timeout_ms": 30000, "stdin_json": False}
+
+
+@pytest.mark.parametrize(
+    ("body", "name"), [(None, "null"), (True, "boolean"), ([], "array"), ("x", "string"), (1, "number")]
+)
+def test_api_body_that_is_not_an_object_is_named_by_its_json_type(body: object, name: str) -> None:
+    with pytest.raises(HookConfigError, match=f"expected a JSON object, got {name}$"):
+        parse_api_hook(body, hook_id="h")

@@ -14,6 +14,7 @@ import argparse
 from contextlib import AsyncExitStack
 
 from bus.cli.common import add_metrics_port, add_nats_url, connection_args, serve_metrics, stop_on_signals
+from bus.cli.options import SERVICE_CONNECT_S
 from bus.core.errors import ConfigError
 
 DEFAULT_METRICS_PORT = 9478
@@ -28,7 +29,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     add_metrics_port(parser, default=DEFAULT_METRICS_PORT)
     parser.add_argument("--host", default="127.0.0.1", help="address /metrics binds (default: 127.0.0.1)")
-    add_nats_url(parser)
+    add_nats_url(parser, connect_s=SERVICE_CONNECT_S)  # a service may start before its server
     parser.set_defaults(func=run)
 
 

@@ -23,6 +23,7 @@ from types import ModuleType
 from typing import Any, Final
 
 from bus.cli.common import add_nats_url, connection_args, stop_on_signals
+from bus.cli.options import SERVICE_CONNECT_S
 from bus.cli.workspace import bus_name
 from bus.client import Bus
 from bus.core.declaration import Declaration
@@ -45,7 +46,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("target", metavar="FILE[:NAME]", help="a Python file defining a bus.Module (NAME: which one)")
     parser.add_argument("--dev", action="store_true", help="serve the file again whenever it changes")
-    add_nats_url(parser)
+    add_nats_url(parser, connect_s=SERVICE_CONNECT_S)  # a service may start before its server
     parser.set_defaults(func=run)
 
 

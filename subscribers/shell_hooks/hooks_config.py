@@ -46,6 +46,7 @@ from bus.core.config_schema import (
     field_problem,
 )
 from bus.core.errors import HookConfigError, HookNotFound, SubjectError
+from bus.core.json_types import json_type
 from bus.core.subjects import PRX_EVENTS, matches, normalise_pattern
 from subscribers.shell_hooks.security import command_problem, cwd_problem, is_allowed_env, nul_problem
 
@@ -345,7 +346,7 @@ def parse_api_hook(
     is to be written in hookbus's full shape (``fields``).
     """
     if not isinstance(body, dict):
-        raise HookConfigError(f"expected a JSON object, got {'null' if body is None else type(body).__name__}")
+        raise HookConfigError(f"expected a JSON object, got {json_type(body)}")
     doc = to_schema(body, ShellHookBody)
     event, pattern = read_key(doc.event, [], field="event")
     action = _action(to_schema(doc.action, ShellAction, entry="action"), default_timeout_ms)
