@@ -54,21 +54,36 @@ def _since(start: tuple[float, float]) -> tuple[float, float]:
     return wall - start[0], cpu - start[1]
 
 
-async def emit_round(url: str, events: int) -> tuple[tuple[float, float], tuple[float, float]]:
-    """(wall, CPU) seconds for `events` raw publishes of the encoded bytes, then for `events` emits."""
+async def emit_round(url: str, events: int, bus_first: bool) -> tuple[tuple[float, float], tuple[float, float]]:
+    """(wall, CPU) seconds for `events` raw publishes of the encoded bytes and for `events` emits.
+
+    Rounds alternate which goes first: the second runs while the server still
+    digests the first's burst, which would otherwise always handicap one side.
+    """
     async with Bus(url, name="bench") as bus:
         raw = await nats.connect(url)
         data, _ = bus._encoder.encode(SUBJECT, PAYLOAD, "s1", 0)
-        start = _clocks()
-        for _ in range(events):
-            await raw.publish(SUBJECT, data)
-        await raw.flush()
-        raw_s = _since(start)
-        start = _clocks()
-        for _ in range(events):
-            await bus.emit(SUBJECT, PAYLOAD, session_id="s1")
-        await bus.flush()
-        bus_s = _since(start)
+
+        async def raw_loop() -> tuple[float, float]:
+            start = _clocks()
+            for _ in range(events):
+                await raw.publish(SUBJECT, data)
+            await raw.flush()
+            return _since(start)
+
+        async def bus_loop() -> tuple[float, float]:
+            start = _clocks()
+            for _ in range(events):
+                await bus.emit(SUBJECT, PAYLOAD, session_id="s1")
+            await bus.flush()
+            return _since(start)
+
+        if bus_first:
+            bus_s = await bus_loop()
+            raw_s = await raw_loop()
+        else:
+            raw_s = await raw_loop()
+            bus_s = await bus_loop()
         await raw.close()
     return raw_s, bus_s
 
@@ -215,8 +230,8 @@ async def main() -> None:
         datafile.write_bytes(data)
 
         emit_ratios, emit_cpu_ratios, raw_rates, bus_rates = [], [], [], []
-        for _ in range(args.rounds):
-            raw_s, bus_s = await emit_round(server.url, args.events)
+        for round_no in range(args.rounds):
+            raw_s, bus_s = await emit_round(server.url, args.events, bus_first=round_no % 2 == 1)
             emit_ratios.append(raw_s[0] / bus_s[0])
             emit_cpu_ratios.append(raw_s[1] / bus_s[1])
             raw_rates.append(args.events / raw_s[0])
@@ -224,9 +239,10 @@ async def main() -> None:
 
         deliver = args.events // 2
         d_ratios, d_cpu_ratios, d_raw, d_bus = [], [], [], []
-        for _ in range(args.rounds):
-            raw_rate = await deliver_round(server.url, deliver, datafile, "raw")
-            bus_rate = await deliver_round(server.url, deliver, datafile, "bus")
+        for round_no in range(args.rounds):
+            kinds = ("bus", "raw") if round_no % 2 else ("raw", "bus")  # alternate, as for emit
+            rates = {kind: await deliver_round(server.url, deliver, datafile, kind) for kind in kinds}
+            raw_rate, bus_rate = rates["raw"], rates["bus"]
             d_ratios.append(bus_rate[0] / raw_rate[0])
             d_cpu_ratios.append(bus_rate[1] / raw_rate[1])
             d_raw.append(raw_rate[0])
