@@ -14,6 +14,9 @@ from pathlib import Path
 
 from bus.client import Bus
 
+#: Makes a Bus named ``name`` with the settings and credentials of the command that runs the services.
+Connector = Callable[[str], Bus]
+
 
 @dataclass
 class ServiceContext:
@@ -22,6 +25,9 @@ class ServiceContext:
     bus: Bus
     workspace: Path
     nats_url: str
+    #: A new, unopened Bus to the same server with the same settings and credentials, named for its use:
+    #: for a service whose backlog must not cost the shared connection its messages (a slow-consumer cut).
+    connect: Connector
     #: Lines printed once everything is up ("  name  where it listens"); each service adds its own.
     lines: list[str] = field(default_factory=list)
 

@@ -31,7 +31,7 @@ from bus.core.schema import PresenceComponent
 from bus.middleware.kernel.approvals import approvals_held
 from bus.middleware.registry import ensure_buckets
 from bus.presence import component, presence
-from bus.service import Service, ServiceContext
+from bus.service import Connector, Service, ServiceContext
 from bus.transport.connection import URL_ENV
 from bus.transport.server import NatsServer
 
@@ -155,7 +155,8 @@ async def run(args: argparse.Namespace) -> int:
             stack.callback(server.cleanup)
             await _start(server)
             nats_url = server.url
-        bus = await stack.enter_async_context(Bus(nats_url, name="hookbus-up", **connection_args(args)))
+        connect = _connector(nats_url, args)
+        bus = await stack.enter_async_context(connect("hookbus-up"))
         await ensure_buckets(bus)  # agents and modules may read the middleware state, not create it
         from subscribers.shell_hooks.security import public_url  # workers load with the services, not with the CLI
 
@@ -167,7 +168,7 @@ async def run(args: argparse.Namespace) -> int:
         metrics = serve_metrics(stack, args.host, args.metrics_port)
         if metrics:
             lines.append(f"  metrics  {metrics}")
-        ctx = ServiceContext(bus=bus, workspace=workspace, nats_url=nats_url, lines=lines)
+        ctx = ServiceContext(bus=bus, workspace=workspace, nats_url=nats_url, connect=connect, lines=lines)
         for service in services(args):
             await stack.enter_async_context(service(ctx))
         await stack.enter_async_context(presence(bus, "hookbus up", _components(workspace, where, args)))
@@ -178,15 +179,14 @@ async def run(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _start(server: NatsServer) -> None:
-    """Start the embedded server; a busy port is one line naming the flag that changes it."""
-    try:
-        await asyncio.to_thread(server.start)
-    except PortInUse as exc:
-        raise ConfigError(
-            f"{exc}: choose another with --port (0: any free port), "
-            f"or use the bus already there with --nats-url nats://{exc.host}:{exc.port}"
-        ) from None
+def _connector(nats_url: str, args: argparse.Namespace) -> Connector:
+    """Further connections for services, made as the main one is: same server, connect budget, credentials."""
+    settings = connection_args(args)
+
+    def connect(name: str) -> Bus:
+        return Bus(nats_url, name=name, **settings)
+
+    return connect
 
 
 def _components(workspace: Path, where: str, args: argparse.Namespace) -> list[PresenceComponent]:
@@ -210,6 +210,17 @@ async def _approvals_line(bus: Bus, server: NatsServer | None, fresh_store: bool
             "approvals made on another bus do not carry over: 'hookbus approve NAME' here"
         )
     return f"{count} approved handlers (kept in {server.store_dir})"
+
+
+async def _start(server: NatsServer) -> None:
+    """Start the embedded server; a busy port is one line naming the flag that changes it."""
+    try:
+        await asyncio.to_thread(server.start)
+    except PortInUse as exc:
+        raise ConfigError(
+            f"{exc}: choose another with --port (0: any free port), "
+            f"or use the bus already there with --nats-url nats://{exc.host}:{exc.port}"
+        ) from None
 
 
 async def _wait(stop: asyncio.Event, server: NatsServer | None) -> None:

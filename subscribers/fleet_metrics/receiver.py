@@ -18,6 +18,7 @@ from bus.transport.port import TRANSPORT_FAILURES, Port, RawMessage, RawSubscrip
 from subscribers.fleet_metrics.feeders import count_entry, count_event
 from subscribers.fleet_metrics.metrics import FleetMetrics
 from subscribers.fleet_metrics.reports import apply_report
+from subscribers.fleet_metrics.series import FleetCollector, ReadCounter
 
 QUEUE: Final = FLEET_METRICS_QUEUE
 #: Messages a subscription holds before NATS-side drops: a 100k-event burst waits, it is not lost.
@@ -36,11 +37,27 @@ class FleetReceiver:
         self.fleet = fleet or FleetMetrics()
         self._registry = registry  # None: not exposed (tests, embedding)
         self._subs: list[RawSubscription] = []
+        stats = bus.stats
+        #: What this receiver's own connection lost: a cut drops whatever the server held for it.
+        self.loss = FleetCollector(
+            (
+                ReadCounter(
+                    "receiver_disconnects",
+                    "Times this fleet receiver's connection was lost (a slow-consumer cut loses what the server held).",
+                    lambda: stats.disconnects,
+                ),
+                ReadCounter(
+                    "receiver_dropped",
+                    "Messages this fleet receiver dropped itself, over its pending limit (slow consumer).",
+                    lambda: stats.dropped["slow_consumer"],
+                ),
+            )
+        )
 
     async def start(self) -> FleetReceiver:
         """Subscribe (in the shared queue group) and expose the series on the registry."""
         if self._registry is not None:
-            register_once((self.fleet.collector,), self._registry)
+            register_once((self.fleet.collector, self.loss), self._registry)
         bus = self.bus
         for pattern in EVENT_PATTERNS:
             self._subs.append(

@@ -9,7 +9,7 @@ senders cannot multiply the series.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Final
 
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
@@ -88,10 +88,24 @@ class FleetHistogram:
         return family
 
 
+class ReadCounter:
+    """An unlabelled counter whose value is read at scrape time (from a Bus's own counters, say)."""
+
+    __slots__ = ("doc", "name", "read")
+
+    def __init__(self, name: str, doc: str, read: Callable[[], float]) -> None:
+        self.name = f"{NAMESPACE}_{name}"
+        self.doc = doc
+        self.read = read
+
+    def family(self) -> CounterMetricFamily:
+        return CounterMetricFamily(self.name, self.doc, value=self.read())
+
+
 class FleetCollector(Collector):
     """Exposes a set of fleet series on /metrics."""
 
-    def __init__(self, series: Iterable[FleetCounter | FleetHistogram]) -> None:
+    def __init__(self, series: Iterable[FleetCounter | FleetHistogram | ReadCounter]) -> None:
         self.series = tuple(series)
 
     def collect(self) -> Iterable[CounterMetricFamily | HistogramMetricFamily]:
