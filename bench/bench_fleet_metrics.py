@@ -157,7 +157,9 @@ async def flood_round(
             text = urllib.request.urlopen(up.metrics_url, timeout=10).read().decode()
             # A receiver that falls too far behind is cut by the server as a slow consumer: what was buffered is lost.
             cut = [
-                line for line in text.splitlines() if line.startswith(("hookbus_events_dropped_total", "hookbus_nats_"))
+                line
+                for line in text.splitlines()
+                if line.startswith(("hookbus_events_dropped_total", "hookbus_nats_", "hookbus_fleet_receiver_"))
             ]
             print("hookbus up after the flood:", "; ".join(cut), file=sys.stderr)
         finally:

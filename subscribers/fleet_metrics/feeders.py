@@ -10,25 +10,41 @@ which include the neutral continues the journal skips).
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Final
 
 from bus.core.envelope import decode as decode_event
 from bus.core.errors import EnvelopeError, JournalError
 from bus.journal.entries import JournalEntry, decode_entry
+from bus.transport.port import RawMessage
 from subscribers.fleet_metrics.metrics import FleetMetrics
 
 #: Shell-hook decisions that mean the hook ran (a refusal never started one).
 _RAN: Final = frozenset({"ok", "failed", "timeout"})
 
 
-def count_event(fleet: FleetMetrics, subject: str, data: bytes, max_bytes: int, max_depth: int) -> None:
-    """Count one event message as it crossed the bus."""
-    try:
-        event = decode_event(subject, data, max_bytes, max_depth)
-    except EnvelopeError as exc:
-        fleet.refused.add((exc.drop,))
-        return
-    fleet.events.add(fleet.event_key(subject, event.source))
+def event_counter(fleet: FleetMetrics, max_bytes: int, max_depth: int) -> Callable[[RawMessage], Awaitable[None]]:
+    """The callback that counts each event message as it crossed the bus (checked by the envelope decoder).
+
+    Every event of the fleet goes through it: the lookups are hoisted out, the
+    labels of a known (subject, source) are one dict lookup, the count one update.
+    """
+    refused = fleet.refused
+    counts = fleet.events.values
+    keys = fleet.event_keys
+    new_key = fleet.event_key
+
+    async def count_event(msg: RawMessage) -> None:
+        subject = msg.subject
+        try:
+            source = decode_event(subject, msg.data, max_bytes, max_depth).source
+        except EnvelopeError as exc:
+            refused.add((exc.drop,))
+            return
+        pair = keys.get((subject, source)) or new_key(subject, source)
+        counts[pair] = counts.get(pair, 0) + 1
+
+    return count_event
 
 
 def count_entry(fleet: FleetMetrics, subject: str, data: bytes) -> None:

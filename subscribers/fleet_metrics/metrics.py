@@ -15,6 +15,8 @@ _LABEL_RE: Final = re.compile(r"[A-Za-z0-9_.*>:-]{1,200}")
 INVALID: Final = "invalid"
 #: Distinct (subject, agent) pairs kept before new pairs fold into (other, other).
 MAX_EVENT_PAIRS: Final = 1024
+#: Received (subject, source) pairs whose labels are remembered (hostile senders cannot grow it further).
+MAX_REMEMBERED_KEYS: Final = 4 * MAX_EVENT_PAIRS
 
 
 class Capped:
@@ -46,6 +48,9 @@ class FleetMetrics:
         self.hook_events = Capped(128)
         self.triggers = Capped(128)
         self._pairs: set[tuple[str, str]] = set()
+        #: (subject, source) as received -> their labels: the per-event path is one lookup (bounded; a miss is
+        #: only slower: a label, once decided, never changes).
+        self.event_keys: dict[tuple[str, str | None], tuple[str, str]] = {}
 
         c, h = FleetCounter, FleetHistogram
         self.events = c(
@@ -101,10 +106,13 @@ class FleetMetrics:
         )  # fmt: skip
 
     def event_key(self, subject: str, source: str | None) -> tuple[str, str]:
-        """The (subject, agent) labels of an event, capped per label and per pair."""
+        """The (subject, agent) labels of an event, capped per label and per pair (remembered in ``event_keys``)."""
         pair = (self.subjects(subject), self.agents(source))
         if pair not in self._pairs:
             if len(self._pairs) >= MAX_EVENT_PAIRS:
-                return (OTHER, OTHER)
-            self._pairs.add(pair)
+                pair = (OTHER, OTHER)
+            else:
+                self._pairs.add(pair)
+        if len(self.event_keys) < MAX_REMEMBERED_KEYS:
+            self.event_keys[subject, source] = pair
         return pair

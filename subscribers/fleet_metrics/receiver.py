@@ -15,7 +15,7 @@ from prometheus_client.registry import REGISTRY, CollectorRegistry
 from bus.core.subjects import COUNTERS_PREFIX, EVA_DOMAIN, FLEET_METRICS_QUEUE, JOURNAL_PREFIX, PRX_DOMAIN
 from bus.metrics import register_once
 from bus.transport.port import TRANSPORT_FAILURES, Port, RawMessage, RawSubscription
-from subscribers.fleet_metrics.feeders import count_entry, count_event
+from subscribers.fleet_metrics.feeders import count_entry, event_counter
 from subscribers.fleet_metrics.metrics import FleetMetrics
 from subscribers.fleet_metrics.reports import apply_report
 from subscribers.fleet_metrics.series import FleetCollector, ReadCounter
@@ -59,10 +59,9 @@ class FleetReceiver:
         if self._registry is not None:
             register_once((self.fleet.collector, self.loss), self._registry)
         bus = self.bus
+        on_event = event_counter(self.fleet, bus.max_bytes, bus.max_depth)
         for pattern in EVENT_PATTERNS:
-            self._subs.append(
-                await bus.subscribe_raw(pattern, self._on_event, queue=QUEUE, pending_msgs_limit=PENDING_MSGS)
-            )
+            self._subs.append(await bus.subscribe_raw(pattern, on_event, queue=QUEUE, pending_msgs_limit=PENDING_MSGS))
         for pattern in (f"{JOURNAL_PREFIX}.>",):
             self._subs.append(
                 await bus.subscribe_raw(pattern, self._on_entry, queue=QUEUE, pending_msgs_limit=PENDING_MSGS)
@@ -71,9 +70,6 @@ class FleetReceiver:
             self._subs.append(await bus.subscribe_raw(pattern, self._on_report, queue=QUEUE))
         await bus.flush()
         return self
-
-    async def _on_event(self, msg: RawMessage) -> None:
-        count_event(self.fleet, msg.subject, msg.data, self.bus.max_bytes, self.bus.max_depth)
 
     async def _on_entry(self, msg: RawMessage) -> None:
         count_entry(self.fleet, msg.subject, msg.data)
