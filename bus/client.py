@@ -13,7 +13,8 @@ import asyncio
 import contextlib
 import enum
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from datetime import datetime
 from types import TracebackType
 from typing import Any, Final
 
@@ -37,10 +38,9 @@ from bus.subscription import Subscription as Subscription
 from bus.transport.connection import Credentials, auth_options, resolve_servers, with_private_inbox
 from bus.transport.kv import Bucket
 from bus.transport.nats_connection import NatsConnection
-from bus.transport.objects import PayloadStore, ensure_payloads_bucket
-from bus.transport.port import Connection, RawMessage, RawSubscription, Trouble
+from bus.transport.port import Connection, ObjectStore, RawMessage, RawSubscription, Trouble
 from bus.transport.server import NatsServer
-from bus.transport.streams import PullConsumer, StreamSpec, StreamState
+from bus.transport.streams import PullConsumer, StreamMessage, StreamSpec, StreamState
 from bus.turns.server import TurnHandler, TurnRequest, TurnServer
 
 log = logging.getLogger("hookbus.bus")
@@ -120,7 +120,7 @@ class Bus:
         self._embedded: NatsServer | None = NatsServer(die_with_parent=True) if embedded else None
         self._encoder = Encoder(max_bytes, source, cut=False)
         self._max_object_bytes = max_object_bytes
-        self._payloads: PayloadStore | None = None
+        self._payloads: ObjectStore | None = None
         self._connect_timeout = connect_timeout
         self._close_timeout = close_timeout
         self._nats_options = with_private_inbox(
@@ -190,7 +190,7 @@ class Bus:
             )
         self._state = BusState.OPEN
         COLLECTOR.track(self.stats)
-        self._payloads = PayloadStore(self.nc, self._max_object_bytes)
+        self._payloads = conn.payload_store(self._max_object_bytes)
         self._counters = CountersReporter(self).start()  # the fleet's view of this process (bus/counters.py)
         return self
 
@@ -329,6 +329,10 @@ class Bus:
             stream, subject, durable, ack_wait_s=ack_wait_s, max_ack_pending=max_ack_pending
         )
 
+    def read_since(self, stream: str, since: datetime) -> AsyncIterator[StreamMessage]:
+        """A stream's messages from ``since`` on, oldest first (``hookbus history``); JournalError if refused."""
+        return self._connection().read_since(stream, since)
+
     def jetstream(self) -> Any:
         """nats-py's JetStream context of this connection, for tests and tools (hookbus code uses the methods above)."""
         return self.nc.jetstream()
@@ -379,7 +383,7 @@ class Bus:
 
     async def ensure_payloads_bucket(self) -> None:
         """Create the claim check's object store if missing (``hookbus up``); RegistryError if refused."""
-        await ensure_payloads_bucket(self.nc)
+        await self._connection().ensure_payloads_bucket()
 
     @property
     def max_object_bytes(self) -> int:

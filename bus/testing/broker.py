@@ -6,7 +6,9 @@ groups, request/reply with the 503 "no responders" status, inboxes, flush,
 close, and key-value buckets with watches as :class:`~bus.transport.kv.Bucket`),
 with the transport's types and hookbus's errors, so ``Bus`` and everything
 under it (envelope checks, depth, the middleware kernel and its view of the
-registry, module serving, turns) run unchanged. No network and no threads:
+registry, module serving, turns) run unchanged. It keeps no JetStream: streams
+and the claim check's object store are refused with a hookbus error, so
+oversized events are cut to fit as on a server without the bucket. No network and no threads:
 routing is a function call, and each subscription hands its messages to its
 callback in order from a task of its own, as nats-py does. Subject matching
 is :func:`bus.core.subjects.matches`.
@@ -16,17 +18,34 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Final
 
+from bus.core.claim import check_ref
 from bus.core.clock import random_hex
-from bus.core.errors import JournalError, NoResponders, NotSent, RequestTimeout, SubjectError, TransportError
-from bus.core.subjects import matches
+from bus.core.errors import (
+    JournalError,
+    NoResponders,
+    NotSent,
+    PayloadRefError,
+    RegistryError,
+    RequestTimeout,
+    SubjectError,
+    TransportError,
+)
+from bus.core.ratelog import RateLimitedLog
+from bus.core.schema import PayloadRefMsg
+from bus.core.subjects import PAYLOADS_BUCKET, matches
 from bus.core.tasks import TaskSet
 from bus.transport.kv import Bucket, KvEntry, Watch
-from bus.transport.port import RawMessage, Trouble, TroubleCallback
-from bus.transport.streams import PullConsumer, StreamSpec, StreamState
+from bus.transport.port import ObjectStore, RawMessage, Trouble, TroubleCallback
+from bus.transport.streams import PullConsumer, StreamMessage, StreamSpec, StreamState
+
+log = logging.getLogger("hookbus.payloads")
+_NO_STORE: Final = "the in-process broker keeps no object store"
 
 #: nats-server's default max_payload.
 DEFAULT_MAX_PAYLOAD: Final = 1024 * 1024
@@ -274,6 +293,36 @@ class InProcessClient:
         self, stream: str, subject: str, durable: str, *, ack_wait_s: float, max_ack_pending: int
     ) -> PullConsumer:
         raise JournalError(f"cannot open consumer {durable}: the in-process broker keeps no JetStream streams")
+
+    async def read_since(self, stream: str, since: datetime) -> AsyncIterator[StreamMessage]:
+        raise JournalError(f"cannot read stream {stream}: the in-process broker keeps no JetStream streams")
+        yield  # an async generator, as the transport's is
+
+    def payload_store(self, max_object_bytes: int) -> ObjectStore:
+        return NoObjectStore(max_object_bytes)
+
+    async def ensure_payloads_bucket(self) -> None:
+        raise RegistryError(f"cannot create the {PAYLOADS_BUCKET} bucket: {_NO_STORE}")
+
+
+class NoObjectStore:
+    """The claim check's store of an in-process client: keeps nothing, so oversized events are cut to fit.
+
+    A reference received anyway is checked as the transport's store checks it,
+    then refused with PayloadRefError.
+    """
+
+    def __init__(self, max_object_bytes: int) -> None:
+        self.max_object_bytes = max_object_bytes
+        self._log = RateLimitedLog(log, interval=5.0)
+
+    async def put(self, body: bytes) -> PayloadRefMsg | None:
+        self._log.warning("could not keep %d bytes in %s (%s): cut to fit", len(body), PAYLOADS_BUCKET, _NO_STORE)
+        return None
+
+    async def fetch(self, subject: str, ref: PayloadRefMsg) -> bytes:
+        check_ref(subject, ref, self.max_object_bytes)
+        raise PayloadRefError(subject, f"could not read object {ref.name} of {PAYLOADS_BUCKET}: {_NO_STORE}")
 
 
 @dataclass(frozen=True, slots=True)

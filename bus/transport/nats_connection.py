@@ -2,8 +2,8 @@
 
 It is the publisher (the fast path of :mod:`bus.transport.publisher`, so
 ``push`` costs no extra call) plus the rest of what ``Bus`` does with a
-client: subscriptions, requests, the ordered flush, close, JetStream KV and
-streams. nats-py's failures come out as hookbus errors, and the trouble its
+client: subscriptions, requests, the ordered flush, close, JetStream KV,
+streams and the claim check's object store. nats-py's failures come out as hookbus errors, and the trouble its
 error callback reports is classified (:class:`~bus.transport.port.Trouble`)
 before the façade hears of it.
 """
@@ -11,7 +11,8 @@ before the façade hears of it.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import datetime
 from typing import Any
 
 import nats.errors as nats_errors
@@ -20,14 +21,17 @@ from nats.aio.client import Client
 from bus.core.errors import NoResponders, RequestTimeout
 from bus.transport.connection import open_connection
 from bus.transport.kv import Bucket, open_bucket
-from bus.transport.port import RawMessage, RawSubscription, Trouble, TroubleCallback
+from bus.transport.objects import PayloadStore, ensure_payloads_bucket
+from bus.transport.port import ObjectStore, RawMessage, RawSubscription, Trouble, TroubleCallback
 from bus.transport.publisher import Publisher, flush_quietly, not_sent, ordered_flush
 from bus.transport.streams import (
     PullConsumer,
+    StreamMessage,
     StreamSpec,
     StreamState,
     ensure_stream,
     open_pull_consumer,
+    read_since,
     stream_state,
 )
 
@@ -158,3 +162,12 @@ class NatsConnection(Publisher):
         return await open_pull_consumer(
             self._nc, stream, subject, durable, ack_wait_s=ack_wait_s, max_ack_pending=max_ack_pending
         )
+
+    def read_since(self, stream: str, since: datetime) -> AsyncIterator[StreamMessage]:
+        return read_since(self._nc, stream, since)
+
+    def payload_store(self, max_object_bytes: int) -> ObjectStore:
+        return PayloadStore(self._nc, max_object_bytes)
+
+    async def ensure_payloads_bucket(self) -> None:
+        await ensure_payloads_bucket(self._nc)

@@ -17,7 +17,8 @@ a connection's error callback reports.
 from __future__ import annotations
 
 import enum
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from datetime import datetime
 from typing import Any, Protocol
 
 import nats.errors as nats_errors
@@ -26,7 +27,7 @@ from bus.core.errors import TransportError
 from bus.core.schema import PayloadRefMsg
 from bus.core.stats import BusStats
 from bus.transport.kv import Bucket
-from bus.transport.streams import PullConsumer, StreamSpec, StreamState
+from bus.transport.streams import PullConsumer, StreamMessage, StreamSpec, StreamState
 
 #: What a publish, subscribe or unsubscribe on a Port may raise when the connection fails
 #: (catch this, not nats-py's types; KV and stream calls raise hookbus errors instead).
@@ -66,6 +67,18 @@ class RawSubscription(Protocol):
     """What subscribing returns: a handle to stop receiving (raises one of TRANSPORT_FAILURES when cut off)."""
 
     async def unsubscribe(self, limit: int = 0) -> None: ...
+
+
+class ObjectStore(Protocol):
+    """The claim check's object store (``hookbus_payloads``) as a connection offers it."""
+
+    async def put(self, body: bytes) -> PayloadRefMsg | None:
+        """Keep ``body`` (a payload's JSON bytes) whole; its reference, or None (never raises) to cut the event."""
+        ...
+
+    async def fetch(self, subject: str, ref: PayloadRefMsg) -> bytes:
+        """The bytes ``ref`` names, checked against it; PayloadRefError when refused, missing or not the same."""
+        ...
 
 
 class Connection(Protocol):
@@ -122,6 +135,18 @@ class Connection(Protocol):
     async def pull_consumer(
         self, stream: str, subject: str, durable: str, *, ack_wait_s: float, max_ack_pending: int
     ) -> PullConsumer: ...
+
+    def read_since(self, stream: str, since: datetime) -> AsyncIterator[StreamMessage]:
+        """A stream's messages stored at or after ``since``, oldest first; JournalError if the server refuses."""
+        ...
+
+    def payload_store(self, max_object_bytes: int) -> ObjectStore:
+        """The claim check's object store, keeping and fetching objects of at most ``max_object_bytes``."""
+        ...
+
+    async def ensure_payloads_bucket(self) -> None:
+        """Create the claim check's object store if missing; RegistryError if refused."""
+        ...
 
 
 class Port(Protocol):

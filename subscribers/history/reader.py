@@ -15,7 +15,6 @@ from bus.client import Bus
 from bus.core.envelope import Event, decode
 from bus.core.errors import ConfigError, EnvelopeError
 from bus.core.subjects import HISTORY_STREAM, matches, normalise_pattern
-from bus.transport.streams import read_since
 
 
 @dataclass
@@ -40,7 +39,7 @@ async def recorded_events(
         raise ConfigError(f"no recorded history on {', '.join(bus.servers)}: start 'hookbus up --record PATTERN'")
     nats_pattern = normalise_pattern(pattern)
     start = datetime.now(UTC) - timedelta(seconds=since_s)
-    async for message in read_since(bus.nc, HISTORY_STREAM, start):
+    async for message in bus.read_since(HISTORY_STREAM, start):
         if not matches(nats_pattern, message.subject):
             continue
         try:
