@@ -50,6 +50,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 #: The test fails when one is added and when one listed here no longer does (so the list only shrinks).
 NATS_OUTSIDE_TRANSPORT: frozenset[str] = frozenset()
 
+
 def _module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
     if parts[-1] == "__init__":
