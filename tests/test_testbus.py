@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import inspect
 import re
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from bus import BusClosedError, Cancel, Continue, Event, Module, Stage
+from bus.core.errors import JournalError, PayloadRefError, RegistryError
+from bus.core.subjects import HISTORY_STREAM, PAYLOADS_BUCKET
 from bus.testing import EventRecorder, TestBus
 from bus.testing.broker import InProcessBroker
 
@@ -118,3 +123,35 @@ async def test_a_subscription_over_its_pending_limit_drops_as_a_slow_consumer() 
         release.set()
         await wait_until(lambda: len(got) == 2, what="the two held events")
         assert got == [0, 1]
+
+
+async def test_without_an_object_store_oversized_events_are_cut_and_references_refused() -> None:
+    """The in-process broker keeps no JetStream: a 1 MiB payload is cut to fit, as on a server without the bucket."""
+    async with TestBus() as bus:
+        recorder = EventRecorder()
+        await bus.subscribe("eva.custom.>", recorder)
+        await bus.emit("eva.custom.big", {"output": "x" * (1024 * 1024)})
+        [cut] = await recorder.wait_for(1)
+        assert cut.truncated and cut.payload_ref is None and len(cut.payload["output"]) >= 60 * 1024
+        assert bus.stats.truncated == 1 and bus.stats.claimed == 0
+
+        body = b'{"whole":true}'
+        digest = hashlib.sha256(body).hexdigest()
+        ref: dict[str, Any] = {"bucket": PAYLOADS_BUCKET, "name": digest, "size": len(body), "sha256": digest}
+        for bad, reason in (
+            (ref, r"could not read object [0-9a-f]+ of hookbus_payloads: the in-process broker keeps no object store"),
+            ({**ref, "bucket": "hookbus_modules"}, r"bucket 'hookbus_modules' refused"),
+        ):
+            envelope: dict[str, Any] = {"event": "custom.claimed", "timestamp": "2026-01-01T00:00:00.000Z"}
+            envelope |= {"session_id": None, "payload": {}, "id": "claimed", "depth": 0, "truncated": True}
+            envelope["payload_ref"] = bad
+            await bus.publish_raw("eva.custom.claimed", orjson.dumps(envelope))
+            [*_, claimed] = await recorder.wait_for(len(recorder.events) + 1)
+            assert claimed.payload_ref is not None and claimed.payload_ref.bucket == bad["bucket"]
+            with pytest.raises(PayloadRefError, match=reason):
+                await claimed.full_payload()
+
+        with pytest.raises(RegistryError, match="cannot create the hookbus_payloads bucket: the in-process broker"):
+            await bus.ensure_payloads_bucket()
+        with pytest.raises(JournalError, match=f"cannot read stream {HISTORY_STREAM}: the in-process broker"):
+            [message async for message in bus.read_since(HISTORY_STREAM, datetime.now(UTC))]
