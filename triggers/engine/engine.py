@@ -7,12 +7,21 @@ in-flight limit. Every firing and every suppression goes to the journal with
 its reason, and to metrics. Replicas share each trigger's events through a
 queue group of that trigger's own, so each event is judged, and each turn
 started, once per trigger it matches; the guards' state is each replica's own.
+
+A claimed event (its whole payload in the object store, the envelope carrying
+a preview) is judged and rendered on its whole payload, fetched and checked
+once per trigger that reads ``payload`` fields; the turn request still carries
+the envelope as received. When the whole payload cannot be had (refused
+reference, missing object, bytes not what the reference names) the trigger is
+judged on the preview, and the log and the journal entry say so and why.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import hashlib
 import logging
 import time
 from collections import Counter
@@ -27,6 +36,7 @@ from prometheus_client.registry import REGISTRY, CollectorRegistry
 from bus.client import Bus, Subscription
 from bus.core.clock import now_timestamp
 from bus.core.envelope import Event
+from bus.core.errors import PayloadRefError
 from bus.core.subjects import TRIGGERS_QUEUE, TRIGGERS_STATUS, key_queue
 from bus.core.tasks import TaskSet
 from bus.journal.entries import JournalEntry, publish_entry
@@ -41,6 +51,10 @@ QUEUE: Final = TRIGGERS_QUEUE
 STATUS_SUBJECT: Final = TRIGGERS_STATUS
 #: Dedupe keys remembered per trigger before the oldest are forgotten.
 MAX_DEDUPE_KEYS: Final = 10_000
+#: Dedupe keys longer than this (characters) are remembered by their SHA-256, so a whole payload cannot fill memory.
+MAX_KEY_CHARS: Final = 256
+#: Characters of a refusal kept in a journal cause.
+MAX_NOTE_CHARS: Final = 300
 
 FIRED = PromCounter("hookbus_trigger_fired", "Turns started by a trigger.", ["trigger"], registry=None)
 SUPPRESSED = PromCounter(
@@ -70,6 +84,39 @@ def register_metrics(registry: CollectorRegistry = REGISTRY) -> None:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Seen:
+    """An event as a trigger judges it: ``event`` as received (what the turn request carries) and ``view``,
+    what filters and templates read (``event`` with its whole payload when it was claimed and could be had)."""
+
+    event: Event
+    view: Event
+    #: Why ``view`` is the preview of a claimed event (appended to the journal cause); None otherwise.
+    note: str | None = None
+
+
+def reads_payload(spec: TriggerSpec) -> bool:
+    """True when a filter or template of ``spec`` reads a ``payload`` field (only then is a claimed payload fetched)."""
+    paths = [condition.path for condition in spec.conditions] + list(spec.prompt.fields)
+    if spec.dedupe is not None:
+        paths += spec.dedupe.fields
+    return any(path.split(".", 1)[0] == "payload" for path in paths)
+
+
+def bounded(text: str, limit: int) -> str:
+    """``text`` cut to about ``limit`` UTF-8 bytes, a marker naming how many were cut (prompts from whole payloads)."""
+    encoded = text.encode()
+    if len(encoded) <= limit:
+        return text
+    kept = encoded[:limit].decode(errors="ignore")
+    return f"{kept}…[{len(encoded) - len(kept.encode())} bytes cut]"
+
+
+def _remembered(key: str) -> str:
+    """The dedupe key as remembered: itself, or its SHA-256 when long."""
+    return key if len(key) <= MAX_KEY_CHARS else "sha256:" + hashlib.sha256(key.encode()).hexdigest()
+
+
 @dataclass
 class TriggerState:
     """What the engine remembers about one trigger."""
@@ -81,6 +128,7 @@ class TriggerState:
     in_flight: dict[str, float] = field(default_factory=dict)  # request id -> deadline
     seen_keys: dict[str, float] = field(default_factory=dict)  # dedupe key -> expiry
     debounce: asyncio.TimerHandle | None = None
+    reads_payload: bool = False
 
 
 class TriggerEngine:
@@ -108,7 +156,7 @@ class TriggerEngine:
             if specs.get(name) != self.specs.get(name):
                 await self._subs.pop(name).unsubscribe()
         for name, spec in specs.items():
-            self.state.setdefault(name, TriggerState())
+            self.state.setdefault(name, TriggerState()).reads_payload = reads_payload(spec)
             if name not in self._subs:
                 queue = key_queue(self.queue, name) if self.queue else None  # one group per trigger: overlaps all fire
                 self._subs[name] = await self.bus.subscribe(spec.pattern, self._handler(name), queue=queue)
@@ -136,61 +184,78 @@ class TriggerEngine:
             return "depth"
         return None
 
+    async def seen(self, spec: TriggerSpec, event: Event) -> Seen:
+        """``event`` as ``spec`` judges it: with its whole payload if claimed and read, else as received."""
+        state = self.state.get(spec.name)
+        if event.payload_ref is None or state is None or not state.reads_payload:
+            return Seen(event, event)
+        try:
+            whole = await event.full_payload()
+        except PayloadRefError as exc:
+            log.warning("trigger %s: event %s judged on its preview: %s", spec.name, event.id, exc)
+            return Seen(event, event, f"on the preview, the whole payload was refused: {exc}"[:MAX_NOTE_CHARS])
+        return Seen(event, dataclasses.replace(event, payload=whole, truncated=False))
+
     async def on_event(self, spec: TriggerSpec, event: Event) -> None:
-        reason = self.judge(spec, event)
+        seen = await self.seen(spec, event)
+        reason = self.judge(spec, seen.view)
         if reason is not None:
             cause = (
                 f"turn would run at depth {event.depth + 1}, the limit is {self.bus.max_depth}"
                 if reason == "depth"
                 else None
             )
-            await self._suppress(spec, event, reason, cause)
+            await self._suppress(spec, seen, reason, cause)
             return
         if spec.debounce_s <= 0:
-            await self._fire_guarded(spec, event)
+            await self._fire_guarded(spec, seen)
             return
         state = self.state[spec.name]
         if state.debounce is not None:
             state.debounce.cancel()
-            await self._suppress(spec, event, "debounce", "replaced by a later event")
+            await self._suppress(spec, seen, "debounce", "replaced by a later event")
         loop = asyncio.get_running_loop()
-        state.debounce = loop.call_later(spec.debounce_s, self._debounced, spec, event)
+        state.debounce = loop.call_later(spec.debounce_s, self._debounced, spec, seen)
 
-    def _debounced(self, spec: TriggerSpec, event: Event) -> None:
+    def _debounced(self, spec: TriggerSpec, seen: Seen) -> None:
         self.state[spec.name].debounce = None
-        self._tasks.start(self._fire_guarded(spec, event))
+        self._tasks.start(self._fire_guarded(spec, seen))
 
-    async def _fire_guarded(self, spec: TriggerSpec, event: Event) -> None:
+    async def _fire_guarded(self, spec: TriggerSpec, seen: Seen) -> None:
         state = self.state.get(spec.name)
         if state is None:  # removed by a reload meanwhile
             return
         now = time.monotonic()
-        key = spec.dedupe.render(event) if spec.dedupe else None
+        key = _remembered(spec.dedupe.render(seen.view)) if spec.dedupe else None
         if key is not None and state.seen_keys.get(key, 0.0) > now:
-            await self._suppress(spec, event, "dedupe", f"key {key!r} already fired")
+            await self._suppress(spec, seen, "dedupe", f"key {key!r} already fired")
             return
         if now - state.last_fired_at < spec.cooldown_s:
-            await self._suppress(spec, event, "cooldown", f"fired {now - state.last_fired_at:.1f}s ago")
+            await self._suppress(spec, seen, "cooldown", f"fired {now - state.last_fired_at:.1f}s ago")
             return
         for request_id, deadline in list(state.in_flight.items()):
             if deadline <= now:
                 del state.in_flight[request_id]
         if len(state.in_flight) >= spec.max_in_flight:
-            await self._suppress(spec, event, "in_flight", f"{len(state.in_flight)} turns still running")
+            await self._suppress(spec, seen, "in_flight", f"{len(state.in_flight)} turns still running")
             return
         if key is not None:
             if len(state.seen_keys) >= MAX_DEDUPE_KEYS:
                 state.seen_keys.pop(next(iter(state.seen_keys)))
             state.seen_keys[key] = now + spec.dedupe_window_s
-        await self._fire(spec, event, state, now)
+        await self._fire(spec, seen, state, now)
 
-    async def _fire(self, spec: TriggerSpec, event: Event, state: TriggerState, now: float) -> None:
+    async def _fire(self, spec: TriggerSpec, seen: Seen, state: TriggerState, now: float) -> None:
+        event = seen.event
+        prompt = spec.prompt.render(seen.view)
+        if seen.view is not event:  # rendered from a whole payload: no larger than the bus limit
+            prompt = bounded(prompt, self.bus.max_bytes)
         request = TurnRequest(
             agent=spec.agent,
-            prompt=spec.prompt.render(event),
+            prompt=prompt,
             depth=event.depth + 1,
             trigger=spec.name,
-            event=dict(event.to_dict()),
+            event=dict(event.to_dict()),  # the envelope as received: preview and reference, never the whole
             session_id=event.session_id,
         )
         state.in_flight[request.id] = now + spec.turn_timeout_s
@@ -200,16 +265,19 @@ class TriggerEngine:
         FIRED.labels(spec.name).inc()
         IN_FLIGHT.labels(spec.name).set(len(state.in_flight))
         await self.bus.request_turn(request, reply=f"{self._inbox}.{spec.name}")
-        await self._journal(spec, event, "fired", f"turn {request.id} on agent {spec.agent}")
+        await self._journal(spec, seen, "fired", f"turn {request.id} on agent {spec.agent}")
 
-    async def _suppress(self, spec: TriggerSpec, event: Event, reason: str, cause: str | None = None) -> None:
+    async def _suppress(self, spec: TriggerSpec, seen: Seen, reason: str, cause: str | None = None) -> None:
         state = self.state.get(spec.name)
         if state is not None:
             state.suppressed[reason] += 1
         SUPPRESSED.labels(spec.name, reason).inc()
-        await self._journal(spec, event, "suppressed", f"{reason}: {cause}" if cause else reason)
+        await self._journal(spec, seen, "suppressed", f"{reason}: {cause}" if cause else reason)
 
-    async def _journal(self, spec: TriggerSpec, event: Event, decision: str, cause: str) -> None:
+    async def _journal(self, spec: TriggerSpec, seen: Seen, decision: str, cause: str) -> None:
+        event = seen.event
+        if seen.note is not None:
+            cause = f"{cause} ({seen.note})"
         entry = JournalEntry(
             kind="trigger",
             point=event.subject,

@@ -7,7 +7,9 @@ from typing import Any, Final
 from bus.core.envelope import Event
 
 MISSING: Final = object()
-_TOP: Final = ("subject", "event", "timestamp", "session_id", "id", "depth", "source", "payload")
+#: Envelope fields a path may start with; ``received_as`` is set by the receiver (``prx-envelope``,
+#: ``prx-payload`` or missing), never taken from the sender.
+_TOP: Final = ("subject", "event", "timestamp", "session_id", "id", "depth", "source", "received_as", "payload")
 
 
 def valid_path(path: str) -> bool:
