@@ -125,6 +125,12 @@ async def subscribe(bus: Bus, metrics: AgentMetrics | None = None) -> AgentMetri
 
 @asynccontextmanager
 async def service(ctx: ServiceContext) -> AsyncIterator[None]:
-    """``hookbus up`` derives agent metrics from the lifecycle events it sees."""
-    await subscribe(ctx.bus)
-    yield
+    """``hookbus up`` derives agent metrics from the lifecycle events it sees.
+
+    On a connection of its own: under a flood of lifecycle events it may fall
+    behind until the server cuts it, and that must cost the shell hooks,
+    triggers and journal on the main connection nothing.
+    """
+    async with ctx.connect("hookbus-up-agent-metrics") as bus:
+        await subscribe(bus)
+        yield

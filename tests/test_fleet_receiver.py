@@ -29,7 +29,7 @@ from .waiting import wait_until
 
 #: Bytes the server holds for one client before cutting it: far above what the main connection ever waits for.
 MAX_PENDING = 3 * 1024 * 1024 // 2  # not under max_payload (1 MiB)
-FLOOD_SUBJECT = "eva.flood.load"  # only the fleet receiver subscribes to it (eva.>)
+FLOOD_SUBJECT = "eva.flood.load"  # of the services of hookbus up, only the fleet receiver subscribes to it (eva.>)
 MARKER_SUBJECT = "eva.custom.marker"
 #: Flood events of about 16 KB (some 100 MB: past the kernel's socket buffers and MAX_PENDING), a marker every 250.
 FLOOD = 6_000
@@ -53,12 +53,19 @@ def scrape(url: str) -> dict[str, float]:
     return samples
 
 
-def counted_flood(samples: dict[str, float]) -> float:
-    return sum(v for k, v in samples.items() if k.startswith("hookbus_fleet_events_total{") and FLOOD_SUBJECT in k)
+def counted_flood(samples: dict[str, float], subject: str) -> float:
+    return sum(v for k, v in samples.items() if k.startswith("hookbus_fleet_events_total{") and f'"{subject}"' in k)
 
 
+@pytest.mark.parametrize(
+    "flood_subject",
+    [
+        FLOOD_SUBJECT,  # the fleet receiver's alone
+        "prx.lifecycle.tool_call",  # the agent metrics' too (on a connection of their own as well)
+    ],
+)
 async def test_a_fleet_receiver_cut_as_slow_consumer_costs_the_shell_hooks_nothing(
-    tight_server: NatsServer, workspace: Path
+    tight_server: NatsServer, workspace: Path, flood_subject: str
 ) -> None:
     markers = workspace / "markers.log"
     hook = workspace / "marker.sh"
@@ -67,7 +74,7 @@ async def test_a_fleet_receiver_cut_as_slow_consumer_costs_the_shell_hooks_nothi
     write_hooks(workspace, {MARKER_SUBJECT: [{"id": "marker", "command": str(hook)}]})
     up = UpProcess(workspace, "--nats-url", tight_server.url)
     encoder = Encoder()
-    flood, _ = encoder.encode(FLOOD_SUBJECT, {"output": "x" * 16_000}, "s1", 0)
+    flood, _ = encoder.encode(flood_subject, {"output": "x" * 16_000}, "s1", 0)
     nc = await nats.connect(tight_server.url)
     sent_markers = sent_flood = 0
 
@@ -83,7 +90,7 @@ async def test_a_fleet_receiver_cut_as_slow_consumer_costs_the_shell_hooks_nothi
         os.kill(up.proc.pid, signal.SIGSTOP)  # too busy to read: the server holds what it sends
         try:
             for i in range(FLOOD):
-                await nc.publish(FLOOD_SUBJECT, flood)
+                await nc.publish(flood_subject, flood)
                 sent_flood += 1
                 if i % MARKER_EVERY == MARKER_EVERY - 1:
                     await marker()
@@ -106,10 +113,13 @@ async def test_a_fleet_receiver_cut_as_slow_consumer_costs_the_shell_hooks_nothi
             what="the fleet receiver's cut to be counted",
         )
         samples = scrape(up.metrics_url)
-        # The process's disconnects are all the receiver's: the main connection was never cut.
-        assert samples["hookbus_nats_disconnects_total"] == samples["hookbus_fleet_receiver_disconnects_total"]
+        fleet_cuts = samples["hookbus_fleet_receiver_disconnects_total"]
+        if (
+            flood_subject == FLOOD_SUBJECT
+        ):  # the process's disconnects are all the receiver's: the main connection was never cut
+            assert samples["hookbus_nats_disconnects_total"] == fleet_cuts
         # The receiver's loss is visible as such: it counted fewer flood events than were sent.
-        assert counted_flood(samples) < sent_flood
+        assert counted_flood(samples, flood_subject) < sent_flood
     finally:
         await nc.close()
         up.close()
