@@ -44,6 +44,7 @@ from bus.metrics import register_once
 from bus.transport.port import TRANSPORT_FAILURES, RawMessage
 from bus.turns.server import TurnRequest
 from triggers.engine.config import TriggerSpec
+from triggers.engine.request import fit_request
 
 log = logging.getLogger("hookbus.triggers")
 
@@ -101,15 +102,6 @@ def reads_payload(spec: TriggerSpec) -> bool:
     if spec.dedupe is not None:
         paths += spec.dedupe.fields
     return any(path.split(".", 1)[0] == "payload" for path in paths)
-
-
-def bounded(text: str, limit: int) -> str:
-    """``text`` cut to about ``limit`` UTF-8 bytes, a marker naming how many were cut (prompts from whole payloads)."""
-    encoded = text.encode()
-    if len(encoded) <= limit:
-        return text
-    kept = encoded[:limit].decode(errors="ignore")
-    return f"{kept}…[{len(encoded) - len(kept.encode())} bytes cut]"
 
 
 def _remembered(key: str) -> str:
@@ -247,17 +239,15 @@ class TriggerEngine:
 
     async def _fire(self, spec: TriggerSpec, seen: Seen, state: TriggerState, now: float) -> None:
         event = seen.event
-        prompt = spec.prompt.render(seen.view)
-        if seen.view is not event:  # rendered from a whole payload: no larger than the bus limit
-            prompt = bounded(prompt, self.bus.max_bytes)
         request = TurnRequest(
             agent=spec.agent,
-            prompt=prompt,
+            prompt=spec.prompt.render(seen.view),
             depth=event.depth + 1,
             trigger=spec.name,
             event=dict(event.to_dict()),  # the envelope as received: preview and reference, never the whole
             session_id=event.session_id,
         )
+        request = fit_request(request, self.bus.max_bytes)  # the agent refuses a request over the limit
         state.in_flight[request.id] = now + spec.turn_timeout_s
         state.last_fired_at = now
         state.last_fired = now_timestamp()
@@ -265,19 +255,19 @@ class TriggerEngine:
         FIRED.labels(spec.name).inc()
         IN_FLIGHT.labels(spec.name).set(len(state.in_flight))
         await self.bus.request_turn(request, reply=f"{self._inbox}.{spec.name}")
-        await self._journal(spec, seen, "fired", f"turn {request.id} on agent {spec.agent}")
+        cause = f"turn {request.id} on agent {spec.agent}"
+        await self._journal(spec, seen, "fired", f"{cause}; {seen.note}" if seen.note else cause)
 
     async def _suppress(self, spec: TriggerSpec, seen: Seen, reason: str, cause: str | None = None) -> None:
         state = self.state.get(spec.name)
         if state is not None:
             state.suppressed[reason] += 1
         SUPPRESSED.labels(spec.name, reason).inc()
-        await self._journal(spec, seen, "suppressed", f"{reason}: {cause}" if cause else reason)
+        said = "; ".join(part for part in (cause, seen.note) if part)
+        await self._journal(spec, seen, "suppressed", f"{reason}: {said}" if said else reason)
 
     async def _journal(self, spec: TriggerSpec, seen: Seen, decision: str, cause: str) -> None:
         event = seen.event
-        if seen.note is not None:
-            cause = f"{cause} ({seen.note})"
         entry = JournalEntry(
             kind="trigger",
             point=event.subject,
