@@ -30,6 +30,7 @@ from bus.core.catalog import warn_misspelt
 from bus.core.config_files import parse_entries, read_yaml
 from bus.core.config_schema import Trigger
 from bus.core.errors import ConfigError, SubjectError
+from bus.core.json_types import json_type
 from bus.core.schema import convert
 from bus.core.subjects import TOKEN_RE, normalise_pattern
 from triggers.engine.filters import Condition, parse_conditions
@@ -71,7 +72,7 @@ def parse(doc: Any, where: str) -> dict[str, TriggerSpec]:
 
 def parse_one(item: Any, where: str) -> TriggerSpec:
     if not isinstance(item, dict):
-        raise ConfigError(f"{where}: must be a mapping, not {type(item).__name__}")
+        raise ConfigError(f"{where}: must be a mapping, not {json_type(item)}")
     if True in item and "on" not in item:
         # YAML 1.1 reads a bare `on:` key as the boolean true; it means the field "on".
         item = {("on" if key is True else key): value for key, value in item.items()}
