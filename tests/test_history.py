@@ -158,3 +158,37 @@ def test_recording_refuses_patterns_that_would_take_in_plumbing(workspace: Path,
 async def test_tail_without_a_recorded_history_says_so(own_server: NatsServer) -> None:
     done = await asyncio.to_thread(run_cli, "tail", "--since", "10m", "--nats-url", own_server.url)
     assert done.returncode == 1 and "no recorded history" in done.stderr, done.stderr
+
+
+async def test_the_workspace_history_file_says_what_to_record(workspace: Path, nats_url: str) -> None:
+    """Without --record, <workspace>/history.yaml is the same setting; a flag would win over it."""
+    workspace.mkdir(parents=True, exist_ok=True)
+    (workspace / "history.yaml").write_text('record: ["eva.custom.>"]\nmax_age: 2h\nmax_bytes: 10MiB\n')
+    up = UpProcess(workspace, "--nats-url", nats_url)
+    try:
+        [line] = [line for line in up.lines if "HOOKBUS_HISTORY" in line]
+        assert "eva.custom.>" in line and "prx" not in line, up.lines
+        async with Bus(nats_url, name="agent") as bus:
+            await bus.emit("eva.custom.fromfile", {"n": 1}, session_id="f")
+            await bus.flush()
+        done = await asyncio.to_thread(
+            run_cli, "tail", "eva.custom.fromfile", "--since", "10m", "--json", "--count", "1",
+            "--nats-url", nats_url, timeout=60,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert orjson.loads(done.stdout.splitlines()[0])["payload"] == {"n": 1}
+    finally:
+        up.close()
+
+
+def test_a_bad_history_file_is_refused_naming_the_file_and_field(workspace: Path, nats_url: str) -> None:
+    workspace.mkdir(parents=True, exist_ok=True)
+    for text, why in (
+        ('record: ["eva.>"]\nkeep: 3\n', "keep"),
+        ('record: [">"]\n', "internal subjects"),
+        ('record: ["eva.>"]\nmax_age: soon\n', "'soon' is not a duration"),
+    ):
+        (workspace / "history.yaml").write_text(text)
+        done = run_cli("up", "--workspace", str(workspace), "--nats-url", nats_url, timeout=60)
+        assert done.returncode == 1 and why in done.stderr, (text, done.stderr)
+        assert "history.yaml" in done.stderr, done.stderr

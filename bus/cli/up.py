@@ -59,7 +59,8 @@ def services(args: argparse.Namespace) -> list[Service]:
     from triggers.engine import service as triggers
 
     shell = ShellHooksSettings(worker=worker_settings(args), api_host=args.host, api_port=args.http_port)
-    recording = [partial(history.service, settings=history_settings(args))] if args.record else []
+    history_plan = history_settings(args, resolve_workspace(args).path)
+    recording = [partial(history.service, settings=history_plan)] if history_plan else []
     return [
         *recording,  # first: events are kept from the moment the bus is up
         journal_sink.service,
@@ -105,24 +106,47 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="append",
         default=[],
         metavar="PATTERN",
-        help="keep the events of PATTERN in the JetStream stream HOOKBUS_HISTORY (repeatable: 'prx.>', 'eva.>')",
+        help=(
+            "keep the events of PATTERN in the JetStream stream HOOKBUS_HISTORY "
+            "(repeatable: 'prx.>', 'eva.>'; default: the workspace's history.yaml)"
+        ),
     )
-    record.add_argument("--record-max-age", default="7d", help="drop recorded events older than this (default: 7d)")
-    record.add_argument(
-        "--record-max-bytes", default="1GiB", help="keep at most this much, the oldest go first (default: 1GiB)"
-    )
+    record.add_argument("--record-max-age", help="drop recorded events older than this (default: 7d)")
+    record.add_argument("--record-max-bytes", help="keep at most this much, the oldest go first (default: 1GiB)")
     parser.set_defaults(func=run)
 
 
-def history_settings(args: argparse.Namespace) -> HistorySettings:
-    """--record and its limits as the recorder's settings (ConfigError naming a bad value)."""
-    from subscribers.history.recorder import HistorySettings, checked_patterns
+#: The workspace file that says what to record when ``--record`` is not given.
+HISTORY_FILE = "history.yaml"
 
-    return HistorySettings(
-        patterns=checked_patterns(tuple(args.record)),
-        max_age_s=parse_duration(args.record_max_age, "--record-max-age"),
-        max_bytes=parse_size(args.record_max_bytes, "--record-max-bytes"),
-    )
+
+def history_settings(args: argparse.Namespace, workspace: Path) -> HistorySettings | None:
+    """What to record, from ``--record`` and its limits, else ``<workspace>/history.yaml``; None: nothing.
+
+    A flag wins over the file, the file over the defaults; a bad pattern or
+    limit is a ConfigError naming the flag or the file and field.
+    """
+    from bus.core.config_files import read_yaml
+    from bus.core.config_schema import HistoryFile
+    from bus.core.schema import convert
+    from subscribers.history.recorder import DEFAULT_MAX_AGE_S, DEFAULT_MAX_BYTES, HistorySettings, checked_patterns
+
+    path = workspace / HISTORY_FILE
+    doc = None if args.record else read_yaml(path, missing_ok=True)
+    config = None if doc is None else convert(doc, HistoryFile, str(path), ConfigError)
+    patterns = tuple(args.record) if args.record else tuple(config.record) if config else ()
+    if not patterns:
+        return None
+    age = args.record_max_age or (config.max_age if config else None)
+    size = args.record_max_bytes or (config.max_bytes if config else None)
+    try:
+        return HistorySettings(
+            patterns=checked_patterns(patterns),
+            max_age_s=parse_duration(age, "--record-max-age") if age else DEFAULT_MAX_AGE_S,
+            max_bytes=parse_size(size, "--record-max-bytes") if size else DEFAULT_MAX_BYTES,
+        )
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}" if config else str(exc)) from None
 
 
 #: The lock file that makes one hookbus up the owner of its workspace.
@@ -139,9 +163,8 @@ async def run(args: argparse.Namespace) -> int:
     _check_port("port", args.port)
     _check_port("http-port", args.http_port)
     _check_port("metrics-port", args.metrics_port, allow_off=True)
-    if args.record:
-        history_settings(args)  # a bad pattern or limit is refused before anything starts
     workspace = resolve_workspace(args).path
+    history_settings(args, workspace)  # a bad pattern, limit or history.yaml is refused before anything starts
     private_dir(workspace)  # 0700 if new: hooks.json, the journal, the token live there
     stop = stop_on_signals()
 

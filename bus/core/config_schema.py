@@ -147,8 +147,17 @@ def field_problem(exc: msgspec.ValidationError) -> tuple[str | None, str]:
     return (name.group(0) if name else None), message[:1].lower() + message[1:] + detail
 
 
+class HistoryFile(msgspec.Struct, forbid_unknown_fields=True):
+    """<workspace>/history.yaml: what ``hookbus up`` records when ``--record`` is not given, and its limits."""
+
+    record: list[NonEmpty]
+    max_age: NonEmpty | None = None  # a duration like 7d, 12h (None: the default)
+    max_bytes: NonEmpty | None = None  # a size like 1GiB, 500MB (None: the default)
+
+
 #: Every config type declared here.
 CONFIGS: tuple[type[msgspec.Struct], ...] = (
+    HistoryFile,
     HookTurnsFile,
     HookTurn,
     Trigger,
