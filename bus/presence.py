@@ -34,6 +34,7 @@ from bus.core.clock import random_hex
 from bus.core.errors import RegistryError
 from bus.core.schema import PresenceComponent, PresenceMsg, decode
 from bus.core.subjects import PRESENCE_BUCKET, TOKEN_RE
+from bus.core.tasks import stop_if_cancelled
 from bus.transport.kv import Bucket
 
 log = logging.getLogger("hookbus.presence")
@@ -124,6 +125,7 @@ async def _beat(kv: Bucket, key: str, record: Callable[[], bytes], heartbeat_s: 
             if not failing:
                 log.warning("presence heartbeat failed (%s); retrying", exc)
             failing = True
+        stop_if_cancelled()  # a cancel during the put's request can be swallowed (Python 3.11)
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,3 +26,16 @@ class TaskSet(set[asyncio.Task[_T]]):
     def start(self, coro: Coroutine[Any, Any, _T]) -> asyncio.Task[_T]:
         """Run ``coro`` in a task on the running loop and hold it until it is done."""
         return self.keep(asyncio.get_running_loop().create_task(coro))
+
+
+def stop_if_cancelled() -> None:
+    """Raise CancelledError if the running task was asked to stop and an await swallowed the request.
+
+    In Python 3.11 ``asyncio.wait_for`` (under every nats-py request) returns
+    the result when it arrives in the same loop pass as the cancel, and the
+    cancel is lost; a ``while True`` loop (a heartbeat) then runs on and its
+    owner waits for it for ever. Loops call this after each such await.
+    """
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError

@@ -14,7 +14,7 @@ from bus.core.declaration import Declaration
 from bus.core.eager import run_eager
 from bus.core.errors import RegistryError
 from bus.core.schema import MiddlewareReply, MiddlewareRequest, decode, encode
-from bus.core.tasks import TaskSet
+from bus.core.tasks import TaskSet, stop_if_cancelled
 from bus.middleware.guards import GUARDS_BUCKET, mark_stopped, put_records, remove_records
 from bus.middleware.registry import MODULES_BUCKET, announcement_of, open_bucket, request_subject
 from bus.transport.kv import Bucket
@@ -76,6 +76,7 @@ class ModuleServer:
             while True:
                 await asyncio.sleep(self.module.heartbeat)
                 await self._beat(kv, key)
+                stop_if_cancelled()  # a cancel during the beat's request can be swallowed (Python 3.11)
         finally:
             await self._stop(sub, kv, key, guards)
 

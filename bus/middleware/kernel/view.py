@@ -29,7 +29,7 @@ from bus.core.declaration import Declaration
 from bus.core.errors import BrokenChain, ForeignAnnouncement, HookbusError, RegistryError
 from bus.core.stages import Stage
 from bus.core.subjects import BROKEN_CLEARED, BROKEN_SET, MODULE_ATTACHED, MODULE_DETACHED
-from bus.core.tasks import TaskSet
+from bus.core.tasks import TaskSet, stop_if_cancelled
 from bus.middleware.faults import Outcome
 from bus.middleware.guards import GUARDS_BUCKET, GuardRecord, parse_record
 from bus.middleware.kernel.chain import order
@@ -235,6 +235,7 @@ class View:
                 continue
             if await self._confirm_dead(self._silent()):
                 self._rebuild()
+            stop_if_cancelled()  # a cancel during a liveness check's request can be swallowed (Python 3.11)
 
     def _refresh_seen(self) -> None:
         now = time.monotonic()
