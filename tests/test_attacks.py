@@ -22,6 +22,7 @@ from nats.aio.client import Client
 
 from bus import Bus, Cancel, Continue, Module, NatsServer, Stage
 from bus.core.errors import RegistryError
+from bus.core.subjects import PRESENCE_BUCKET, counters_subject
 from bus.journal.entries import ensure_stream
 from bus.middleware.registry import MODULES_BUCKET, Announcement, announcement_of
 from bus.testing import serving, wait_for_chain
@@ -284,3 +285,32 @@ async def test_only_the_bus_role_creates_state_and_hookbus_up_runs_as_it(tmp_pat
             up.close()
         assert code == 0, out
         assert "denied" not in out and "denied" not in up.stderr, up.stderr
+
+
+async def test_agents_cannot_forge_anothers_counters_or_presence(server: NatsServer, attacker: Attacker) -> None:
+    """Fleet counters and presence records are per user: bob can neither write eva's nor read anyone's."""
+    await attacker.connect(server, "agent-bob")
+    async with Bus(url(server, "operator")) as op:
+        seen: list[str] = []
+
+        async def take(msg: Any) -> None:
+            seen.append(msg.subject)
+
+        await op.nc.subscribe(counters_subject(None), cb=take)
+        await op.nc.subscribe(f"{counters_subject(None)}.>", cb=take)
+        await op.nc.subscribe(f"$KV.{PRESENCE_BUCKET}.>", cb=take)
+        await op.flush()
+        await attacker.nc.publish(counters_subject("agent-eva"), b"{}")  # eva's counts
+        await attacker.nc.publish(counters_subject(None), b"{}")  # counts of no origin
+        await attacker.nc.publish(f"$KV.{PRESENCE_BUCKET}.agent-eva.i1", b"{}")  # eva's presence
+        await attacker.nc.publish(f"$KV.{PRESENCE_BUCKET}.bus.i1", b"{}")  # hookbus up's presence
+        await attacker.nc.publish(f"$KV.{PRESENCE_BUCKET}.agent-bob.i1", b"{}")  # its own: allowed
+        await attacker.nc.publish(counters_subject("agent-bob"), b"{}")  # its own: the barrier
+        await attacker.settle()
+        await wait_until(lambda: counters_subject("agent-bob") in seen, what="bob's own counters report")
+        assert seen == [f"$KV.{PRESENCE_BUCKET}.agent-bob.i1", counters_subject("agent-bob")]
+        await attacker.sniff(f"{counters_subject(None)}.>")
+        await attacker.settle()
+        denials = " ".join(attacker.denied)
+        for subject in (counters_subject("agent-eva"), f"$KV.{PRESENCE_BUCKET}.agent-eva.i1", "hookbus.counters.>"):
+            assert subject.lower() in denials.lower(), (subject, attacker.denied)
