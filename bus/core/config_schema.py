@@ -8,7 +8,6 @@ the loaders.
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any
 
 import msgspec
@@ -133,18 +132,6 @@ class PrxHookChange(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     command: str | None = None
     args: list[str] | None = None
     timeout_ms: TimeoutMs | None = None
-
-
-def field_problem(exc: msgspec.ValidationError) -> tuple[str | None, str]:
-    """msgspec's complaint as (the top-level field it is about, or None; what is wrong), for errors
-    that carry the field apart from the message (HookConfigError)."""
-    message, _, where = str(exc).partition(" - at `")
-    path = where.rstrip("`").removeprefix("$").lstrip(".")
-    if found := re.fullmatch(r"Object (missing required|contains unknown) field `([^`]*)`", message):
-        return found.group(2), "required field is missing" if found.group(1) == "missing required" else "unknown field"
-    name = re.match(r"[^.\[]+", path)
-    detail = "" if name is None or name.group(0) == path else " (in a value)" if "[...]" in path else f" (at {path})"
-    return (name.group(0) if name else None), message[:1].lower() + message[1:] + detail
 
 
 class HistoryFile(msgspec.Struct, forbid_unknown_fields=True):

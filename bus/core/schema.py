@@ -354,12 +354,17 @@ _MISSING = re.compile(r"Object missing required field `([^`]*)`")
 _UNKNOWN = re.compile(r"Object contains unknown field `([^`]*)`")
 
 
-def _field_message(text: str) -> str:
-    """msgspec's ``Expected `str`, got `int` - at `$.agent``` as ``field 'agent': expected `str`, got `int```."""
+def _message_and_path(text: str) -> tuple[str, str]:
+    """msgspec's ``Expected `str`, got `int` - at `$.hooks[0].agent``` as its message and ``hooks[0].agent``."""
     message, _, where = text.partition(" - at `")
     if where.startswith("key` in `"):  # a mapping key of the wrong type
         message, where = f"a key: {message[:1].lower()}{message[1:]}", where[len("key` in `") :]
-    path = where.rstrip("`").removeprefix("$").lstrip(".")
+    return message, where.rstrip("`").removeprefix("$").lstrip(".")
+
+
+def _field_message(text: str) -> str:
+    """msgspec's ``Expected `str`, got `int` - at `$.agent``` as ``field 'agent': expected `str`, got `int```."""
+    message, path = _message_and_path(text)
     prefix = f"{path}." if path else ""
     if missing := _MISSING.fullmatch(message):
         return f"field {prefix + missing.group(1)!r} is required"
@@ -368,3 +373,19 @@ def _field_message(text: str) -> str:
     if not path:
         return message[:1].lower() + message[1:]
     return f"field {path!r}: {message[:1].lower()}{message[1:]}"
+
+
+_TOP_FIELD = re.compile(r"[^.\[]+")
+
+
+def field_problem(exc: msgspec.ValidationError) -> tuple[str | None, str]:
+    """msgspec's complaint as (the top-level field it is about, or None; what is wrong), for errors
+    that carry the field apart from the message (HookConfigError)."""
+    message, path = _message_and_path(str(exc))
+    if missing := _MISSING.fullmatch(message):
+        return missing.group(1), "required field is missing"
+    if unknown := _UNKNOWN.fullmatch(message):
+        return unknown.group(1), "unknown field"
+    name = _TOP_FIELD.match(path)
+    detail = "" if name is None or name.group(0) == path else " (in a value)" if "[...]" in path else f" (at {path})"
+    return (name.group(0) if name else None), message[:1].lower() + message[1:] + detail

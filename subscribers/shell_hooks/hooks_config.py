@@ -43,10 +43,10 @@ from bus.core.config_schema import (
     ShellHook,
     ShellHookBody,
     ShellHooksFile,
-    field_problem,
 )
 from bus.core.errors import HookConfigError, HookNotFound, SubjectError
 from bus.core.json_types import json_type
+from bus.core.schema import field_problem
 from bus.core.subjects import PRX_EVENTS, matches, normalise_pattern
 from subscribers.shell_hooks.security import command_problem, cwd_problem, is_allowed_env, nul_problem
 
