@@ -136,7 +136,7 @@ async def test_a_python_subscriber_gets_the_whole_payload_with_one_awaited_call(
     assert 60 * 1024 <= len(preview) < MIB and "bytes cut]" in preview, "the preview is cut to use the limit"
 
 
-def _envelope(ref: dict[str, Any], **fields: Any) -> bytes:
+def claimed_envelope(ref: dict[str, Any], **fields: Any) -> bytes:
     return orjson.dumps(
         {
             "event": "tool_call",
@@ -168,7 +168,7 @@ async def test_hostile_references_are_refused_naming_what_is_wrong(bus: Bus) -> 
     recorder = EventRecorder(lambda event: event.id == "hostile")
     await bus.subscribe(SUBJECT, recorder)
     for ref, _ in hostile:
-        await bus.publish_raw(SUBJECT, _envelope(ref))
+        await bus.publish_raw(SUBJECT, claimed_envelope(ref))
     events = await recorder.wait_for(len(hostile))
     for event, (_, reason) in zip(events, hostile, strict=True):
         assert event.payload == {"tool": "preview"} and event.truncated
@@ -182,14 +182,14 @@ async def test_a_malformed_reference_drops_the_envelope_as_malformed(bus: Bus) -
     await bus.subscribe(SUBJECT, recorder)
     before = bus.stats.dropped["malformed"]
     bad = {"bucket": PAYLOADS_BUCKET, "name": "x", "size": 1, "sha256": "not hex"}
-    await bus.publish_raw(SUBJECT, _envelope(bad))
-    await bus.publish_raw(SUBJECT, _envelope(bad, payload_ref="a string"))
+    await bus.publish_raw(SUBJECT, claimed_envelope(bad))
+    await bus.publish_raw(SUBJECT, claimed_envelope(bad, payload_ref="a string"))
     await bus.emit(SUBJECT, {"barrier": True})
     [event] = await recorder.wait_for(1)
     assert event.payload == {"barrier": True}
     assert bus.stats.dropped["malformed"] == before + 2
     with pytest.raises(EnvelopeError, match=r"field 'payload_ref': field 'sha256': expected `str` matching"):
-        decode(SUBJECT, _envelope(bad))
+        decode(SUBJECT, claimed_envelope(bad))
 
 
 async def test_without_an_object_store_the_largest_strings_are_cut_in_proportion(own_server: NatsServer) -> None:

@@ -27,7 +27,7 @@ from triggers.engine.engine import TriggerEngine
 
 from .conftest import shipped_permissions
 from .test_attacks import url
-from .test_claim_check import BIG_OUTPUT, MIB, SUBJECT
+from .test_claim_check import BIG_OUTPUT, MIB, SUBJECT, claimed_envelope
 from .test_triggers import Agent, Journal
 from .waiting import wait_until
 
@@ -109,21 +109,6 @@ async def test_a_claimed_1_mib_event_fires_on_a_field_past_its_preview_and_rende
     assert len(long.encode()) <= bus.max_bytes
 
 
-def _hostile(ref: dict[str, Any]) -> bytes:
-    return orjson.dumps(
-        {
-            "event": "tool_call",
-            "timestamp": "2026-01-01T00:00:00.000Z",
-            "session_id": None,
-            "payload": {"tool": "preview"},
-            "id": "hostile",
-            "depth": 0,
-            "truncated": True,
-            "payload_ref": ref,
-        }
-    )
-
-
 async def test_a_tampered_reference_never_fires_on_the_object_and_says_why(
     bus: Bus, engine: TriggerEngine, journal: Journal, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -144,7 +129,7 @@ async def test_a_tampered_reference_never_fires_on_the_object_and_says_why(
     )
     await bus.flush()
     with caplog.at_level(logging.WARNING, "hookbus.triggers"):
-        await bus.publish_raw(SUBJECT, _hostile(ref))
+        await bus.publish_raw(SUBJECT, claimed_envelope(ref))
         await wait_until(lambda: len(journal.entries) == 2, 30, "two journal entries")
     assert journal.reasons("needle") == ["filter"]
     assert journal.reasons("tool") == ["fired"]
