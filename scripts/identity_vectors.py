@@ -75,6 +75,26 @@ VALID: list[tuple[str, dict[str, Any]]] = [
     ("fields outside the declaration are ignored", {"host": "worker-3", "comment": "ignored"}),
     ("a dotted custom stage", {"stage": "custom.deploy"}),
     ("module and handler names with - and _", {"module": "a-b_c", "name": "X-1_y"}),
+    ("priority 0 (the default) is left out: the identity of a declaration without it", {"priority": 0}),
+    ("priority 5: an integer in the canonical text", {"priority": 5}),
+    ("priority negative", {"priority": -3}),
+    ("priority 5.0 (integral): the same identity as 5", {"priority": 5.0}),
+    ("when empty or with empty fields is left out", {"when": {"agents": [], "users": None}}),
+    ("when null is left out", {"when": None}),
+    ("when.agents: one name", {"when": {"agents": ["eva"]}}),
+    ("when.agents as a string: the same identity as a one-item list", {"when": {"agents": "eva"}}),
+    (
+        "when: globs kept as written, trimmed, deduplicated, sorted; empty fields dropped",
+        {
+            "when": {
+                "agents": [" eva-* ", "bob", "eva-*"],
+                "sessions": [],
+                "templates": ["support?"],
+                "users": ["u[12]"],
+            }
+        },
+    ),
+    ("priority and when together", {"priority": 10, "when": {"users": ["alice"]}}),
 ]
 
 #: (what is wrong, wire declaration fields on top of BASE): a kernel rejects the whole announcement.
@@ -99,6 +119,15 @@ INVALID: list[tuple[str, dict[str, Any]]] = [
     ("fail_closed null: not a boolean", {"fail_closed": None}),
     ("a match list item that is not a string", {"match": ["shell", True]}),
     ("a reference that is not a string", {"after": [7]}),
+    ("priority a fraction", {"priority": 1.5}),
+    ("priority a boolean", {"priority": True}),
+    ("priority a string", {"priority": "5"}),
+    ("priority beyond the limit", {"priority": 1_000_001}),
+    ("when a list, not a mapping", {"when": ["eva"]}),
+    ("when with an unknown field", {"when": {"agent": ["eva"]}}),
+    ("when.agents an object", {"when": {"agents": {"eva": True}}}),
+    ("when.agents with a non-string item", {"when": {"agents": [7]}}),
+    ("when.agents with an empty pattern", {"when": {"agents": ["eva", " "]}}),
 ]
 
 

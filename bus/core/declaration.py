@@ -2,14 +2,18 @@
 
 The declaration is normalised (sorted references, qualified names, canonical
 matcher, float timeout) so that one handler declared two ways is one
-declaration, and its SHA-256 is the handler's identity for trust.
+declaration, and its SHA-256 is the handler's identity for trust. The
+composition fields (``priority``, ``when``) are left out of the normalised form
+while they hold their defaults, so a handler declared without them keeps the
+identity it had before they existed (and its approval).
 """
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -25,6 +29,41 @@ log = logging.getLogger("hookbus.middleware")
 DEFAULT_TIMEOUT: Final = 2.0
 #: No handler may hold an action longer than this: larger timeouts are clamped (with a warning).
 MAX_TIMEOUT: Final = 30.0
+#: The context fields a ``when`` may filter on, as a declaration names them (plural) and as a call's ctx does.
+WHEN_FIELDS: Final = {"agents": "agent", "users": "user", "sessions": "session", "templates": "template"}
+#: Priorities are small integers (higher runs earlier): a bound keeps every implementation's arithmetic exact.
+PRIORITY_LIMIT: Final = 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class When:
+    """Whose calls a handler takes: every filled field must match the call's context (glob patterns).
+
+    An empty ``When`` takes every call. A field the declaration fills and the
+    call does not carry does not match: the handler is skipped for that call.
+    """
+
+    agents: tuple[str, ...] = ()
+    users: tuple[str, ...] = ()
+    sessions: tuple[str, ...] = ()
+    templates: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.agents or self.users or self.sessions or self.templates)
+
+    def matches(self, ctx: Any) -> bool:
+        """Whether a call whose context maps ``agent``/``user``/``session``/``template`` to texts is taken."""
+        for plural, single in WHEN_FIELDS.items():
+            patterns: tuple[str, ...] = getattr(self, plural)
+            if patterns:
+                value = ctx.get(single)
+                if not isinstance(value, str) or not any(fnmatch.fnmatchcase(value, p) for p in patterns):
+                    return False
+        return True
+
+    def to_wire(self) -> dict[str, list[str]]:
+        """The filled fields only (sorted lists): the normalised form."""
+        return {plural: list(getattr(self, plural)) for plural in WHEN_FIELDS if getattr(self, plural)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +79,9 @@ class Declaration:
     after: tuple[str, ...] = ()
     match: tuple[str, ...] = ()
     code: str = ""
+    #: Higher runs earlier among handlers the before/after references leave unordered.
+    priority: int = 0
+    when: When = When()
 
     @property
     def qualname(self) -> str:
@@ -51,7 +93,8 @@ class Declaration:
         return hashlib.sha256(orjson.dumps(self.to_wire(), option=orjson.OPT_SORT_KEYS)).hexdigest()
 
     def to_wire(self) -> dict[str, Any]:
-        return {
+        """The normalised form: nine fields always, ``priority`` and ``when`` only when not the default."""
+        wire: dict[str, Any] = {
             "module": self.module,
             "name": self.name,
             "stage": self.stage,
@@ -62,6 +105,11 @@ class Declaration:
             "match": list(self.match),
             "code": self.code,
         }
+        if self.priority:
+            wire["priority"] = self.priority
+        if self.when:
+            wire["when"] = self.when.to_wire()
+        return wire
 
 
 def declare(
@@ -75,6 +123,8 @@ def declare(
     after: str | Iterable[str] = (),
     match: str | Iterable[str] | None = None,
     code: str = "",
+    priority: int = 0,
+    when: When | Mapping[str, Any] | None = None,
 ) -> Declaration:
     """Build a normalised Declaration, raising DeclarationError for what is wrong."""
     where = f"{module}.{name}"
@@ -98,7 +148,45 @@ def declare(
         after=_references(module, after, where),
         match=_matcher(match, where),
         code=code,
+        priority=_priority(priority, where),
+        when=_when(when, where),
     )
+
+
+def _priority(value: Any, where: str) -> int:
+    """An integer within the limit; an integral float (``5.0``) is that integer, as JSON readers elsewhere see it."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or abs(value) > PRIORITY_LIMIT:
+        raise DeclarationError(
+            where, f"priority must be an integer from -{PRIORITY_LIMIT} to {PRIORITY_LIMIT}, not {value!r}"
+        )
+    return value
+
+
+def _when(value: When | Mapping[str, Any] | None, where: str) -> When:
+    """``{agents: [...], users: [...], sessions: [...], templates: [...]}``: each a name, a glob or a list of them."""
+    if value is None or isinstance(value, When):
+        return value or When()
+    if not isinstance(value, Mapping):
+        raise DeclarationError(where, f"when must be a mapping of {', '.join(WHEN_FIELDS)}, not {value!r}")
+    unknown = sorted(str(key) for key in value if key not in WHEN_FIELDS)
+    if unknown:
+        raise DeclarationError(
+            where, f"when has unknown field(s) {', '.join(unknown)} (known: {', '.join(WHEN_FIELDS)})"
+        )
+    fields: dict[str, tuple[str, ...]] = {}
+    for plural in WHEN_FIELDS:
+        raw = value.get(plural)
+        if isinstance(raw, str):
+            raw = [raw]
+        if raw is not None and not isinstance(raw, list | tuple):
+            raise DeclarationError(where, f"when.{plural} must be a list of names or glob patterns, not {raw!r}")
+        patterns = sorted(set(_names(raw, None, f"{where} when.{plural}")))
+        if "" in patterns:
+            raise DeclarationError(where, f"when.{plural} holds an empty pattern")
+        fields[plural] = tuple(patterns)
+    return When(**fields)
 
 
 def _names(value: str | Iterable[str] | None, split: str | None, where: str) -> list[str]:
@@ -153,4 +241,6 @@ def from_wire(obj: dict[str, Any]) -> Declaration:
         after=obj.get("after", ()),
         match=obj.get("match") or None,
         code=obj.get("code", ""),
+        priority=obj.get("priority", 0),
+        when=obj.get("when"),
     )

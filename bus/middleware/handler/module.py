@@ -97,12 +97,16 @@ class Module:
         match: str | Iterable[str] | None = None,
         name: str | None = None,
         code: str | None = None,
+        priority: int = 0,
+        when: Mapping[str, Any] | None = None,
     ) -> Callable[[F], F]:
         """Declare the decorated coroutine function as this module's handler of ``stage``.
 
         ``code`` stands for what the handler does when its Python code does not
         say it (a generic function driven by config, such as a prompt): its
         digest goes into the handler's identity instead of the bytecode's.
+        ``priority`` (higher runs earlier) and ``when`` (``{agents, users,
+        sessions, templates}``: glob patterns) compose it with other handlers.
         """
 
         def register(func: F) -> F:
@@ -120,6 +124,8 @@ class Module:
                 before=before,
                 after=after,
                 match=match,
+                priority=priority,
+                when=when,
                 code=hashlib.sha256(code.encode()).hexdigest()[:16] if code is not None else _code_digest(func),
             )
             handler = _Handler(decl, func, "ctx" in inspect.signature(func).parameters, _payload_type(func))

@@ -7,6 +7,9 @@ const crypto = require('node:crypto');
 const TOKEN = /^[A-Za-z0-9_-]+$/;
 const DEFAULT_TIMEOUT = 2.0;
 const MAX_TIMEOUT = 30.0;
+const PRIORITY_LIMIT = 1000000;
+// The context fields a `when` may filter on (docs/protocol.md, "Composition").
+const WHEN_FIELDS = ['agents', 'users', 'sessions', 'templates'];
 // The characters trimmed from names: Python's str.isspace() set (not JavaScript's trim()).
 const SPACE = new Set(
   '\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000',
@@ -81,6 +84,34 @@ function matcher(value, where) {
   return out;
 }
 
+// priority: an integer within the limit; 0 (the default) is left out of the normalised form.
+function priority(wire, where) {
+  const value = 'priority' in wire ? wire.priority : 0;
+  if (typeof value !== 'number' || !Number.isInteger(value) || Math.abs(value) > PRIORITY_LIMIT) {
+    throw new DeclarationError(`${where}: priority must be an integer from -${PRIORITY_LIMIT} to ${PRIORITY_LIMIT}, not ${JSON.stringify(value)}`);
+  }
+  return value;
+}
+
+// when: only its filled fields, each a sorted list of distinct patterns; empty or null: left out.
+function when(wire, where) {
+  const value = wire.when;
+  if (value === null || value === undefined) return {};
+  if (typeof value !== 'object' || Array.isArray(value)) throw new DeclarationError(`${where}: when must be a mapping`);
+  const unknown = Object.keys(value).filter((key) => !WHEN_FIELDS.includes(key));
+  if (unknown.length) throw new DeclarationError(`${where}: when has unknown field(s) ${unknown.sort().join(', ')}`);
+  const out = {};
+  for (const field of WHEN_FIELDS) {
+    let raw = value[field];
+    if (typeof raw === 'string') raw = [raw];
+    if (raw !== null && raw !== undefined && !Array.isArray(raw)) throw new DeclarationError(`${where}: when.${field} must be a list`);
+    const patterns = distinctSorted(names(raw, null));
+    if (patterns.includes('')) throw new DeclarationError(`${where}: when.${field} holds an empty pattern`);
+    if (patterns.length) out[field] = patterns;
+  }
+  return out;
+}
+
 function validStage(stage) {
   return typeof stage === 'string' && stage !== '' && stage.split('.').every((token) => TOKEN.test(token));
 }
@@ -100,7 +131,7 @@ function normalise(wire) {
   if (timeout > MAX_TIMEOUT) timeout = MAX_TIMEOUT; // clamped before hashing
   const code = 'code' in wire ? wire.code : ''; // missing: ""; null stays null
   if (code !== null && typeof code !== 'string') throw new DeclarationError(`${where}: code must be a string`);
-  return {
+  const out = {
     module,
     name,
     stage,
@@ -111,6 +142,11 @@ function normalise(wire) {
     match: matcher(wire.match, where),
     code,
   };
+  const rank = priority(wire, where);
+  if (rank !== 0) out.priority = rank;
+  const scope = when(wire, where);
+  if (Object.keys(scope).length) out.when = scope;
+  return out;
 }
 
 // The canonical text of a float: shortest round-trip digits; integral values end in ".0";
@@ -121,12 +157,12 @@ function floatText(value) {
   return String(value);
 }
 
-function canonicalValue(value) {
-  if (typeof value === 'number') return floatText(value);
+function canonicalValue(value, key) {
+  if (typeof value === 'number') return key === 'priority' ? String(value) : floatText(value); // priority: an integer
   if (Array.isArray(value)) return `[${value.map(canonicalValue).join(',')}]`;
   if (value !== null && typeof value === 'object') {
     const keys = Object.keys(value).sort(byCodePoint);
-    return `{${keys.map((key) => `${JSON.stringify(key)}:${canonicalValue(value[key])}`).join(',')}}`;
+    return `{${keys.map((k) => `${JSON.stringify(k)}:${canonicalValue(value[k], k)}`).join(',')}}`;
   }
   return JSON.stringify(value); // strings, booleans, null
 }
@@ -146,4 +182,4 @@ function version(wires) {
   return crypto.createHash('sha256').update(joined, 'utf8').digest('hex').slice(0, 16);
 }
 
-module.exports = { DeclarationError, normalise, canonical, identity, version, TOKEN, MAX_TIMEOUT, DEFAULT_TIMEOUT };
+module.exports = { DeclarationError, normalise, canonical, identity, version, TOKEN, MAX_TIMEOUT, DEFAULT_TIMEOUT, WHEN_FIELDS };
