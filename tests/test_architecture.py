@@ -24,8 +24,11 @@ PACKAGES = ("bus", "subscribers", "triggers")
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("cli", ("bus.cli",)),
     ("workers", ("subscribers", "triggers")),
+    # Adapters for agent frameworks (LangChain, the OpenAI Agents SDK), on the façade and SyncBus.
+    ("adapters", ("bus.adapters",)),
     # The façade: Bus, Module (whose serve() opens a Bus), the service contract of ``hookbus up``, test helpers.
-    # (bus.presence: each process's presence record, kept through the Bus.)
+    # (bus.presence: each process's presence record, kept through the Bus; bus.operator: approve and detach,
+    # journaled; bus.status_report: what hookbus status lists.)
     (
         "facade",
         (
@@ -34,8 +37,11 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "bus.counters",
             "bus.metrics",
             "bus.middleware.handler.module",
+            "bus.operator",
             "bus.presence",
             "bus.service",
+            "bus.status_report",
+            "bus.sync",
             "bus.testing",
         ),
     ),

@@ -4,12 +4,16 @@ The tree::
 
     HookbusError
     ├── ConfigError            a setting, flag or config file is wrong
-    │   └── HookConfigError        hooks.json (or an API write) breaks the hooks format
+    │   ├── HookConfigError        hooks.json (or an API write) breaks the hooks format
+    │   ├── PluginError            a WASM plugin's manifest or module is refused (names the plugin)
+    │   └── IsolationUnavailable   isolation was asked for and cannot be had here (names what is missing)
     ├── ConnectError           the bus could not be reached (names the URL)
     ├── PublishDenied          the server's permissions refused a publish (names the subject)
     ├── BusClosedError         the Bus was used after close(), or before start
+    ├── SyncCallError          a SyncBus call waited past its timeout, or came from its own loop thread
     ├── ServerError            the embedded nats-server would not start
     │   └── PortInUse              its port is taken (names host and port)
+    ├── AgentHookError         a Claude Code or Codex hook input is malformed (names the field; also ValueError)
     ├── SubjectError           a subject or pattern breaks the subject rules (also ValueError)
     ├── PayloadError           a payload cannot be sent (also ValueError)
     │   ├── NotSerializableError   not JSON-serialisable
@@ -20,6 +24,7 @@ The tree::
     └── MiddlewareError        the middleware could not do what was asked
         ├── StageError             a stage name breaks the stage rules (also ValueError)
         ├── DeclarationError       a handler declaration is invalid (also ValueError)
+        ├── RecordError            a stored handler record is invalid, or cannot be read or written (also ValueError)
         ├── DecisionError          a reply is not a valid decision (names who sent it)
         └── RegistryError          the registry/trust store (JetStream KV) is unavailable
 
@@ -57,6 +62,22 @@ class HookConfigError(ConfigError, ValueError):
         where = ".".join(part for part in (entry, field) if part)
         prefix = ": ".join(part for part in (file, where) if part)
         super().__init__(f"{prefix}: {reason}" if prefix else reason)
+
+
+class PluginError(ConfigError, ValueError):
+    """A WASM plugin cannot be loaded or run: its manifest, its module, or a grant is refused.
+
+    ``plugin`` is the plugin's folder name.
+    """
+
+    def __init__(self, plugin: str, reason: str) -> None:
+        self.plugin = plugin
+        self.reason = reason
+        super().__init__(f"plugin {plugin}: {reason}")
+
+
+class IsolationUnavailable(ConfigError):
+    """Isolation was asked for and this machine cannot provide it: the process is refused, never run bare."""
 
 
 class ConnectError(HookbusError):
@@ -102,6 +123,10 @@ class BusClosedError(HookbusError):
     """The Bus is not open: it was closed, or never started."""
 
 
+class SyncCallError(HookbusError):
+    """A SyncBus call cannot be waited for: past its timeout, or made from the SyncBus's own loop thread."""
+
+
 class ServerError(HookbusError):
     """The embedded nats-server could not be started."""
 
@@ -113,6 +138,10 @@ class PortInUse(ServerError):
         self.host = host
         self.port = port
         super().__init__(f"port {port} on {host} is already in use")
+
+
+class AgentHookError(HookbusError, ValueError):
+    """A hook input from Claude Code or Codex (stdin, the HTTP endpoint, the relay) is not what they document."""
 
 
 class SubjectError(HookbusError, ValueError):
@@ -202,6 +231,15 @@ class DeclarationError(MiddlewareError, ValueError):
         self.handler = handler
         self.reason = reason
         super().__init__(f"handler {handler!r}: {reason}")
+
+
+class RecordError(MiddlewareError, ValueError):
+    """A stored handler record is invalid (names the record and field), or the store cannot be used."""
+
+    def __init__(self, record: str, reason: str) -> None:
+        self.record = record
+        self.reason = reason
+        super().__init__(f"handler record {record!r}: {reason}")
 
 
 class DecisionError(MiddlewareError):
