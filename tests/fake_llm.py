@@ -2,11 +2,15 @@
 
 Each request takes the next step of the script: an answer (text or tool calls),
 an HTTP status to fail with, or a delay to hang for. Requests are recorded.
+A request with ``stream: true`` gets the answer as server-sent chunks (one per
+word); a ``cut(text, n)`` step sends its first n chunks and then drops the
+connection, a transient failure mid-stream.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +47,16 @@ def hang(seconds: float) -> dict[str, Any]:
     return {"hang": seconds}
 
 
+def cut(content: str, chunks: int) -> dict[str, Any]:
+    """Stream the first ``chunks`` chunks of ``content``, then drop the connection."""
+    return {**text(content), "cut": chunks}
+
+
+def words(content: str) -> list[str]:
+    """How the fake server chunks a streamed text: one word with its trailing space per chunk."""
+    return re.findall(r"\S+\s*", content) or [content]
+
+
 @dataclass
 class FakeLLM:
     script: list[dict[str, Any]] = field(default_factory=list)
@@ -60,6 +74,8 @@ class FakeLLM:
             step = text("too late")
         if "status" in step:
             return web.Response(status=step["status"], text="scripted failure")
+        if body.get("stream"):
+            return await self._stream(request, body, step)
         answer = {
             "id": f"chatcmpl-{len(self.requests)}",
             "object": "chat.completion",
@@ -67,6 +83,26 @@ class FakeLLM:
             "choices": [{"index": 0, "finish_reason": "stop", **step}],
         }
         return web.Response(body=orjson.dumps(answer), content_type="application/json")
+
+    async def _stream(self, request: web.Request, body: dict[str, Any], step: dict[str, Any]) -> web.StreamResponse:
+        reply = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await reply.prepare(request)
+        message = step["message"]
+        deltas: list[dict[str, Any]] = [{"content": chunk} for chunk in words(message.get("content") or "")]
+        if not message.get("content"):
+            deltas = []
+        for index, call in enumerate(message.get("tool_calls") or []):
+            deltas.append({"tool_calls": [{"index": index, "id": call["id"], "function": call["function"]}]})
+        for number, delta in enumerate(deltas):
+            if "cut" in step and number == step["cut"]:
+                assert request.transport is not None
+                request.transport.close()  # the scenario: the connection dies mid-stream
+                return reply
+            chunk = {"model": body.get("model", "fake"), "choices": [{"index": 0, "delta": delta}]}
+            await reply.write(b"data: " + orjson.dumps(chunk) + b"\n\n")
+        await reply.write(b"data: [DONE]\n\n")
+        await reply.write_eof()
+        return reply
 
     async def start(self) -> FakeLLM:
         app = web.Application()

@@ -7,6 +7,7 @@ import argparse
 import orjson
 
 from bus.core.catalog import CATALOG, FAMILIES
+from bus.core.stages import DESCRIPTIONS
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -15,7 +16,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="list the catalogued events and their payload fields",
         description=(
             "List the events hookbus knows by name: subject, when it fires, payload fields with their JSON types "
-            "(what 'hookbus emit --strict' checks). 'hookbus emit' refuses other subjects unless --any."
+            "(what 'hookbus emit --strict' checks). 'hookbus emit' refuses other subjects unless --any. "
+            "Then the middleware stages the kernel knows by name (docs/stages.md has their payloads)."
         ),
     )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
@@ -27,12 +29,16 @@ async def run(args: argparse.Namespace) -> int:
         listing = {
             subject: {"description": spec.description, "fields": dict(spec.fields)} for subject, spec in CATALOG.items()
         }
-        print(orjson.dumps({"events": listing, "families": FAMILIES}, option=orjson.OPT_INDENT_2).decode())
+        body = {"events": listing, "families": FAMILIES, "stages": DESCRIPTIONS}
+        print(orjson.dumps(body, option=orjson.OPT_INDENT_2).decode())
         return 0
-    width = max(len(subject) for subject in [*CATALOG, *FAMILIES])
+    width = max(len(subject) for subject in [*CATALOG, *FAMILIES, *DESCRIPTIONS])
     for subject, spec in CATALOG.items():
         fields = ", ".join(f"{name}: {kind}" for name, kind in spec.fields.items())
         print(f"{subject:<{width}}  {spec.description}" + (f"  [{fields}]" if fields else ""))
     for pattern, description in FAMILIES.items():
         print(f"{pattern:<{width}}  {description}")
+    print("\nmiddleware stages (hookbus intercept STAGE JSON):")
+    for stage, description in DESCRIPTIONS.items():
+        print(f"{stage:<{width}}  {description}")
     return 0

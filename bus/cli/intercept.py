@@ -18,7 +18,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "intercept",
         help="run a stage's middleware chain on a payload and print the decision",
         description=(
-            "Run the chain of STAGE (tool.call, tool.result, llm.request, memory.save or any declared stage) "
+            "Run the chain of STAGE (any stage 'hookbus events' lists, e.g. tool.call or assistant.message, "
+            "or any declared stage) "
             "on the JSON payload (argument or stdin) and print the decision as JSON. Exit status 0 whatever "
             "the decision; 1 for errors."
         ),

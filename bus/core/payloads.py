@@ -17,10 +17,11 @@ T = TypeVar("T")
 
 @dataclass
 class ToolCall:
-    """tool.call: the tool's stable hook form of the call."""
+    """tool.call: the tool's stable hook form of the call; a patch with ``result`` short-circuits the tool."""
 
     name: str = ""
     input: dict[str, Any] = field(default_factory=dict)
+    result: str | None = None
     rest: dict[str, Any] = field(default_factory=dict)
 
 
@@ -36,10 +37,116 @@ class ToolResult:
 
 @dataclass
 class LlmRequest:
-    """llm.request: the request about to go to the model provider."""
+    """llm.request: the request about to go to the model provider; a patch with ``result`` skips the model."""
 
     model: str = ""
     messages: list[dict[str, Any]] = field(default_factory=list)
+    tools: list[dict[str, Any]] | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    result: str | dict[str, Any] | None = None
+    rest: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class LlmRetry:
+    """llm.retry: a transient model error about to be retried; a patch may change ``delay_s`` or ``model``."""
+
+    model: str = ""
+    attempt: int = 0
+    max_attempts: int = 0
+    error: str = ""
+    delay_s: float = 0.0
+    during: str = "connect"
+    rest: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class LlmToken:
+    """llm.token: one streamed chunk (or a batch of them); a patch changes only what the client is streamed."""
+
+    agent: str = ""
+    text: str = ""
+    index: int = 0
+    final_answer: bool = True
+    replace: bool = False
+    rest: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ToolExec:
+    """tool.exec: the resolved command at the runner's tool-execution boundary (agent_os's before_syscall)."""
+
+    name: str = ""
+    input: dict[str, Any] = field(default_factory=dict)
+    command: list[str] = field(default_factory=list)
+    rest: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ContextEvict:
+    """context.evict: the messages about to leave the context window; a patch supplies the ``summary`` kept."""
+
+    agent: str = ""
+    evicted: list[dict[str, Any]] = field(default_factory=list)
+    summary: str = ""
+    tokens: int = 0
+    window_tokens: int = 0
+    rest: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class UserMessage:
+    """user.message: the incoming message; a patch rewrites ``content``, a cancel rejects it."""
+
+    agent: str = ""
+    content: str = ""
+    rest: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class AssistantMessage:
+    """assistant.message: the final answer; cancel suppresses, a patch sets ``answer`` or asks ``rework``."""
+
+    agent: str = ""
+    content: str = ""
+    round: int = 0
+    answer: str | None = None
+    rework: str | None = None
+    rest: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class TurnEnd:
+    """turn.end: the turn is done; a patch may replace ``answer``, a cancel fails the turn."""
+
+    agent: str = ""
+    turn: str = ""
+    answer: str = ""
+    rounds: int = 0
+    messages_count: int = 0
+    rest: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class AgentSpawn:
+    """agent.spawn: a turn is about to start on an agent; a cancel refuses it."""
+
+    agent: str = ""
+    turn: str = ""
+    trigger: str | None = None
+    depth: int = 0
+    rest: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class AgentTerminate:
+    """agent.terminate: a turn's agent loop ended, successfully or not."""
+
+    agent: str = ""
+    turn: str = ""
+    success: bool = True
+    error: str | None = None
     rest: dict[str, Any] = field(default_factory=dict)
 
 

@@ -4,8 +4,11 @@ A chain is walked in order: a patch replaces the payload for the rest of it, a
 cancel ends it. On tool.result the veto acts on the output, not on the action:
 a cancel hides the output from the model behind a note with the reason, and a
 patch carrying ``"remark"`` keeps the output wrapped with the handler's text.
-Both the module (its own sub-chain) and the kernel (the whole chain) walk with
-:class:`ChainRun`, so the rule lives here only.
+A patch carrying a stage's terminal field (``result`` on tool.call and
+llm.request, ``rework`` on assistant.message) ends the chain like a cancel:
+later handlers are not asked (docs/stages.md). Both the module (its own
+sub-chain) and the kernel (the whole chain) walk with :class:`ChainRun`, so
+the rule lives here only.
 """
 
 from __future__ import annotations
@@ -18,6 +21,13 @@ from bus.core.stages import Stage
 
 #: The key a tool.result patch uses to remark on the output without replacing it.
 REMARK: Final = "remark"
+
+#: Per stage, the patch field that ends the chain: the first terminal decision in chain order wins.
+TERMINAL: Final = {
+    Stage.TOOL_CALL.value: "result",
+    Stage.LLM_REQUEST.value: "result",
+    Stage.ASSISTANT_MESSAGE.value: "rework",
+}
 
 
 def apply_patch(stage: str, patched: dict[str, Any], handler: str) -> dict[str, Any]:
@@ -52,11 +62,12 @@ class ChainRun:
         self.cancel: Cancel | None = None
 
     def take(self, decision: Decision, handler: str) -> bool:
-        """Apply ``handler``'s decision (a cancel is named ``handler``); False once the run is cancelled."""
+        """Apply ``handler``'s decision (a cancel is named ``handler``); False once the run is cancelled or decided."""
         if isinstance(decision, Patch):
             self.payload = apply_patch(self.stage, to_dict(decision.payload), handler)
             self.patched = True
-            return True
+            terminal = TERMINAL.get(self.stage)
+            return terminal is None or self.payload.get(terminal) is None
         if isinstance(decision, Cancel):
             self.cancel = Cancel(decision.reason, handler)
             return False

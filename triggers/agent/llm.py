@@ -1,14 +1,16 @@
 """A client for OpenAI-compatible chat-completions APIs (OpenAI, vLLM, Ollama, llama.cpp).
 
-Transient failures (connection errors, timeouts, HTTP 429 and 5xx) are retried
-with tenacity, bounded in attempts and with exponential backoff; each retry is
-reported through ``on_retry`` so that the agent can make it visible as an event.
+``complete`` retries transient failures (connection errors, timeouts, HTTP 429
+and 5xx) with tenacity, bounded in attempts and with exponential backoff; each
+retry is reported through ``on_retry`` (hook turns use it). ``once`` and
+``stream`` make one attempt each, for the turn runner, which asks middleware
+before every attempt (``llm.request``, ``llm.retry``).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -40,6 +42,30 @@ class Completion:
 
 
 RetryCallback = Callable[[int, BaseException, float], Awaitable[None]]
+#: Called with each streamed text chunk and whether the answer has asked for a tool so far.
+ChunkCallback = Callable[[str, bool], None]
+
+
+def request_body(
+    messages: list[dict[str, Any]],
+    model: str,
+    *,
+    tools: list[dict[str, Any]] | None = None,
+    temperature: float | None = None,
+    max_tokens: int | None = None,
+    tool_choice: str | None = None,
+) -> dict[str, Any]:
+    """The chat-completions request body (absent options left out)."""
+    body: dict[str, Any] = {"model": model, "messages": messages}
+    if tools:
+        body["tools"] = tools
+    if tool_choice:
+        body["tool_choice"] = tool_choice
+    if temperature is not None:
+        body["temperature"] = temperature
+    if max_tokens is not None:
+        body["max_tokens"] = max_tokens
+    return body
 
 
 class ChatClient:
@@ -84,13 +110,9 @@ class ChatClient:
         on_retry: RetryCallback | None = None,
     ) -> Completion:
         """Ask the model; retries transient failures, raises LLMError when it gives up."""
-        body: dict[str, Any] = {"model": model or self.model, "messages": messages}
-        if tools:
-            body["tools"] = tools
-        if tool_choice:
-            body["tool_choice"] = tool_choice
-        if temperature is not None:
-            body["temperature"] = temperature
+        body = request_body(
+            messages, model or self.model, tools=tools, temperature=temperature, tool_choice=tool_choice
+        )
 
         async def before_sleep(state: RetryCallState) -> None:
             if on_retry is not None and state.outcome is not None:
@@ -109,6 +131,44 @@ class ChatClient:
             with attempt:
                 return await self._once(body, timeout or self.timeout)
         raise AssertionError("unreachable: tenacity reraises")
+
+    async def once(self, body: dict[str, Any], timeout: float | None = None) -> Completion:
+        """One attempt, no retry: LLMError (``transient`` set for what a retry may cure) on failure."""
+        return await self._once(body, timeout or self.timeout)
+
+    async def stream(self, body: dict[str, Any], on_chunk: ChunkCallback, timeout: float | None = None) -> Completion:
+        """One streamed attempt (``stream: true``): each text chunk to ``on_chunk``, the whole answer returned.
+
+        A connection cut mid-stream is a transient LLMError like one at connect.
+        """
+        if self._session is None:
+            self._session = aiohttp.ClientSession()
+        limit = timeout or self.timeout
+        start = time.monotonic()
+        answer = _StreamedAnswer()
+        try:
+            async with self._session.post(
+                self.url,
+                data=orjson.dumps({**body, "stream": True}),
+                headers=self._headers,
+                timeout=aiohttp.ClientTimeout(total=limit),
+            ) as reply:
+                if reply.status == 429 or reply.status >= 500:
+                    raise LLMError(f"{self.url}: HTTP {reply.status}", status=reply.status, transient=True)
+                if reply.status >= 400:
+                    text = await reply.read()
+                    raise LLMError(f"{self.url}: HTTP {reply.status}: {text[:300]!r}", status=reply.status)
+                async for data in _sse_data(reply.content):
+                    if data == b"[DONE]":
+                        break
+                    chunk = answer.add(data)
+                    if chunk:
+                        on_chunk(chunk, bool(answer.calls))
+        except TimeoutError:
+            raise LLMError(f"{self.url}: no answer within {limit}s", transient=True) from None
+        except aiohttp.ClientError as exc:
+            raise LLMError(f"{self.url}: {type(exc).__name__}: {exc}", transient=True) from None
+        return answer.completion(body.get("model", ""), (time.monotonic() - start) * 1000)
 
     async def _once(self, body: dict[str, Any], timeout: float) -> Completion:
         if self._session is None:
@@ -153,3 +213,54 @@ def parse_completion(text: bytes, duration_ms: float) -> Completion:
     return Completion(
         content if isinstance(content, str) else None, calls, str(data.get("model", "")), duration_ms, data
     )
+
+
+async def _sse_data(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:
+    """The ``data:`` payloads of a server-sent-events body, one per event line."""
+    async for line in content:
+        line = line.strip()
+        if line.startswith(b"data:"):
+            yield line[5:].strip()
+
+
+class _StreamedAnswer:
+    """Chat-completion chunks put back together: the text and the tool calls (arguments arrive in pieces)."""
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.calls: dict[int, dict[str, Any]] = {}
+        self.model = ""
+
+    def add(self, data: bytes) -> str:
+        """Take one chunk; returns its text delta ('' for none)."""
+        try:
+            chunk = orjson.loads(data)
+            delta = chunk["choices"][0].get("delta") or {}
+        except (orjson.JSONDecodeError, KeyError, IndexError, TypeError, AttributeError):
+            raise LLMError(f"not a chat-completion chunk: {data[:200]!r}") from None
+        self.model = str(chunk.get("model") or self.model)
+        for call in delta.get("tool_calls") or []:
+            if not isinstance(call, dict):
+                raise LLMError(f"malformed tool-call delta: {call!r}"[:300])
+            slot = self.calls.setdefault(int(call.get("index", 0)), {"id": "", "name": "", "arguments": ""})
+            function = call.get("function") or {}
+            slot["id"] = call.get("id") or slot["id"]
+            slot["name"] += function.get("name") or ""
+            slot["arguments"] += function.get("arguments") or ""
+        content = delta.get("content")
+        if isinstance(content, str) and content:
+            self.text.append(content)
+            return content
+        return ""
+
+    def completion(self, model: str, duration_ms: float) -> Completion:
+        """The streamed answer as one non-streamed completion would have read."""
+        calls = [
+            {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"] or "{}"}}
+            for _, c in sorted(self.calls.items())
+        ]
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(self.text) if self.text else None}
+        if calls:
+            message["tool_calls"] = calls
+        body = {"model": self.model or model, "choices": [{"index": 0, "message": message}]}
+        return parse_completion(orjson.dumps(body), duration_ms)

@@ -1,32 +1,74 @@
 """The reference turn runner: what ``hookbus agent`` runs for each turn request.
 
-A turn: ``agent_start``; then rounds of [``llm.request`` middleware, ``llm_request``,
-the model call, ``llm_response``; for each tool call the model asks for:
-``tool_call_start``, ``tool.call`` middleware, the tool, ``tool_call``] until the
-model answers in text; then ``turn_complete``, ``agent_end`` and
-``eva.turn.completed`` with the answer. A failure emits ``error``, ``agent_end``
-(success false) and ``eva.turn.failed``. Everything runs at the request's
-depth, so what a triggered turn emits carries the recursion counter on.
+A turn: ``agent.spawn`` (a cancel refuses the turn), ``agent_start``,
+``user.message`` (rewrite or reject the prompt); then rounds of [``context.evict``
+when the window overflows, ``llm.request`` (a patch with ``result`` skips the
+model), ``llm_request``, the model call streamed through ``llm.token`` to the
+clients' subject, ``llm_response``, and on a transient failure ``llm.retry``
+and the next attempt (``llm.request`` again); for each tool call the model asks
+for: ``tool_call_start``, ``tool.call`` (``result`` short-circuits the tool),
+``tool.exec`` with the resolved command, the tool, ``tool.result``,
+``tool_call``] until the model answers in text; ``assistant.message`` judges
+the answer (suppress, replace, or rework up to MAX_REWORK_ROUNDS times); then
+``turn.end``, ``turn_complete``, ``agent_end``, ``agent.terminate`` and
+``eva.turn.completed`` with the answer. A failure emits ``error``,
+``agent_end`` (success false), ``agent.terminate`` and ``eva.turn.failed``.
+Everything runs at the request's depth, so what a triggered turn emits
+carries the recursion counter on. docs/stages.md describes every point.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from dataclasses import dataclass
 from typing import Any, Final
 
 from bus.client import Bus
-from bus.core.decisions import Cancel, Patch
+from bus.core.decisions import Cancel, Decision, Patch
 from bus.core.errors import LLMError, TurnFailed
-from bus.core.stages import Stage
+from bus.core.stages import Stage, phase
+from bus.core.subjects import agent_stream_subject
+from bus.journal.entries import JournalEntry, publish_entry
 from bus.turns.server import TurnRequest
-from triggers.agent.llm import ChatClient, ChatToolCall, Completion
+from triggers.agent import context, points
+from triggers.agent.llm import ChatClient, ChatToolCall, Completion, request_body
+from triggers.agent.stream import TokenStream
 from triggers.agent.tools import TOOLS, Tool
 
 log = logging.getLogger("hookbus.agent")
 
 MAX_ROUNDS: Final = 6
+#: Times per turn an assistant.message handler may send the answer back for rework; then the last answer stands.
+MAX_REWORK_ROUNDS: Final = 2
 #: Tool output longer than this is cut before it is put in an event (the model gets it whole).
 _EVENT_OUTPUT_CHARS: Final = 4000
+#: The longest backoff between two attempts unless an llm.retry handler asks for another delay.
+_MAX_BACKOFF_S: Final = 10.0
+
+
+@dataclass(frozen=True)
+class RunnerSettings:
+    """How the runner talks to its model and its clients."""
+
+    #: Stream answers (``stream: true``) through llm.token to ``stream_subject``.
+    stream: bool = True
+    #: Where streamed text goes; None: ``eva.stream.<agent>``.
+    stream_subject: str | None = None
+    #: The context window in approximate tokens; None: no eviction.
+    context_tokens: int | None = None
+    max_tokens: int | None = None
+
+
+@dataclass
+class _Turn:
+    """One turn's state: its request, middleware context and token stream."""
+
+    request: TurnRequest
+    ctx: dict[str, Any]
+    stream: TokenStream | None
+    rounds: int = 0
+    reworks: int = 0
 
 
 class TurnRunner:
@@ -40,39 +82,54 @@ class TurnRunner:
         *,
         tools: dict[str, Tool] | None = None,
         system: str | None = None,
+        settings: RunnerSettings | None = None,
     ) -> None:
         self.bus = bus
         self.agent = agent
         self.client = client
         self.tools = TOOLS if tools is None else tools
         self.system = system
-
-    def _ctx(self, request: TurnRequest) -> dict[str, Any]:
-        return {"session": request.session_id, "agent": self.agent}
+        self.settings = settings or RunnerSettings()
+        self.stream_subject = self.settings.stream_subject or agent_stream_subject(agent)
 
     async def _emit(self, name: str, payload: dict[str, Any], request: TurnRequest) -> None:
         await self.bus.emit(f"prx.lifecycle.{name}", payload, session_id=request.session_id)
 
+    async def _ask_point(self, turn: _Turn, stage: Stage, payload: dict[str, Any]) -> Decision:
+        return await self.bus.intercept(stage, payload, ctx=turn.ctx)
+
     async def handle(self, request: TurnRequest) -> str:
         """Run one turn; returns the answer, raises TurnFailed."""
+        ctx = {"session": request.session_id, "agent": self.agent}
+        base = {"agent": self.agent, "turn": request.id}
+        spawn = await self.bus.intercept(
+            Stage.AGENT_SPAWN, {**base, "trigger": request.trigger, "depth": request.depth}, ctx=ctx
+        )
+        if isinstance(spawn, Cancel):
+            await self._failed(request, f"agent.spawn cancelled: {spawn.reason}")
+            raise TurnFailed(f"agent.spawn cancelled: {spawn.reason}")
+        stream = TokenStream(self.bus, self.stream_subject, base, ctx) if self.settings.stream else None
+        turn = _Turn(request, ctx, stream)
         await self._emit("agent_start", {"agent": self.agent, "session": request.session_id or request.id}, request)
-        messages: list[dict[str, Any]] = [{"role": "user", "content": request.prompt}]
+        messages: list[dict[str, Any]] = []
         if self.system:
-            messages.insert(0, {"role": "system", "content": self.system})
+            messages.append({"role": "system", "content": self.system})
         try:
-            answer = await self._rounds(request, messages)
+            messages.append({"role": "user", "content": await self._user_message(turn)})
+            answer = await self._end(turn, await self._rounds(turn, messages), messages)
         except (TurnFailed, LLMError) as exc:
             component = "llm" if isinstance(exc, LLMError) else "agent"
             await self._emit("error", {"component": component, "message": str(exc)}, request)
             await self._emit("agent_end", {"success": False, "messages_count": len(messages)}, request)
-            await self.bus.emit(
-                "eva.turn.failed",
-                {"agent": self.agent, "trigger": request.trigger, "turn": request.id, "error": str(exc)},
-                session_id=request.session_id,
-            )
+            await self._terminate(turn, str(exc))
+            await self._failed(request, str(exc))
             raise TurnFailed(str(exc)) from exc
+        finally:
+            if stream is not None:
+                await stream.close()
         await self._emit("turn_complete", {}, request)
         await self._emit("agent_end", {"success": True, "messages_count": len(messages)}, request)
+        await self._terminate(turn, None)
         await self.bus.emit(
             "eva.turn.completed",
             {"agent": self.agent, "trigger": request.trigger, "turn": request.id, "answer": answer},
@@ -80,42 +137,206 @@ class TurnRunner:
         )
         return answer
 
-    async def _rounds(self, request: TurnRequest, messages: list[dict[str, Any]]) -> str:
-        for _ in range(MAX_ROUNDS):
-            completion = await self._ask(request, messages)
-            if not completion.tool_calls:
-                answer = completion.content or ""
-                messages.append({"role": "assistant", "content": answer})
-                return answer
-            messages.append(completion.raw["choices"][0]["message"])
-            for call in completion.tool_calls:
-                output = await self._tool(request, call)
-                messages.append({"role": "tool", "tool_call_id": call.id, "content": output})
+    async def _failed(self, request: TurnRequest, error: str) -> None:
+        await self.bus.emit(
+            "eva.turn.failed",
+            {"agent": self.agent, "trigger": request.trigger, "turn": request.id, "error": error},
+            session_id=request.session_id,
+        )
+
+    async def _user_message(self, turn: _Turn) -> str:
+        """The prompt as user.message leaves it; a cancel rejects it with the reason."""
+        payload = {"agent": self.agent, "turn": turn.request.id, "content": turn.request.prompt}
+        decision = await self._ask_point(turn, Stage.USER_MESSAGE, payload)
+        if isinstance(decision, Cancel):
+            raise TurnFailed(f"user message rejected: {decision.reason}")
+        if isinstance(decision, Patch):
+            return points.text_field("user.message", decision.payload, "content") or ""
+        return turn.request.prompt
+
+    async def _end(self, turn: _Turn, answer: str, messages: list[dict[str, Any]]) -> str:
+        """turn.end: a patch replaces the answer returned, a cancel fails the turn."""
+        payload = {
+            "agent": self.agent,
+            "turn": turn.request.id,
+            "answer": answer,
+            "rounds": turn.rounds,
+            "messages_count": len(messages),
+        }
+        decision = await self._ask_point(turn, Stage.TURN_END, payload)
+        if isinstance(decision, Cancel):
+            raise TurnFailed(f"turn.end cancelled: {decision.reason}")
+        if isinstance(decision, Patch):
+            return points.text_field("turn.end", decision.payload, "answer") or ""
+        return answer
+
+    async def _terminate(self, turn: _Turn, error: str | None) -> None:
+        """agent.terminate: observed (its decisions are journaled), the turn's outcome is already set."""
+        payload = {"agent": self.agent, "turn": turn.request.id, "success": error is None, "error": error}
+        await self._ask_point(turn, Stage.AGENT_TERMINATE, payload)
+
+    async def _rounds(self, turn: _Turn, messages: list[dict[str, Any]]) -> str:
+        while turn.rounds < MAX_ROUNDS + turn.reworks:
+            turn.rounds += 1
+            completion = await self._ask(turn, messages)
+            if completion.tool_calls:
+                messages.append(completion.raw["choices"][0]["message"])
+                for call in completion.tool_calls:
+                    output = await self._tool(turn, call)
+                    messages.append({"role": "tool", "tool_call_id": call.id, "content": output})
+                continue
+            answer, feedback = await self._judge(turn, completion.content or "")
+            if feedback is None:
+                if answer is not None:
+                    messages.append({"role": "assistant", "content": answer})
+                return answer or ""
+            messages.append({"role": "user", "content": feedback})
         raise TurnFailed(f"no answer after {MAX_ROUNDS} rounds of tool calls")
 
-    async def _ask(self, request: TurnRequest, messages: list[dict[str, Any]]) -> Completion:
-        call: dict[str, Any] = {"model": self.client.model, "messages": messages, "temperature": None}
-        decision = await self.bus.intercept(Stage.LLM_REQUEST, call, ctx=self._ctx(request))
+    async def _judge(self, turn: _Turn, answer: str) -> tuple[str | None, str | None]:
+        """assistant.message: (the answer that stands or None if suppressed, rework feedback or None)."""
+        payload = {"agent": self.agent, "turn": turn.request.id, "content": answer, "round": turn.reworks}
+        decision = await self._ask_point(turn, Stage.ASSISTANT_MESSAGE, payload)
         if isinstance(decision, Cancel):
-            raise TurnFailed(f"llm.request cancelled: {decision.reason}")
+            self._replace(turn, "")
+            return None, None
+        if not isinstance(decision, Patch):
+            return answer, None
+        feedback = points.text_field("assistant.message", decision.payload, "rework")
+        if feedback is not None:
+            if turn.reworks < MAX_REWORK_ROUNDS:
+                turn.reworks += 1
+                self._replace(turn, "")
+                return None, feedback
+            cause = f"rework refused after {MAX_REWORK_ROUNDS} rounds: the answer stands"
+            await self._note(turn, "rework_limit", cause)
+            return answer, None
+        replaced = points.text_field("assistant.message", decision.payload, "answer")
+        if replaced is None:
+            return answer, None
+        self._replace(turn, replaced)
+        return replaced, None
+
+    def _replace(self, turn: _Turn, text: str) -> None:
+        if turn.stream is not None:
+            turn.stream.replace(text)
+
+    async def _note(self, turn: _Turn, decision: str, cause: str) -> None:
+        """A journal entry of the runner's own (the rework limit): kind middleware, who is the agent."""
+        stage = Stage.ASSISTANT_MESSAGE.value
+        entry = JournalEntry(
+            "middleware", stage, phase(stage), f"agent:{self.agent}", decision, cause,
+            session=turn.request.session_id, agent=self.agent, depth=turn.request.depth,
+        )  # fmt: skip
+        await publish_entry(self.bus, entry)
+
+    async def _evict(self, turn: _Turn, messages: list[dict[str, Any]]) -> None:
+        """context.evict when the window overflows: the summary kept stands for what left."""
+        window = self.settings.context_tokens
+        if window is None:
+            return
+        head, evicted = context.split(messages, window)
+        if not evicted:
+            return
+        rest = messages[len(head) + len(evicted) :]
+        summaries = [m for m in evicted if context.is_summary(m)]
+        current = str(summaries[-1]["content"])[len(context.SUMMARY_PREFIX) :] if summaries else ""
+        payload = {
+            "agent": self.agent,
+            "turn": turn.request.id,
+            "evicted": [m for m in evicted if not context.is_summary(m)],
+            "summary": current,
+            "tokens": context.tokens(messages),
+            "window_tokens": window,
+        }
+        decision = await self._ask_point(turn, Stage.CONTEXT_EVICT, payload)
+        if isinstance(decision, Cancel):
+            return
+        summary = current
         if isinstance(decision, Patch):
-            call = {**call, **decision.payload}
-        model = str(call.get("model") or self.client.model)
-        messages[:] = call.get("messages") or messages
-        provider = self.client.provider
+            summary = points.text_field("context.evict", decision.payload, "summary") or ""
+        messages[:] = [*head, *([context.summary_message(summary)] if summary else []), *rest]
+
+    async def _ask(self, turn: _Turn, messages: list[dict[str, Any]]) -> Completion:
+        """One model call: llm.request before every attempt, llm.retry before every retry."""
+        model = self.client.model
+        tools = [tool.schema() for tool in self.tools.values()] or None
+        attempt = 1
+        while True:
+            await self._evict(turn, messages)
+            call: dict[str, Any] = {
+                "model": model,
+                "messages": messages,
+                "tools": tools,
+                "max_tokens": self.settings.max_tokens,
+                "temperature": None,
+                "attempt": attempt,
+            }
+            decision = await self._ask_point(turn, Stage.LLM_REQUEST, call)
+            if isinstance(decision, Cancel):
+                raise TurnFailed(f"llm.request cancelled: {decision.reason}")
+            if isinstance(decision, Patch):
+                call = points.llm_call(decision.payload)
+                if call.get("result") is not None:
+                    completion = points.cached_result(call["result"])
+                    if turn.stream is not None and completion.content:
+                        turn.stream.push(completion.content, not completion.tool_calls)
+                    return completion
+            messages[:] = call["messages"]
+            streamed = [False]
+            try:
+                return await self._call_model(turn, call, streamed)
+            except LLMError as exc:
+                if not exc.transient or attempt >= self.client.attempts:
+                    raise
+                delay, model = await self._retry(turn, exc, attempt, str(call["model"]), streamed[0])
+            attempt += 1
+            await asyncio.sleep(delay)
+
+    async def _retry(self, turn: _Turn, exc: LLMError, attempt: int, model: str, mid_stream: bool) -> tuple[float, str]:
+        """llm.retry: (delay, model) for the next attempt; a cancel fails the turn with the reason."""
+        delay = min(self.client.backoff * 2 ** (attempt - 1), _MAX_BACKOFF_S)
+        payload = {
+            "model": model,
+            "attempt": attempt,
+            "max_attempts": self.client.attempts,
+            "error": str(exc),
+            "delay_s": delay,
+            "during": "stream" if mid_stream else "connect",
+        }
+        decision = await self._ask_point(turn, Stage.LLM_RETRY, payload)
+        if isinstance(decision, Cancel):
+            raise TurnFailed(f"llm.retry cancelled: {decision.reason} (after {exc})")
+        if isinstance(decision, Patch):
+            delay, model = points.retry_choice(decision.payload, delay, model)
+        message = f"{exc}; retry {attempt} of {self.client.attempts - 1} in {delay:.1f}s"
+        await self._emit("error", {"component": "llm", "message": message}, turn.request)
+        if mid_stream:
+            self._replace(turn, "")  # the retried answer streams again from its start
+        return delay, model
+
+    async def _call_model(self, turn: _Turn, call: dict[str, Any], streamed: list[bool]) -> Completion:
+        request = turn.request
+        provider, model = self.client.provider, str(call["model"])
+        messages = call["messages"]
         await self._emit(
             "llm_request", {"provider": provider, "model": model, "messages_count": len(messages)}, request
         )
+        body = request_body(
+            messages, model, tools=call["tools"], temperature=call.get("temperature"), max_tokens=call.get("max_tokens")
+        )
+        stream = turn.stream
 
-        async def on_retry(attempt: int, exc: BaseException, wait: float) -> None:
-            message = f"{exc}; retry {attempt} of {self.client.attempts - 1} in {wait:.1f}s"
-            await self._emit("error", {"component": "llm", "message": message}, request)
+        def on_chunk(text: str, tool_asked: bool) -> None:
+            streamed[0] = True
+            assert stream is not None
+            stream.push(text, not tool_asked)
 
-        tools = [tool.schema() for tool in self.tools.values()] or None
         try:
-            completion = await self.client.complete(
-                messages, tools=tools, model=model, temperature=call.get("temperature"), on_retry=on_retry
-            )
+            if stream is not None:
+                completion = await self.client.stream(body, on_chunk)
+            else:
+                completion = await self.client.once(body)
         except LLMError:
             await self._emit(
                 "llm_response", {"provider": provider, "model": model, "duration_ms": 0, "success": False}, request
@@ -128,28 +349,45 @@ class TurnRunner:
         )
         return completion
 
-    async def _tool(self, request: TurnRequest, call: ChatToolCall) -> str:
+    async def _tool(self, turn: _Turn, call: ChatToolCall) -> str:
+        request = turn.request
         arguments = call.arguments
         await self._emit("tool_call_start", {"tool": call.name, "arguments": arguments}, request)
-        decision = await self.bus.intercept(
-            Stage.TOOL_CALL, {"name": call.name, "input": arguments}, ctx=self._ctx(request)
-        )
-        if isinstance(decision, Cancel):
+        decision = await self._ask_point(turn, Stage.TOOL_CALL, {"name": call.name, "input": arguments})
+        result = points.text_field("tool.call", decision.payload, "result") if isinstance(decision, Patch) else None
+        if result is not None:
+            output, success = result, True
+        elif isinstance(decision, Cancel):
             output, success = f"cancelled by middleware: {decision.reason}", False
         else:
-            if isinstance(decision, Patch) and isinstance(decision.payload.get("input"), dict):
-                arguments = decision.payload["input"]
-            output, success = self._run_tool(call.name, arguments)
+            if isinstance(decision, Patch):
+                arguments = points.tool_input("tool.call", decision.payload, arguments)
+            output, success = await self._exec(turn, call.name, arguments)
         await self._emit(
             "tool_call", {"tool": call.name, "success": success, "output": output[:_EVENT_OUTPUT_CHARS]}, request
         )
         return output
 
-    def _run_tool(self, name: str, arguments: dict[str, Any]) -> tuple[str, bool]:
+    async def _exec(self, turn: _Turn, name: str, arguments: dict[str, Any]) -> tuple[str, bool]:
+        """tool.exec with the resolved command, the tool, then tool.result on what it returned."""
         tool = self.tools.get(name)
         if tool is None:
             return f"no such tool: {name}", False
+        payload = {"name": name, "input": arguments, "command": tool.command(arguments)}
+        decision = await self._ask_point(turn, Stage.TOOL_EXEC, payload)
+        if isinstance(decision, Cancel):
+            return f"cancelled by middleware at tool.exec: {decision.reason}", False
+        if isinstance(decision, Patch):
+            arguments = points.tool_input("tool.exec", decision.payload, arguments)
         try:
-            return tool.run(arguments), True
+            output, success = tool.run(arguments), True
         except Exception as exc:
-            return f"{type(exc).__name__}: {exc}", False
+            output, success = f"{type(exc).__name__}: {exc}", False
+        result = {"name": name, "output": output, "is_error": not success}
+        judged = await self._ask_point(turn, Stage.TOOL_RESULT, result)
+        if isinstance(judged, Cancel):
+            hidden = judged.payload or {}
+            return str(hidden.get("output") or f"[output hidden: {judged.reason}]"), success
+        if isinstance(judged, Patch):
+            output = points.text_field("tool.result", judged.payload, "output") or ""
+        return output, success

@@ -20,6 +20,10 @@ class Tool:
     parameters: dict[str, Any]
     run: Callable[[dict[str, Any]], str]
 
+    def command(self, arguments: dict[str, Any]) -> list[str]:
+        """The resolved command tool.exec shows: ``builtin:<name>`` and the arguments as ``key=value``, sorted."""
+        return [f"builtin:{self.name}", *(f"{key}={arguments[key]}" for key in sorted(arguments))]
+
     def schema(self) -> dict[str, Any]:
         """The tool as the chat-completions API describes it."""
         return {
