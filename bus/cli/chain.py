@@ -6,6 +6,7 @@ import argparse
 
 from bus.cli.middleware import add_options, describe_chain, open_view
 from bus.cli.workspace import bus_name
+from bus.core.stages import DESCRIPTIONS
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -31,4 +32,8 @@ async def run(args: argparse.Namespace) -> int:
                 print(f"{stage}  (no handler declared on {where}: intercepts continue without a network call)")
                 continue
             print("\n".join(describe_chain(chain, view)))
+        if not args.stage:
+            idle = [stage for stage in DESCRIPTIONS if stage not in view.chains]
+            if idle:
+                print(f"known stages with no handler (no network call): {', '.join(idle)}")
     return 0

@@ -263,6 +263,11 @@ def turn_subject(agent: str) -> str:
     return f"{TURN_PREFIX}.{agent}"
 
 
+def agent_stream_subject(agent: str) -> str:
+    """Where the reference runner streams an agent's answers to clients unless told another subject."""
+    return f"{EVA_DOMAIN}.stream.{agent}"
+
+
 def turn_queue(agent: str) -> str:
     """The queue group an agent's replicas share, so each turn request runs once."""
     return f"hookbus-agent-{agent}"
