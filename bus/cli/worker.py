@@ -1,4 +1,4 @@
-"""``hookbus worker``: run only the shell-hook worker, against an existing NATS.
+"""``hookbus worker``: run only the shell-hook worker (and the WASM plugins beside it), against an existing NATS.
 
 Start it on as many machines as you like with the same ``--queue``: they share
 the events, and each event's hooks run on one of them.
@@ -33,6 +33,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 async def run(args: argparse.Namespace) -> int:
     from bus.client import Bus
     from bus.presence import component, presence
+    from subscribers.plugins.worker import PluginWorker
     from subscribers.shell_hooks.worker import ShellWorker
 
     settings = worker_settings(args)  # flags first: a bad flag is named before a missing workspace
@@ -41,7 +42,8 @@ async def run(args: argparse.Namespace) -> int:
     bus = Bus(args.nats_url, name="hookbus-worker", **connection_args(args))
     async with AsyncExitStack() as stack:
         worker = await stack.enter_async_context(ShellWorker(await stack.enter_async_context(bus), workspace, settings))
-        hooks = f"{worker.hooks.path} ({len(worker.config.entries)} hooks)"
+        plugins = await stack.enter_async_context(PluginWorker(bus, workspace, settings))
+        hooks = f"{worker.hooks.path} ({len(worker.config.entries)} hooks, {len(plugins.plugins.running())} plugins)"
         url = serve_metrics(stack, args.host, args.metrics_port)
         metrics = f", metrics {url}" if url else ""
         detail = f"{worker.hooks.path}, queue group {worker.queue or '-'}"

@@ -70,6 +70,24 @@ HOOK_MAX_TIMEOUT_MS = 24 * 3600 * 1000
 TimeoutMs = Annotated[int, msgspec.Meta(ge=1, le=HOOK_MAX_TIMEOUT_MS)]
 
 
+class Isolation(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
+    """How a process the bus starts is fenced in (bubblewrap namespaces plus rlimits): see docs/security.md.
+
+    Given at all, it means isolated: no network unless ``network`` is true, a
+    read-only file system but for the working directory, private /proc and PID
+    namespace, and the three limits below.
+    """
+
+    network: bool = False
+    memory_mb: Annotated[int, msgspec.Meta(ge=16, le=1 << 20)] = 512  # address space (RLIMIT_AS)
+    cpu_s: Annotated[int, msgspec.Meta(ge=1, le=24 * 3600)] = 60  # CPU time (RLIMIT_CPU)
+    max_procs: Annotated[int, msgspec.Meta(ge=4, le=65536)] = 64  # processes of the sandbox's user (RLIMIT_NPROC)
+
+
+#: ``isolation`` in hooks.json: ``true`` (the defaults), ``false`` (off, over the file's default), or the settings.
+IsolationField = Isolation | bool | None
+
+
 class ShellAction(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """What a shell hook runs: PRX's action fields. ``null`` means the default, as in PRX's files."""
 
@@ -79,6 +97,7 @@ class ShellAction(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     cwd: str | None = None
     timeout_ms: TimeoutMs | None = None  # null: the file's timeout_ms, else HOOK_TIMEOUT_MS
     stdin_json: bool | None = None
+    isolation: IsolationField = None  # null: the file's isolation, else none
 
 
 class ShellHook(ShellAction, kw_only=True):
@@ -96,6 +115,7 @@ class ShellHooksFile(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     hooks: dict[str, object] = {}
     enabled: bool | None = None  # PRX's switch for the whole file; null: on
     timeout_ms: TimeoutMs | None = None  # the default of actions without their own; null: HOOK_TIMEOUT_MS
+    isolation: IsolationField = None  # the default of actions without their own; null: none
 
 
 class ShellHookBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -142,8 +162,51 @@ class HistoryFile(msgspec.Struct, forbid_unknown_fields=True):
     max_bytes: NonEmpty | None = None  # a size like 1GiB, 500MB (None: the default)
 
 
+#: The most memory a WASM plugin may have (PRX's default; a manifest may only lower it).
+PLUGIN_MAX_MEMORY_MB = 64
+
+
+class PluginMeta(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """plugin.toml's ``[plugin]`` table. ``wasm``: the module's file in the plugin's folder (default plugin.wasm)."""
+
+    name: Name
+    version: str = "0.0.0"
+    description: str = ""
+    wasm: NonEmpty | None = None
+
+
+class PluginCapability(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """One ``[[capabilities]]`` block: ``hook`` (``events``) or ``filesystem`` (a preopen: ``path``, ``guest``)."""
+
+    type: NonEmpty
+    events: list[NonEmpty] | None = None
+    path: NonEmpty | None = None  # host directory, relative to the plugin's folder or absolute
+    guest: NonEmpty | None = None  # where the plugin sees it (default: /<last part of path>)
+    writable: bool = False
+
+
+class PluginResources(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
+    """plugin.toml's ``[resources]``: memory (MiB, at most 64) and time per event (ms)."""
+
+    memory_mb: Annotated[int, msgspec.Meta(ge=1, le=PLUGIN_MAX_MEMORY_MB)] = PLUGIN_MAX_MEMORY_MB
+    timeout_ms: TimeoutMs = HOOK_TIMEOUT_MS
+
+
+class PluginManifestFile(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """<workspace>/plugins/<name>/plugin.toml, PRX's manifest plus ``[resources]``."""
+
+    plugin: PluginMeta
+    capabilities: list[PluginCapability] = []
+    resources: PluginResources = PluginResources()
+
+
 #: Every config type declared here.
 CONFIGS: tuple[type[msgspec.Struct], ...] = (
+    PluginManifestFile,
+    PluginMeta,
+    PluginCapability,
+    PluginResources,
+    Isolation,
     HistoryFile,
     HookTurnsFile,
     HookTurn,
@@ -155,3 +218,4 @@ CONFIGS: tuple[type[msgspec.Struct], ...] = (
     PrxHookBody,
     PrxHookChange,
 )
+

@@ -21,6 +21,7 @@ The tree::
     │   └── CatalogError           strict mode: does not match the event catalog
     ├── EnvelopeError          bytes from the bus are not a valid event envelope
     ├── PayloadRefError        a claim-check reference is refused, or its whole payload cannot be had
+    ├── PluginTrap             a WASM plugin's call did not return: trapped, out of time or memory
     └── MiddlewareError        the middleware could not do what was asked
         ├── StageError             a stage name breaks the stage rules (also ValueError)
         ├── DeclarationError       a handler declaration is invalid (also ValueError)
@@ -74,6 +75,15 @@ class PluginError(ConfigError, ValueError):
         self.plugin = plugin
         self.reason = reason
         super().__init__(f"plugin {plugin}: {reason}")
+
+
+class PluginTrap(HookbusError):
+    """A WASM plugin's call did not return: it trapped, was stopped at its time limit, or ran out of memory."""
+
+    def __init__(self, reason: str, *, timed_out: bool = False) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.timed_out = timed_out
 
 
 class IsolationUnavailable(ConfigError):

@@ -1,4 +1,4 @@
-"""What ``hookbus up`` runs from this package: the shell-hook worker and the hooks HTTP API."""
+"""What ``hookbus up`` runs from this package: the shell-hook worker, WASM plugins and the hooks HTTP API."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from bus.service import ServiceContext
 from subscribers.http_api.server import make_app, serve
 from subscribers.http_api.token import load_token
+from subscribers.plugins.worker import PluginWorker
 from subscribers.shell_hooks.settings import ShellHooksSettings
 from subscribers.shell_hooks.worker import ShellWorker
 
@@ -17,13 +18,17 @@ async def shell_hooks(ctx: ServiceContext, settings: ShellHooksSettings) -> Asyn
     """Run the workspace's shell hooks, and the API that edits them, while the bus is up."""
     worker = ShellWorker(ctx.bus, ctx.workspace, settings.worker, nats_url=ctx.nats_url)
     await worker.start()
+    plugins = PluginWorker(ctx.bus, ctx.workspace, settings.worker)
     try:
+        await plugins.start()
         hooks = worker.hooks.path
         ctx.lines.append(f"  hooks    {hooks} ({len(worker.config.entries)} hooks, queue group {worker.queue or '-'})")
+        ctx.lines.append(f"  plugins  {plugins.plugins.root} ({len(plugins.plugins.running())} running)")
         token, token_from = load_token(ctx.workspace)
         app = make_app(hooks, token, on_write=worker.reload)
         async with serve(app, settings.api_host, settings.api_port) as url:
             ctx.lines.append(f"  api      {url}/api/hooks (bearer token: {token_from})")
             yield
     finally:
+        await plugins.stop()
         await worker.stop()

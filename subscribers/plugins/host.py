@@ -1,0 +1,244 @@
+"""Run a WASM plugin's ``on-event`` with wasmtime, fenced: memory, time, and only the directories granted.
+
+Two kinds of module are accepted (docs/plugins.md):
+
+- a **component** exporting PRX's WIT function
+  ``on-event: func(event: string, payload-json: string) -> result<_, string>``,
+  at the top level or in an exported ``hooks`` interface; WASI preview 2 is
+  linked;
+- a **core module** following hookbus's ABI: it exports ``memory``,
+  ``alloc(len: i32) -> i32`` (once per event, for both strings, written one
+  after the other) and ``on-event(event_ptr, event_len,
+  payload_ptr, payload_len: i32) -> i64`` (0: Ok; otherwise Err, the UTF-8
+  message at the low 32 bits' address, its length in the high 32 bits); WASI
+  preview 1 is linked.
+
+A plugin's instance serves its events one after another (as a long-lived
+plugin would) until it traps; the next event gets a fresh store and instance.
+The store has a memory limit (``Store.set_limits``) and each call a time limit
+(epoch interruption: the caller bumps the engine's epoch at the deadline, see
+:meth:`PluginCode.interrupt`). Calls of one plugin never overlap (a lock): the
+epoch is the plugin's own engine's.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Final
+
+import wasmtime
+import wasmtime.component as wc
+
+from bus.core.errors import PluginError, PluginTrap
+from subscribers.plugins.manifest import Manifest
+
+#: The export PRX's WIT interface declares, and the interface name it may sit in.
+EXPORT: Final = "on-event"
+INTERFACE: Final = "hooks"
+#: An Err message longer than this is cut (it goes to the log and the journal).
+MAX_ERROR_BYTES: Final = 4096
+_PAGE: Final = 65536
+_MIB: Final = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """Where ``on-event`` is in a component (None for a core module)."""
+
+    index: wc.ExportIndex | None
+
+
+class PluginCode:
+    """A plugin's compiled module, its engine and its limits; ``call`` runs one event."""
+
+    def __init__(self, manifest: Manifest, wasm: bytes) -> None:
+        self.manifest = manifest
+        config = wasmtime.Config()
+        config.epoch_interruption = True
+        config.wasm_component_model = True
+        self.engine = wasmtime.Engine(config)
+        self.component = _is_component(wasm)
+        self._lock = threading.Lock()
+        self._live: _Live | None = None
+        try:
+            if self.component:
+                self._component = wc.Component(self.engine, wasm)
+                self._entry = _Entry(_find_export(self._component, self.engine, manifest.name))
+                self._clinker = wc.Linker(self.engine)
+                self._clinker.add_wasip2()
+            else:
+                self._module = wasmtime.Module(self.engine, wasm)
+                _check_core_exports(self._module, manifest.name)
+                linker = wasmtime.Linker(self.engine)
+                linker.define_wasi()
+                self._pre = linker.instantiate_pre(self._module)
+        except wasmtime.WasmtimeError as exc:
+            reason = f"{manifest.wasm.name} is not a usable module: {_first_line(exc)}"
+            raise PluginError(manifest.name, reason) from None
+
+    @property
+    def kind(self) -> str:
+        return "component" if self.component else "core module"
+
+    def interrupt(self) -> None:
+        """Stop the running call at its next loop or call (the time limit); safe from any thread."""
+        self.engine.increment_epoch()
+
+    def call(self, event: str, payload_json: str) -> str | None:
+        """Run ``on-event``; None for Ok, the message for Err. Raises PluginTrap when it does not return."""
+        with self._lock:
+            live = self._live or self._start()
+            live.store.set_epoch_deadline(1)
+            try:
+                if self.component:
+                    return self._call_component(live, event, payload_json)
+                return self._call_core(live, event, payload_json)
+            except wasmtime.Trap as exc:
+                self._live = None  # a trapped instance is never entered again
+                raise self._trap(exc, live) from None
+            except wasmtime.WasmtimeError as exc:
+                self._live = None
+                raise PluginTrap(_first_line(exc)) from None
+
+    def _start(self) -> _Live:
+        """A fresh store (limits, WASI grants) and instance, kept for the next events until one traps."""
+        store = wasmtime.Store(self.engine)
+        store.set_limits(memory_size=self.manifest.memory_bytes)
+        store.set_epoch_deadline(1)
+        store.set_wasi(self._wasi())
+        try:
+            if self.component:
+                instance = self._clinker.instantiate(store, self._component)
+                assert self._entry.index is not None
+                func = instance.get_func(store, self._entry.index)
+                if func is None:
+                    raise PluginTrap(f"the instance has no {EXPORT}")
+                live = _Live(store, None, None, func)
+            else:
+                exports = self._pre.instantiate(store).exports(store)
+                memory, alloc, on_event = exports["memory"], exports["alloc"], exports[EXPORT]
+                assert isinstance(memory, wasmtime.Memory)
+                assert isinstance(alloc, wasmtime.Func)
+                assert isinstance(on_event, wasmtime.Func)
+                live = _Live(store, memory, alloc, on_event)
+        except wasmtime.Trap as exc:
+            raise self._trap(exc, None) from None
+        except wasmtime.WasmtimeError as exc:  # e.g. its initial memory is over the limit
+            raise PluginTrap(f"cannot be instantiated: {_first_line(exc)}") from None
+        self._live = live
+        return live
+
+    def _wasi(self) -> wasmtime.WasiConfig:
+        wasi = wasmtime.WasiConfig()
+        for grant in self.manifest.preopens:
+            wasi.preopen_dir(str(grant.host), grant.guest, grant.writable)
+        return wasi
+
+    def _call_component(self, live: _Live, event: str, payload_json: str) -> str | None:
+        result = live.on_event(live.store, event, payload_json)
+        return None if result is None else _cut(str(result))
+
+    def _call_core(self, live: _Live, event: str, payload_json: str) -> str | None:
+        store, memory = live.store, live.memory
+        assert memory is not None
+        assert live.alloc is not None
+        name, payload = event.encode(), payload_json.encode()
+        ptr = live.alloc(store, len(name) + len(payload))
+        if not isinstance(ptr, int) or ptr < 0 or ptr + len(name) + len(payload) > memory.data_len(store):
+            raise PluginTrap(f"alloc({len(name) + len(payload)}) returned {ptr!r}, outside the plugin's memory")
+        memory.write(store, name + payload, ptr)
+        status = live.on_event(store, ptr, len(name), ptr + len(name), len(payload))
+        if not isinstance(status, int):
+            raise PluginTrap(f"{EXPORT} returned {status!r}, not an i64")
+        if status == 0:
+            return None
+        status &= 0xFFFFFFFFFFFFFFFF  # an i64 comes back signed
+        at, length = status & 0xFFFFFFFF, status >> 32
+        if at + length > memory.data_len(store):
+            return f"(an error message outside the plugin's memory: {at}+{length})"
+        return _cut(memory.read(store, at, at + min(length, MAX_ERROR_BYTES)).decode(errors="replace"))
+
+    def _trap(self, exc: wasmtime.Trap, live: _Live | None) -> PluginTrap:
+        if exc.trap_code == wasmtime.TrapCode.INTERRUPT:
+            return PluginTrap(f"stopped at its time limit of {self.manifest.timeout_ms} ms", timed_out=True)
+        reason = f"trapped: {_first_line(exc)}"
+        if live is not None and live.memory is not None:
+            used, limit = live.memory.data_len(live.store), self.manifest.memory_bytes
+            if used + _PAGE > limit:
+                reason += f" (memory at its limit of {limit / _MIB:g} MiB)"
+            else:
+                reason += f" (memory {used / _MIB:.1f} MiB of its {limit / _MIB:g} MiB)"
+        return PluginTrap(reason)
+
+
+@dataclass(frozen=True)
+class _Live:
+    """A plugin's running instance: its store, and (core modules) its memory and alloc."""
+
+    store: wasmtime.Store
+    memory: wasmtime.Memory | None
+    alloc: wasmtime.Func | None
+    on_event: wasmtime.Func | wc.Func
+
+
+def load_code(manifest: Manifest) -> PluginCode:
+    """Read and compile the plugin's module; PluginError names what is wrong."""
+    try:
+        wasm = manifest.wasm.read_bytes()
+    except OSError as exc:
+        raise PluginError(manifest.name, f"cannot read {manifest.wasm}: {exc.strerror or exc}") from None
+    return PluginCode(manifest, wasm)
+
+
+def _is_component(wasm: bytes) -> bool:
+    """A binary component has layer 1 in its header; text (WAT) says ``(component``."""
+    if wasm[:4] == b"\0asm":
+        return wasm[6:8] == b"\x01\x00"
+    return wasm.lstrip().startswith(b"(component")
+
+
+def _find_export(component: wc.Component, engine: wasmtime.Engine, name: str) -> wc.ExportIndex:
+    index = component.get_export_index(EXPORT)
+    if index is not None:
+        return index
+    for export in component.type.exports(engine):
+        iface = export.rsplit("/", 1)[-1].split("@", 1)[0]
+        if iface == INTERFACE:
+            outer = component.get_export_index(export)
+            inner = component.get_export_index(EXPORT, outer) if outer is not None else None
+            if inner is not None:
+                return inner
+    raise PluginError(name, f"the component exports no {EXPORT} (top level or in a '{INTERFACE}' interface)")
+
+
+def _check_core_exports(module: wasmtime.Module, name: str) -> None:
+    exports = {export.name: export.type for export in module.exports}
+    wanted = {
+        "memory": wasmtime.MemoryType,
+        "alloc": wasmtime.FuncType,
+        EXPORT: wasmtime.FuncType,
+    }
+    for export, kind in wanted.items():
+        if not isinstance(exports.get(export), kind):
+            raise PluginError(name, f"the module does not export {export!r} (the hookbus ABI, docs/plugins.md)")
+    on_event = exports[EXPORT]
+    assert isinstance(on_event, wasmtime.FuncType)
+    i32, i64 = wasmtime.ValType.i32(), wasmtime.ValType.i64()
+    if list(on_event.params) != [i32] * 4 or list(on_event.results) != [i64]:
+        raise PluginError(name, f"{EXPORT} must be (i32, i32, i32, i32) -> i64 (the hookbus ABI, docs/plugins.md)")
+
+
+def _cut(message: str) -> str:
+    return message if len(message) <= MAX_ERROR_BYTES else message[:MAX_ERROR_BYTES] + "…"
+
+
+def _first_line(exc: Exception) -> str:
+    """The line of wasmtime's message that says what happened (its cause, when it gives one)."""
+    text = str(exc).strip()
+    head, _, cause = text.partition("Caused by:")
+    for line in (cause or head).splitlines():
+        line = line.strip().removeprefix("0:").strip()
+        if line:
+            return line
+    return type(exc).__name__

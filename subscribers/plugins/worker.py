@@ -1,0 +1,221 @@
+"""The plugin worker: feed each WASM plugin the events of its patterns, one call at a time, bounded.
+
+It runs beside the shell-hook worker (``hookbus up``, ``hookbus worker``) and
+shares its queue-group namespace: all the patterns of one plugin subscribe in
+one queue group of their own (``key_queue(queue, "plugin:<name>")``), so an
+event matching several of a plugin's patterns reaches it once (the union), and
+workers on many machines share each plugin's events. Without a queue (``--queue
+''``) the group is this worker's own, for the same union. Each plugin is a lane:
+the NATS callback only enqueues (full: shed and counted), and the lane's
+dispatcher calls the plugin in a thread, stopping it at its time limit. A
+run is counted like a shell hook's (hook ``plugin:<name>``, its pattern as the
+event: ``/api/hooks/metrics`` and the ``hookbus_shell_hook_*`` series) and
+journaled as a ``shell_hook`` entry with phase ``plugin``; ``Err`` and traps
+are logged. Nothing a plugin does reaches the agent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from pathlib import Path
+from typing import Final
+
+from bus.client import Bus, Subscription
+from bus.core.envelope import Event
+from bus.core.errors import PluginTrap
+from bus.core.subjects import key_queue, matches
+from bus.core.tasks import TaskSet
+from bus.core.visible import visible
+from bus.journal.entries import JournalEntry, publish_entry
+from subscribers.plugins.host import PluginCode
+from subscribers.plugins.manifest import PLUGINS_DIR
+from subscribers.plugins.plugin_set import PluginSet
+from subscribers.shell_hooks import metrics
+from subscribers.shell_hooks.settings import WorkerSettings
+from subscribers.shell_hooks.shell import HookOutcome, HookResult, hook_payload
+from subscribers.shell_hooks.worker import WorkerStats
+
+log = logging.getLogger("hookbus.plugins")
+
+#: The hook id a plugin's runs are counted and journaled under.
+HOOK_PREFIX: Final = "plugin:"
+
+
+def plugin_hook_id(name: str) -> str:
+    return f"{HOOK_PREFIX}{name}"
+
+
+async def call_plugin(code: PluginCode, event: Event, pattern: str) -> HookResult:
+    """Run one event through ``code`` in a thread, interrupted at the plugin's time limit; never raises."""
+    manifest = code.manifest
+    hook_id = plugin_hook_id(manifest.name)
+    started = time.monotonic()
+    payload = (await hook_payload(event)).decode(errors="replace")
+    loop = asyncio.get_running_loop()
+    deadline = loop.call_later(manifest.timeout_ms / 1000, code.interrupt)
+    try:
+        error = await asyncio.to_thread(code.call, event.event, payload)
+    except PluginTrap as trap:
+        outcome = HookOutcome.TIMEOUT if trap.timed_out else HookOutcome.FAILED
+        return HookResult(hook_id, pattern, outcome, 0, time.monotonic() - started, reason=trap.reason)
+    finally:
+        deadline.cancel()
+    duration = time.monotonic() - started
+    if error is None:
+        return HookResult(hook_id, pattern, HookOutcome.OK, 0, duration)
+    return HookResult(hook_id, pattern, HookOutcome.FAILED, 0, duration, reason=f"Err: {error}")
+
+
+def journal_entry(result: HookResult, event: Event) -> JournalEntry:
+    """What a plugin run did, for the shared journal (never the payload it was given)."""
+    return JournalEntry(
+        kind="shell_hook",
+        point=event.subject,
+        phase="plugin",
+        who=result.hook_id,
+        decision=result.outcome.value,
+        cause=result.reason,
+        duration_ms=round(result.duration * 1000, 3),
+        session=event.session_id,
+        depth=event.depth,
+        trace_id=event.id,
+    )
+
+
+class PluginWorker:
+    """Runs the WASM plugins of one workspace, fed from the bus."""
+
+    def __init__(self, bus: Bus, workspace: Path, settings: WorkerSettings | None = None) -> None:
+        self.bus = bus
+        self.settings = settings = settings or WorkerSettings()
+        self.queue = settings.queue or f"hookbus-plugins-{uuid.uuid4().hex[:12]}"
+        self.plugins = PluginSet(workspace / PLUGINS_DIR, self._on_change, settings.poll_interval_s)
+        self.stats = WorkerStats()
+        self._lanes: dict[str, _Lane] = {}
+        #: (plugin, pattern) -> subscription
+        self._subs: dict[tuple[str, str], Subscription] = {}
+        self._sync_lock = asyncio.Lock()
+        self._tasks: TaskSet[None] = TaskSet()
+        self._started = False
+        self._stopping = False
+
+    def queue_of(self, name: str) -> str:
+        """The queue group every pattern of plugin ``name`` subscribes in."""
+        return key_queue(self.queue, plugin_hook_id(name))
+
+    async def start(self) -> PluginWorker:
+        metrics.register_metrics()
+        self._started = True
+        self.plugins.start()
+        await self._sync()
+        return self
+
+    async def reload(self) -> bool:
+        """Look at the plugin folders now; True if what runs changed."""
+        changed = self.plugins.check()
+        await self._sync()
+        return changed
+
+    def _on_change(self) -> None:
+        if self._started:
+            self._tasks.start(self._sync())
+
+    async def _sync(self) -> None:
+        """Subscriptions and lanes to match the plugins that run now (a replaced plugin keeps its lane)."""
+        async with self._sync_lock:
+            if self._stopping:
+                return
+            running = self.plugins.running()
+            wanted = {(name, pattern) for name, code in running.items() for pattern in code.manifest.patterns}
+            for key in sorted(set(self._subs) - wanted):
+                await self._subs.pop(key).unsubscribe(timeout=1.0)
+            for name in sorted(set(self._lanes) - set(running)):
+                await self._lanes.pop(name).close()
+            added = sorted(wanted - set(self._subs))
+            for name, pattern in added:
+                lane = self._lanes.get(name) or self._lanes.setdefault(name, _Lane(self, name))
+                self._subs[name, pattern] = await self.bus.subscribe(pattern, lane.enqueue, self.queue_of(name))
+            if added:
+                await self.bus.flush()
+
+    def code_of(self, name: str) -> PluginCode | None:
+        state = self.plugins.plugins.get(name)
+        return state.code if state is not None else None
+
+    async def run(self, name: str, event: Event) -> None:
+        code = self.code_of(name)
+        if code is None:
+            return
+        pattern = next((p for p in code.manifest.patterns if matches(p, event.subject)), event.subject)
+        result = await call_plugin(code, event, pattern)
+        self.stats.count(result)
+        metrics.count_result(result)
+        if result.outcome is not HookOutcome.OK:
+            reason = visible(result.reason or "")
+            log.warning("plugin %s on %s (id %s): %s", name, event.subject, visible(event.id), reason)
+        try:
+            await publish_entry(self.bus, journal_entry(result, event))
+        except Exception:
+            log.exception("plugin %s on %s: could not journal the run", name, event.subject)
+
+    async def stop(self) -> None:
+        """Stop taking events; a call running now is interrupted (its time limit brought forward)."""
+        await self.plugins.stop()
+        async with self._sync_lock:
+            self._stopping = True
+            for sub in self._subs.values():
+                await sub.unsubscribe(timeout=1.0)
+            self._subs.clear()
+            lanes, self._lanes = list(self._lanes.values()), {}
+        for lane in lanes:
+            await lane.close()
+        for code in self.plugins.running().values():
+            code.interrupt()
+        tasks = set(self._tasks)
+        if tasks:
+            await asyncio.wait(tasks, timeout=self.settings.drain_timeout_s)
+
+    async def __aenter__(self) -> PluginWorker:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+
+class _Lane:
+    """One plugin's bounded queue and dispatcher: one call at a time, plugins never wait for each other."""
+
+    def __init__(self, worker: PluginWorker, name: str) -> None:
+        self.worker = worker
+        self.name = name
+        self.queue: asyncio.Queue[Event] = asyncio.Queue(worker.settings.queue_size)
+        self.__qualname__ = f"PluginWorker.enqueue[{name}]"
+        self._dispatcher = asyncio.create_task(self._dispatch(), name=f"plugin {name}")
+
+    def enqueue(self, event: Event) -> None:
+        """The NATS callback: queue the event, or shed it (this plugin's queue is full)."""
+        stats = self.worker.stats
+        stats.received += 1
+        try:
+            self.queue.put_nowait(event)
+        except asyncio.QueueFull:
+            stats.shed += 1
+            stats.shed_by_key[plugin_hook_id(self.name)] += 1
+            metrics.SHED.inc()
+
+    async def _dispatch(self) -> None:
+        while True:
+            event = await self.queue.get()
+            try:
+                await self.worker.run(self.name, event)
+            except Exception:
+                log.exception("plugin %s on %s could not run", self.name, event.subject)
+
+    async def close(self) -> None:
+        self._dispatcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._dispatcher

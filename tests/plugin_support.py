@@ -1,0 +1,70 @@
+"""WASM plugins for the tests, written in WAT (wasmtime compiles them when they load)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+#: The example plugin (a core module): appends "<event>\t<payload-json>\n" to events.log in its first grant.
+RECORDER = Path(__file__).resolve().parent.parent / "examples" / "plugins" / "audit-logger" / "plugin.wat"
+
+#: A core module whose on-event never returns.
+LOOP = """(module
+  (memory (export "memory") 1)
+  (func (export "alloc") (param i32) (result i32) (i32.const 1024))
+  (func (export "on-event") (param i32 i32 i32 i32) (result i64) (loop $spin (br $spin)) (i64.const 0)))"""
+
+#: A core module that grows its memory a page at a time until refused, then traps (as an allocator would).
+MEMORY_HOG = """(module
+  (memory (export "memory") 1)
+  (func (export "alloc") (param i32) (result i32) (i32.const 1024))
+  (func (export "on-event") (param i32 i32 i32 i32) (result i64)
+    (loop $more (br_if $more (i32.ne (memory.grow (i32.const 1)) (i32.const -1))))
+    unreachable))"""
+
+
+def err_component(message: str) -> str:
+    """A component with PRX's WIT export ``on-event: func(event, payload-json) -> result<_, string>``.
+
+    It returns Err(message) for ``tool_call`` and Ok for every other event.
+    """
+    data = message.encode().decode("latin-1")  # one WAT string byte per UTF-8 byte
+    return f"""(component
+  (core module $m
+    (memory (export "memory") 1)
+    (global $heap (mut i32) (i32.const 1024))
+    (func (export "realloc") (param i32 i32 i32 i32) (result i32)
+      (local $p i32) (local.set $p (global.get $heap))
+      (global.set $heap (i32.add (global.get $heap) (local.get 3))) (local.get $p))
+    (data (i32.const 100) "{data}")
+    (data (i32.const 60) "tool_call")
+    (func (export "on-event") (param $ep i32) (param $el i32) (param i32 i32) (result i32)
+      (global.set $heap (i32.const 1024))
+      (i32.store (i32.const 0) (i32.const 0))
+      (if (i32.and (i32.eq (local.get $el) (i32.const 9))
+                   (i64.eq (i64.load (local.get $ep)) (i64.load (i32.const 60))))
+        (then (i32.store (i32.const 0) (i32.const 1))
+              (i32.store (i32.const 4) (i32.const 100))
+              (i32.store (i32.const 8) (i32.const {len(message.encode())}))))
+      (i32.const 0)))
+  (core instance $i (instantiate $m))
+  (func (export "on-event") (param "event" string) (param "payload-json" string) (result (result (error string)))
+    (canon lift (core func $i "on-event") (memory (core memory $i "memory")) (realloc (core func $i "realloc")))))
+"""
+
+
+def write_plugin(workspace: Path, name: str, wat: str, manifest_tail: str = "", events: str = '["tool_call"]') -> Path:
+    """<workspace>/plugins/<name> with plugin.wat and a plugin.toml subscribing to ``events``; its folder."""
+    folder = workspace / "plugins" / name
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "plugin.wat").write_text(wat)
+    manifest = f"""[plugin]
+name = "{name}"
+version = "1.0.0"
+wasm = "plugin.wat"
+
+[[capabilities]]
+type = "hook"
+events = {events}
+{manifest_tail}"""
+    (folder / "plugin.toml").write_text(manifest)
+    return folder

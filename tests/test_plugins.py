@@ -1,0 +1,201 @@
+"""WASM plugin hooks: real modules (WAT compiled by wasmtime), a real worker and a real nats-server."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from bus import Bus
+from bus.core.errors import PluginError
+from bus.journal.entries import JournalEntry, decode_entry
+from bus.testing import EventRecorder
+from subscribers.plugins.host import load_code
+from subscribers.plugins.manifest import load_manifest
+from subscribers.plugins.worker import PluginWorker, call_plugin
+from subscribers.shell_hooks import metrics
+from subscribers.shell_hooks.hook_test import make_event
+from subscribers.shell_hooks.settings import WorkerSettings
+from subscribers.shell_hooks.shell import HookOutcome
+
+from .conftest import run_cli
+from .plugin_support import LOOP, MEMORY_HOG, RECORDER, err_component, write_plugin
+from .waiting import wait_until
+
+GRANT = """
+[[capabilities]]
+type = "filesystem"
+path = "audit"
+guest = "/audit"
+writable = true
+"""
+
+StartPlugins = Callable[..., Any]
+
+
+@pytest.fixture
+async def start_plugins(bus: Bus, workspace: Path) -> AsyncIterator[StartPlugins]:
+    workers: list[PluginWorker] = []
+
+    async def start() -> PluginWorker:
+        worker = PluginWorker(bus, workspace, WorkerSettings(queue=None, poll_interval_s=0.05))
+        await worker.start()
+        workers.append(worker)
+        return worker
+
+    yield start
+    for worker in workers:
+        await worker.stop()
+
+
+@pytest.fixture
+async def journal(bus: Bus) -> list[JournalEntry]:
+    entries: list[JournalEntry] = []
+
+    async def take(msg: Any) -> None:
+        entries.append(decode_entry(msg.data))
+
+    await bus.nc.subscribe("hookbus.journal.shell_hook", cb=take)
+    return entries
+
+
+def recorder_plugin(workspace: Path, events: str) -> Path:
+    folder = write_plugin(workspace, "audit", RECORDER.read_text(), GRANT, events)
+    (folder / "audit").mkdir()
+    return folder / "audit" / "events.log"
+
+
+def logged(log: Path) -> list[tuple[str, dict[str, Any]]]:
+    if not log.exists():
+        return []
+    lines = [line.split("\t", 1) for line in log.read_text().splitlines()]
+    return [(name, orjson.loads(payload)) for name, payload in lines]
+
+
+async def test_a_plugin_records_the_union_of_its_capabilities_through_its_granted_directory(
+    bus: Bus, workspace: Path, start_plugins: StartPlugins
+) -> None:
+    second_block = '\n[[capabilities]]\ntype = "hook"\nevents = ["prx.lifecycle.*", "eva.custom.*"]'
+    log = recorder_plugin(workspace, '["tool_call"]\n' + second_block)
+    seen = EventRecorder()
+    await bus.subscribe("prx.lifecycle.tool_call", seen)
+    await start_plugins()
+    await bus.emit("prx.lifecycle.tool_call", {"tool": "shell"}, session_id="s1")  # in both blocks: once
+    await bus.emit("eva.turn.completed", {"n": 1})  # in neither
+    await bus.emit("eva.custom.deploy", {"env": "prod"})
+    await bus.emit("prx.lifecycle.agent_start", {"agent": "a"})  # the last one: the barrier
+    await wait_until(lambda: any(name == "agent_start" for name, _ in logged(log)), what="the barrier event")
+    names = [name for name, _ in logged(log)]
+    assert sorted(names) == ["agent_start", "custom.deploy", "tool_call"]
+    raw = (await seen.wait_for(1))[0].raw
+    tool_call = next(payload for name, payload in logged(log) if name == "tool_call")
+    assert tool_call == orjson.loads(raw), "payload-json is the envelope a shell hook reads"
+
+
+async def test_err_from_a_component_is_logged_journaled_and_counted(
+    bus: Bus, workspace: Path, start_plugins: StartPlugins, journal: list[JournalEntry], caplog: Any
+) -> None:
+    write_plugin(workspace, "grumpy", err_component("disk quota: no"), events='["tool_call", "agent_end"]')
+    worker = await start_plugins()
+    assert worker.plugins.running()["grumpy"].kind == "component"
+    await bus.emit("prx.lifecycle.tool_call", {"tool": "x"}, session_id="s2")
+    await bus.emit("prx.lifecycle.agent_end", {"success": True})
+    await wait_until(lambda: len(journal) == 2, what="two journal entries")
+    by_point = {entry.point: entry for entry in journal}
+    failed, ok = by_point["prx.lifecycle.tool_call"], by_point["prx.lifecycle.agent_end"]
+    assert (failed.who, failed.phase, failed.decision) == ("plugin:grumpy", "plugin", "failed")
+    assert failed.cause == "Err: disk quota: no" and failed.session == "s2"
+    assert ok.decision == "ok" and ok.cause is None
+    assert worker.stats.failures == 1 and worker.stats.runs == 2
+    assert any("disk quota: no" in record.getMessage() for record in caplog.records)
+    stats = {(row["hook"], row["point"]): row for row in metrics.snapshot()}
+    assert stats["plugin:grumpy", "prx.lifecycle.tool_call"]["failures"] >= 1
+
+
+async def test_a_plugin_that_loops_is_stopped_at_its_time_limit_and_runs_again(workspace: Path) -> None:
+    folder = write_plugin(workspace, "spin", LOOP, "[resources]\ntimeout_ms = 100\n")
+    code = load_code(load_manifest(folder))
+    event = make_event("prx.lifecycle.tool_call", {}, None)
+    for _ in range(2):  # the trapped instance is replaced: the next event is stopped the same way, not stuck
+        result = await call_plugin(code, event, "prx.lifecycle.tool_call")
+        assert result.outcome is HookOutcome.TIMEOUT
+        assert result.reason == "stopped at its time limit of 100 ms"
+
+
+async def test_a_plugin_growing_past_its_memory_limit_is_stopped(workspace: Path) -> None:
+    folder = write_plugin(workspace, "hog", MEMORY_HOG, "[resources]\nmemory_mb = 2\n")
+    code = load_code(load_manifest(folder))
+    result = await call_plugin(code, make_event("prx.lifecycle.tool_call", {}, None), "tool_call")
+    assert result.outcome is HookOutcome.FAILED
+    assert result.reason is not None and "memory at its limit of 2 MiB" in result.reason
+
+
+async def test_a_plugin_without_a_grant_cannot_open_a_file(workspace: Path) -> None:
+    folder = write_plugin(workspace, "nogrant", RECORDER.read_text())
+    (folder / "audit").mkdir()
+    code = load_code(load_manifest(folder))
+    result = await call_plugin(code, make_event("prx.lifecycle.tool_call", {}, None), "tool_call")
+    assert result.outcome is HookOutcome.FAILED
+    assert result.reason == "Err: cannot open events.log (no directory granted?)"
+    assert not list(workspace.rglob("events.log"))
+
+
+async def test_hot_reload_keeps_the_last_good_version_over_a_broken_one(
+    bus: Bus, workspace: Path, start_plugins: StartPlugins, journal: list[JournalEntry]
+) -> None:
+    folder = write_plugin(workspace, "versioned", err_component("version one"))
+    worker = await start_plugins()
+
+    async def cause_of_next_run() -> str | None:
+        count = len(journal)
+        await bus.emit("prx.lifecycle.tool_call", {})
+        await wait_until(lambda: len(journal) > count, what="the run's journal entry")
+        return journal[-1].cause
+
+    assert await cause_of_next_run() == "Err: version one"
+    (folder / "plugin.wat").write_text("(component (this is not wat")
+    state = worker.plugins.plugins["versioned"]
+    await wait_until(lambda: state.error is not None, what="the broken version to be refused")
+    assert "plugin.wat is not a usable module" in state.error
+    assert await cause_of_next_run() == "Err: version one", "the last good version still runs"
+    (folder / "plugin.wat").write_text(err_component("version two"))
+    await wait_until(lambda: state.error is None, what="the new version to load")
+    assert await cause_of_next_run() == "Err: version two"
+
+
+@pytest.mark.parametrize(
+    ("tail", "problem"),
+    [
+        ('[[capabilities]]\ntype = "network"\n', "network is not offered to WASM plugins"),
+        ('[[capabilities]]\ntype = "clock"\n', "capabilities[1].type: 'clock' is not one of"),
+        ('[[capabilities]]\ntype = "filesystem"\npath = "missing"\n', "capabilities[1].path:"),
+        ("[resources]\nmemory_mb = 65\n", "memory_mb"),
+    ],
+)
+def test_manifest_problems_are_named(workspace: Path, tail: str, problem: str) -> None:
+    folder = write_plugin(workspace, "bad", LOOP, tail)
+    with pytest.raises(PluginError, match="plugin bad:") as caught:
+        load_manifest(folder)
+    assert problem in str(caught.value)
+
+
+def test_a_bad_pattern_and_a_foreign_name_are_refused(workspace: Path) -> None:
+    with pytest.raises(PluginError, match=r"events\[0\]"):
+        load_manifest(write_plugin(workspace, "pat", LOOP, events='["a..b"]'))
+    folder = write_plugin(workspace, "named", LOOP)
+    (folder / "plugin.toml").write_text((folder / "plugin.toml").read_text().replace('"named"', '"other"'))
+    with pytest.raises(PluginError, match="differs from its folder name"):
+        load_manifest(folder)
+
+
+def test_cli_lists_plugins_and_tests_one(workspace: Path) -> None:
+    write_plugin(workspace, "grumpy", err_component("nope"))
+    listed = run_cli("plugins", "--workspace", str(workspace))
+    assert listed.returncode == 0, listed.stderr
+    assert "grumpy 1.0.0 (component, plugin.wat): prx.lifecycle.tool_call" in listed.stdout
+    tested = run_cli("plugins", "test", "grumpy", "tool_call", '{"tool": "x"}', "--workspace", str(workspace))
+    assert tested.returncode == 1
+    assert "plugin grumpy (component) on prx.lifecycle.tool_call: failed: Err: nope" in tested.stdout
