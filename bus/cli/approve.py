@@ -1,4 +1,4 @@
-"""``hookbus approve NAME``: approve a waiting handler (``module.handler``) or all of a module's."""
+"""``hookbus approve NAME``: approve a waiting handler (``module.handler``) or all of a module's; journaled."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import argparse
 from bus.cli.middleware import add_options, open_view
 from bus.cli.workspace import bus_name
 from bus.core.errors import MiddlewareError
-from bus.middleware.kernel.approvals import approve
+from bus.operator import approve_journaled, local_actor
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -27,7 +27,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 async def run(args: argparse.Namespace) -> int:
     async with open_view(args, "hookbus-approve") as (bus, view):
         try:
-            approved = await approve(view, args.name)
+            approved = await approve_journaled(bus, view, args.name, local_actor())
         except MiddlewareError as exc:
             raise MiddlewareError(f"{exc} on {bus_name(bus.servers)}") from None
         for decl in approved:

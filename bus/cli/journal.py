@@ -141,17 +141,10 @@ def output_lines(entry: JournalEntry) -> list[str]:
     return lines
 
 
-def known_decisions() -> list[str]:
-    """What the journal's writers put in ``decision``: middleware outcomes and decisions, hook runs, triggers."""
-    from bus.middleware.faults import Outcome
-    from subscribers.shell_hooks.shell import HookOutcome
-
-    written = {"continue", "cancel", "patch", "denied", "detached", "fired", "suppressed"}
-    return sorted({*written, *(o.value for o in Outcome), *(o.value for o in HookOutcome)})
-
-
 def check_decision(value: str) -> None:
     """A --decision nobody writes is refused (naming the valid ones), not answered with an empty table."""
+    from subscribers.journal.decisions import known_decisions
+
     valid = known_decisions()
     if value not in valid:
         meant = closest(value, valid)

@@ -9,7 +9,6 @@ line says the hookbus or module version and when it was last heard of.
 from __future__ import annotations
 
 import argparse
-import time
 from typing import Any
 
 import orjson
@@ -17,18 +16,7 @@ import orjson
 from bus.cli.middleware import add_options, open_view
 from bus.cli.workspace import bus_name
 from bus.core.visible import visible
-from bus.middleware.kernel.view import View
-from bus.middleware.registry import version_of
-from bus.presence import Present, read_presence
-
-#: The sections, in order: presence component kind -> heading.
-SECTIONS = {
-    "bus": "buses (hookbus up)",
-    "agent": "agents",
-    "worker": "workers",
-    "trigger_engine": "trigger engines",
-    "journal_sink": "journal sinks",
-}
+from bus.status_report import SECTIONS, status_report
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -50,51 +38,6 @@ def ago(seconds: float) -> str:
     if seconds < 7200:
         return f"{seconds / 60:.0f}m ago"
     return f"{seconds / 3600:.0f}h ago"
-
-
-def process_rows(present: list[Present]) -> dict[str, list[dict[str, Any]]]:
-    """Each component of each present process, by kind (sections in SECTIONS order)."""
-    rows: dict[str, list[dict[str, Any]]] = {kind: [] for kind in SECTIONS}
-    for item in sorted(present, key=lambda p: (p.record.process, p.key)):
-        rec = item.record
-        for part in rec.components:
-            rows[part.kind].append(
-                {
-                    "name": part.name,
-                    "detail": part.detail,
-                    "process": rec.process,
-                    "user": rec.user,
-                    "where": f"{rec.host}:{rec.pid}",
-                    "version": rec.version,
-                    "last_seen_s": round(item.age_s, 1),
-                    "silent": item.silent,
-                }
-            )
-    return rows
-
-
-def module_rows(view: View) -> list[dict[str, Any]]:
-    """Each live module: its instances (version, where, last heard) and its handlers with trust state."""
-    now = time.time()
-    modules: dict[str, dict[str, Any]] = {}
-    for ann, heard in view.instances.values():
-        entry = modules.setdefault(ann.module, {"name": ann.module, "instances": [], "handlers": {}})
-        entry["instances"].append(
-            {"instance": ann.instance, "version": version_of(ann.declarations), "last_seen_s": round(now - heard, 1)}
-        )
-        for decl in ann.declarations:
-            trust = view.trust_of(decl)
-            entry["handlers"][decl.qualname] = {
-                "name": decl.qualname,
-                "stage": decl.stage,
-                "fail_closed": decl.fail_closed,
-                "state": trust.value,
-                "runs": trust.runs,
-            }
-    return [
-        {**entry, "handlers": sorted(entry["handlers"].values(), key=lambda h: h["name"])}
-        for _, entry in sorted(modules.items())
-    ]
 
 
 def lines_of(rows: dict[str, list[dict[str, Any]]], modules: list[dict[str, Any]]) -> list[str]:
@@ -136,15 +79,13 @@ def _module_lines(modules: list[dict[str, Any]]) -> list[str]:
 
 async def run(args: argparse.Namespace) -> int:
     async with open_view(args, "hookbus-status") as (bus, view):
-        present, problems = await read_presence(bus)
+        report = await status_report(bus, view)
         where = bus_name(bus.servers)
-        rows = process_rows(present)
-        modules = module_rows(view)
     if args.json:
-        print(orjson.dumps({"nats": where, **rows, "modules": modules, "problems": problems}).decode())
+        print(orjson.dumps({"nats": where, **report}).decode())
         return 0
     print(f"on {where}:")
-    print("\n".join(lines_of(rows, modules)))
-    for problem in problems:
+    print("\n".join(lines_of(report, report["modules"])))
+    for problem in report["problems"]:
         print(f"(ignored: {visible(problem)})")
     return 0

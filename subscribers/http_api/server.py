@@ -16,6 +16,12 @@ and ids ``event`` or ``event:n`` (``{"status": "deleted" | "toggled"}``). Every
 endpoint needs ``Authorization: Bearer <token>`` (401 otherwise). Writes are
 validated like hooks.json (400 with the reason), written atomically, and
 handed to ``on_write`` (the worker's reload) so they take effect at once.
+
+With a console (``hookbus up``), the same app serves the operator's console
+(``/console/``: its files need no token, every API route does; see
+``console_api``), and every write to hooks.json is journaled (kind
+``shell_hook``, phase ``config``) with its actor: ``console`` when the request
+says ``X-Hookbus-Actor: console``, else ``api``.
 """
 
 from __future__ import annotations
@@ -30,6 +36,9 @@ import orjson
 from aiohttp import web
 
 from bus.core.errors import ConfigError, HookConfigError, HookNotFound
+from bus.journal.entries import JournalEntry, publish_entry
+from subscribers.http_api import console_api, console_files
+from subscribers.http_api.console_api import CONSOLE, Console
 from subscribers.http_api.token import token_matches
 from subscribers.shell_hooks import metrics
 from subscribers.shell_hooks.hooks_store import HooksStore
@@ -46,6 +55,8 @@ _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _STORE: Final = web.AppKey("store", HooksStore)
 _TOKEN: Final = web.AppKey("token", str)
 _ON_WRITE: Final = web.AppKey("on_write", object)
+#: The header the console sends so that its writes are journaled as its own.
+ACTOR_HEADER: Final = "X-Hookbus-Actor"
 
 
 def _json(data: Any, status: int = 200) -> web.Response:
@@ -58,7 +69,9 @@ def _error(status: int, message: str) -> web.Response:
 
 @web.middleware
 async def _guard(request: web.Request, handler: _Handler) -> web.StreamResponse:
-    """Authenticate, and turn hookbus errors into JSON error responses."""
+    """Authenticate (but the console's own files), and turn hookbus errors into JSON error responses."""
+    if request.method == "GET" and console_files.is_public(request.path) and CONSOLE in request.app:
+        return await handler(request)
     if not token_matches(request.headers.get("Authorization"), request.app[_TOKEN]):
         response = _error(401, "missing or wrong bearer token")
         response.headers["WWW-Authenticate"] = "Bearer"
@@ -80,10 +93,16 @@ async def _body(request: web.Request) -> Any:
         raise HookConfigError(f"request body is not valid JSON ({exc})") from None
 
 
-async def _written(request: web.Request) -> None:
+async def _written(request: web.Request, hook_id: str, event: str, decision: str) -> None:
+    """Reload the worker, and journal the write with its actor where a console's bus can."""
     on_write = request.app[_ON_WRITE]
     if callable(on_write):
         await on_write()
+    console = request.app.get(CONSOLE)
+    if console is not None:
+        actor = "console" if request.headers.get(ACTOR_HEADER) == "console" else "api"
+        entry = JournalEntry("shell_hook", event, "config", hook_id, decision, f"{decision} by {actor}")
+        await publish_entry(console.bus, entry)
 
 
 async def list_hooks(request: web.Request) -> web.Response:
@@ -97,7 +116,7 @@ async def list_hooks(request: web.Request) -> web.Response:
 async def create_hook(request: web.Request) -> web.Response:
     body = await _body(request)
     entry = await request.app[_STORE].create(body)
-    await _written(request)
+    await _written(request, entry.id, entry.event, "created")
     if is_prx_body(body):
         return _json({"status": "created", "event": entry.event, "id": entry.id}, 201)
     return _json(entry.to_api(), 201)
@@ -107,7 +126,7 @@ async def update_hook(request: web.Request) -> web.Response:
     body = await _body(request)
     hook_id = request.match_info["id"]
     entry = await request.app[_STORE].update(hook_id, body)
-    await _written(request)
+    await _written(request, entry.id, entry.event, "updated")
     if is_prx_body(body):
         return _json({"status": "updated", "id": hook_id})
     return _json(entry.to_api())
@@ -116,7 +135,7 @@ async def update_hook(request: web.Request) -> web.Response:
 async def delete_hook(request: web.Request) -> web.Response:
     hook_id = request.match_info["id"]
     by_prx_id = await request.app[_STORE].delete(hook_id)
-    await _written(request)
+    await _written(request, hook_id, "-", "deleted")
     if by_prx_id:
         return _json({"status": "deleted", "id": hook_id})
     return web.Response(status=204)
@@ -125,7 +144,7 @@ async def delete_hook(request: web.Request) -> web.Response:
 async def toggle_hook(request: web.Request) -> web.Response:
     hook_id = request.match_info["id"]
     entry, by_prx_id = await request.app[_STORE].toggle(hook_id)
-    await _written(request)
+    await _written(request, entry.id, entry.event, "enabled" if entry.enabled else "disabled")
     if by_prx_id:
         return _json({"status": "toggled", "id": hook_id, "enabled": entry.enabled})
     return _json({"id": entry.id, "enabled": entry.enabled})
@@ -136,8 +155,10 @@ async def hook_metrics(request: web.Request) -> web.Response:
     return _json({"metrics": metrics.snapshot()})
 
 
-def make_app(hooks_path: Path, token: str, on_write: OnWrite | None = None) -> web.Application:
-    """The aiohttp application of the hooks API for one hooks.json."""
+def make_app(
+    hooks_path: Path, token: str, on_write: OnWrite | None = None, console: Console | None = None
+) -> web.Application:
+    """The aiohttp application of the hooks API for one hooks.json (and of the console, given one)."""
     app = web.Application(middlewares=[_guard], client_max_size=MAX_BODY)
     app[_STORE] = HooksStore(hooks_path)
     app[_TOKEN] = token
@@ -148,6 +169,9 @@ def make_app(hooks_path: Path, token: str, on_write: OnWrite | None = None) -> w
     app.router.add_put("/api/hooks/{id}", update_hook)
     app.router.add_delete("/api/hooks/{id}", delete_hook)
     app.router.add_patch("/api/hooks/{id}/toggle", toggle_hook)
+    if console is not None:
+        console_api.add_routes(app, console)
+        console_files.add_routes(app)
     return app
 
 

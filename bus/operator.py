@@ -1,0 +1,70 @@
+"""What an operator does to the middleware, journaled: approve a waiting handler, detach a gone guard.
+
+``hookbus approve`` / ``hookbus detach`` and the console call these same
+functions; ``actor`` says who acted (``user@host`` for the CLI, ``console``
+for the browser) and ends up in each journal entry's cause.
+"""
+
+from __future__ import annotations
+
+import getpass
+import socket
+from typing import Final
+
+from bus.client import Bus
+from bus.core.declaration import Declaration
+from bus.core.errors import MiddlewareError
+from bus.core.stages import phase
+from bus.core.subjects import MODULE_DETACHED
+from bus.journal.entries import JournalEntry, publish_entry
+from bus.middleware.guards import GuardRecord, designates, detach
+from bus.middleware.kernel.approvals import approve
+from bus.middleware.kernel.view import View
+
+#: The journal decisions of operators' actions: on middleware handlers, and on hooks.json through the API.
+OPERATOR_DECISIONS: Final = ("approved", "detached", "created", "updated", "deleted", "enabled", "disabled")
+
+
+def local_actor() -> str:
+    """``user@host``: who runs this process, as the CLI names the operator."""
+    return f"{getpass.getuser()}@{socket.gethostname()}"
+
+
+async def approve_journaled(bus: Bus, view: View, name: str, actor: str) -> list[Declaration]:
+    """Approve the waiting handlers ``name`` designates; journal each as ``approved by <actor>``."""
+    approved = await approve(view, name)
+    for decl in approved:
+        entry = JournalEntry("middleware", decl.stage, phase(decl.stage), decl.qualname, "approved")
+        entry.cause = f"approved by {actor}"
+        entry.identity = decl.identity()
+        await publish_entry(bus, entry)
+    await bus.flush()
+    return approved
+
+
+async def detach_journaled(bus: Bus, view: View, name: str, actor: str) -> list[GuardRecord]:
+    """Detach the gone fail-closed guards ``name`` designates; journal each and announce eva.module.detached.
+
+    Refused (MiddlewareError) while an instance of one of them is alive, or when none matches.
+    """
+    alive = sorted(q for q, (decl, _) in view.declarations().items() if designates(name, decl))
+    if alive:
+        raise MiddlewareError(f"{', '.join(alive)} is alive: stop its module first (detach ends gone guards)")
+    if view.guards_kv is None:
+        raise MiddlewareError("the middleware view is not started: nothing to detach")
+    records = list(view.guards.values())
+    gone = sorted({r.decl.qualname for r in records})
+    done = await detach(view.guards_kv, records, name)
+    if not done:
+        raise MiddlewareError(f"no gone guard named {name!r} (recorded guards: {', '.join(gone) or 'none'})")
+    cause = f"detached by {actor}"
+    for rec in done:
+        decl = rec.decl
+        entry = JournalEntry("middleware", decl.stage, phase(decl.stage), decl.qualname, "detached", cause)
+        entry.identity = rec.identity
+        await publish_entry(bus, entry)
+    for module in sorted({rec.decl.module for rec in done}):
+        handlers = sorted(rec.decl.qualname for rec in done if rec.decl.module == module)
+        await bus.emit(MODULE_DETACHED, {"module": module, "handlers": handlers, "reason": cause})
+    await bus.flush()
+    return done

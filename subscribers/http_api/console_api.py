@@ -1,0 +1,316 @@
+"""The console's API routes: journal, session timeline, middleware chains and approvals, status, live events.
+
+Each route calls what the matching command calls (``hookbus journal`` ->
+:class:`~subscribers.journal.store.JournalStore`, ``journal --events`` ->
+:mod:`subscribers.history.timeline`, ``chain``/``approvals`` -> the kernel's
+:class:`~bus.middleware.kernel.view.View`, ``approve``/``detach`` ->
+:mod:`bus.operator`, ``status`` -> :mod:`bus.status_report`), so the console
+is no second path. Actions are journaled with ``console`` as the actor.
+
+::
+
+    GET  /api/journal?kind=&point=&who=&decision=&session=&since=&until=&limit=
+    GET  /api/journal/timeline?session=S[&since_s=]   events (recorded history) and entries, in time order
+    GET  /api/middleware                              every stage's chain, holds and approval queue
+    POST /api/middleware/approve   {"name"}           approve a waiting handler (or a module's)
+    POST /api/middleware/detach    {"name"}           detach a gone fail-closed guard
+    GET  /api/status                                  what ``hookbus status --json`` prints
+    GET  /api/live?pattern=&session=&agent=           server-sent events (sampled above DISPLAY_RATE)
+    GET  /api/live/{id}/payload                       the whole payload of a recent event
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import time
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import orjson
+from aiohttp import web
+
+from bus.client import Bus
+from bus.core.errors import ConfigError, HookbusError, MiddlewareError
+from bus.core.quantities import parse_duration
+from bus.core.schema import TrustRecord, decode
+from bus.journal.entries import KINDS, canonical_time
+from bus.middleware.kernel.approvals import queue
+from bus.middleware.kernel.view import Link, StageChain, View
+from bus.middleware.registry import TRUST_BUCKET, open_bucket
+from bus.middleware.trust import trust_key
+from bus.operator import approve_journaled, detach_journaled
+from bus.service import ServiceContext
+from bus.status_report import status_report
+from subscribers.history.timeline import MAX_ENTRIES, entry_lines, event_lines, merged
+from subscribers.http_api.live import LiveFeed, LiveFilter, next_batch, sse
+from subscribers.journal.decisions import known_decisions
+from subscribers.journal.store import DB_NAME, JournalStore, Query, entry_json
+
+#: Who the console's actions are journaled as.
+ACTOR: Final = "console"
+#: The most journal rows one search returns.
+MAX_ROWS: Final = 1000
+#: A keep-alive comment on an idle live stream this often (proxies close silent connections).
+KEEPALIVE_S: Final = 15.0
+
+
+@dataclass
+class Console:
+    """What the console's routes work on: a Bus of its own, the kernel's view, the journal, the live feed."""
+
+    bus: Bus
+    view: View
+    workspace: Path
+    live: LiveFeed
+
+    def journal(self) -> JournalStore:
+        path = self.workspace / DB_NAME
+        if not path.exists():
+            raise ConfigError(f"no journal at {path} yet: the journal sink creates it with the first entry")
+        return JournalStore(path)
+
+
+CONSOLE: Final = web.AppKey("console", Console)
+
+
+@asynccontextmanager
+async def open_console(ctx: ServiceContext) -> AsyncIterator[Console]:
+    """The console's own connection (a flood on the live view cannot cost the shared one its messages)."""
+    async with AsyncExitStack() as stack:
+        bus = await stack.enter_async_context(ctx.connect("hookbus-console"))
+        view = await bus.middleware.start()
+        live = LiveFeed(bus)
+        stack.push_async_callback(live.close)
+        yield Console(bus, view, ctx.workspace, live)
+
+
+def add_routes(app: web.Application, console: Console) -> None:
+    app[CONSOLE] = console
+    app.router.add_get("/api/journal", journal)
+    app.router.add_get("/api/journal/timeline", timeline)
+    app.router.add_get("/api/middleware", middleware)
+    app.router.add_post("/api/middleware/approve", approve)
+    app.router.add_post("/api/middleware/detach", detach)
+    app.router.add_get("/api/status", status)
+    app.router.add_get("/api/live", live)
+    app.router.add_get("/api/live/{id}/payload", live_payload)
+
+
+def _json(data: Any, status: int = 200) -> web.Response:
+    return web.Response(body=orjson.dumps(data), status=status, content_type="application/json")
+
+
+def _bad(message: str) -> web.HTTPBadRequest:
+    return web.HTTPBadRequest(body=orjson.dumps({"error": message}), content_type="application/json")
+
+
+# -- journal
+
+
+def journal_query(params: Any) -> Query:
+    """A journal search from query parameters, checked as ``hookbus journal`` checks its flags."""
+    kind = params.get("kind") or None
+    if kind is not None and kind not in KINDS:
+        raise _bad(f"kind {kind!r} is not one of {', '.join(KINDS)}")
+    decision = params.get("decision") or None
+    if decision is not None and decision not in known_decisions():
+        raise _bad(f"decision {decision!r} is not a journal decision (valid: {', '.join(known_decisions())})")
+    try:
+        limit = int(params.get("limit") or 100)
+        since, until = (canonical_time(params[b]) if params.get(b) else None for b in ("since", "until"))
+    except ValueError:
+        raise _bad(f"limit {params.get('limit')!r} is not a whole number") from None
+    except HookbusError as exc:
+        raise _bad(str(exc)) from None
+    if not 1 <= limit <= MAX_ROWS:
+        raise _bad(f"limit {limit} must be between 1 and {MAX_ROWS}")
+    point, who, session = (params.get(name) or None for name in ("point", "who", "session"))
+    return Query(point, who, decision, session, kind, since, until, limit=limit)
+
+
+async def journal(request: web.Request) -> web.Response:
+    query = journal_query(request.query)
+    store = request.app[CONSOLE].journal()
+    try:
+        rows = await asyncio.to_thread(store.query, query)
+    finally:
+        store.close()
+    return _json({"entries": [entry_json(seq, row) for seq, row in reversed(rows)]})
+
+
+async def timeline(request: web.Request) -> web.Response:
+    """A session's events (where recorded) and journal entries side by side, in time order."""
+    session = request.query.get("session")
+    if not session:
+        raise _bad("give a session: the timeline is one session's")
+    try:
+        since_s = parse_duration(request.query.get("since") or "7d", "since")
+    except ConfigError as exc:
+        raise _bad(str(exc)) from None
+    console = request.app[CONSOLE]
+    store = console.journal()
+    try:
+        rows = await asyncio.to_thread(store.query, Query(session=session, limit=MAX_ENTRIES))
+    finally:
+        store.close()
+    recorded, note = True, None
+    try:
+        events = await event_lines(console.bus, session, since_s)
+    except ConfigError as exc:  # nothing recorded: the journal's side alone
+        events, recorded, note = [], False, str(exc)
+    lines = [line.json for line in merged(events, entry_lines([row.entry for _, row in rows]))]
+    return _json({"session": session, "recorded": recorded, "note": note, "lines": lines})
+
+
+# -- middleware
+
+
+def _link(link: Link, view: View, state: str | None = None) -> dict[str, Any]:
+    decl = link.decl
+    instances = [heard for ann, heard in view.instances.values() if ann.module == decl.module]
+    return {
+        "name": decl.qualname,
+        "module": decl.module,
+        "state": state or link.trust.value,
+        "fail_closed": decl.fail_closed,
+        "timeout": decl.timeout,
+        "match": sorted(link.match) if link.match else None,
+        "before": list(decl.before),
+        "after": list(decl.after),
+        "instances": len(instances),
+        "last_seen_s": round(time.monotonic() - max(instances), 1) if instances else None,
+        "hold": link.hold,
+        "identity": link.identity,
+    }
+
+
+def _chain(chain: StageChain, view: View) -> dict[str, Any]:
+    return {
+        "stage": chain.stage,
+        "broken": chain.broken,
+        "guard": chain.guard,
+        "links": [_link(link, view) for link in chain.links],
+        "holds": [_link(link, view, "gone") for link in chain.holds],
+        "waiting": [_link(link, view, "waiting") | {"trust": link.trust.value} for link in chain.waiting],
+    }
+
+
+def declaration_diff(approved: dict[str, Any] | None, now: dict[str, Any]) -> list[str]:
+    """A unified diff of the normalised declaration approved before and the one waiting now."""
+    before = orjson.dumps(approved, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode() if approved else ""
+    after = orjson.dumps(now, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode()
+    return list(difflib.unified_diff(before.splitlines(), after.splitlines(), "approved", "declared now", lineterm=""))
+
+
+async def _approved_declarations(console: Console, names: list[str]) -> dict[str, dict[str, Any]]:
+    """The declaration each named handler was last approved as (from the trust store), where there is one."""
+    kv = await open_bucket(console.bus, TRUST_BUCKET)
+    out: dict[str, dict[str, Any]] = {}
+    for name in names:
+        entry = await kv.get(name)
+        if entry is None or not entry.value:
+            continue
+        try:
+            out[name] = decode(entry.value, TrustRecord, "trust value", ValueError).declaration
+        except ValueError:
+            continue  # unreadable: shown as a new declaration
+    return out
+
+
+async def middleware(request: web.Request) -> web.Response:
+    console = request.app[CONSOLE]
+    view = console.view
+    waiting = queue(view)
+    approved = await _approved_declarations(console, [trust_key(w.decl) for w in waiting])
+    approvals = [
+        {
+            "name": w.decl.qualname,
+            "stage": w.decl.stage,
+            "state": w.state.value,
+            "fail_closed": w.decl.fail_closed,
+            "identity": w.decl.identity(),
+            "diff": declaration_diff(approved.get(trust_key(w.decl)), w.decl.to_wire()),
+        }
+        for w in waiting
+    ]
+    chains = [_chain(view.chains[stage], view) for stage in sorted(view.chains)]
+    return _json({"chains": chains, "approvals": approvals, "switches": False})
+
+
+async def _name(request: web.Request) -> str:
+    try:
+        body = orjson.loads(await request.read())
+    except orjson.JSONDecodeError as exc:
+        raise _bad(f"request body is not valid JSON ({exc})") from None
+    name = body.get("name") if isinstance(body, dict) else None
+    if not isinstance(name, str) or not name:
+        raise _bad('give {"name": "module.handler"} (or a module)')
+    return name
+
+
+async def approve(request: web.Request) -> web.Response:
+    name = await _name(request)
+    console = request.app[CONSOLE]
+    try:
+        done = await approve_journaled(console.bus, console.view, name, ACTOR)
+    except MiddlewareError as exc:
+        return _json({"error": str(exc)}, 409)
+    return _json({"approved": [{"name": d.qualname, "identity": d.identity()} for d in done]})
+
+
+async def detach(request: web.Request) -> web.Response:
+    name = await _name(request)
+    console = request.app[CONSOLE]
+    try:
+        done = await detach_journaled(console.bus, console.view, name, ACTOR)
+    except MiddlewareError as exc:
+        return _json({"error": str(exc)}, 409)
+    return _json({"detached": [{"name": r.decl.qualname, "identity": r.identity} for r in done]})
+
+
+# -- status
+
+
+async def status(request: web.Request) -> web.Response:
+    console = request.app[CONSOLE]
+    report = await status_report(console.bus, console.view)
+    return _json({"nats": console.bus.servers, **report})
+
+
+# -- live
+
+
+async def live(request: web.Request) -> web.StreamResponse:
+    """Server-sent events: ``hello`` (the display rate), then ``events`` batches and ``sampled`` counts."""
+    query = request.query
+    try:
+        wanted = LiveFilter.of(query.get("pattern"), query.get("session"), query.get("agent"))
+    except HookbusError as exc:
+        raise _bad(str(exc)) from None
+    feed = request.app[CONSOLE].live
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store"})
+    await response.prepare(request)
+    viewer = await feed.join(wanted)
+    try:
+        await response.write(sse("hello", {"rate": feed.rate, "pattern": wanted.pattern}))
+        while True:
+            await response.write(await next_batch(viewer, KEEPALIVE_S))
+    except ConnectionResetError:
+        pass  # the browser left
+    finally:
+        await feed.leave(viewer)
+    return response
+
+
+async def live_payload(request: web.Request) -> web.Response:
+    event = request.app[CONSOLE].live.recent(request.match_info["id"])
+    if event is None:
+        return _json({"error": "no such recent event (the live view keeps the last ones only)"}, 404)
+    try:
+        return _json({"id": event.id, "payload": await event.full_payload()})
+    except HookbusError as exc:
+        return _json({"error": str(exc)}, 502)

@@ -1,0 +1,16 @@
+"""What the journal's writers put in ``decision``: middleware outcomes and decisions, hook runs, triggers, operators.
+
+``hookbus journal --decision`` and the console's journal search refuse anything else, naming the valid ones.
+"""
+
+from __future__ import annotations
+
+from bus.middleware.faults import Outcome
+from bus.operator import OPERATOR_DECISIONS
+from subscribers.shell_hooks.shell import HookOutcome
+
+
+def known_decisions() -> list[str]:
+    """Every decision a journal writer records, sorted."""
+    written = {"continue", "cancel", "patch", "denied", "fired", "suppressed", *OPERATOR_DECISIONS}
+    return sorted({*written, *(o.value for o in Outcome), *(o.value for o in HookOutcome)})
