@@ -28,7 +28,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("adapters", ("bus.adapters",)),
     # The façade: Bus, Module (whose serve() opens a Bus), the service contract of ``hookbus up``, test helpers.
     # (bus.presence: each process's presence record, kept through the Bus; bus.operator: approve and detach,
-    # journaled; bus.status_report: what hookbus status lists.)
+    # journaled; bus.status_report: what hookbus status lists; bus.switching: enable/disable/grant/revoke, journaled.)
     (
         "facade",
         (
@@ -39,8 +39,10 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "bus.middleware.handler.module",
             "bus.operator",
             "bus.presence",
+            "bus.records",
             "bus.service",
             "bus.status_report",
+            "bus.switching",
             "bus.sync",
             "bus.testing",
         ),

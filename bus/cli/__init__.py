@@ -37,6 +37,7 @@ def _commands() -> tuple[ModuleType, ...]:
         replay,
         serve,
         status,
+        switch,
         tail,
         triggers,
         up,
@@ -63,6 +64,7 @@ def _commands() -> tuple[ModuleType, ...]:
         approvals,
         approve,
         detach,
+        switch,
         demo,
     )
 

@@ -16,6 +16,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="Show each stage's middleware chain in the order the kernel calls it.",
     )
     parser.add_argument("stage", nargs="?", default=None, help="only this stage (default: every declared stage)")
+    parser.add_argument("--agent", default=None, metavar="A", help="the chains as agent A gets them (its grants)")
     add_options(parser, trust=True)
     parser.set_defaults(func=run)
 
@@ -31,7 +32,7 @@ async def run(args: argparse.Namespace) -> int:
             if chain is None:
                 print(f"{stage}  (no handler declared on {where}: intercepts continue without a network call)")
                 continue
-            print("\n".join(describe_chain(chain, view)))
+            print("\n".join(describe_chain(chain, view, args.agent)))
         if not args.stage:
             idle = [stage for stage in DESCRIPTIONS if stage not in view.chains]
             if idle:

@@ -77,20 +77,35 @@ def describe_link(position: int | str, link: Link, replicas: int) -> str:
         parts.append(f"before {','.join(decl.before)}")
     if decl.after:
         parts.append(f"after {','.join(decl.after)}")
+    if decl.priority:
+        parts.append(f"priority {decl.priority}")
+    for field, patterns in decl.when.to_wire().items():
+        parts.append(f"when {field} {','.join(patterns)}")
+    if link.agents is not None:
+        parts.append(f"granted to {','.join(sorted(link.agents)) or 'no agent'}")
     parts.append(f"{replicas} instance{'s' if replicas != 1 else ''}")
     return "  ".join(parts)
 
 
-def describe_chain(chain: StageChain, view: View) -> list[str]:
-    """The chain in call order, then the guards holding the stage, then handlers waiting for approval."""
+def describe_chain(chain: StageChain, view: View, agent: str | None = None) -> list[str]:
+    """The chain in call order, then the guards holding the stage, then handlers disabled or waiting for approval.
+
+    ``agent``: only the handlers that apply to that agent are numbered; the others are listed as not for it.
+    """
     if chain.broken:
         effect = f"calls cancelled, {chain.guard} is fail-closed" if chain.guard else "not called"
         lines = [f"{chain.stage}  BROKEN ({effect}): {chain.broken}"]
         lines += [f"  - {name}" for name in sorted(decl.qualname for decl, _ in _on_stage(view, chain.stage))]
     else:
-        lines = [chain.stage]
-        for position, link in enumerate(chain.links, 1):
+        lines = [chain.stage if agent is None else f"{chain.stage}  (for agent {agent})"]
+        mine = [link for link in chain.links if agent is None or link.agents is None or agent in link.agents]
+        for position, link in enumerate(mine, 1):
             lines.append(describe_link(position, link, replicas(view, link.decl.module)))
+        for link in chain.links:
+            if link not in mine:
+                lines.append(describe_link("x", link, replicas(view, link.decl.module)) + f"  not for {agent}")
+    for link in chain.disabled:
+        lines.append(describe_link("-", link, replicas(view, link.decl.module)) + "  DISABLED (hookbus enable)")
     for link in chain.holds:
         name = link.decl.qualname
         lines.append(

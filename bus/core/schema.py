@@ -151,12 +151,36 @@ class TrustRecord(msgspec.Struct, kw_only=True):
     approved_by: str
     how: str  # "approved" or "trust-new"
     at: float
+    #: When this handler was first approved (kept across re-approvals): equal priorities run in this order.
+    first_at: float | None = None
 
 
 class TrustApproval(msgspec.Struct):
     """What a kernel reads of a trust value: only ``identity`` (docs/protocol.md, Trust)."""
 
     identity: str
+
+
+class TrustOrder(msgspec.Struct):
+    """What a kernel reads of a trust value to order a chain: when the handler was first approved.
+
+    Records written before ``first_at`` existed give their ``at`` (the last approval) instead.
+    """
+
+    at: float | None = None
+    first_at: float | None = None
+
+
+class SwitchRecordMsg(msgspec.Struct, kw_only=True):
+    """A ``switch.<module>.<handler>`` value of the trust bucket: the operator's switches of one handler.
+
+    ``agents`` null: the handler applies to every agent (global); a list: only to those agents.
+    """
+
+    enabled: bool = True
+    agents: list[Token] | None = None
+    by: str = ""
+    at: float = 0.0
 
 
 class GuardRecordMsg(msgspec.Struct, kw_only=True):
@@ -228,6 +252,10 @@ class RequestCtx(msgspec.Struct, kw_only=True):
     depth: RequestDepth = 0
     id: str = ""  # the intercept's id, shared by its requests and journal entries
     deadline: float = 0.0  # Unix time
+    #: Sent only when the caller gave them (docs/protocol.md, Context): whose message, which template, which process.
+    user: str | msgspec.UnsetType = msgspec.UNSET
+    template: str | msgspec.UnsetType = msgspec.UNSET
+    process: str | msgspec.UnsetType = msgspec.UNSET
 
 
 class MiddlewareRequest(msgspec.Struct, kw_only=True):

@@ -27,7 +27,7 @@ import msgspec
 
 from bus.core.declaration import Declaration
 from bus.core.errors import ConfigError
-from bus.core.schema import TrustApproval, TrustRecord, decode
+from bus.core.schema import TrustApproval, TrustOrder, TrustRecord, decode
 from bus.core.subjects import TOKEN_RE
 
 
@@ -47,16 +47,34 @@ def trust_key(decl: Declaration) -> str:
     return decl.qualname
 
 
-def trust_record(decl: Declaration, how: str) -> bytes:
-    """The trust store value approving ``decl`` as it is declared now."""
+def trust_record(decl: Declaration, how: str, previous: bytes | None = None) -> bytes:
+    """The trust store value approving ``decl`` as it is declared now.
+
+    ``previous``: the value it replaces; its first approval time is kept, so a
+    re-approved handler keeps its place among equal priorities.
+    """
+    now = time.time()
     record = TrustRecord(
         identity=decl.identity(),
         declaration=decl.to_wire(),
         approved_by=f"{getpass.getuser()}@{socket.gethostname()}",
         how=how,
-        at=time.time(),
+        at=now,
+        first_at=first_approved(previous) or now,
     )
     return msgspec.json.encode(record)
+
+
+def first_approved(data: bytes | None) -> float | None:
+    """When a trust store value's handler was first approved (its ``at`` for records older than ``first_at``)."""
+    if not data:
+        return None
+    try:
+        order = decode(data, TrustOrder, "trust value", ValueError)
+    except ValueError:
+        return None
+    moment = order.first_at if order.first_at is not None else order.at
+    return moment if moment is not None and moment > 0 else None
 
 
 def approved_identity(data: bytes | None) -> str | None:

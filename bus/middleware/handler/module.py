@@ -62,6 +62,10 @@ class StageCtx:
     deadline: float  # Unix time (seconds) after which the kernel stops waiting
     request_id: str
     bus: Bus | None
+    #: Whose message (the agent's user), which agent template, which process: when the caller gave them.
+    user: str | None = None
+    template: str | None = None
+    process: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,6 +261,11 @@ def _reaction(handler: str, outcome: Outcome, decision: Decision, ms: float, cau
     return ReactionMsg(handler=handler, outcome=outcome.value, decision=kind, duration_ms=ms, cause=cause)
 
 
+def _given(value: str | msgspec.UnsetType) -> str | None:
+    """A ctx field the kernel may leave out: None when it did."""
+    return None if isinstance(value, msgspec.UnsetType) else value
+
+
 def _stage_ctx(decl: Declaration, wire_ctx: RequestCtx, bus: Bus | None) -> StageCtx:
     return StageCtx(
         stage=decl.stage,
@@ -266,6 +275,9 @@ def _stage_ctx(decl: Declaration, wire_ctx: RequestCtx, bus: Bus | None) -> Stag
         depth=wire_ctx.depth,
         deadline=wire_ctx.deadline,
         request_id=wire_ctx.id,
+        user=_given(wire_ctx.user),
+        template=_given(wire_ctx.template),
+        process=_given(wire_ctx.process),
         bus=bus,
     )
 

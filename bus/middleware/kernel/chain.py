@@ -1,7 +1,10 @@
-"""Ordering a stage's handlers into a chain by their before/after references.
+"""Ordering a stage's handlers into a chain by their before/after references, then priority.
 
-The order is a topological sort of the references (ties broken by name, so
-every kernel computes the same chain), never registration time. A cycle or a
+The order is a topological sort of the references; among the handlers the
+references leave unordered, higher ``priority`` runs first, then the handler
+approved first (the trust record's first approval time), then the name (so
+every kernel computes the same chain). Handlers with no approval time (managed
+by the operator's config) come after approved ones of their priority. A cycle or a
 reference to a handler nobody knows breaks the whole chain: the kernel then
 calls none of it and says why. A reference to a handler the kernel knows but
 that is not in the chain (its module is gone, or it is not approved) orders
@@ -11,18 +14,26 @@ nothing and breaks nothing.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Collection, Sequence
+import math
+from collections.abc import Collection, Mapping, Sequence
 
 from bus.core.declaration import Declaration
 from bus.core.errors import BrokenChain
 
 
-def order(stage: str, decls: Sequence[Declaration], known: Collection[str] = ()) -> list[Declaration]:
+def order(
+    stage: str,
+    decls: Sequence[Declaration],
+    known: Collection[str] = (),
+    first_approved: Mapping[str, float] | None = None,
+) -> list[Declaration]:
     """The handlers of ``stage`` in chain order; raise BrokenChain on a cycle or dangling reference.
 
     ``known``: names that are not dangling although they are not in ``decls``
-    (references to them are left out of the order).
+    (references to them are left out of the order). ``first_approved``:
+    qualname -> Unix time first approved, the tie-break between equal priorities.
     """
+    approved = first_approved or {}
     by_name = {decl.qualname: decl for decl in decls}
     edges: dict[str, set[str]] = {name: set() for name in by_name}
     for decl in decls:
@@ -36,16 +47,17 @@ def order(stage: str, decls: Sequence[Declaration], known: Collection[str] = ())
     for targets in edges.values():
         for target in targets:
             indegree[target] += 1
-    ready = [name for name, count in indegree.items() if count == 0]
+    rank = {name: (-decl.priority, approved.get(name, math.inf), name) for name, decl in by_name.items()}
+    ready = [rank[name] for name, count in indegree.items() if count == 0]
     heapq.heapify(ready)
     out: list[Declaration] = []
     while ready:
-        name = heapq.heappop(ready)
+        name = heapq.heappop(ready)[2]
         out.append(by_name[name])
         for target in edges[name]:
             indegree[target] -= 1
             if indegree[target] == 0:
-                heapq.heappush(ready, target)
+                heapq.heappush(ready, rank[target])
     if len(out) < len(by_name):
         stuck = sorted(name for name, count in indegree.items() if count > 0)
         raise BrokenChain(stage, f"cycle among {', '.join(stuck)}")

@@ -44,7 +44,17 @@ from bus.middleware.registry import (
     parse_announcement,
     request_subject,
 )
-from bus.middleware.trust import Managed, TrustState, approved_identity, state_of, trust_key, trust_record
+from bus.middleware.switches import DEFAULT as DEFAULT_SWITCHES
+from bus.middleware.switches import Switches, parse_switches, switched_handler
+from bus.middleware.trust import (
+    Managed,
+    TrustState,
+    approved_identity,
+    first_approved,
+    state_of,
+    trust_key,
+    trust_record,
+)
 from bus.transport.kv import Bucket
 from bus.transport.port import Port
 
@@ -75,6 +85,18 @@ class Link:
     #: For a held guard (no live approved instance): why each call it wants is cancelled, and the outcome.
     hold: str | None = None
     outcome: Outcome = Outcome.OK
+    #: The agents it is granted to (None: every agent, global).
+    agents: frozenset[str] | None = None
+    #: Whether it takes only some calls by context (a ``when`` or grants): checked per call, before any request.
+    scoped: bool = False
+
+    def in_scope(self, ctx: Mapping[str, Any]) -> bool:
+        """Whether a call with this context reaches the handler (its grants and its ``when``)."""
+        if self.agents is not None:
+            agent = ctx.get("agent")
+            if not isinstance(agent, str) or agent not in self.agents:
+                return False
+        return self.decl.when.matches(ctx)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +110,8 @@ class StageChain:
     waiting: tuple[Link, ...] = ()
     #: In a broken chain, the trusted fail-closed handler whose promise makes its calls cancel.
     guard: str | None = None
+    #: Runnable handlers an operator disabled: never called, never holding (``hookbus enable`` restores them).
+    disabled: tuple[Link, ...] = ()
 
 
 class View:
@@ -116,6 +140,10 @@ class View:
         self.chains: dict[str, StageChain] = {}
         self.instances: dict[str, tuple[Announcement, float]] = {}
         self.approved: dict[str, str] = {}
+        #: qualname -> Unix time first approved: equal priorities run in this order.
+        self.first_approved: dict[str, float] = {}
+        #: qualname -> the operator's switches (absent: enabled, global).
+        self.switches: dict[str, Switches] = {}
         self.guards: dict[str, GuardRecord] = {}
         self._revisions: dict[str, int] = {}  # registry revision of each instance's latest beat
         self._heard: dict[str, float] = {}  # Unix time each instance was last heard of
@@ -195,11 +223,33 @@ class View:
         return now - min(max(0.0, time.time() - ann.at), MODULES_MAX_AGE)
 
     def _on_trust(self, key: str, data: bytes | None, revision: int) -> None:
+        switched = switched_handler(key)
+        if switched is not None:
+            self._on_switch(switched, data)
+            return
         identity = approved_identity(data)
         if identity is None:
             self.approved.pop(key, None)
+            self.first_approved.pop(key, None)
         else:
             self.approved[key] = identity
+            first = first_approved(data)
+            if first is None:
+                self.first_approved.pop(key, None)
+            else:
+                self.first_approved[key] = first
+        self._rebuild()
+
+    def _on_switch(self, qualname: str, data: bytes | None) -> None:
+        try:
+            switches = parse_switches(data)
+        except ValueError as exc:
+            log.warning("switch record of %s is malformed (%s): ignored", qualname, exc)
+            return
+        if switches == DEFAULT_SWITCHES:
+            self.switches.pop(qualname, None)
+        else:
+            self.switches[qualname] = switches
         self._rebuild()
 
     def _on_guard(self, key: str, data: bytes | None, revision: int) -> None:
@@ -327,7 +377,8 @@ class View:
         for qualname in live.keys() | records.keys():
             self._place(qualname, live.get(qualname, {}), records.get(qualname, []), by_stage)
         known = frozenset(live) | frozenset(self.approved) | frozenset(records)
-        self.chains = {stage: parts.chain(stage, known) for stage, parts in by_stage.items()}
+        first = self.first_approved
+        self.chains = {stage: parts.chain(stage, known, first) for stage, parts in by_stage.items()}
         self._report_broken(self.chains)
         self._report_modules()
         self.generation += 1
@@ -349,20 +400,27 @@ class View:
         records: list[GuardRecord],
         by_stage: dict[str, _Parts],
     ) -> None:
-        """Put one handler where it belongs: a runnable link, a hold, or the waiting list."""
+        """Put one handler where it belongs: a runnable link, a hold, the disabled or the waiting list.
+
+        A disabled handler neither runs nor holds: disabling is the operator's explicit act.
+        """
         newest = list(live.values())[-1] if live else None
+        enabled = self.switches.get(qualname, DEFAULT_SWITCHES).enabled
         if newest is not None and self.managed.covers(newest[0]):
-            self._parts(by_stage, newest[0].stage).runs.append(self._link(*newest, TrustState.MANAGED))
+            parts = self._parts(by_stage, newest[0].stage)
+            (parts.runs if enabled else parts.disabled).append(self._link(*newest, TrustState.MANAGED))
             return
         if newest is None and records and self.managed.covers(records[0].decl):
             rec = max(records, key=lambda r: r.at)
-            self._parts(by_stage, rec.decl.stage).holds.append(self._hold(rec, None, TrustState.MANAGED))
+            if enabled:
+                self._parts(by_stage, rec.decl.stage).holds.append(self._hold(rec, None, TrustState.MANAGED))
             return
         approved = self.approved.get(qualname)
         others = [pair for identity, pair in live.items() if identity != approved]
         if approved is not None and approved in live:
-            self._parts(by_stage, live[approved][0].stage).runs.append(self._link(*live[approved], TrustState.TRUSTED))
-        else:
+            parts = self._parts(by_stage, live[approved][0].stage)
+            (parts.runs if enabled else parts.disabled).append(self._link(*live[approved], TrustState.TRUSTED))
+        elif enabled:
             attached = next((r for r in records if r.identity == approved), None)
             if attached is not None:  # an attached guard with no approved instance alive: it holds its stage
                 hold = self._hold(attached, others[-1][0] if others else None, TrustState.TRUSTED)
@@ -383,7 +441,9 @@ class View:
 
     def _link(self, decl: Declaration, ann: Announcement, trust: TrustState) -> Link:
         match = frozenset(self.aliases.get(name, name) for name in decl.match) if decl.match else None
-        return Link(decl, request_subject(ann), ann.batch, trust, match, decl.identity())
+        agents = self.switches.get(decl.qualname, DEFAULT_SWITCHES).agents
+        scoped = agents is not None or bool(decl.when)
+        return Link(decl, request_subject(ann), ann.batch, trust, match, decl.identity(), agents=agents, scoped=scoped)
 
     def _hold(self, rec: GuardRecord, changed: Declaration | None, trust: TrustState) -> Link:
         decl = rec.decl
@@ -392,7 +452,9 @@ class View:
             reason, outcome = f"{decl.qualname} changed, waiting for approval", Outcome.CHANGED
         else:
             reason, outcome = f"{decl.qualname} is {self._gone_text(rec)}", Outcome.ABSENT
-        return Link(decl, "", False, trust, match, rec.identity, reason, outcome)
+        agents = self.switches.get(decl.qualname, DEFAULT_SWITCHES).agents
+        scoped = agents is not None or bool(decl.when)
+        return Link(decl, "", False, trust, match, rec.identity, reason, outcome, agents, scoped)
 
     def gone_since(self, rec: GuardRecord) -> float | None:
         """Unix time the guard's module was last heard of, as well as this kernel knows it."""
@@ -461,7 +523,9 @@ class View:
     async def approve(self, decl: Declaration, how: str = "approved") -> None:
         """Write ``decl``'s current identity to the trust store (what ``hookbus approve`` does)."""
         assert self._trust_kv is not None
-        await self._trust_kv.put(trust_key(decl), trust_record(decl, how))
+        key = trust_key(decl)
+        previous = await self._trust_kv.get(key)
+        await self._trust_kv.put(key, trust_record(decl, how, previous.value if previous else None))
 
     async def _approve_new(self, decl: Declaration) -> None:
         """trust_new: approve a never-seen handler (create fails if someone approved meanwhile)."""
@@ -478,19 +542,21 @@ class _Parts:
     runs: list[Link] = field(default_factory=list)
     holds: list[Link] = field(default_factory=list)
     waiting: list[Link] = field(default_factory=list)
+    disabled: list[Link] = field(default_factory=list)
 
-    def chain(self, stage: str, known: frozenset[str]) -> StageChain:
+    def chain(self, stage: str, known: frozenset[str], first: Mapping[str, float]) -> StageChain:
         members = {link.decl.qualname: link for link in self.runs}
         held = tuple(sorted(self.holds, key=lambda link: link.decl.qualname))
         waiting = tuple(sorted(self.waiting, key=lambda link: link.decl.qualname))
+        disabled = tuple(sorted(self.disabled, key=lambda link: link.decl.qualname))
         decls = [link.decl for link in self.runs] + [link.decl for link in held]
         try:
-            ordered = order(stage, decls, known)
+            ordered = order(stage, decls, known, first)
         except BrokenChain as exc:
             guards = sorted(decl.qualname for decl in decls if decl.fail_closed)
-            return StageChain(stage, (), exc.reason, held, waiting, guards[0] if guards else None)
+            return StageChain(stage, (), exc.reason, held, waiting, guards[0] if guards else None, disabled)
         links = tuple(members[decl.qualname] for decl in ordered if decl.qualname in members)
-        return StageChain(stage, links, None, held, waiting)
+        return StageChain(stage, links, None, held, waiting, None, disabled)
 
 
 def _clock(moment: float) -> str:
