@@ -18,8 +18,12 @@ import orjson
 from aiohttp import web
 
 
-def text(content: str) -> dict[str, Any]:
-    return {"message": {"role": "assistant", "content": content}}
+def text(content: str, usage: tuple[int, int] | None = None) -> dict[str, Any]:
+    """A text answer; ``usage`` (prompt, completion tokens) is reported as the provider would."""
+    step: dict[str, Any] = {"message": {"role": "assistant", "content": content}}
+    if usage is not None:
+        step["usage"] = {"prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": sum(usage)}
+    return step
 
 
 def tool_calls(*calls: tuple[str, dict[str, Any]]) -> dict[str, Any]:
@@ -80,8 +84,10 @@ class FakeLLM:
             "id": f"chatcmpl-{len(self.requests)}",
             "object": "chat.completion",
             "model": body.get("model", "fake"),
-            "choices": [{"index": 0, "finish_reason": "stop", **step}],
+            "choices": [{"index": 0, "finish_reason": "stop", "message": step["message"]}],
         }
+        if "usage" in step:
+            answer["usage"] = step["usage"]
         return web.Response(body=orjson.dumps(answer), content_type="application/json")
 
     async def _stream(self, request: web.Request, body: dict[str, Any], step: dict[str, Any]) -> web.StreamResponse:
@@ -100,6 +106,9 @@ class FakeLLM:
                 return reply
             chunk = {"model": body.get("model", "fake"), "choices": [{"index": 0, "delta": delta}]}
             await reply.write(b"data: " + orjson.dumps(chunk) + b"\n\n")
+        if "usage" in step and (body.get("stream_options") or {}).get("include_usage"):
+            usage = {"model": body.get("model", "fake"), "choices": [], "usage": step["usage"]}
+            await reply.write(b"data: " + orjson.dumps(usage) + b"\n\n")
         await reply.write(b"data: [DONE]\n\n")
         await reply.write_eof()
         return reply

@@ -7,6 +7,7 @@ import asyncio
 import os
 from contextlib import AsyncExitStack
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bus.cli.common import add_metrics_port, add_nats_url, connection_args, serve_metrics, stop_on_signals
 from bus.cli.middleware import add_drain_workspace, middleware_options
@@ -15,6 +16,10 @@ from bus.client import Bus
 from bus.core.errors import ConfigError
 from bus.core.subjects import TOKEN_RE
 
+if TYPE_CHECKING:
+    from triggers.agent.budgets import BudgetBook
+    from triggers.agent.runner import RunnerSettings, TurnRunner
+
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
@@ -22,8 +27,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="run the reference agent: turn requests -> chat completions, with middleware and lifecycle events",
         description=(
             "Serve turn requests for agent NAME (hookbus.turn.NAME; replicas share them) by calling an "
-            "OpenAI-compatible chat-completions endpoint. Runs the llm.request and tool.call middleware "
-            "stages and emits the PRX lifecycle events and eva.turn.completed / eva.turn.failed."
+            "OpenAI-compatible chat-completions endpoint. Asks the agent_os hook points (docs/stages.md: "
+            "agent.spawn, user.message, llm.request, llm.retry, llm.token, tool.call, tool.exec, tool.result, "
+            "context.evict, assistant.message, turn.end, agent.terminate), streams answers on eva.stream.NAME, "
+            "keeps budgets.yaml, and emits the PRX lifecycle events and eva.turn.completed / eva.turn.failed."
         ),
     )
     parser.add_argument("--name", required=True, help="the agent's name, as triggers.yaml names it")
@@ -42,6 +49,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="FILE",
         help="hook_turns.yaml: serve these stages by asking the model (module hook-turns-NAME, managed by this agent)",
     )
+    parser.add_argument("--no-stream", action="store_true", help="ask the model without streaming (no llm.token)")
+    parser.add_argument("--stream-subject", default=None, help="where answers stream (default: eva.stream.NAME)")
+    parser.add_argument(
+        "--context-tokens", type=int, default=None, help="context window in approximate tokens (default: no eviction)"
+    )
+    parser.add_argument("--max-tokens", type=int, default=None, help="max_tokens of each model call")
+    parser.add_argument(
+        "--budgets", type=Path, default=None, metavar="FILE", help="budgets.yaml (default: the workspace's, if any)"
+    )
+    parser.add_argument("--group", default=None, help="the budgets' group key (default: NAME)")
     parser.add_argument("--host", default="127.0.0.1", help="address /metrics binds (default: 127.0.0.1)")
     add_metrics_port(parser)
     add_nats_url(parser, connect_s=SERVICE_CONNECT_S)  # a service may start before its server
@@ -63,6 +80,8 @@ async def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--name {args.name!r} must match [A-Za-z0-9_-]+")
     if args.attempts < 1 or args.timeout <= 0 or args.concurrency < 1:
         raise ConfigError("--attempts and --concurrency must be at least 1, --timeout positive")
+    settings = runner_settings(args)
+    book = budget_book(args)
     client = ChatClient(
         args.llm_url,
         args.model,
@@ -90,8 +109,9 @@ async def run(args: argparse.Namespace) -> int:
             managed=managed,
             middleware=middleware_options(args),
         ) as bus:
-            runner = TurnRunner(bus, args.name, client, system=args.system)
+            runner = TurnRunner(bus, args.name, client, system=args.system, settings=settings, budgets=book)
             await bus.serve_turns(args.name, runner.handle, concurrency=args.concurrency)
+            ticking = asyncio.create_task(_daily(runner)) if book is not None else None
             serving = asyncio.create_task(hook_turns.serve(bus=bus)) if hook_turns else None
             await bus.flush()
             extra = f" and {len(hook_turns.declarations)} hook-turns" if hook_turns else ""
@@ -100,10 +120,50 @@ async def run(args: argparse.Namespace) -> int:
             async with presence(bus, f"hookbus agent {args.name}", parts):
                 print(f"agent {args.name}: serving turns{extra} with {args.model} at {args.llm_url}{where}", flush=True)
                 await stop.wait()
-            if serving is not None:
-                serving.cancel()
-                await asyncio.gather(serving, return_exceptions=True)
+            for task in (serving, ticking):
+                if task is not None:
+                    task.cancel()
+                    await asyncio.gather(task, return_exceptions=True)
     finally:
         await client.close()
         await stack.aclose()
     return 0
+
+
+def runner_settings(args: argparse.Namespace) -> RunnerSettings:
+    """The runner's settings from the flags, each checked."""
+    from bus.core.subjects import validate_subject
+    from triggers.agent.runner import RunnerSettings
+
+    for flag, value in (("--context-tokens", args.context_tokens), ("--max-tokens", args.max_tokens)):
+        if value is not None and value < 1:
+            raise ConfigError(f"{flag} must be at least 1, not {value}")
+    if args.group is not None and not TOKEN_RE.fullmatch(args.group):
+        raise ConfigError(f"--group {args.group!r} must match [A-Za-z0-9_-]+")
+    subject = validate_subject(args.stream_subject) if args.stream_subject else None
+    return RunnerSettings(
+        stream=not args.no_stream,
+        stream_subject=subject,
+        context_tokens=args.context_tokens,
+        max_tokens=args.max_tokens,
+        group=args.group,
+    )
+
+
+def budget_book(args: argparse.Namespace) -> BudgetBook | None:
+    """The budgets of --budgets, else of the workspace's budgets.yaml if there is one, else None."""
+    from bus.cli.workspace import resolve
+    from triggers.agent import budgets
+
+    path = args.budgets
+    if path is None:
+        candidate = resolve(args).path / budgets.BUDGETS_FILE
+        path = candidate if candidate.is_file() else None
+    return None if path is None else budgets.BudgetBook(budgets.load(path))
+
+
+async def _daily(runner: TurnRunner) -> None:
+    """eva.spend.day on time even when no turn runs: the runner is asked once a minute whether a day ended."""
+    while True:
+        await asyncio.sleep(60)
+        await runner.tick()

@@ -81,7 +81,9 @@ _EVA = {
     "broken.set": "a middleware chain is broken (cycle or dangling reference): its calls continue, "
     "or are cancelled if it holds a trusted fail-closed handler",
     "broken.cleared": "a disabled middleware chain works again",
-    "spend.day": "the day's spend was totalled",
+    "spend.day": "the day's spend was totalled (payload: agent, day, total in USD, tokens, calls)",
+    "budget.threshold": "a budget layer's key crossed warn_at or reached max, once per key, level and day "
+    "(payload: agent, layer, key, level, spent, max, ratio, unit, day)",
     "person.created": "a person was created",
 }
 
@@ -96,6 +98,7 @@ CATALOG: dict[str, EventSpec] = {
 FAMILIES: dict[str, str] = {
     f"{EVA_DOMAIN}.skill.*": "skill events",
     f"{EVA_DOMAIN}.custom.<name>": "custom events from modules and the event_emit tool",
+    f"{EVA_DOMAIN}.stream.<agent>": "an agent's streamed answer, batch by batch (llm.token; docs/stages.md)",
 }
 
 
@@ -109,7 +112,7 @@ def check_strict(subject: str, payload: Mapping[str, Any]) -> None:
 # -- names checked where they are typed: hookbus emit, hooks.json keys, triggers.yaml's "on"
 
 #: Families whose last tokens are free: ``eva.custom.<name>`` and ``eva.skill.<name>``.
-_FREE_PREFIXES: Final = (f"{EVA_DOMAIN}.custom.", f"{EVA_DOMAIN}.skill.")
+_FREE_PREFIXES: Final = (f"{EVA_DOMAIN}.custom.", f"{EVA_DOMAIN}.skill.", f"{EVA_DOMAIN}.stream.")
 #: How alike two names must be (difflib's ratio) for one to be offered as what the other meant.
 _CUTOFF: Final = 0.8
 

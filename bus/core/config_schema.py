@@ -8,7 +8,7 @@ the loaders.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -219,3 +219,26 @@ CONFIGS: tuple[type[msgspec.Struct], ...] = (
     PrxHookChange,
 )
 
+
+class ModelPrice(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
+    """budgets.yaml ``prices.<model>``: USD per million input (prompt) and output (completion) tokens."""
+
+    input: Annotated[float, msgspec.Meta(ge=0)]
+    output: Annotated[float, msgspec.Meta(ge=0)]
+
+
+class BudgetLayer(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
+    """budgets.yaml ``session``/``group``/``user``: what one key of the layer may spend per UTC day."""
+
+    max: Annotated[float, msgspec.Meta(gt=0)]
+    unit: Literal["usd", "tokens"] = "usd"
+    warn_at: Annotated[float, msgspec.Meta(gt=0, le=1)] = 0.8
+
+
+class BudgetsFile(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
+    """budgets.yaml (workspace): the price table and the layers (each optional); docs/stages.md#budgets."""
+
+    prices: dict[NonEmpty, ModelPrice] = {}
+    session: BudgetLayer | None = None
+    group: BudgetLayer | None = None
+    user: BudgetLayer | None = None

@@ -149,7 +149,7 @@ class ChatClient:
         try:
             async with self._session.post(
                 self.url,
-                data=orjson.dumps({**body, "stream": True}),
+                data=orjson.dumps({**body, "stream": True, "stream_options": {"include_usage": True}}),
                 headers=self._headers,
                 timeout=aiohttp.ClientTimeout(total=limit),
             ) as reply:
@@ -230,15 +230,19 @@ class _StreamedAnswer:
         self.text: list[str] = []
         self.calls: dict[int, dict[str, Any]] = {}
         self.model = ""
+        self.usage: dict[str, Any] | None = None
 
     def add(self, data: bytes) -> str:
         """Take one chunk; returns its text delta ('' for none)."""
         try:
             chunk = orjson.loads(data)
-            delta = chunk["choices"][0].get("delta") or {}
+            choices = chunk.get("choices") or [{}]  # the usage chunk has none
+            delta = choices[0].get("delta") or {}
         except (orjson.JSONDecodeError, KeyError, IndexError, TypeError, AttributeError):
             raise LLMError(f"not a chat-completion chunk: {data[:200]!r}") from None
         self.model = str(chunk.get("model") or self.model)
+        if isinstance(chunk.get("usage"), dict):
+            self.usage = chunk["usage"]
         for call in delta.get("tool_calls") or []:
             if not isinstance(call, dict):
                 raise LLMError(f"malformed tool-call delta: {call!r}"[:300])
@@ -262,5 +266,7 @@ class _StreamedAnswer:
         message: dict[str, Any] = {"role": "assistant", "content": "".join(self.text) if self.text else None}
         if calls:
             message["tool_calls"] = calls
-        body = {"model": self.model or model, "choices": [{"index": 0, "message": message}]}
+        body: dict[str, Any] = {"model": self.model or model, "choices": [{"index": 0, "message": message}]}
+        if self.usage is not None:
+            body["usage"] = self.usage
         return parse_completion(orjson.dumps(body), duration_ms)

@@ -32,6 +32,7 @@ from bus.core.subjects import agent_stream_subject
 from bus.journal.entries import JournalEntry, publish_entry
 from bus.turns.server import TurnRequest
 from triggers.agent import context, points
+from triggers.agent.budgets import BudgetBook, Usage
 from triggers.agent.llm import ChatClient, ChatToolCall, Completion, request_body
 from triggers.agent.stream import TokenStream
 from triggers.agent.tools import TOOLS, Tool
@@ -58,6 +59,8 @@ class RunnerSettings:
     #: The context window in approximate tokens; None: no eviction.
     context_tokens: int | None = None
     max_tokens: int | None = None
+    #: The budgets' group layer key; None: the agent's name.
+    group: str | None = None
 
 
 @dataclass
@@ -83,6 +86,7 @@ class TurnRunner:
         tools: dict[str, Tool] | None = None,
         system: str | None = None,
         settings: RunnerSettings | None = None,
+        budgets: BudgetBook | None = None,
     ) -> None:
         self.bus = bus
         self.agent = agent
@@ -91,6 +95,7 @@ class TurnRunner:
         self.system = system
         self.settings = settings or RunnerSettings()
         self.stream_subject = self.settings.stream_subject or agent_stream_subject(agent)
+        self.budgets = budgets
 
     async def _emit(self, name: str, payload: dict[str, Any], request: TurnRequest) -> None:
         await self.bus.emit(f"prx.lifecycle.{name}", payload, session_id=request.session_id)
@@ -170,6 +175,45 @@ class TurnRunner:
             return points.text_field("turn.end", decision.payload, "answer") or ""
         return answer
 
+    async def tick(self) -> None:
+        """Emit eva.spend.day for the day that ended, if one did (the CLI calls this every minute too)."""
+        report = self.budgets.roll() if self.budgets is not None else None
+        if report is not None:
+            await self.bus.emit("eva.spend.day", {"agent": self.agent, **report})
+
+    def _budget_keys(self, request: TurnRequest) -> dict[str, str | None]:
+        payload = (request.event or {}).get("payload")
+        user = payload.get("user") if isinstance(payload, dict) else None
+        group = self.settings.group or self.agent
+        return {
+            "session": request.session_id or request.id,
+            "group": group,
+            "user": user if isinstance(user, str) else None,
+        }
+
+    async def _check_budget(self, turn: _Turn) -> None:
+        """An exhausted layer cancels llm.request (journaled as the budget's cancel) before any handler is asked."""
+        await self.tick()
+        reason = self.budgets.exhausted(self._budget_keys(turn.request)) if self.budgets is not None else None
+        if reason is not None:
+            await self._note(turn, Stage.LLM_REQUEST, "cancel", reason, who="budget")
+            raise TurnFailed(f"llm.request cancelled: {reason}")
+
+    async def _charge(self, turn: _Turn, model: str, messages: list[dict[str, Any]], completion: Completion) -> None:
+        """Book a model call: the provider's usage, else an approximate count; thresholds crossed are emitted."""
+        if self.budgets is None:
+            return
+        usage = completion.raw.get("usage")
+        if isinstance(usage, dict) and isinstance(usage.get("prompt_tokens"), int):
+            spent = Usage(usage["prompt_tokens"], int(usage.get("completion_tokens") or 0))
+        else:
+            answer = [{"content": completion.content}, *[vars(call) for call in completion.tool_calls]]
+            spent = Usage(context.tokens(messages), context.tokens(answer))
+        for crossed in self.budgets.charge(self._budget_keys(turn.request), model, spent):
+            await self.bus.emit(
+                "eva.budget.threshold", {"agent": self.agent, **crossed}, session_id=turn.ctx["session"]
+            )
+
     async def _terminate(self, turn: _Turn, error: str | None) -> None:
         """agent.terminate: observed (its decisions are journaled), the turn's outcome is already set."""
         payload = {"agent": self.agent, "turn": turn.request.id, "success": error is None, "error": error}
@@ -209,7 +253,7 @@ class TurnRunner:
                 self._replace(turn, "")
                 return None, feedback
             cause = f"rework refused after {MAX_REWORK_ROUNDS} rounds: the answer stands"
-            await self._note(turn, "rework_limit", cause)
+            await self._note(turn, Stage.ASSISTANT_MESSAGE, "rework_limit", cause)
             return answer, None
         replaced = points.text_field("assistant.message", decision.payload, "answer")
         if replaced is None:
@@ -221,11 +265,10 @@ class TurnRunner:
         if turn.stream is not None:
             turn.stream.replace(text)
 
-    async def _note(self, turn: _Turn, decision: str, cause: str) -> None:
-        """A journal entry of the runner's own (the rework limit): kind middleware, who is the agent."""
-        stage = Stage.ASSISTANT_MESSAGE.value
+    async def _note(self, turn: _Turn, stage: str, decision: str, cause: str, who: str = "runner") -> None:
+        """A journal entry of the runner's own (the rework limit, a budget's cancel): kind middleware."""
         entry = JournalEntry(
-            "middleware", stage, phase(stage), f"agent:{self.agent}", decision, cause,
+            "middleware", stage, phase(stage), f"agent:{self.agent}:{who}", decision, cause,
             session=turn.request.session_id, agent=self.agent, depth=turn.request.depth,
         )  # fmt: skip
         await publish_entry(self.bus, entry)
@@ -263,6 +306,7 @@ class TurnRunner:
         tools = [tool.schema() for tool in self.tools.values()] or None
         attempt = 1
         while True:
+            await self._check_budget(turn)
             await self._evict(turn, messages)
             call: dict[str, Any] = {
                 "model": model,
@@ -285,7 +329,9 @@ class TurnRunner:
             messages[:] = call["messages"]
             streamed = [False]
             try:
-                return await self._call_model(turn, call, streamed)
+                completion = await self._call_model(turn, call, streamed)
+                await self._charge(turn, str(call["model"]), messages, completion)
+                return completion
             except LLMError as exc:
                 if not exc.transient or attempt >= self.client.attempts:
                     raise
