@@ -156,8 +156,6 @@ async def read_presence(bus: Bus, within_s: float = 10.0) -> tuple[list[Present]
                     break
                 if entry.value is not None:
                     _take(entry.key, entry.value, now, found, problems)
-                if entry.delta == 0:
-                    break
     except TimeoutError:
         raise RegistryError(f"the {PRESENCE_BUCKET} bucket did not load within {within_s:g}s") from None
     finally:

@@ -237,9 +237,6 @@ class Watch:
                     if fresh is not None:
                         fresh.add(entry.key)
                 self._on_change(entry.key, entry.value, entry.revision)
-                if entry.delta == 0:
-                    self._loaded(fresh)
-                    fresh = None
         finally:
             await watcher.stop()
 

@@ -332,7 +332,6 @@ class _Update:
     key: str
     value: bytes
     revision: int
-    delta: int | None
     operation: str | None
 
 
@@ -352,7 +351,7 @@ class InProcessBucket(Bucket):
         else:
             self._entries.pop(key, None)
         for watcher in self._watchers:
-            watcher.updates.put_nowait(_Update(key, value, self._revision, None, operation))
+            watcher.updates.put_nowait(_Update(key, value, self._revision, operation))
         return self._revision
 
     async def get(self, key: str) -> KvEntry | None:
@@ -373,10 +372,9 @@ class InProcessBucket(Bucket):
     async def watch(self) -> Watch:
         watcher = InProcessWatcher(self)
         entries = list(self._entries.values())
-        for remaining, entry in zip(range(len(entries) - 1, -1, -1), entries, strict=True):
-            watcher.updates.put_nowait(_Update(entry.key, entry.value or b"", entry.revision, remaining, None))
-        if not entries:
-            watcher.updates.put_nowait(None)  # the end of what was stored, as nats-py says it
+        for entry in entries:
+            watcher.updates.put_nowait(_Update(entry.key, entry.value or b"", entry.revision, None))
+        watcher.updates.put_nowait(None)  # the end of what was stored
         self._watchers.add(watcher)
         return Watch(self.name, watcher)
 

@@ -30,13 +30,14 @@ class KvEntry:
     key: str
     value: bytes | None
     revision: int
-    #: Entries still pending in a watch's initial load (0: this was the last one); None outside a watch.
+    #: Unused: a watch marks the end of its initial load with None, never with a pending count
+    #: (the server's count misses keys rewritten while the watch starts).
     delta: int | None = None
 
 
 def _entry(raw: Any) -> KvEntry:
     deleted = raw.operation in ("DEL", "PURGE") or not raw.value
-    return KvEntry(raw.key, None if deleted else raw.value, raw.revision or 0, raw.delta)
+    return KvEntry(raw.key, None if deleted else raw.value, raw.revision or 0)
 
 
 def _failed(bucket: str, what: str, exc: BaseException) -> RegistryError:
@@ -44,21 +45,46 @@ def _failed(bucket: str, what: str, exc: BaseException) -> RegistryError:
 
 
 class Watch:
-    """A running watch of a whole bucket: yields KvEntry, and None once the stored keys are all delivered."""
+    """A running watch of a whole bucket: yields KvEntry, and None once the stored keys are all delivered.
 
-    def __init__(self, bucket: str, watcher: Any) -> None:
+    "All delivered" is checked against the keys the bucket held just before the
+    watch began, not taken from the server's pending count alone: that count
+    says 0 too early when keys are rewritten while the watch starts (a module
+    beating its heartbeat), and a kernel that believed it would start without
+    that module. After the server's end marker, a key still missing is looked
+    up: gone meanwhile, it is not waited for; present, the watch waits for it.
+    """
+
+    def __init__(self, bucket: str, watcher: Any, present: set[str] | None = None, lookup: Any = None) -> None:
         self._bucket = bucket
         self._watcher = watcher
+        self._wanted = set(present or ())
+        self._lookup = lookup  # async key -> bool (still present), for keys the server's count skipped
 
     def __aiter__(self) -> AsyncIterator[KvEntry | None]:
         return self._follow()
 
     async def _follow(self) -> AsyncIterator[KvEntry | None]:
+        server_done = loaded = False
         try:
             async for raw in self._watcher:
-                yield None if raw is None else _entry(raw)
+                if raw is None:
+                    server_done = True
+                else:
+                    self._wanted.discard(raw.key)
+                    yield _entry(raw)
+                if server_done and not loaded and await self._all_delivered():
+                    loaded = True
+                    yield None
         except _FAILURES as exc:
             raise _failed(self._bucket, "watch", exc) from None
+
+    async def _all_delivered(self) -> bool:
+        if self._wanted and self._lookup is not None:
+            for key in list(self._wanted):
+                if not await self._lookup(key):
+                    self._wanted.discard(key)  # deleted or expired since: nothing to wait for
+        return not self._wanted
 
     async def stop(self) -> None:
         """End the watch (quietly if the connection is already gone)."""
@@ -69,9 +95,10 @@ class Watch:
 class Bucket:
     """One JetStream KV bucket: get, put, create, delete, watch."""
 
-    def __init__(self, name: str, kv: Any) -> None:
+    def __init__(self, name: str, kv: Any, js: Any = None) -> None:
         self.name = name
         self._kv = kv
+        self._js = js
 
     async def get(self, key: str) -> KvEntry | None:
         """The key's current entry, None if it does not exist or was deleted."""
@@ -108,16 +135,33 @@ class Bucket:
     async def watch(self) -> Watch:
         """Watch every key: the stored ones first (then None), then each change."""
         try:
-            return Watch(self.name, await self._kv.watchall())
+            present = await self._keys_present()
+            return Watch(self.name, await self._kv.watchall(), present, self._present)
         except _FAILURES as exc:
             raise _failed(self.name, "watch", exc) from None
+
+    async def _keys_present(self) -> set[str]:
+        """The keys the bucket's stream holds a message for (deleted keys included: their marker)."""
+        if self._js is None:
+            return set()
+        info = await self._js.stream_info(f"KV_{self.name}", subjects_filter=">")
+        prefix = f"$KV.{self.name}."
+        return {subject[len(prefix) :] for subject in (info.state.subjects or {}) if subject.startswith(prefix)}
+
+    async def _present(self, key: str) -> bool:
+        """True if ``key`` holds a value (the watch will deliver it)."""
+        try:
+            await self._kv.get(key)
+        except js_errors.KeyNotFoundError:  # deleted since (nats-py says so for a delete marker too)
+            return False
+        return True
 
 
 async def open_bucket(nc: Any, name: str, ttl_s: float | None = None) -> Bucket:
     """Bind to a bucket, creating it on first use (keys expire after ``ttl_s``); RegistryError when JetStream is off."""
     js = nc.jetstream()
     try:
-        return Bucket(name, await js.key_value(name))
+        return Bucket(name, await js.key_value(name), js)
     except js_errors.BucketNotFoundError:
         pass
     except (js_errors.ServiceUnavailableError, nats_errors.NoRespondersError, nats_errors.TimeoutError) as exc:
@@ -133,4 +177,4 @@ async def open_bucket(nc: Any, name: str, ttl_s: float | None = None) -> Bucket:
             f"the {name} bucket does not exist and this user may not create it: "
             "start 'hookbus up' (the bus role creates it) or run a hookbus command as the operator"
         ) from None
-    return Bucket(name, kv)
+    return Bucket(name, kv, js)

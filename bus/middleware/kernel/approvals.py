@@ -32,8 +32,6 @@ async def approvals_held(port: Port) -> int:
                 if entry is None:
                     break
                 held += approved_identity(entry.value) is not None
-                if entry.delta == 0:
-                    break
     except TimeoutError:
         raise RegistryError(f"the {TRUST_BUCKET} bucket did not load within {LOAD_WITHIN_S:g}s") from None
     finally:
