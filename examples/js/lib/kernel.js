@@ -46,8 +46,41 @@ function parseGuard(key, data) {
   return { decl, identity: id, at: Number(obj.at) || 0, stoppedAt: obj.stopped_at ?? null };
 }
 
+// fnmatch-style glob (`*`, `?`, `[seq]`, `[!seq]`), case-sensitive, over the whole text: a `when` pattern.
+function globRegExp(pattern) {
+  let out = '';
+  for (let i = 0; i < pattern.length; i += 1) {
+    const c = pattern[i];
+    if (c === '*') out += '[\\s\\S]*';
+    else if (c === '?') out += '[\\s\\S]';
+    else if (c === '[') {
+      const end = pattern.indexOf(']', i + (pattern[i + 1] === '!' ? 3 : 2)); // a ] first in the set is literal
+      if (end < 0) { out += '\\['; continue; }
+      let body = pattern.slice(i + 1, end).replace(/\\/g, '\\\\');
+      if (body.startsWith('!')) body = `^${body.slice(1)}`;
+      else if (body.startsWith('^')) body = `\\${body}`;
+      out += `[${body}]`;
+      i = end;
+    } else out += c.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&');
+  }
+  return new RegExp(`^${out}$`, 'u');
+}
+
+// Whether a call's ctx is in a link's scope: its grants (agents) and its `when` (every filled field matches).
+function inScope(link, ctx) {
+  if (link.agents !== null && !(typeof ctx.agent === 'string' && link.agents.has(ctx.agent))) return false;
+  for (const [field, patterns] of link.when) {
+    const value = ctx[field];
+    if (typeof value !== 'string' || !patterns.some((re) => re.test(value))) return false;
+  }
+  return true;
+}
+
+const WHEN_CTX = { agents: 'agent', users: 'user', sessions: 'session', templates: 'template' };
+
 // The handlers of `stage` in chain order; throws { broken: reason } on a cycle or a dangling reference.
-function order(decls, known) {
+// Among handlers the references leave unordered: higher priority first, then first approval time, then name.
+function order(decls, known, firstApproved = new Map()) {
   const byName = new Map(decls.map((d) => [`${d.module}.${d.name}`, d]));
   const edges = new Map(Array.from(byName.keys(), (name) => [name, new Set()]));
   const need = (qualname, ref) => {
@@ -64,8 +97,15 @@ function order(decls, known) {
   for (const targets of edges.values()) for (const t of targets) indegree.set(t, indegree.get(t) + 1);
   const ready = Array.from(indegree).filter(([, n]) => n === 0).map(([name]) => name);
   const out = [];
+  const rank = (name) => [-(byName.get(name).priority ?? 0), firstApproved.get(name) ?? Infinity];
+  const before = (a, b) => {
+    const [ra, rb] = [rank(a), rank(b)];
+    if (ra[0] !== rb[0]) return ra[0] - rb[0];
+    if (ra[1] !== rb[1]) return ra[1] < rb[1] ? -1 : 1;
+    return a < b ? -1 : a > b ? 1 : 0; // qualified names are ASCII: code unit order is code point order
+  };
   while (ready.length) {
-    ready.sort(); // qualified names are ASCII: code unit order is code point order
+    ready.sort(before);
     const name = ready.shift();
     out.push(byName.get(name));
     for (const t of edges.get(name)) {
@@ -87,6 +127,8 @@ class Kernel {
     this.journalNeutral = journalNeutral;
     this.instances = new Map(); // key -> { ann, seen (ms, monotonic), revision }
     this.approved = new Map(); // qualname -> identity
+    this.firstApproved = new Map(); // qualname -> Unix time first approved (the tie-break of equal priorities)
+    this.switches = new Map(); // qualname -> { enabled, agents: Set | null } (docs/protocol.md, "Switches")
     this.guards = new Map(); // key -> guard record
     this.chains = new Map();
     this.goneAt = new Map(); // module -> Unix time its last instance was last heard of
@@ -129,9 +171,17 @@ class Kernel {
   }
 
   onTrust(key, data) {
-    let id = null;
-    try { id = data ? decode(data).identity : null; } catch { id = null; }
+    const switched = /^switch\.([A-Za-z0-9_-]+\.[A-Za-z0-9_-]+)$/.exec(key);
+    if (switched) {
+      this.onSwitch(switched[1], data);
+      return;
+    }
+    let obj = null;
+    try { obj = data ? decode(data) : null; } catch { obj = null; }
+    const id = obj !== null && typeof obj === 'object' ? obj.identity : null;
     if (typeof id === 'string') this.approved.set(key, id); else this.approved.delete(key);
+    const first = id && typeof obj.first_at === 'number' ? obj.first_at : id && typeof obj.at === 'number' ? obj.at : null;
+    if (first !== null && first > 0) this.firstApproved.set(key, first); else this.firstApproved.delete(key);
     this.rebuild();
   }
 
@@ -200,6 +250,17 @@ class Kernel {
     if (dropped) this.rebuild();
   }
 
+  onSwitch(qualname, data) {
+    let obj = {};
+    try { obj = data ? decode(data) : {}; } catch { return; }
+    const agents = obj.agents ?? null;
+    const valid = isObject(obj) && typeof (obj.enabled ?? true) === 'boolean'
+      && (agents === null || (Array.isArray(agents) && agents.every((a) => typeof a === 'string' && wire.TOKEN.test(a))));
+    if (!valid) return; // a malformed record is ignored, as the Python kernel does
+    this.switches.set(qualname, { enabled: obj.enabled ?? true, agents: agents === null ? null : new Set(agents) });
+    this.rebuild();
+  }
+
   trustOf(decl, qualname) {
     if (this.managed.has(qualname)) return 'managed';
     const approved = this.approved.get(qualname);
@@ -229,20 +290,29 @@ class Kernel {
     }
     const parts = new Map();
     const part = (stage) => { if (!parts.has(stage)) parts.set(stage, { runs: [], holds: [], waiting: [] }); return parts.get(stage); };
-    const link = (decl, ann, trust) => ({ decl, qualname: `${decl.module}.${decl.name}`, identity: identity(decl), trust,
-      subject: ann ? ann.subject : '', batch: ann ? ann.batch : false, match: decl.match.length ? new Set(decl.match) : null });
+    const link = (decl, ann, trust) => {
+      const qualname = `${decl.module}.${decl.name}`;
+      const agents = (this.switches.get(qualname) ?? { agents: null }).agents;
+      const when = Object.entries(decl.when ?? {}).map(([field, patterns]) => [WHEN_CTX[field], patterns.map(globRegExp)]);
+      return { decl, qualname, identity: identity(decl), trust, agents, when,
+        subject: ann ? ann.subject : '', batch: ann ? ann.batch : false, match: decl.match.length ? new Set(decl.match) : null };
+    };
     for (const qualname of new Set([...live.keys(), ...records.keys()])) {
       const byId = live.get(qualname) ?? new Map();
       const versions = Array.from(byId.values());
       const newest = versions[versions.length - 1];
       const recs = records.get(qualname) ?? [];
-      if (newest && this.managed.has(qualname)) { part(newest.decl.stage).runs.push(link(newest.decl, newest.ann, 'managed')); continue; }
+      const enabled = (this.switches.get(qualname) ?? { enabled: true }).enabled; // disabled: neither runs nor holds
+      if (newest && this.managed.has(qualname)) {
+        if (enabled) part(newest.decl.stage).runs.push(link(newest.decl, newest.ann, 'managed'));
+        continue;
+      }
       const approved = this.approved.get(qualname);
       const others = Array.from(byId).filter(([id]) => id !== approved).map(([, v]) => v);
       if (approved !== undefined && byId.has(approved)) {
         const { decl, ann } = byId.get(approved);
-        part(decl.stage).runs.push(link(decl, ann, 'trusted'));
-      } else {
+        if (enabled) part(decl.stage).runs.push(link(decl, ann, 'trusted'));
+      } else if (enabled) {
         const attached = recs.find((r) => r.identity === approved);
         if (attached) {
           const hold = link(attached.decl, null, 'trusted');
@@ -262,7 +332,7 @@ class Kernel {
       const members = new Map(p.runs.map((l) => [l.qualname, l]));
       const decls = [...p.runs, ...p.holds].map((l) => l.decl);
       try {
-        const links = order(decls, known).map((d) => members.get(`${d.module}.${d.name}`)).filter(Boolean);
+        const links = order(decls, known, this.firstApproved).map((d) => members.get(`${d.module}.${d.name}`)).filter(Boolean);
         this.chains.set(stage, { stage, links, holds: p.holds, waiting: p.waiting, broken: null, guard: null });
       } catch (err) {
         if (!err || err.broken === undefined) throw err;
@@ -300,8 +370,9 @@ class Kernel {
     const depth = Number.isInteger(ctx.depth) ? ctx.depth : 0;
     if (depth >= wire.MAX_DEPTH) return { decision: 'continue' };
     const field = wire.matchField(stage);
-    const wants = (l) => l.match === null || l.match.has(payload[field]);
+    const wants = (l) => (l.match === null || l.match.has(payload[field])) && inScope(l, ctx);
     const wireCtx = { session: ctx.session ?? null, agent: ctx.agent ?? null, depth, id: crypto.randomBytes(8).toString('hex') };
+    for (const key of ['user', 'template', 'process']) if (typeof ctx[key] === 'string') wireCtx[key] = ctx[key];
     const journal = new Journal(this, stage, wireCtx);
     try {
       const held = chain.holds.find(wants);
@@ -468,4 +539,4 @@ class Journal {
   }
 }
 
-module.exports = { Kernel, order, parseAnnouncement, parseGuard };
+module.exports = { Kernel, order, globRegExp, parseAnnouncement, parseGuard };
