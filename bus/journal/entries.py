@@ -15,6 +15,7 @@ import asyncio
 import logging
 import os
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -127,26 +128,47 @@ async def publish_entry(bus: Port, entry: JournalEntry) -> bool:
     return True
 
 
+#: What a hot path hands the publisher instead of entries: called at flush time, it builds them.
+EntryBuilder = Callable[[], list[JournalEntry]]
+
+
 class JournalPublisher:
     """Publishes entries off the caller's path: each waits up to ``window`` seconds for company.
 
     For hot paths (middleware records a reaction per handler per call):
     awaiting one publish per entry added a write to every call and about a
-    fifth to its latency (bench/bench_middleware.py). Entries still go out one
-    message each, in the order they were given, on the fast publisher.
+    fifth to its latency (bench/bench_middleware.py). A hot path may hand a
+    builder instead of entries (:meth:`add_later`): the entries are made and
+    encoded when they are published, and :meth:`flush` called while a request
+    waits for its reply puts them in the same socket write as that request.
+    Entries still go out one message each, in the order they were given, on
+    the fast publisher.
     """
 
     def __init__(self, bus: Port, window: float = 0.005, max_batch: int = 200) -> None:
         self._bus = bus
         self._window = window
         self._max_batch = max_batch
-        self._pending: list[JournalEntry] = []
+        self._pending: list[JournalEntry | EntryBuilder] = []
         self._timer: asyncio.TimerHandle | None = None
         self._sending: TaskSet[None] = TaskSet()
+
+    @property
+    def pending(self) -> int:
+        """Entries (or builders of entries) queued and not yet published."""
+        return len(self._pending)
 
     def add(self, entries: list[JournalEntry]) -> None:
         """Queue entries (kept together and in order)."""
         self._pending.extend(entries)
+        self._queued()
+
+    def add_later(self, build: EntryBuilder) -> None:
+        """Queue the entries ``build`` returns when called at publishing time (their order kept)."""
+        self._pending.append(build)
+        self._queued()
+
+    def _queued(self) -> None:
         if len(self._pending) >= self._max_batch:
             self.flush()
         elif self._timer is None:
@@ -158,15 +180,27 @@ class JournalPublisher:
             self._timer.cancel()
             self._timer = None
         pending, self._pending = self._pending, []
-        for entry in pending:
-            try:
-                subject = entry.subject(self._bus.journal_origin)
-                finished, task = run_eager(self._bus.push(subject, entry.encode()))  # rarely waits
-            except Exception as exc:
-                log.warning("journal entry not published: %r", exc)
+        for item in pending:
+            if isinstance(item, JournalEntry):
+                self._publish(item)
                 continue
-            if not finished:
-                self._sending.keep(task)
+            try:
+                entries = item()
+            except Exception as exc:
+                log.warning("journal entries not built: %r", exc)
+                continue
+            for entry in entries:
+                self._publish(entry)
+
+    def _publish(self, entry: JournalEntry) -> None:
+        try:
+            subject = entry.subject(self._bus.journal_origin)
+            finished, task = run_eager(self._bus.push(subject, entry.encode()))  # rarely waits
+        except Exception as exc:
+            log.warning("journal entry not published: %r", exc)
+            return
+        if not finished:
+            self._sending.keep(task)
 
     async def drain(self, timeout: float = 2.0) -> None:
         """Publish what is queued and wait (bounded) until it went out: for closing."""

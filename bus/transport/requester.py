@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from typing import Final
 
 from nats.nuid import NUID
@@ -52,9 +53,14 @@ class Requester:
         else:
             future.set_result(msg.data)
 
-    async def request(self, subject: str, data: bytes, timeout: float) -> bytes:
+    async def request(
+        self, subject: str, data: bytes, timeout: float, while_waiting: Callable[[], None] | None = None
+    ) -> bytes:
         """Send ``data`` to ``subject``; return the reply's bytes.
 
+        ``while_waiting`` runs once the request is in the outgoing buffer,
+        before the wait: what it publishes goes out in the same socket write,
+        behind the request, and its work is done while the reply travels.
         Raises NoResponders, RequestTimeout or Aborted.
         """
         token = self._nuid.next().decode()  # unpredictable: nobody can aim a forged reply at the next request
@@ -65,6 +71,8 @@ class Requester:
         timer = loop.call_later(timeout, _expire, future)
         try:
             await self._publish(subject, data, self._prefix + token)
+            if while_waiting is not None:
+                while_waiting()
             return await future
         finally:
             timer.cancel()
