@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from bus.core import depth as _depth
+from bus.core.clock import timestamp_ms
 from bus.core.decisions import CONTINUE, Cancel, Decision, Patch, read_reply
 from bus.core.errors import Aborted, BusClosedError, DecisionError, NoResponders, RequestTimeout
 from bus.core.results import ChainRun, hide_output
@@ -157,15 +158,12 @@ class Interceptor:
         journal = _Journal(self._journal, stage, wire_ctx, self.options.journal_neutral)
         run = ChainRun(stage, self._canonical(stage, payload))
         for link in chain.waiting:
-            if _wants(link, stage, run.payload) and (not link.scoped or link.in_scope(ctx)):
+            if _wants(link, stage, run.payload):
                 journal.add(link, Outcome.UNTRUSTED, CONTINUE, 0.0, f"{link.trust.value}: not approved")
         if chain.broken:
             journal.flush()
             return _broken(chain, journal)
-        # Matchers, grants and ``when`` are read here, before any request: a handler they exclude costs nothing.
-        links = [
-            link for link in chain.links if _wants(link, stage, run.payload) and (not link.scoped or link.in_scope(ctx))
-        ]
+        links = [link for link in chain.links if _wants(link, stage, run.payload)]
         index = 0
         while index < len(links):
             batch = _batch(links, index)
@@ -186,8 +184,6 @@ class Interceptor:
         stage = chain.stage
         current = self._canonical(stage, payload)
         for link in chain.holds:
-            if link.scoped and not link.in_scope(ctx):
-                continue
             if link.match is None or current.get(match_field(stage)) in link.match:
                 tally = self._held.get(link.hold)  # type: ignore[arg-type]  # a hold link has its reason
                 if tally is not None:
@@ -246,7 +242,7 @@ class Interceptor:
             cause = f"request of {len(data)} bytes is over the server's max_payload ({limit})"
             return _faulted(batch, Outcome.OVERSIZE, cause, started, journal)
         try:
-            raw = await self._requester.request(subject, data, timeout)
+            raw = await self._requester.request(subject, data, timeout, self._journal_while_waiting)
         except NoResponders:
             return _faulted(batch, Outcome.ABSENT, "no responders: the module is not running", started, journal)
         except RequestTimeout:
@@ -260,6 +256,11 @@ class Interceptor:
                 batch, Outcome.INVALID, _bounded(f"invalid reply: {exc}") or "invalid reply", started, journal
             )
         return _answered(batch, reply, decision, started, journal)
+
+    def _journal_while_waiting(self) -> None:
+        """Earlier calls' entries, published behind this request (one socket write) while its reply travels."""
+        if self._journal.pending:
+            self._journal.flush()
 
     def _final(self, run: ChainRun, rid: str) -> Decision:
         if run.cancel is not None:
@@ -311,23 +312,14 @@ class Interceptor:
 
 
 def _wire_ctx(ctx: Mapping[str, Any], depth: int, rid: str) -> RequestCtx:
-    """A request's ``ctx`` from the caller's: its session and agent (texts, or null), the depth, the call's id,
-    and the user, template and process when the caller gave them."""
+    """A request's ``ctx`` from the caller's: its session and agent (texts, or null), the depth, the call's id."""
     session, agent = ctx.get("session"), ctx.get("agent")
-    wire = RequestCtx(
+    return RequestCtx(
         session=session if session is None or isinstance(session, str) else str(session),
         agent=agent if agent is None or isinstance(agent, str) else str(agent),
         depth=depth,
         id=rid,
     )
-    user, template, process = ctx.get("user"), ctx.get("template"), ctx.get("process")
-    if user is not None:
-        wire.user = str(user)
-    if template is not None:
-        wire.template = str(template)
-    if process is not None:
-        wire.process = str(process)
-    return wire
 
 
 def _wants(link: Link, stage: str, payload: dict[str, Any]) -> bool:
@@ -456,7 +448,14 @@ def _bounded(value: Any) -> str | None:
 
 
 class _Journal:
-    """Collects one call's reactions as shared-journal entries (kind ``middleware``), in chain order."""
+    """Collects one call's reactions as shared-journal entries (kind ``middleware``), in chain order.
+
+    The call's path keeps each reaction as a tuple and its time; the entries
+    are made and encoded when the journal publisher sends them (off the call's
+    path: see :meth:`bus.journal.entries.JournalPublisher.add_later`).
+    """
+
+    __slots__ = ("_ctx", "_neutral", "_phase", "_reactions", "_sink", "_stage")
 
     def __init__(self, sink: JournalPublisher, stage: str, wire_ctx: RequestCtx, neutral: bool) -> None:
         self._sink = sink
@@ -464,7 +463,7 @@ class _Journal:
         self._stage = stage
         self._phase = phase(stage)
         self._ctx = wire_ctx
-        self._entries: list[JournalEntry] = []
+        self._reactions: list[tuple[str, str | None, str, str | None, float | None, int]] = []
 
     def add(
         self,
@@ -491,7 +490,7 @@ class _Journal:
         """A handler's continue or patch, as its module reported it (the common case: kept cheap)."""
         MIDDLEWARE.observe(who, self._stage, _OK, kind, duration_ms / 1000)
         if kind == "patch" or self._neutral:
-            self._entries.append(self._entry(who, link.identity, kind, None, duration_ms))
+            self._reactions.append((who, link.identity, kind, None, duration_ms, time.time_ns() // 1_000_000))
 
     def _add(
         self,
@@ -518,28 +517,34 @@ class _Journal:
         if verdict == "continue" and not self._neutral:
             return  # a neutral continue changes nothing: counted, not journaled
         duration = float(ms) if isinstance(ms, int | float) else None
-        self._entries.append(self._entry(who, identity, verdict, why if isinstance(why, str) else None, duration))
+        cause_text = why if isinstance(why, str) else None
+        self._reactions.append((who, identity, verdict, cause_text, duration, time.time_ns() // 1_000_000))
 
-    def _entry(self, who: str, identity: str | None, verdict: str, cause: str | None, ms: float | None) -> JournalEntry:
-        ctx = self._ctx
-        return JournalEntry(
-            kind="middleware",
-            point=self._stage,
-            phase=self._phase,
-            who=who,
-            decision=verdict,
-            cause=cause,
-            duration_ms=ms,
-            session=ctx.session,
-            agent=ctx.agent,
-            depth=ctx.depth,
-            trace_id=ctx.id or None,
-            identity=identity,
-        )
+    def _entries(self) -> list[JournalEntry]:
+        """The journal entries of the reactions kept (called when they are published)."""
+        ctx, stage, phase_ = self._ctx, self._stage, self._phase
+        return [
+            JournalEntry(
+                kind="middleware",
+                point=stage,
+                phase=phase_,
+                who=who,
+                decision=verdict,
+                cause=cause,
+                duration_ms=ms,
+                session=ctx.session,
+                agent=ctx.agent,
+                depth=ctx.depth,
+                trace_id=ctx.id or None,
+                identity=identity,
+                time=timestamp_ms(epoch_ms),
+            )
+            for who, identity, verdict, cause, ms, epoch_ms in self._reactions
+        ]
 
     def flush(self) -> None:
-        if self._entries:
-            self._sink.add(self._entries)
+        if self._reactions:
+            self._sink.add_later(self._entries)
 
 
 def _log_failure(task: asyncio.Task[Any]) -> None:
