@@ -158,12 +158,15 @@ class Interceptor:
         journal = _Journal(self._journal, stage, wire_ctx, self.options.journal_neutral)
         run = ChainRun(stage, self._canonical(stage, payload))
         for link in chain.waiting:
-            if _wants(link, stage, run.payload):
+            if _wants(link, stage, run.payload) and (not link.scoped or link.in_scope(ctx)):
                 journal.add(link, Outcome.UNTRUSTED, CONTINUE, 0.0, f"{link.trust.value}: not approved")
         if chain.broken:
             journal.flush()
             return _broken(chain, journal)
-        links = [link for link in chain.links if _wants(link, stage, run.payload)]
+        # Matchers, grants and ``when`` are read here, before any request: a handler they exclude costs nothing.
+        links = [
+            link for link in chain.links if _wants(link, stage, run.payload) and (not link.scoped or link.in_scope(ctx))
+        ]
         index = 0
         while index < len(links):
             batch = _batch(links, index)
@@ -184,6 +187,8 @@ class Interceptor:
         stage = chain.stage
         current = self._canonical(stage, payload)
         for link in chain.holds:
+            if link.scoped and not link.in_scope(ctx):
+                continue
             if link.match is None or current.get(match_field(stage)) in link.match:
                 tally = self._held.get(link.hold)  # type: ignore[arg-type]  # a hold link has its reason
                 if tally is not None:
@@ -312,14 +317,23 @@ class Interceptor:
 
 
 def _wire_ctx(ctx: Mapping[str, Any], depth: int, rid: str) -> RequestCtx:
-    """A request's ``ctx`` from the caller's: its session and agent (texts, or null), the depth, the call's id."""
+    """A request's ``ctx`` from the caller's: its session and agent (texts, or null), the depth, the call's id,
+    and the user, template and process when the caller gave them."""
     session, agent = ctx.get("session"), ctx.get("agent")
-    return RequestCtx(
+    wire = RequestCtx(
         session=session if session is None or isinstance(session, str) else str(session),
         agent=agent if agent is None or isinstance(agent, str) else str(agent),
         depth=depth,
         id=rid,
     )
+    user, template, process = ctx.get("user"), ctx.get("template"), ctx.get("process")
+    if user is not None:
+        wire.user = str(user)
+    if template is not None:
+        wire.template = str(template)
+    if process is not None:
+        wire.process = str(process)
+    return wire
 
 
 def _wants(link: Link, stage: str, payload: dict[str, Any]) -> bool:
