@@ -28,7 +28,9 @@ def make_event(subject: str, payload: Mapping[str, Any], session_id: str | None)
 
 async def run_matching(workspace: Path, event: Event, runner: ShellRunner) -> list[tuple[HookEntry, HookResult]]:
     """Run every enabled hook of the workspace that matches the event, concurrently."""
-    entries = load(workspace / HOOKS_FILE).matching(event.subject)
+    config = load(workspace / HOOKS_FILE)
+    runner.default_isolation = config.isolation
+    entries = config.matching(event.subject)
     results = await asyncio.gather(*(runner.run(entry, event) for entry in entries))
     return list(zip(entries, results, strict=True))
 

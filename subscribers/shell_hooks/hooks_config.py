@@ -39,6 +39,8 @@ from bus.core.clock import now_timestamp
 from bus.core.config_schema import (
     HOOK_MAX_TIMEOUT_MS,
     HOOK_TIMEOUT_MS,
+    Isolation,
+    IsolationField,
     ShellAction,
     ShellHook,
     ShellHookBody,
@@ -68,9 +70,11 @@ class HookAction:
     cwd: str | None = None
     timeout_ms: int = DEFAULT_TIMEOUT_MS
     stdin_json: bool = False
+    #: The action's own ``isolation`` as written (None: the file's default applies; see :func:`isolation_of`).
+    isolation: IsolationField = None
 
     def to_json(self) -> dict[str, Any]:
-        """The action as the PRX document shows it (env and cwd only when set)."""
+        """The action as the PRX document shows it (env, cwd and isolation only when set)."""
         out: dict[str, Any] = {"command": self.command, "args": list(self.args)}
         if self.env:
             out["env"] = dict(self.env)
@@ -78,6 +82,8 @@ class HookAction:
             out["cwd"] = self.cwd
         out["timeout_ms"] = self.timeout_ms
         out["stdin_json"] = self.stdin_json
+        if self.isolation is not None:
+            out["isolation"] = msgspec.to_builtins(self.isolation)
         return out
 
     def ignored_env(self) -> list[str]:
@@ -145,6 +151,11 @@ class HooksConfig:
     def timeout_ms(self) -> int:
         """The timeout of actions that give none."""
         return int(self.top.get("timeout_ms") or DEFAULT_TIMEOUT_MS)
+
+    @property
+    def isolation(self) -> object:
+        """The file's ``isolation`` as written: the default of actions that give none (see :func:`isolation_of`)."""
+        return self.top.get("isolation")
 
     @property
     def uses_ids(self) -> bool:
@@ -262,7 +273,20 @@ def derived_id(event: str, action: HookAction) -> str:
 def _action(doc: ShellAction, default_timeout_ms: int) -> HookAction:
     """The action with PRX's defaults for what is absent or null."""
     args, env = tuple(doc.args or ()), dict(doc.env or {})
-    return HookAction(doc.command, args, env, doc.cwd, doc.timeout_ms or default_timeout_ms, bool(doc.stdin_json))
+    timeout_ms = doc.timeout_ms or default_timeout_ms
+    return HookAction(doc.command, args, env, doc.cwd, timeout_ms, bool(doc.stdin_json), doc.isolation)
+
+
+def isolation_of(action: HookAction, file_default: object) -> Isolation | None:
+    """How a hook is isolated: its own ``isolation``, else the file's (``true``: the defaults); None: not at all."""
+    chosen = action.isolation if action.isolation is not None else file_default
+    if chosen is True:
+        return Isolation()
+    if isinstance(chosen, Isolation):
+        return chosen
+    if isinstance(chosen, Mapping):  # the file's top level as read (validated by the loader)
+        return msgspec.convert(chosen, Isolation)
+    return None
 
 
 def make_entry(

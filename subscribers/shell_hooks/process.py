@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import os
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -169,11 +169,14 @@ def spawn(
     cwd: Path,
     stdin_data: bytes | None,
     output_limit: int,
+    preexec: Callable[[], None] | None = None,
 ) -> HookProcess:
     """Start ``argv`` in a new session; stdout and stderr go to two pipes, each keeping its last bytes.
 
-    ``stdin_data`` None gives the child /dev/null. Raises OSError when the
-    command cannot be started (not found, not executable, bad cwd).
+    ``stdin_data`` None gives the child /dev/null. ``preexec`` runs in the
+    child before exec (an isolated run joins its cgroup there). Raises
+    OSError when the command cannot be started (not found, not executable,
+    bad cwd).
     """
     out_read, out_write = os.pipe()
     err_read, err_write = os.pipe()
@@ -186,6 +189,7 @@ def spawn(
             cwd=cwd,
             env=dict(env),
             start_new_session=True,
+            preexec_fn=preexec,
         )
     except BaseException:
         os.close(out_read)

@@ -26,6 +26,7 @@ import enum
 import logging
 import os
 import signal
+import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
@@ -34,9 +35,10 @@ from typing import Final
 
 from bus.core.depth import DEPTH_ENV, child_depth
 from bus.core.envelope import Event
-from bus.core.errors import PayloadRefError
+from bus.core.errors import IsolationUnavailable, PayloadRefError
 from bus.core.ratelog import RateLimitedLog
-from subscribers.shell_hooks.hooks_config import HookEntry
+from subscribers.shell_hooks.hooks_config import HookEntry, isolation_of
+from subscribers.shell_hooks.isolation import sandbox
 from subscribers.shell_hooks.limits import DEFAULT_KILL_GRACE
 from subscribers.shell_hooks.process import HookProcess, spawn
 from subscribers.shell_hooks.security import (
@@ -105,6 +107,8 @@ class ShellRunner:
         self._path = safe_path()
         #: Process-group ids of hooks running now (killed on shutdown).
         self.running: set[int] = set()
+        #: hooks.json's top-level ``isolation``: the default of actions without their own.
+        self.default_isolation: object = None
 
     def environment(self, entry: HookEntry, event: Event, payload_file: str, payload: bytes) -> dict[str, str]:
         """The sanitised environment of one hook process (``payload``: the envelope the hook reads)."""
@@ -152,26 +156,40 @@ class ShellRunner:
         refused = nul_problem([command, *action.args, str(cwd)], env)
         if refused is not None:
             return HookResult(entry.id, entry.event, HookOutcome.REFUSED, reason=f"event refused: {refused}")
+        argv, box = [command, *action.args], None
+        isolation = isolation_of(action, self.default_isolation)
+        if isolation is not None:
+            readable = [Path(payload_file), *([Path(command)] if os.sep in command else [])]  # Path drops "./"
+            try:
+                box = sandbox(argv, isolation, cwd=cwd, hidden=[self.workspace], readable=readable)
+            except (IsolationUnavailable, OSError) as exc:  # never run bare what was to run isolated
+                return HookResult(entry.id, entry.event, HookOutcome.REFUSED, reason=f"not run: {exc}")
+            argv = box.argv
         started = time.monotonic()
         try:
-            proc = spawn(
-                [command, *action.args],
-                env=env,
-                cwd=cwd,
-                stdin_data=payload if action.stdin_json else None,
-                output_limit=self.output_limit,
-            )
-        except (OSError, ValueError) as exc:  # ValueError: what execve cannot take (checked above; a backstop)
-            reason = f"cannot start {command!r}: {getattr(exc, 'strerror', None) or exc}"
-            return HookResult(
-                entry.id, entry.event, HookOutcome.FAILED, duration=time.monotonic() - started, reason=reason
-            )
-        self.running.add(proc.pid)
-        try:
-            return await self._supervise(entry, proc, started)
+            try:
+                proc = spawn(
+                    argv,
+                    env=env,
+                    cwd=cwd,
+                    stdin_data=payload if action.stdin_json else None,
+                    output_limit=self.output_limit,
+                    preexec=box.preexec if box is not None else None,
+                )
+            except (OSError, ValueError, subprocess.SubprocessError) as exc:  # ValueError: what execve cannot take
+                reason = f"cannot start {command!r}: {getattr(exc, 'strerror', None) or exc}"
+                return HookResult(
+                    entry.id, entry.event, HookOutcome.FAILED, duration=time.monotonic() - started, reason=reason
+                )
+            self.running.add(proc.pid)
+            try:
+                return await self._supervise(entry, proc, started)
+            finally:
+                self.running.discard(proc.pid)
+                proc.close()
         finally:
-            self.running.discard(proc.pid)
-            proc.close()
+            if box is not None:
+                box.close()
 
     async def _supervise(self, entry: HookEntry, proc: HookProcess, started: float) -> HookResult:
         deadline = _Deadline(proc.pid, entry.action.timeout_ms / 1000, self.kill_grace)

@@ -146,6 +146,7 @@ class ShellWorker:
 
     def _on_config(self, config: HooksConfig) -> None:
         self._groups = config.runnable_by_pattern()
+        self.runner.default_isolation = config.isolation
         log.info("hooks.json: %d hooks on %d patterns", len(config.entries), len(self._groups))
         if self._started:
             self._tasks.start(self._sync_subscriptions())

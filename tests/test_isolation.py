@@ -1,0 +1,212 @@
+"""Isolated shell hooks: real bubblewrap sandboxes, real processes, limits that bite.
+
+Most tests drive the ShellRunner directly (isolation is a property of how a
+hook process is started); one goes through a worker and a real nats-server.
+Each isolated case is paired with the same hook run plain, where the escape
+works: the tests fail if isolation stops working.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bus import Bus
+from bus.core.envelope import Event
+from subscribers.shell_hooks.hook_test import make_event
+from subscribers.shell_hooks.hooks_file import HOOKS_FILE, load
+from subscribers.shell_hooks.shell import HookOutcome, HookResult, ShellRunner
+
+from .conftest import StartWorker, require_binary, run_cli
+from .hooks_support import script, wait_for_file, write_hooks
+from .waiting import wait_until
+
+pytestmark = pytest.mark.usefixtures("needs_bwrap")
+
+EVENT = "prx.lifecycle.tool_call"
+
+
+@pytest.fixture(scope="module")
+def needs_bwrap() -> None:
+    require_binary("bwrap")
+    require_binary("prlimit")
+
+
+def tool_call() -> Event:
+    return make_event(EVENT, {"tool": "shell"}, None)
+
+
+async def run_hooks(workspace: Path, *actions: dict[str, Any]) -> list[HookResult]:
+    """Write the actions as tool_call hooks and run them once, in order, as the worker would."""
+    write_hooks(workspace, {"tool_call": list(actions)})
+    config = load(workspace / HOOKS_FILE)
+    runner = ShellRunner(workspace, kill_grace=0.5)
+    runner.default_isolation = config.isolation
+    return [await runner.run(entry, tool_call()) for entry in config.entries]
+
+
+def out(result: HookResult) -> str:
+    return result.stdout.decode(errors="replace")
+
+
+def processes_with(marker: str) -> list[int]:
+    """Pids whose command line holds ``marker`` (anywhere on this machine)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if marker.encode() in cmdline:
+                found.append(int(entry))
+    return found
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[tuple[int, list[bytes]]]:
+    """A local HTTP server: its port, and the request lines it was sent."""
+    requests: list[bytes] = []
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        requests.append(await reader.readline())
+        writer.write(b"HTTP/1.0 200 OK\r\nContent-Length: 7\r\n\r\nreached")
+        await writer.drain()
+        writer.close()
+
+    listening = await asyncio.start_server(answer, "127.0.0.1", 0)
+    try:
+        yield listening.sockets[0].getsockname()[1], requests
+    finally:
+        listening.close()
+        await listening.wait_closed()
+
+
+async def test_network_is_off_unless_granted(workspace: Path, server: tuple[int, list[bytes]]) -> None:
+    port, requests = server
+    get = f'exec 3<>/dev/tcp/127.0.0.1/{port} || exit 7\nprintf "GET / HTTP/1.0\\r\\n\\r\\n" >&3\ncat <&3\n'
+    (workspace / "get.sh").write_text("#!/bin/bash\n" + get)
+    (workspace / "get.sh").chmod(0o755)
+    off, on, plain = await run_hooks(
+        workspace,
+        {"command": "./get.sh", "isolation": {"network": False}},
+        {"command": "./get.sh", "isolation": {"network": True}},
+        {"command": "./get.sh"},
+    )
+    assert off.outcome is HookOutcome.FAILED and off.exit_code == 7, off
+    assert "reached" in out(on) and "reached" in out(plain)
+    assert len(requests) == 2, "only the two hooks with a network reached the server"
+
+
+def test_worker_environment_other_processes_and_workspace_secrets_are_invisible(workspace: Path) -> None:
+    token = workspace / "api-token"
+    token.write_text("token-secret-9902\n")
+    token.chmod(0o600)
+    (workspace / "sub").mkdir()
+    snoop = (
+        "tr '\\0' '\\n' < /proc/$PPID/environ | grep WORKER_SECRET\n"
+        "cat ../api-token api-token 2>/dev/null\n"
+        "cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n' | grep -h WORKER_SECRET\n"
+        'echo "processes $(ls /proc | grep -c "^[0-9]")"\n'
+        "echo done\n"
+    )
+    script(workspace, "snoop.sh", snoop)
+    hooks = [
+        {"id": "iso_sub", "command": "./snoop.sh", "cwd": "sub", "isolation": True},
+        {"id": "iso_ws", "command": "./snoop.sh", "isolation": True},
+        {"id": "plain", "command": "./snoop.sh", "cwd": "sub"},
+    ]
+    write_hooks(workspace, {"tool_call": hooks})
+    # The worker's secret is in its initial environment: what /proc/<pid>/environ shows.
+    done = run_cli("hooks", "test", "tool_call", "--workspace", str(workspace), env={"WORKER_SECRET": "ws-4417"})
+    reports = {part.split(" ", 1)[0]: part for part in done.stdout.split("hook ")[1:]}
+    for hook in ("iso_sub", "iso_ws"):
+        text = reports[hook]
+        assert "| done" in text, done.stdout
+        assert "ws-4417" not in text and "token-secret-9902" not in text, text
+        seen = int(text.split("processes ")[1].split()[0])
+        assert seen <= 6, f"a private /proc shows the sandbox's few processes, not {seen}"
+    assert "ws-4417" in reports["plain"] and "token-secret-9902" in reports["plain"], "the escape works unisolated"
+
+
+async def test_the_file_system_is_read_only_but_for_the_working_directory(workspace: Path) -> None:
+    (workspace / "sub").mkdir()
+    script(workspace, "write.sh", 'echo kept > kept\necho leak > ../leak || echo "refused ../leak"\necho done\n')
+    (result,) = await run_hooks(workspace, {"command": "./write.sh", "cwd": "sub", "isolation": True})
+    assert "done" in out(result), result
+    assert (workspace / "sub" / "kept").read_text() == "kept\n"
+    assert not (workspace / "leak").exists()
+    assert "refused ../leak" in out(result)
+
+
+async def test_a_fork_bomb_is_stopped_by_the_process_limit(workspace: Path) -> None:
+    marker = "31.4159"
+    bomb = f'i=0\nwhile [ $i -lt 200 ]; do sleep {marker} & i=$((i+1)); done\necho "all 200 started"\n'
+    script(workspace, "bomb.sh", bomb)
+    (result,) = await run_hooks(
+        workspace, {"command": "./bomb.sh", "timeout_ms": 20000, "isolation": {"max_procs": 16}}
+    )
+    assert "all 200 started" not in out(result), result
+    assert b"fork" in result.stderr.lower(), result.stderr
+    await wait_until(lambda: not processes_with(marker), what="every process of the sandbox to be gone")
+
+
+async def test_a_memory_hog_is_stopped(workspace: Path) -> None:
+    hog = {"command": sys.executable, "args": ["-c", "b = bytearray(1 << 30); print('got it')"]}
+    (isolated,) = await run_hooks(workspace, {**hog, "isolation": {"memory_mb": 256}})
+    assert isolated.outcome is HookOutcome.FAILED, isolated
+    assert b"MemoryError" in isolated.stderr and "got it" not in out(isolated)
+
+
+async def test_a_setsid_child_does_not_outlive_an_isolated_hook(workspace: Path) -> None:
+    script(workspace, "detach.sh", "setsid sleep 27.1828 &\nsetsid sleep 27.1829 &\necho started\n")
+    write_hooks(workspace, {})
+    (isolated,) = await run_hooks(workspace, {"command": "./detach.sh", "args": [], "isolation": True})
+    assert "started" in out(isolated)
+    await wait_until(lambda: not processes_with("27.1828"), what="the isolated hook's setsid child to be gone")
+    await run_hooks(workspace, {"command": "./detach.sh"})
+    try:
+        await wait_until(lambda: processes_with("27.1829"), what="the plain hook's setsid child (it escapes)")
+    finally:
+        for pid in processes_with("27.182"):
+            os.kill(pid, 9)
+
+
+async def test_a_timeout_kills_everything_in_the_sandbox(workspace: Path) -> None:
+    script(workspace, "hang.sh", "sleep 26.535 &\nsleep 26.535\n")
+    (result,) = await run_hooks(workspace, {"command": "./hang.sh", "timeout_ms": 300, "isolation": True})
+    assert result.outcome is HookOutcome.TIMEOUT, result
+    await wait_until(lambda: not processes_with("26.535"), what="the sandbox's processes to be gone")
+
+
+def test_isolation_asked_and_unavailable_refuses_the_hook(workspace: Path) -> None:
+    ran = workspace / "ran"
+    script(workspace, "touch.sh", f"echo yes > {ran}\n")
+    write_hooks(workspace, {"tool_call": [{"command": "./touch.sh", "isolation": True}]})
+    no_bwrap = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if not Path(p, "bwrap").exists())
+    done = run_cli("hooks", "test", "tool_call", "--workspace", str(workspace), env={"PATH": no_bwrap})
+    assert done.returncode == 1
+    assert "refused: not run: isolation: bubblewrap (bwrap) is not installed" in done.stdout, done.stdout
+    assert not ran.exists()
+
+
+async def test_the_file_default_isolates_hooks_run_by_the_worker(
+    bus: Bus, workspace: Path, start_worker: StartWorker
+) -> None:
+    script(workspace, "who.sh", "cat /proc/1/comm > init-was\n")
+    (workspace / HOOKS_FILE).write_text(
+        '{"isolation": {"network": false}, "hooks": {"tool_call": [{"command": "./who.sh"}],'
+        ' "agent_end": [{"command": "./who.sh", "isolation": false}]}}'
+    )
+    await start_worker()
+    await bus.emit(EVENT, {"tool": "x"})
+    assert (await wait_for_file(workspace / "init-was")).strip() == "bwrap"
+    (workspace / "init-was").unlink()
+    await bus.emit("prx.lifecycle.agent_end", {"success": True})
+    assert (await wait_for_file(workspace / "init-was")).strip() != "bwrap"
