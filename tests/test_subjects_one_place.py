@@ -17,6 +17,7 @@ from bus.core.subjects import (
     MODULES_BUCKET,
     TRIGGERS_STATUS,
     TRUST_BUCKET,
+    adapter_subject,
     counters_subject,
     matches,
     module_subject,
@@ -146,6 +147,7 @@ ROLES: dict[str, dict[str, list[str]]] = {
             *_PAYLOADS_PUT,
             counters_subject("agent-eva"),
             *_READ_STATE,
+            adapter_subject("claude-code"),  # hookbus claude-hook asks hookbus up's relay
         ],
         "subscribe": [turn_subject("eva"), "_INBOX.agent-eva.reply"],
     },
@@ -177,6 +179,8 @@ ROLES: dict[str, dict[str, list[str]]] = {
             turn_subject("eva"),
             TRIGGERS_STATUS,
             *_journal(("shell_hook", "subscriber", "trigger"), "bus"),
+            *_journal(("middleware",), "bus"),  # the agent-hook relay is a kernel
+            module_subject("guard"),
             *_PAYLOADS_PUT,
             *_PAYLOADS_GET,
             f"$JS.API.STREAM.INFO.{subjects.PAYLOADS_STREAM}",
@@ -195,6 +199,8 @@ ROLES: dict[str, dict[str, list[str]]] = {
             *_journal(("middleware", "trigger"), "agent-eva"),
             counters_subject(None),
             counters_subject("agent-eva"),
+            adapter_subject("claude-code"),
+            adapter_subject("codex"),
         ],
     },
 }

@@ -22,6 +22,7 @@ def _commands() -> tuple[ModuleType, ...]:
     """The subcommands in help order, imported when the whole parser is built (``hookbus emit`` is not)."""
     from bus.cli import (
         agent,
+        agent_hook,
         approvals,
         approve,
         chain,
@@ -51,6 +52,7 @@ def _commands() -> tuple[ModuleType, ...]:
         metrics,
         agent,
         emit,
+        agent_hook,
         tail,
         events,
         journal,
@@ -96,6 +98,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from bus.cli import emit
 
         return emit.main(arguments[1:])
+    if arguments[:1] in (["claude-hook"], ["codex-hook"]):  # a hook per tool call too: the same one-shot path
+        from bus.cli import agent_hook
+
+        return agent_hook.main(arguments[0], arguments[1:])
     import asyncio
 
     from bus.cli.running import configure_logging, guarded

@@ -49,6 +49,7 @@ def services(args: argparse.Namespace) -> list[Service]:
     Imported here, not at module load: the other commands do not load the workers.
     """
     # Imported here: bus/ must not import the workers when it is loaded.
+    from bus.adapters import relay as agent_hook_relay
     from subscribers import agent_metrics
     from subscribers.fleet_metrics import service as fleet_metrics
     from subscribers.history import recorder as history
@@ -69,6 +70,7 @@ def services(args: argparse.Namespace) -> list[Service]:
         failure_lines,
         partial(shell_hooks, settings=shell),
         triggers.service,
+        agent_hook_relay.service,  # hookbus claude-hook / codex-hook ask it
     ]
 
 

@@ -278,3 +278,16 @@ TRIGGERS_STATUS = "hookbus.triggers.status"
 #: Processes on the bus (``hookbus up``, workers, sinks, agents) say they are alive here, one key each,
 #: ``<user>.<instance>`` (``hookbus status`` reads it; modules announce in MODULES_BUCKET instead).
 PRESENCE_BUCKET = "hookbus_presence"
+
+
+#: Agent-hook relays (docs/integrations.md): ``hookbus claude-hook`` and ``codex-hook`` ask ``hookbus up`` to
+#: run a hook input's mapping on ``hookbus.adapter.<flavor>``, served in the queue group ADAPTER_QUEUE.
+ADAPTER_PREFIX = "hookbus.adapter"
+ADAPTER_QUEUE = "hookbus-adapters"
+
+
+def adapter_subject(flavor: str) -> str:
+    """The subject ``hookbus up`` serves the hook inputs of ``flavor`` (``claude-code``, ``codex``) on."""
+    if not TOKEN_RE.fullmatch(flavor):
+        raise SubjectError(flavor, "an adapter flavor must match [A-Za-z0-9_-]+")
+    return f"{ADAPTER_PREFIX}.{flavor}"

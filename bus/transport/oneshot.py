@@ -16,6 +16,7 @@ before anything is sent, and the caller uses the full client.
 from __future__ import annotations
 
 import errno
+import os
 import socket
 import time
 from collections.abc import Mapping, Sequence
@@ -24,8 +25,8 @@ from urllib.parse import unquote, urlsplit
 
 import orjson
 
-from bus.core.errors import ConnectError, PublishDenied
-from bus.transport.endpoints import TLS_ENV
+from bus.core.errors import ConnectError, NoResponders, PublishDenied, RequestTimeout
+from bus.transport.endpoints import INBOX_ROOT, TLS_ENV
 
 #: URL schemes of plain TCP servers (a bare host:port is one); tls:// and ws:// go to the full client.
 _PLAIN_SCHEMES: Final = ("nats",)
@@ -80,6 +81,74 @@ def publish(
     return True
 
 
+def request(
+    servers: Sequence[str],
+    subject: str,
+    data: bytes,
+    settings: Mapping[str, str],
+    *,
+    name: str,
+    connect_budget: float,
+    timeout: float,
+) -> bytes | None:
+    """Send one request and return the reply's bytes: the one-shot path of ``hookbus claude-hook``.
+
+    Subscribes to one reply subject under the user's private inbox prefix,
+    publishes the request and reads up to the reply. Returns None, having sent
+    nothing, when the server wants TLS or takes less than ``data``. Raises
+    ConnectError (no server, credentials refused), NoResponders (nobody
+    serves ``subject``, told at once by the server), RequestTimeout (no reply
+    within ``timeout`` seconds) and PublishDenied (the subject is not allowed).
+    """
+    sock, lines, url, info = _connect(list(servers), connect_budget)
+    with sock:
+        if info.get("tls_required") or int(info.get("max_payload", 0)) < len(data) or not info.get("headers", True):
+            return None
+        inbox = f"{_inbox_prefix(url, settings)}.{os.urandom(8).hex()}"
+        commands = _commands(url, (), settings, name, requests=True)[: -len(b"PING\r\n")]
+        commands += b"SUB %s 1\r\nPUB %s %s %d\r\n" % (inbox.encode(), subject.encode(), inbox.encode(), len(data))
+        sock.settimeout(timeout)
+        try:
+            sock.sendall(commands + data + b"\r\nPING\r\n")
+            return _await_reply(sock, lines, url, subject)
+        except TimeoutError:
+            raise RequestTimeout(f"no reply on {subject} within {timeout:g}s") from None
+        except OSError as exc:
+            raise ConnectError([url], exc) from None
+
+
+def _inbox_prefix(url: str, settings: Mapping[str, str]) -> str:
+    """The private inbox prefix the full client uses (connection.with_private_inbox): ``_INBOX.<user>``."""
+    explicit = settings.get("HOOKBUS_NATS_INBOX")
+    if explicit:
+        return explicit
+    user = settings.get("HOOKBUS_NATS_USER") or _split(url)[3]
+    return f"{INBOX_ROOT}.{user}" if user else INBOX_ROOT
+
+
+def _await_reply(sock: socket.socket, lines: _Lines, url: str, subject: str) -> bytes:
+    """Read until the reply (MSG or HMSG on sid 1): a 503 status is no responders; -ERR lines fail."""
+    while True:
+        line = lines.next()
+        if line == b"PING":
+            sock.sendall(b"PONG\r\n")
+        elif line.startswith(b"-ERR"):
+            text = line[4:].strip().strip(b"'").decode(errors="replace")
+            if "permissions violation" in text.lower():
+                raise PublishDenied(_quoted_subject(text), text)
+            raise ConnectError([url], PermissionError(text))
+        elif line.startswith(b"MSG "):
+            return lines.read(int(line.split()[-1]))
+        elif line.startswith(b"HMSG "):
+            parts = line.split()
+            head, total = int(parts[-2]), int(parts[-1])
+            body = lines.read(total)
+            status = body[:head].split(b"\r\n", 1)[0]
+            if status.startswith(b"NATS/1.0 503"):
+                raise NoResponders(f"nobody serves {subject}")
+            return body[head:]
+
+
 def _split(url: str) -> tuple[str, str, int, str | None, str | None]:
     """(scheme, host, port, user, password) of a server URL; a bare host:port is a nats:// one."""
     parts = urlsplit(url if "://" in url else f"nats://{url}")
@@ -124,9 +193,17 @@ def _read_info(lines: _Lines) -> dict[str, Any]:
     return info
 
 
-def _commands(url: str, messages: Sequence[tuple[str, bytes]], settings: Mapping[str, str], name: str) -> bytes:
-    """CONNECT with the credentials (as nats-py chooses them), the PUBs, and a PING."""
+def _commands(
+    url: str, messages: Sequence[tuple[str, bytes]], settings: Mapping[str, str], name: str, *, requests: bool = False
+) -> bytes:
+    """CONNECT with the credentials (as nats-py chooses them), the PUBs, and a PING.
+
+    ``requests``: also ask for headers and no-responders statuses (a request is answered at once
+    by a 503 when nobody serves its subject).
+    """
     options: dict[str, Any] = {"verbose": False, "pedantic": False, "lang": "python3", "protocol": 1, "name": name}
+    if requests:
+        options["headers"], options["no_responders"] = True, True
     _, _, _, url_user, url_password = _split(url)
     user, password = settings.get("HOOKBUS_NATS_USER"), settings.get("HOOKBUS_NATS_PASSWORD")
     token = settings.get("HOOKBUS_NATS_TOKEN")
@@ -188,3 +265,13 @@ class _Lines:
             self._buffer += chunk
         line, _, self._buffer = self._buffer.partition(b"\r\n")
         return line
+
+    def read(self, size: int) -> bytes:
+        """The next ``size`` bytes and the CRLF after them (a message's payload)."""
+        while len(self._buffer) < size + 2:
+            chunk = self._sock.recv(max(4096, size + 2 - len(self._buffer)))
+            if not chunk:
+                raise ConnectionError("the server closed the connection")
+            self._buffer += chunk
+        data, self._buffer = self._buffer[:size], self._buffer[size + 2 :]
+        return data

@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from bus.service import ServiceContext
+from subscribers.http_api import agent_hooks
 from subscribers.http_api.server import make_app, serve
 from subscribers.http_api.token import load_token
 from subscribers.plugins.worker import PluginWorker
@@ -26,6 +27,7 @@ async def shell_hooks(ctx: ServiceContext, settings: ShellHooksSettings) -> Asyn
         ctx.lines.append(f"  plugins  {plugins.plugins.root} ({len(plugins.plugins.running())} running)")
         token, token_from = load_token(ctx.workspace)
         app = make_app(hooks, token, on_write=worker.reload)
+        agent_hooks.add_routes(app, ctx.bus)  # POST /hooks/claude-code
         async with serve(app, settings.api_host, settings.api_port) as url:
             ctx.lines.append(f"  api      {url}/api/hooks (bearer token: {token_from})")
             yield

@@ -1,0 +1,207 @@
+"""Claude Code sessions on the bus: a hook input becomes an intercept and events, the decision its hook output.
+
+One mapping (docs/integrations.md) serves every path: ``hookbus claude-hook``
+(through the relay of ``hookbus up``, or its own connection), the HTTP
+endpoint ``POST /hooks/claude-code`` and ``hookbus codex-hook`` (whose
+:class:`~bus.adapters.codex.CodexDialect` writes decisions in Codex's form).
+
+=================  ==============================  ==================================
+hook event         intercept (stage, payload)      events (emitted unless cancelled)
+=================  ==============================  ==================================
+PreToolUse         tool.call {name, input, id}     prx.lifecycle.tool_call_start
+PostToolUse        tool.result {name, output ...}  prx.lifecycle.tool_call (always)
+UserPromptSubmit   user.message {agent, content}   (none)
+SessionStart       (none)                          prx.lifecycle.agent_start
+SessionEnd         (none)                          prx.lifecycle.agent_end
+Stop               (none)                          prx.lifecycle.turn_complete
+PreCompact         (none)                          eva.custom.pre_compact
+=================  ==============================  ==================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final
+
+import orjson
+
+from bus.core.errors import AgentHookError
+from bus.core.schema import AgentHookInput, convert
+
+if TYPE_CHECKING:
+    from bus.client import Bus
+    from bus.core.decisions import Decision
+
+#: The agent name intercepts and events of a Claude Code session carry.
+CLAUDE_CODE: Final = "claude-code"
+#: The stages a hook input may be intercepted on (their fail-closed guards are remembered by the hook command).
+HOOK_STAGES: Final = ("tool.call", "tool.result", "user.message")
+#: Where each event without a stage goes.
+_LIFECYCLE: Final = {
+    "SessionStart": "prx.lifecycle.agent_start",
+    "SessionEnd": "prx.lifecycle.agent_end",
+    "Stop": "prx.lifecycle.turn_complete",
+    "PreCompact": "eva.custom.pre_compact",
+}
+#: The hook events the hook command is installed for (install's configuration).
+INSTALLED_EVENTS: Final = ("PreToolUse", "PostToolUse", "UserPromptSubmit", *_LIFECYCLE)
+#: Events whose hooks Claude Code matches by tool name.
+TOOL_EVENTS: Final = frozenset({"PreToolUse", "PostToolUse"})
+
+
+@dataclass(frozen=True)
+class HookAnswer:
+    """What the hook command does: exit with ``exit_code``, print ``output`` as JSON (if any) and ``stderr``."""
+
+    exit_code: int = 0
+    output: dict[str, Any] | None = None
+    stderr: str = ""
+
+
+@dataclass(frozen=True)
+class Step:
+    """What one hook input asks of the bus: an intercept (``stage`` None: none) and events."""
+
+    event: str
+    stage: str | None = None
+    payload: dict[str, Any] = field(default_factory=dict)
+    #: (subject, payload) emitted when the call goes ahead; ``always``: emitted whatever the decision.
+    events: tuple[tuple[str, dict[str, Any]], ...] = ()
+    always: bool = False
+
+
+def parse(data: bytes | Any) -> AgentHookInput:
+    """A hook input (JSON bytes or a parsed object), checked field by field; AgentHookError names what is wrong."""
+    if isinstance(data, bytes | bytearray | str):
+        try:
+            data = orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            raise AgentHookError(f"the hook input is not JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise AgentHookError(f"the hook input must be a JSON object, not {type(data).__name__}")
+    return convert(data, AgentHookInput, "the hook input", AgentHookError)
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else orjson.dumps(value).decode()
+
+
+def _failed(response: Any) -> bool:
+    """Whether a tool response says the tool failed (``success: false``, ``is_error``, an ``error``)."""
+    if not isinstance(response, dict):
+        return False
+    return response.get("success") is False or response.get("is_error") is True or bool(response.get("error"))
+
+
+def plan(hook: AgentHookInput, agent: str) -> Step:
+    """The intercept and events of ``hook`` (see the table above); an event hookbus does not map is a no-op."""
+    event, where = hook.hook_event_name, {"cwd": hook.cwd} if hook.cwd is not None else {}
+    if event in TOOL_EVENTS:
+        if hook.tool_name is None:
+            raise AgentHookError(f"the hook input: {event} needs 'tool_name'")
+        call = {"name": hook.tool_name, "input": hook.tool_input or {}, "id": hook.tool_use_id, **where}
+        if event == "PreToolUse":
+            start = {"tool": hook.tool_name, "arguments": hook.tool_input or {}, "agent": agent, **where}
+            return Step(event, "tool.call", call, (("prx.lifecycle.tool_call_start", start),))
+        output, failed = _text(hook.tool_response), _failed(hook.tool_response)
+        done = {"tool": hook.tool_name, "success": not failed, "output": output, "agent": agent, **where}
+        result = {**call, "output": output, "is_error": failed}
+        return Step(event, "tool.result", result, (("prx.lifecycle.tool_call", done),), always=True)
+    if event == "UserPromptSubmit":
+        if hook.prompt is None:
+            raise AgentHookError("the hook input: UserPromptSubmit needs 'prompt'")
+        return Step(event, "user.message", {"agent": agent, "content": hook.prompt, **where})
+    subject = _LIFECYCLE.get(event)
+    if subject is None:
+        return Step(event)
+    details = {"source": hook.source, "reason": hook.reason, "trigger": hook.trigger, "model": hook.model}
+    payload: dict[str, Any] = {"agent": agent, "session": hook.session_id, **where}
+    payload.update((key, value) for key, value in details.items() if value)
+    if event == "SessionEnd":
+        payload["success"] = True
+    return Step(event, events=((subject, payload),), always=True)
+
+
+class ClaudeCodeDialect:
+    """How decisions are written back in Claude Code's hook output (its JSON output form, exit code 0)."""
+
+    name: str = CLAUDE_CODE
+    agent: str = CLAUDE_CODE
+
+    def deny(self, event: str, reason: str) -> HookAnswer:
+        """Refuse the call or prompt of ``event`` with ``reason`` (shown to the model, or to the user for a prompt)."""
+        if event == "PreToolUse":
+            specific = {"hookEventName": event, "permissionDecision": "deny", "permissionDecisionReason": reason}
+            return HookAnswer(output={"hookSpecificOutput": specific})
+        return HookAnswer(output={"decision": "block", "reason": reason})
+
+    def updated_input(self, tool_input: dict[str, Any]) -> HookAnswer:
+        """Run the tool with ``tool_input`` instead (the permission flow is left as it is)."""
+        return HookAnswer(output={"hookSpecificOutput": {"hookEventName": "PreToolUse", "updatedInput": tool_input}})
+
+    def context(self, event: str, text: str) -> HookAnswer:
+        """Add ``text`` to what the model sees after ``event``."""
+        return HookAnswer(output={"hookSpecificOutput": {"hookEventName": event, "additionalContext": text}})
+
+    def answer(self, step: Step, decision: Decision) -> HookAnswer:
+        """The hook output for ``decision`` on ``step``'s stage."""
+        from bus.core.decisions import Cancel, Continue, Patch  # not on the hook command's fast path
+
+        if isinstance(decision, Continue) or step.stage is None:
+            return HookAnswer()
+        who = f" ({decision.handler})" if isinstance(decision, Cancel) and decision.handler else ""
+        if isinstance(decision, Cancel):
+            return self.deny(step.event, f"hookbus{who}: {decision.reason}")
+        assert isinstance(decision, Patch)
+        return self._patched(step, decision.payload)
+
+    def _patched(self, step: Step, payload: dict[str, Any]) -> HookAnswer:
+        if step.stage == "tool.call":
+            result = payload.get("result")
+            if isinstance(result, str):  # the guard answered in the tool's place
+                return self.deny(step.event, f"hookbus answered without running the tool: {result}")
+            new_input = payload.get("input")
+            if not isinstance(new_input, dict):
+                return self.deny(step.event, "hookbus: a guard's patch has no object 'input'; the call is refused")
+            return HookAnswer() if new_input == step.payload["input"] else self.updated_input(new_input)
+        if step.stage == "tool.result":
+            output = payload.get("output")
+            if not isinstance(output, str) or output == step.payload["output"]:
+                return HookAnswer()
+            return self.context(step.event, f"[hookbus: the tool's output as the guards amended it]\n{output}")
+        content = payload.get("content")
+        if content == step.payload.get("content"):
+            return HookAnswer()
+        # A prompt cannot be rewritten in place: refuse it and show the amended text to send instead.
+        return self.deny(step.event, f"hookbus: a guard changed this prompt; send it as: {_text(content)}")
+
+
+def fail_closed_guards(bus: Bus) -> dict[str, list[str]]:
+    """Per hook stage, the trusted fail-closed handlers in force on ``bus``'s view (held ones included)."""
+    view = bus.middleware.view
+    found: dict[str, list[str]] = {}
+    for stage in HOOK_STAGES:
+        chain = view.chains.get(stage) if view is not None else None
+        if chain is None:
+            continue
+        names = {link.decl.qualname for link in chain.links if link.decl.fail_closed}
+        names |= {link.decl.qualname for link in chain.holds}
+        names |= {chain.guard} if chain.guard else set()
+        if names:
+            found[stage] = sorted(names)
+    return found
+
+
+async def answer(bus: Bus, hook: AgentHookInput, dialect: ClaudeCodeDialect | None = None) -> HookAnswer:
+    """Run ``hook``'s intercept on ``bus``, emit its events, and return the hook output for the decision."""
+    from bus.core.decisions import Cancel, Continue
+
+    dialect = dialect or ClaudeCodeDialect()
+    step = plan(hook, dialect.agent)
+    decision: Decision = Continue()
+    if step.stage is not None:
+        decision = await bus.intercept(step.stage, step.payload, {"session": hook.session_id, "agent": dialect.agent})
+    if step.always or not isinstance(decision, Cancel):
+        for subject, payload in step.events:
+            await bus.emit(subject, payload, session_id=hook.session_id)
+    return dialect.answer(step, decision)

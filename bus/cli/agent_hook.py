@@ -1,0 +1,263 @@
+"""``hookbus claude-hook`` / ``codex-hook``: a Claude Code or Codex command hook that puts the session on the bus.
+
+The agent runs it once per hook call with the hook input on stdin, so it has
+the one-shot path of ``hookbus emit``: ``bus.cli.main`` comes here before
+importing anything else, and the input goes to the relay of ``hookbus up``
+(:mod:`bus.adapters.relay`) in one request over a plain socket
+(:func:`bus.transport.oneshot.request`). Without a relay it runs the mapping
+itself on a full client. What it prints and its exit code are the decision in
+the agent's own hook protocol (docs/integrations.md).
+
+When the bus cannot be reached it follows the fail mode of the stage's
+guards: each answer names the trusted fail-closed handlers in force, kept in
+a small state file; a stage one of them guards (or any stage, with
+``--fail-closed``) is refused with the cause, others continue with a
+non-blocking error on stderr (exit 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+import orjson
+
+from bus.adapters.claude_code import ClaudeCodeDialect, HookAnswer, parse, plan
+from bus.cli.options import add_nats_url, credentials_of
+from bus.core.depth import DEFAULT_MAX_DEPTH, depth_from_env
+from bus.core.errors import AgentHookError, ConnectError, NoResponders, PublishDenied, RequestTimeout
+from bus.core.schema import AdapterReplyMsg, AgentHookInput, decode
+from bus.core.subjects import adapter_subject
+from bus.transport import oneshot
+from bus.transport.endpoints import credential_values, resolve_servers
+
+if TYPE_CHECKING:
+    from bus.client import Bus
+
+COMMANDS: Final = {"claude-hook": "claude-code", "codex-hook": "codex"}
+#: Seconds to wait for the relay's answer (the chain's own timeouts are shorter; the agent's hook timeout longer).
+DEFAULT_TIMEOUT_S: Final = 30.0
+#: The state file remembering the fail-closed guards of each bus, under $XDG_STATE_HOME (or ~/.local/state).
+STATE_FILE: Final = Path("hookbus") / "agent-guards.json"
+#: The largest hook input read from stdin (a tool's whole output may be in it).
+MAX_INPUT: Final = 16 * 1024 * 1024
+
+
+def dialect_of(flavor: str) -> ClaudeCodeDialect:
+    if flavor == "codex":
+        from bus.adapters.codex import CodexDialect
+
+        return CodexDialect()
+    return ClaudeCodeDialect()
+
+
+def describe(command: str) -> str:
+    agent = "Claude Code" if command == "claude-hook" else "Codex"
+    return (
+        f"A {agent} command hook: reads the hook input on stdin, runs it through the bus (tool calls through "
+        "the tool.call chain, results through tool.result, prompts through user.message; session events as "
+        "lifecycle events) and answers in the hook's own output form. When the bus cannot be reached, a stage "
+        "guarded by a fail-closed handler (as last seen) is refused, others continue. "
+        f"'hookbus {command} install' prints the hooks configuration, or merges it into a settings file."
+    )
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        help=f"seconds to wait for the decision ({DEFAULT_TIMEOUT_S:g})",
+    )
+    parser.add_argument(
+        "--fail-closed", action="store_true", help="refuse every guarded call when the bus cannot be reached"
+    )
+    parser.add_argument("--state", type=Path, default=None, help="file remembering the fail-closed guards")
+    add_nats_url(parser)
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    for command, flavor in COMMANDS.items():
+        parser = subparsers.add_parser(
+            command, help=f"a {flavor} command hook on the bus", description=describe(command)
+        )
+        parser.add_argument("install", nargs="?", choices=["install"], help="print or merge the hooks configuration")
+        configure(parser)
+        from bus.cli.agent_install import configure_install
+
+        configure_install(parser)
+        parser.set_defaults(func=_run_from_parser, flavor=flavor, command=command)
+
+
+async def _run_from_parser(args: argparse.Namespace) -> int:
+    """From the full parser (``hookbus -v claude-hook``): the same as the fast path."""
+    if args.install:
+        from bus.cli.agent_install import install
+
+        return install(args)
+    return await run_full(args, *read_input(), full_only=False)
+
+
+def main(command: str, argv: list[str]) -> int:
+    """``hookbus claude-hook ...`` as dispatched by ``bus.cli.main``, without the other commands."""
+    from bus.cli.parser import CommandParser
+    from bus.cli.running import guarded
+
+    parser = CommandParser(prog=f"hookbus {command}", description=describe(command))
+    if argv[:1] == ["install"]:
+        from bus.cli.agent_install import configure_install, install
+
+        configure(parser)
+        configure_install(parser)
+        args = parser.parse_args(argv[1:])
+        args.flavor, args.command, args.install = COMMANDS[command], command, "install"
+        return guarded(lambda: install(args))
+    configure(parser)
+    args = parser.parse_args(argv)
+    args.flavor, args.command = COMMANDS[command], command
+    return guarded(lambda: hook_now(args))
+
+
+def read_input() -> tuple[AgentHookInput, dict[str, Any]]:
+    """The hook input on stdin, checked (AgentHookError names what is wrong)."""
+    data = sys.stdin.buffer.read(MAX_INPUT + 1)
+    if len(data) > MAX_INPUT:
+        raise AgentHookError(f"the hook input is over {MAX_INPUT} bytes")
+    hook = parse(data)
+    return hook, orjson.loads(data)
+
+
+def finish(answer: HookAnswer) -> int:
+    """Print ``answer`` as the agent reads it and return its exit code."""
+    if answer.output is not None:
+        sys.stdout.write(orjson.dumps(answer.output).decode() + "\n")
+    if answer.stderr:
+        sys.stderr.write(answer.stderr.rstrip("\n") + "\n")
+    return answer.exit_code
+
+
+def hook_now(args: argparse.Namespace) -> int:
+    """The fast path: one request to the relay; the full client without one; the fail mode without a bus."""
+    try:
+        hook, raw = read_input()
+    except AgentHookError as exc:
+        return finish(HookAnswer(exit_code=1, stderr=f"hookbus: {exc}"))
+    depth = depth_from_env()
+    if depth >= DEFAULT_MAX_DEPTH:
+        return 0  # at the recursion limit an intercept continues and events are dropped: nothing to ask
+    servers = resolve_servers(args.nats_url)
+    settings = credential_values(overrides=credentials_of(args).overrides())
+    body = orjson.dumps({"input": raw, "depth": depth})
+    try:
+        data = None
+        if oneshot.supported(servers, settings):
+            data = oneshot.request(
+                servers,
+                adapter_subject(args.flavor),
+                body,
+                settings,
+                name=f"hookbus-{args.command}",
+                connect_budget=args.connect_timeout,
+                timeout=args.timeout,
+            )
+    except NoResponders:
+        data = None  # no hookbus up relaying: run the mapping here
+    except (ConnectError, RequestTimeout, PublishDenied) as exc:
+        return finish(fail_mode(args, hook, servers, str(exc)))
+    if data is None:
+        import asyncio
+
+        from bus.cli.running import configure_logging
+
+        configure_logging(0)
+        return asyncio.run(run_full(args, hook, raw, full_only=True))
+    try:
+        reply = decode(data, AdapterReplyMsg, "the relay's answer", AgentHookError)
+    except AgentHookError as exc:
+        return finish(fail_mode(args, hook, servers, str(exc)))
+    if reply.error is not None:
+        return finish(fail_mode(args, hook, servers, f"the relay refused the input: {reply.error}"))
+    remember(args, servers, reply.fail_closed)
+    return finish(HookAnswer(reply.exit_code, reply.output, reply.stderr))
+
+
+async def run_full(args: argparse.Namespace, hook: AgentHookInput, raw: dict[str, Any], *, full_only: bool) -> int:
+    """The mapping on a full client of this process's own (no relay, or ``hookbus -v``)."""
+    from bus.adapters.claude_code import answer, fail_closed_guards
+    from bus.cli.options import connection_args
+    from bus.client import Bus
+    from bus.core.depth import set_depth
+
+    servers = resolve_servers(args.nats_url)
+    depth = depth_from_env()
+    if depth >= DEFAULT_MAX_DEPTH:
+        return 0
+    set_depth(depth)
+    bus: Bus | None = None
+    try:
+        async with Bus(args.nats_url, name=f"hookbus-{args.command}", **connection_args(args)) as bus:
+            done = await answer(bus, hook, dialect_of(args.flavor))
+            guards = fail_closed_guards(bus)
+            await bus.flush()
+    except ConnectError as exc:
+        return finish(fail_mode(args, hook, servers, str(exc)))
+    remember(args, servers, guards)
+    return finish(done)
+
+
+def fail_mode(args: argparse.Namespace, hook: AgentHookInput, servers: list[str], cause: str) -> HookAnswer:
+    """No decision could be had: refuse a stage guarded fail-closed (as last seen, or --fail-closed), else go on."""
+    dialect = dialect_of(args.flavor)
+    step = plan(hook, dialect.agent)
+    if step.stage is None:
+        return HookAnswer(exit_code=1, stderr=f"hookbus: {hook.hook_event_name} not sent: {cause}")
+    guards = recalled(args, servers).get(step.stage, [])
+    if guards or args.fail_closed:
+        who = ", ".join(guards) if guards else f"{step.stage} (--fail-closed)"
+        return dialect.deny(step.event, f"hookbus: {who} is fail-closed and the bus cannot be reached: {cause}")
+    return HookAnswer(exit_code=1, stderr=f"hookbus: {cause}; {step.stage} continues (no fail-closed guard known)")
+
+
+def _state_path(args: argparse.Namespace) -> Path:
+    if args.state is not None:
+        return Path(args.state)
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / STATE_FILE
+
+
+def _state(path: Path) -> dict[str, Any]:
+    try:
+        data = orjson.loads(path.read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def recalled(args: argparse.Namespace, servers: list[str]) -> dict[str, list[str]]:
+    """The fail-closed guards last seen on these servers, per stage (a damaged entry counts as none)."""
+    entry = _state(_state_path(args)).get(",".join(servers))
+    if not isinstance(entry, dict):
+        return {}
+    return {stage: [str(n) for n in names] for stage, names in entry.items() if isinstance(names, list)}
+
+
+def remember(args: argparse.Namespace, servers: list[str], guards: dict[str, list[str]]) -> None:
+    """Keep what the bus said about its fail-closed guards, written (owner-only, atomically) only when it changed."""
+    path = _state_path(args)
+    state = _state(path)
+    key = ",".join(servers)
+    if state.get(key, {}) == guards:
+        return
+    state[key] = guards
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        partial = path.with_name(f".{path.name}.{os.getpid()}")
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(orjson.dumps(state, option=orjson.OPT_INDENT_2))
+        os.replace(partial, path)
+    except OSError as exc:
+        print(f"hookbus: cannot keep the fail-closed guards in {path}: {exc}", file=sys.stderr)
