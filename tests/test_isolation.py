@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -23,7 +24,7 @@ from subscribers.shell_hooks.hook_test import make_event
 from subscribers.shell_hooks.hooks_file import HOOKS_FILE, load
 from subscribers.shell_hooks.shell import HookOutcome, HookResult, ShellRunner
 
-from .conftest import StartWorker, require_binary, run_cli
+from .conftest import StartWorker, hookbus_cmd, require_binary, run_cli
 from .hooks_support import script, wait_for_file, write_hooks
 from .waiting import wait_until
 
@@ -210,3 +211,21 @@ async def test_the_file_default_isolates_hooks_run_by_the_worker(
     (workspace / "init-was").unlink()
     await bus.emit("prx.lifecycle.agent_end", {"success": True})
     assert (await wait_for_file(workspace / "init-was")).strip() != "bwrap"
+
+
+def test_hookbus_isolate_runs_any_command_in_the_same_sandbox(tmp_path: Path) -> None:
+    (tmp_path / "api-token").write_text("token-secret-5150\n")
+    probe = "cat /proc/1/comm; cat api-token; echo written > here; touch /etc/hookbus-isolate-probe || echo ro"
+    done = subprocess.run(
+        [*hookbus_cmd(), "isolate", "--max-procs", "8", "--", "sh", "-c", probe],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["bwrap", "ro"], done.stdout
+    assert (tmp_path / "here").read_text() == "written\n"
+    refused = run_cli("isolate", "--max-procs", "1", "--", "true")
+    assert refused.returncode != 0 and "max_procs" in refused.stderr

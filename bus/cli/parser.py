@@ -66,6 +66,10 @@ class CommandParser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
         self._intermixing = False
 
+    def keep_order(self) -> None:
+        """Options only before the positionals: for a command that hands the rest on (``hookbus isolate -- CMD``)."""
+        self._intermixing = True
+
     def parse_known_args(  # type: ignore[override]  # the same call, typed as argparse's stub has it
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
     ) -> tuple[argparse.Namespace, list[str]]:

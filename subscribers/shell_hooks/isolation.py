@@ -237,3 +237,18 @@ def _remove_cgroup(path: Path) -> None:
         _LEFTOVER.add(path)
     else:
         _LEFTOVER.discard(path)
+
+
+def run_isolated(argv: Sequence[str], isolation: Isolation, cwd: Path, hidden: Sequence[Path] = ()) -> int:
+    """Run ``argv`` in the sandbox with this process's standard streams and environment; its exit status.
+
+    ``hookbus isolate`` uses it for any command a user wants fenced in (the
+    record runner, an agent's tool); raises IsolationUnavailable, never runs bare.
+    """
+    command = shutil.which(argv[0]) or argv[0]
+    readable = [Path(command)] if os.sep in command else []
+    box = sandbox([command, *argv[1:]], isolation, cwd=cwd.resolve(), hidden=hidden, readable=readable)
+    try:
+        return subprocess.run(box.argv, cwd=cwd, preexec_fn=box.preexec, check=False).returncode
+    finally:
+        box.close()
