@@ -7,8 +7,10 @@ what the model was sent and what clients were streamed.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -16,11 +18,15 @@ import orjson
 from bus import Bus, Cancel, Continue, Module, Patch, Stage, TurnRequest
 from bus.core.decisions import Decision
 from bus.core.subjects import agent_stream_subject
+from bus.journal.entries import ensure_stream
 from bus.testing import EventRecorder, JournalRecorder, serving, wait_for_chain
+from subscribers.journal.sink import JournalSink
+from subscribers.journal.store import Query
 from triggers.agent.llm import ChatClient
 from triggers.agent.runner import MAX_REWORK_ROUNDS, RunnerSettings, TurnRunner
 
 from . import fake_llm
+from .conftest import run_cli
 from .waiting import wait_until
 
 Answer = Callable[[str, dict[str, Any]], Decision]
@@ -57,7 +63,12 @@ class Points:
 
 
 async def turn(
-    bus: Bus, llm: fake_llm.FakeLLM, settings: RunnerSettings | None = None, prompt: str = "hi", **client: Any
+    bus: Bus,
+    llm: fake_llm.FakeLLM,
+    settings: RunnerSettings | None = None,
+    prompt: str = "hi",
+    session: str = "s1",
+    **client: Any,
 ) -> tuple[dict[str, Any], EventRecorder, list[dict[str, Any]]]:
     """One turn on a fresh agent: (its result, the events it emitted, the tokens its clients got)."""
     agent = f"a{uuid.uuid4().hex[:6]}"
@@ -77,7 +88,7 @@ async def turn(
 
     await bus.nc.subscribe(inbox, cb=got)
     await bus.flush()
-    await bus.request_turn(TurnRequest(agent=agent, prompt=prompt, session_id="s1"), reply=inbox)
+    await bus.request_turn(TurnRequest(agent=agent, prompt=prompt, session_id=session), reply=inbox)
     await wait_until(lambda: bool(results), timeout=30, what="the turn's result")
     await wait_until(lambda: any(e.subject.startswith("eva.turn.") for e in rec.events), what="eva.turn.*")
     await runner.client.close()
@@ -350,3 +361,61 @@ async def test_undeclared_points_cost_nothing_and_answers_stream(kernel: Bus, ll
     result, _, tokens = await turn(kernel, llm)
     await wait_until(lambda: streamed(tokens) == "plain streamed answer", what="the stream")
     assert result["answer"] == "plain streamed answer"
+
+
+async def test_journal_session_reads_the_turns_decisions_in_order(
+    kernel: Bus, nats_url: str, llm: fake_llm.FakeLLM, workspace: Path
+) -> None:
+    await ensure_stream(kernel)
+    sink = JournalSink(kernel, workspace, durable=f"points-{uuid.uuid4().hex[:6]}")
+    stop = asyncio.Event()
+    sinking = asyncio.create_task(sink.run(stop))
+    points = Points(
+        {
+            "user.message": lambda s, p: Patch({**p, "content": "rewritten"}),
+            "llm.request": lambda s, p: Patch({**p, "temperature": 0.5}),
+            "tool.call": lambda s, p: Cancel("no tools today"),
+            "assistant.message": lambda s, p: Patch({**p, "answer": "replaced"}),
+            "turn.end": lambda s, p: Continue(),
+        }
+    )
+    session = f"t{uuid.uuid4().hex[:8]}"
+    llm.script = [fake_llm.tool_calls(("clock", {})), fake_llm.text("fine")]
+    try:
+        async with serving(points.module, nats_url):
+            await points.ready(kernel)
+            result, _, _ = await turn(kernel, llm, session=session)
+        assert result["answer"] == "replaced"
+        await wait_until(lambda: len(sink.store.query(Query(session=session))) >= 5, timeout=30, what="the entries")
+    finally:
+        stop.set()
+        await sinking
+    done = run_cli("journal", "--workspace", str(workspace), "--session", session, "--json")
+    rows = [orjson.loads(line) for line in done.stdout.splitlines()]
+    assert [(r["point"], r["decision"]) for r in rows] == [
+        ("user.message", "patch"), ("llm.request", "patch"), ("tool.call", "cancel"),
+        ("llm.request", "patch"), ("assistant.message", "patch"),
+    ]  # fmt: skip
+    assert {r["session"] for r in rows} == {session} and rows[2]["cause"] == "no tools today"
+
+
+async def test_hookbus_intercept_and_events_know_every_new_stage(kernel: Bus, nats_url: str) -> None:
+    new = [stage for stage in NEW_STAGES if stage not in (Stage.LLM_REQUEST, Stage.TOOL_CALL, Stage.TOOL_RESULT)]
+    points = Points({str(stage): lambda s, p: Patch({**p, "seen_by": s}) for stage in new})
+    payload = {"agent": "a1", "model": "m", "name": "echo"}
+    async with serving(points.module, nats_url):
+        await points.ready(kernel)
+        for stage in new:  # the kernel the CLI runs, once per stage
+            assert await kernel.intercept(stage, payload) == Patch({**payload, "seen_by": str(stage)})
+        cli = [Stage.ASSISTANT_MESSAGE, Stage.TOOL_EXEC]  # two processes: each costs a start of the CLI
+        env = {"NATS_URL": nats_url}
+        runs = [
+            asyncio.to_thread(run_cli, "intercept", s, orjson.dumps(payload).decode(), "--trust-new", env=env)
+            for s in cli
+        ]
+        done = await asyncio.gather(*runs)
+    for stage, run in zip(cli, done, strict=True):
+        assert run.returncode == 0, run.stderr
+        assert orjson.loads(run.stdout) == {"decision": "patch", "payload": {**payload, "seen_by": str(stage)}}
+    listing = orjson.loads(run_cli("events", "--json").stdout)["stages"]
+    assert set(listing) == {str(stage) for stage in Stage}
