@@ -35,6 +35,7 @@ def _commands() -> tuple[ModuleType, ...]:
         isolate,
         journal,
         metrics,
+        module_test,
         plugins,
         replay,
         serve,
@@ -69,6 +70,7 @@ def _commands() -> tuple[ModuleType, ...]:
         approve,
         detach,
         switch,
+        module_test,
         demo,
     )
 
