@@ -256,6 +256,8 @@ class RequestCtx(msgspec.Struct, kw_only=True):
     user: str | msgspec.UnsetType = msgspec.UNSET
     template: str | msgspec.UnsetType = msgspec.UNSET
     process: str | msgspec.UnsetType = msgspec.UNSET
+    #: The caller's W3C trace context (bus.core.tracing), sent only when it traces; a malformed one is ignored.
+    traceparent: str | msgspec.UnsetType = msgspec.UNSET
 
 
 class MiddlewareRequest(msgspec.Struct, kw_only=True):

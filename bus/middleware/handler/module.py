@@ -25,6 +25,7 @@ import msgspec
 
 from bus.client import Bus
 from bus.core import depth as _depth
+from bus.core import tracing as _tracing
 from bus.core.decisions import Cancel, Continue, Decision, Patch, reply_of
 from bus.core.declaration import DEFAULT_TIMEOUT, Declaration, declare
 from bus.core.eager import run_eager
@@ -186,6 +187,13 @@ class Module:
         outer = _depth.current_depth()
         # Set and restored without a token: a handler that waits goes on in a task of its own context.
         _depth.set_depth(_depth.child_depth(depth))
+        span = _tracing.span(
+            f"hookbus handler {decl.qualname}",
+            parent=wire_ctx.traceparent,
+            attributes={"hookbus.stage": stage, "hookbus.handler": decl.qualname},
+            kind="SERVER",
+        )
+        traced = span.__enter__()
         try:
             # Inline while the handler does not wait (most do not); a timer only once it does.
             # Not asyncio.timeout: this may run inline in the subscription's task (bus.core.eager),
@@ -203,8 +211,13 @@ class Module:
         except Exception as exc:
             log.warning("handler %s raised on %s", decl.qualname, stage, exc_info=True)
             outcome, cause = Outcome.FAILED, f"raised {type(exc).__name__}: {exc}"
+        except BaseException:
+            span.__exit__(None, None, None)  # cancelled: the span ends without an outcome
+            raise
         finally:
             _depth.set_depth(outer)
+        _tracing.note(traced, "hookbus.outcome", outcome.value)
+        span.__exit__(None, None, None)
         elapsed = (time.perf_counter() - started) * 1000
         if outcome is not Outcome.OK:
             result = fault_decision(decl.fail_closed, decl.qualname, outcome, cause or "")

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from bus.core import depth as _depth
+from bus.core import tracing as _tracing
 from bus.core.clock import timestamp_ms
 from bus.core.decisions import CONTINUE, Cancel, Decision, Patch, read_reply
 from bus.core.errors import Aborted, BusClosedError, DecisionError, NoResponders, RequestTimeout
@@ -135,7 +136,16 @@ class Interceptor:
             held = self._held_call(chain, payload, ctx or _EMPTY)
             if held is not None:
                 return held
+        if _tracing.active():
+            return await self._traced(chain, payload, ctx or _EMPTY)
         return await self._run(chain, payload, ctx or _EMPTY)
+
+    async def _traced(self, chain: StageChain, payload: dict[str, Any], ctx: Mapping[str, Any]) -> Decision:
+        """``_run`` in a span of its own (child of the caller's current span), whose context the requests carry."""
+        with _tracing.span(f"hookbus intercept {chain.stage}", attributes={"hookbus.stage": chain.stage}) as span:
+            decision = await self._run(chain, payload, ctx)
+            _tracing.note(span, "hookbus.decision", decision.kind)
+            return decision
 
     def _typo_check(self, view: View, stage: str) -> None:
         """Warn once (per change of the view) about an undeclared stage that looks like a declared one."""
@@ -333,6 +343,9 @@ def _wire_ctx(ctx: Mapping[str, Any], depth: int, rid: str) -> RequestCtx:
         wire.template = str(template)
     if process is not None:
         wire.process = str(process)
+    traceparent = _tracing.current_traceparent()  # None at once where the process does not trace
+    if traceparent is not None:
+        wire.traceparent = traceparent
     return wire
 
 

@@ -109,6 +109,7 @@ function checkRequest(request) {
   for (const name of ['session', 'agent']) if (!textOrNull(ctx[name])) return `field 'ctx.${name}' is not a string or null`;
   if ('id' in ctx && typeof ctx.id !== 'string') return "field 'ctx.id' is not a string";
   if ('deadline' in ctx && typeof ctx.deadline !== 'number') return "field 'ctx.deadline' is not a number";
+  if ('traceparent' in ctx && typeof ctx.traceparent !== 'string') return "field 'ctx.traceparent' is not a string";
   if ('depth' in ctx && !(Number.isInteger(ctx.depth) && ctx.depth >= 0 && ctx.depth < MAX_DEPTH)) {
     return `ctx.depth ${JSON.stringify(ctx.depth)} is not a whole number in 0..${MAX_DEPTH - 1}`;
   }
