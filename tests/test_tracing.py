@@ -95,7 +95,11 @@ async def test_a_malformed_traceparent_is_ignored_not_trusted(
     async def judge(stage: str, payload: dict[str, Any]) -> Decision:
         return Continue()
 
-    bad = ["00-" + "0" * 32 + "-00f067aa0ba902b7-01", "zz-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "x" * 5000]
+    bad = [
+        "00-" + "0" * 32 + "-00f067aa0ba902b7-01",  # an all-zero trace id
+        "zz-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",  # an unknown version
+        "x" * 5000,
+    ]
     async with serving(guard, nats_url):
         for value in bad:
             exporter.clear()
