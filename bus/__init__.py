@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from bus.middleware.handler.module import Module, StageCtx
     from bus.middleware.kernel.intercept import MiddlewareOptions
     from bus.middleware.trust import TrustState
+    from bus.sync import SyncBus
     from bus.transport.endpoints import Credentials
     from bus.transport.server import NatsServer
     from bus.turns.server import TurnRequest, TurnResult
@@ -84,6 +85,7 @@ _WHERE: dict[str, str] = {
     "StageError": "bus.core.errors",
     "SubjectError": "bus.core.errors",
     "Subscription": "bus.client",
+    "SyncBus": "bus.sync",
     "ToolCall": "bus.core.payloads",
     "ToolResult": "bus.core.payloads",
     "TrustState": "bus.middleware.trust",
@@ -146,6 +148,7 @@ __all__ = [
     "StageError",
     "SubjectError",
     "Subscription",
+    "SyncBus",
     "ToolCall",
     "ToolResult",
     "TrustState",
