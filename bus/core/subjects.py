@@ -207,6 +207,12 @@ TURN_PREFIX = "hookbus.turn"
 MODULES_BUCKET = "hookbus_modules"
 TRUST_BUCKET = "hookbus_trust"
 GUARDS_BUCKET = "hookbus_guards"
+#: Handler records (docs/records.md): drafts anyone allowed may write, ``<name>`` each, and the copies the
+#: record runner keeps of the versions operators approved (only runners and operators write those).
+RECORDS_BUCKET = "hookbus_records"
+RECORDS_APPROVED_BUCKET = "hookbus_records_approved"
+#: The module name record runners serve under (``hookbus runner --module`` changes it).
+RECORDS_MODULE = "records"
 #: The JetStream object store holding whole payloads of events over the size limit (the claim check,
 #: docs/protocol.md): the envelope carries a reference to one of its objects and a preview.
 PAYLOADS_BUCKET = "hookbus_payloads"

@@ -1,0 +1,1 @@
+"""Handler records: handlers stored on the bus as declarations plus Python source (docs/records.md)."""

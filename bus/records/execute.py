@@ -1,0 +1,49 @@
+"""Running one compiled record on one call: its timeout, its fail mode, a checked decision.
+
+Shared by the runner and ``hookbus records test``, so a record behaves the
+same on the bus and on an operator's desk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from bus.core.decisions import Decision
+from bus.core.declaration import Declaration
+from bus.middleware.faults import Outcome, fault_decision
+from bus.middleware.handler.module import _check
+from bus.records.sandbox import RecordCtx, RecordHandler
+
+log = logging.getLogger("hookbus.records")
+
+
+@dataclass(frozen=True, slots=True)
+class RecordRun:
+    """How one call of a record ended: the decision (its fail mode applied to a fault) and why."""
+
+    outcome: Outcome
+    decision: Decision
+    cause: str | None
+    duration_ms: float
+
+
+async def run_record(handler: RecordHandler, decl: Declaration, payload: dict[str, Any], ctx: RecordCtx) -> RecordRun:
+    """Call the record with its declared timeout (asyncio: a record that never awaits cannot be interrupted)."""
+    started = time.perf_counter()
+    try:
+        result: object = await asyncio.wait_for(handler(decl.stage, payload, ctx), decl.timeout)
+        outcome, cause = _check(result)
+    except TimeoutError:
+        outcome, cause, result = Outcome.TIMEOUT, f"no answer within {decl.timeout:g}s", None
+    except Exception as exc:
+        log.warning("record %s raised on %s", decl.qualname, decl.stage, exc_info=True)
+        outcome, cause, result = Outcome.FAILED, f"raised {type(exc).__name__}: {exc}", None
+    elapsed = (time.perf_counter() - started) * 1000
+    if outcome is not Outcome.OK:
+        return RecordRun(outcome, fault_decision(decl.fail_closed, decl.qualname, outcome, cause or ""), cause, elapsed)
+    assert isinstance(result, Decision)
+    return RecordRun(outcome, result, None, elapsed)

@@ -1,0 +1,1 @@
+"""The record runner: stored handler records served as one middleware module (``hookbus runner``)."""

@@ -1,0 +1,102 @@
+"""One announced instance of the record runner: a fixed set of record versions, answered as a module.
+
+The runner announces (at most) two instances: the versions it serves, and the
+drafts waiting for approval. The kernel calls only the instance that declares
+the approved identity (the request subject carries a digest of the
+declarations), so while an edit waits the old version keeps answering. A
+draft's instance runs a record only once the trust store approves it (asked
+again at call time), never before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from bus.core.decisions import CONTINUE, Decision, reply_of
+from bus.core.declaration import Declaration
+from bus.core.results import ChainRun
+from bus.core.schema import MiddlewareReply, MiddlewareRequest, ReactionMsg, RequestCtx
+from bus.middleware.faults import Outcome, fault_decision
+from bus.middleware.handler.module import _reaction
+from bus.records.execute import RecordRun, run_record
+from bus.records.record import Record
+from bus.records.sandbox import RecordCtx, RecordHandler
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One record version in an instance: its declaration and, once compiled, its handler."""
+
+    record: Record
+    decl: Declaration
+    handler: RecordHandler | None  # None: a draft, compiled only if approved at call time
+
+
+#: Asked for a draft at call time: its handler if approved and enabled, None if approved and disabled;
+#: raises LookupError (with why) if it may not run.
+Resolve = Callable[[Entry], Awaitable[RecordHandler | None]]
+#: Told how each record call ended (the runner counts failures).
+Report = Callable[[Entry, RecordRun], None]
+
+
+class RecordSet:
+    """What a ModuleServer serves (the ``Served`` protocol): one instance's record versions."""
+
+    def __init__(
+        self, module: str, entries: list[Entry], *, heartbeat: float, concurrency: int, resolve: Resolve, report: Report
+    ) -> None:
+        self.name = module
+        self.heartbeat = heartbeat
+        self.concurrency = concurrency
+        self.entries = {entry.record.name: entry for entry in entries}
+        self._resolve = resolve
+        self._report = report
+
+    @property
+    def declarations(self) -> list[Declaration]:
+        return [entry.decl for entry in self.entries.values()]
+
+    @property
+    def identities(self) -> frozenset[str]:
+        return frozenset(decl.identity() for decl in self.declarations)
+
+    async def answer(self, request: MiddlewareRequest, bus: Any = None) -> MiddlewareReply:
+        """Run the named records in order; patches compose, a cancel ends the run (as a Module does)."""
+        stage = request.stage
+        names = request.handlers
+        todo = [e.record.name for e in self.entries.values() if e.decl.stage == stage] if names is None else names
+        run = ChainRun(stage, request.payload)
+        reactions: list[ReactionMsg] = []
+        for name in todo:
+            entry = self.entries.get(name)
+            qualname = f"{self.name}.{name}"
+            if entry is None or entry.decl.stage != stage:
+                reactions.append(_reaction(qualname, Outcome.ABSENT, CONTINUE, 0.0, "not served here"))
+                continue
+            reaction, decision = await self._one(entry, run.payload, request.ctx)
+            reactions.append(reaction)
+            if not run.take(decision, qualname):
+                break
+        return reply_of(run.decision(), reactions)
+
+    async def _one(self, entry: Entry, payload: dict[str, Any], wire: RequestCtx) -> tuple[ReactionMsg, Decision]:
+        decl = entry.decl
+        handler = entry.handler
+        if handler is None:
+            try:
+                handler = await self._resolve(entry)
+            except LookupError as exc:
+                cause = str(exc)
+                return _reaction(decl.qualname, Outcome.ABSENT, _fault(decl, cause), 0.0, cause), _fault(decl, cause)
+            if handler is None:  # approved as disabled: skipped
+                return _reaction(decl.qualname, Outcome.OK, CONTINUE, 0.0, "disabled"), CONTINUE
+        ctx = RecordCtx(decl.stage, decl.qualname, wire.session, wire.agent, wire.depth, wire.deadline, wire.id)
+        ran = await run_record(handler, decl, payload, ctx)
+        self._report(entry, ran)
+        return _reaction(decl.qualname, ran.outcome, ran.decision, ran.duration_ms, ran.cause), ran.decision
+
+
+def _fault(decl: Declaration, cause: str) -> Decision:
+    return fault_decision(decl.fail_closed, decl.qualname, Outcome.ABSENT, cause)
