@@ -56,6 +56,11 @@ def cut(content: str, chunks: int) -> dict[str, Any]:
     return {**text(content), "cut": chunks}
 
 
+def gated(content: str) -> dict[str, Any]:
+    """Stream the first chunk of ``content``, the rest once the server's ``gate`` is set."""
+    return {**text(content), "gated": True}
+
+
 def words(content: str) -> list[str]:
     """How the fake server chunks a streamed text: one word with its trailing space per chunk."""
     return re.findall(r"\S+\s*", content) or [content]
@@ -67,6 +72,8 @@ class FakeLLM:
     requests: list[dict[str, Any]] = field(default_factory=list)
     default: dict[str, Any] = field(default_factory=lambda: text("ok"))
     url: str = ""
+    streamed: int = 0  # streamed answers sent whole
+    gate: asyncio.Event = field(default_factory=asyncio.Event)  # a "gated" step streams its first chunk, then waits
     _runner: web.AppRunner | None = None
 
     async def _complete(self, request: web.Request) -> web.Response:
@@ -106,11 +113,14 @@ class FakeLLM:
                 return reply
             chunk = {"model": body.get("model", "fake"), "choices": [{"index": 0, "delta": delta}]}
             await reply.write(b"data: " + orjson.dumps(chunk) + b"\n\n")
+            if step.get("gated") and number == 0:
+                await self.gate.wait()  # the scenario: the rest of the answer comes when the test opens the gate
         if "usage" in step and (body.get("stream_options") or {}).get("include_usage"):
             usage = {"model": body.get("model", "fake"), "choices": [], "usage": step["usage"]}
             await reply.write(b"data: " + orjson.dumps(usage) + b"\n\n")
         await reply.write(b"data: [DONE]\n\n")
         await reply.write_eof()
+        self.streamed += 1
         return reply
 
     async def start(self) -> FakeLLM:

@@ -221,6 +221,34 @@ async def test_token_patches_change_the_stream_but_not_the_context(
     assert result["answer"] == "quiet little answer"
 
 
+async def test_a_slow_token_handler_gets_the_rest_as_one_batch(
+    kernel: Bus, nats_url: str, llm: fake_llm.FakeLLM
+) -> None:
+    async def slow(stage: str, payload: dict[str, Any]) -> Continue:
+        asked.append(payload)
+        llm.gate.set()  # the model goes on streaming while this handler is still busy
+        try:
+            await wait_until(lambda: llm.streamed == 1, timeout=4, what="the model's whole stream")
+            finished.append(True)
+        except AssertionError:  # the runner waited for this handler before reading on: the stream stalled
+            finished.append(False)
+        return Continue()
+
+    asked: list[dict[str, Any]] = []
+    finished: list[bool] = []
+    module = Module(f"s{uuid.uuid4().hex[:6]}")
+    module.stage(Stage.LLM_TOKEN)(slow)
+    llm.script = [fake_llm.gated("one two three four five six")]
+    async with serving(module, nats_url):
+        await wait_for_chain(kernel, "llm.token", [f"{module.name}.slow"])
+        result, _, tokens = await turn(kernel, llm)
+        await wait_until(lambda: streamed(tokens) == "one two three four five six", what="the stream")
+    assert result["answer"] == "one two three four five six"
+    assert [(t["index"], t["text"]) for t in asked] == [(0, "one "), (1, "two three four five six")]
+    assert [t["index"] for t in tokens] == [0, 1]
+    assert finished == [True, True]
+
+
 async def test_eviction_asks_for_the_summary_and_the_model_gets_it(
     kernel: Bus, nats_url: str, llm: fake_llm.FakeLLM
 ) -> None:

@@ -32,6 +32,12 @@ def text_field(stage: str, payload: dict[str, Any], field: str) -> str | None:
     raise bad(stage, field, "a string", value)
 
 
+def kept(stage: str, payload: dict[str, Any], field: str, current: str) -> str:
+    """A patched string field, or ``current`` when the patch left it out (or null)."""
+    value = text_field(stage, payload, field)
+    return current if value is None else value
+
+
 def llm_call(payload: dict[str, Any]) -> dict[str, Any]:
     """The llm.request fields the runner uses, checked."""
     stage = "llm.request"

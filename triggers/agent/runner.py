@@ -156,7 +156,7 @@ class TurnRunner:
         if isinstance(decision, Cancel):
             raise TurnFailed(f"user message rejected: {decision.reason}")
         if isinstance(decision, Patch):
-            return points.text_field("user.message", decision.payload, "content") or ""
+            return points.kept("user.message", decision.payload, "content", turn.request.prompt)
         return turn.request.prompt
 
     async def _end(self, turn: _Turn, answer: str, messages: list[dict[str, Any]]) -> str:
@@ -172,7 +172,7 @@ class TurnRunner:
         if isinstance(decision, Cancel):
             raise TurnFailed(f"turn.end cancelled: {decision.reason}")
         if isinstance(decision, Patch):
-            return points.text_field("turn.end", decision.payload, "answer") or ""
+            return points.kept("turn.end", decision.payload, "answer", answer)
         return answer
 
     async def tick(self) -> None:
@@ -297,7 +297,7 @@ class TurnRunner:
             return
         summary = current
         if isinstance(decision, Patch):
-            summary = points.text_field("context.evict", decision.payload, "summary") or ""
+            summary = points.kept("context.evict", decision.payload, "summary", current)
         messages[:] = [*head, *([context.summary_message(summary)] if summary else []), *rest]
 
     async def _ask(self, turn: _Turn, messages: list[dict[str, Any]]) -> Completion:
@@ -435,5 +435,5 @@ class TurnRunner:
             hidden = judged.payload or {}
             return str(hidden.get("output") or f"[output hidden: {judged.reason}]"), success
         if isinstance(judged, Patch):
-            output = points.text_field("tool.result", judged.payload, "output") or ""
+            output = points.kept("tool.result", judged.payload, "output", output)
         return output, success

@@ -12,11 +12,16 @@ from the client's stream.
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 from bus.client import Bus
 from bus.core.decisions import Cancel, Patch
+from bus.core.errors import HookbusError
+from bus.core.json_types import json_type
 from bus.core.stages import Stage
+
+log = logging.getLogger("hookbus.agent")
 
 
 class TokenStream:
@@ -54,7 +59,10 @@ class TokenStream:
             await self._wake.wait()
             self._wake.clear()
             while self._pending:
-                await self._send(self._batch())
+                try:
+                    await self._send(self._batch())
+                except HookbusError as exc:  # the bus closing, or a batch it refused: the turn goes on
+                    log.warning("a streamed batch was not sent to %s: %s", self._subject, exc)
             if self._closed:
                 return
 
@@ -73,6 +81,10 @@ class TokenStream:
         decision = await self._bus.intercept(Stage.LLM_TOKEN, token, ctx=self._ctx)
         if isinstance(decision, Cancel):
             return
-        if isinstance(decision, Patch) and isinstance(decision.payload.get("text"), str):
-            token = {**token, "text": decision.payload["text"]}
+        if isinstance(decision, Patch):
+            text = decision.payload.get("text")
+            if isinstance(text, str):
+                token = {**token, "text": text}
+            else:  # the client still gets the model's text: a token is no place to fail a turn
+                log.warning("llm.token patch: 'text' must be a string, not %s; streamed unchanged", json_type(text))
         await self._bus.emit(self._subject, token, session_id=self._ctx.get("session"))
