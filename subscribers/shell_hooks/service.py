@@ -1,4 +1,4 @@
-"""What ``hookbus up`` runs from this package: the shell-hook worker, WASM plugins and the hooks HTTP API."""
+"""What ``hookbus up`` runs from this package: the shell-hook worker, WASM plugins, the hooks HTTP API, the console."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from contextlib import asynccontextmanager
 
 from bus.service import ServiceContext
 from subscribers.http_api import agent_hooks
+from subscribers.http_api.console_api import open_console
 from subscribers.http_api.server import make_app, serve
 from subscribers.http_api.token import load_token
 from subscribers.plugins.worker import PluginWorker
@@ -16,7 +17,7 @@ from subscribers.shell_hooks.worker import ShellWorker
 
 @asynccontextmanager
 async def shell_hooks(ctx: ServiceContext, settings: ShellHooksSettings) -> AsyncIterator[None]:
-    """Run the workspace's shell hooks, and the API that edits them, while the bus is up."""
+    """Run the workspace's shell hooks, the API that edits them and the operator's console, while the bus is up."""
     worker = ShellWorker(ctx.bus, ctx.workspace, settings.worker, nats_url=ctx.nats_url)
     await worker.start()
     plugins = PluginWorker(ctx.bus, ctx.workspace, settings.worker)
@@ -26,11 +27,13 @@ async def shell_hooks(ctx: ServiceContext, settings: ShellHooksSettings) -> Asyn
         ctx.lines.append(f"  hooks    {hooks} ({len(worker.config.entries)} hooks, queue group {worker.queue or '-'})")
         ctx.lines.append(f"  plugins  {plugins.plugins.root} ({len(plugins.plugins.running())} running)")
         token, token_from = load_token(ctx.workspace)
-        app = make_app(hooks, token, on_write=worker.reload)
-        agent_hooks.add_routes(app, ctx.bus)  # POST /hooks/claude-code
-        async with serve(app, settings.api_host, settings.api_port) as url:
-            ctx.lines.append(f"  api      {url}/api/hooks (bearer token: {token_from})")
-            yield
+        async with open_console(ctx) as console:
+            app = make_app(hooks, token, on_write=worker.reload, console=console)
+            agent_hooks.add_routes(app, ctx.bus)  # POST /hooks/claude-code
+            async with serve(app, settings.api_host, settings.api_port) as url:
+                ctx.lines.append(f"  api      {url}/api/hooks (bearer token: {token_from})")
+                ctx.lines.append(f"  console  {url}/console/ (same token)")
+                yield
     finally:
         await plugins.stop()
         await worker.stop()

@@ -298,14 +298,15 @@ function linkRow(position, l, action) {
 
 async function act(what, name) {
   if (!window.confirm(what + " " + name + "?")) return;
+  let outcome;
   try {
     await api("POST", "/api/middleware/" + what, { name });
-    say("mw-state", what + " " + name + ": done");
+    outcome = [what + " " + name + ": done", false];
   } catch (error) {
-    say("mw-state", what + " " + name + ": " + error.message, true);
-    return;
+    outcome = [what + " " + name + ": " + error.message, true];
   }
   await loadMiddleware();
+  say("mw-state", ...outcome);
 }
 
 // -- hooks
@@ -377,6 +378,7 @@ async function saveHook() {
     const saved = editing ? await api("PUT", "/api/hooks/" + encodeURIComponent(editing), body) : await api("POST", "/api/hooks", body);
     say("hooks-state", "saved " + saved.id);
     editing = saved.id;
+    $("hook-form-title").textContent = "Edit " + saved.id;
   } catch (error) {
     say("hooks-state", error.message, true);
     return;
