@@ -6,6 +6,7 @@ import argparse
 
 from bus.cli.middleware import add_options, describe_chain, open_view
 from bus.cli.workspace import bus_name
+from bus.client import Bus
 from bus.core.stages import DESCRIPTIONS
 
 
@@ -17,6 +18,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("stage", nargs="?", default=None, help="only this stage (default: every declared stage)")
     parser.add_argument("--agent", default=None, metavar="A", help="the chains as agent A gets them (its grants)")
+    parser.add_argument(
+        "--stats",
+        nargs="?",
+        const=-1.0,
+        type=float,
+        metavar="SECONDS",
+        help="then listen SECONDS (default: one counters report interval and a second) and print per "
+        "(handler, stage) what every kernel on the bus reported: calls, decisions, faults, p50/p95, last error",
+    )
     add_options(parser, trust=True)
     parser.set_defaults(func=run)
 
@@ -37,4 +47,34 @@ async def run(args: argparse.Namespace) -> int:
             idle = [stage for stage in DESCRIPTIONS if stage not in view.chains]
             if idle:
                 print(f"known stages with no handler (no network call): {', '.join(idle)}")
+        if args.stats is not None:
+            await _stats(bus, args.stats, args.stage)
     return 0
+
+
+async def _stats(bus: Bus, seconds: float, stage: str | None) -> None:
+    """Listen to the kernels' counters reports for a while, then print the middleware snapshot."""
+    import asyncio
+
+    from bus.counters import interval_s
+    from subscribers.fleet_metrics.middleware_snapshot import MiddlewareSnapshot
+
+    window = seconds if seconds >= 0 else interval_s() + 1
+    snapshot = await MiddlewareSnapshot(bus).start()
+    try:
+        await asyncio.sleep(window)  # the reports come on the kernels' own schedule: listen one interval
+    finally:
+        await snapshot.stop()
+    rows = [row for row in snapshot.snapshot() if stage is None or row["stage"] == stage]
+    print(f"middleware reported by every kernel in the last {window:g}s: {len(rows)} (handler, stage)")
+    for row in rows:
+        parts = [f"  {row['handler']}  {row['stage']}", f"calls {row['calls']}"]
+        parts += [f"{kind} {count}" for kind, count in sorted(row["decisions"].items())]
+        parts += [f"{cause} {count}" for cause, count in sorted(row["faults"].items())]
+        for name in ("p50_ms", "p95_ms"):
+            if row.get(name) is not None:
+                parts.append(f"{name[:3]} <= {row[name]:g} ms")
+        error = row.get("last_error")
+        if error:
+            parts.append(f"last error {error['outcome']} at {error['time']}: {error['cause']}")
+        print("  ".join(parts))
