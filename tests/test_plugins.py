@@ -71,7 +71,8 @@ def recorder_plugin(workspace: Path, events: str) -> Path:
 def logged(log: Path) -> list[tuple[str, dict[str, Any]]]:
     if not log.exists():
         return []
-    lines = [line.split("\t", 1) for line in log.read_text().splitlines()]
+    complete = log.read_text().split("\n")[:-1]  # the plugin may be writing the last line right now
+    lines = [line.split("\t", 1) for line in complete]
     return [(name, orjson.loads(payload)) for name, payload in lines]
 
 

@@ -23,9 +23,11 @@ epoch is the plugin's own engine's.
 
 from __future__ import annotations
 
+import ctypes
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 import wasmtime
 import wasmtime.component as wc
@@ -121,7 +123,7 @@ class PluginCode:
                 assert isinstance(memory, wasmtime.Memory)
                 assert isinstance(alloc, wasmtime.Func)
                 assert isinstance(on_event, wasmtime.Func)
-                live = _Live(store, memory, alloc, on_event)
+                live = _Live(store, memory, _core_call(alloc, 1), _core_call(on_event, 4))
         except wasmtime.Trap as exc:
             raise self._trap(exc, None) from None
         except wasmtime.WasmtimeError as exc:  # e.g. its initial memory is over the limit
@@ -172,14 +174,65 @@ class PluginCode:
         return PluginTrap(reason)
 
 
+#: A core function as the host calls it: (store, i32 arguments) -> the integer result.
+CoreCall = Callable[..., Any]
+
+
+class _RawCall:
+    """A core function of i32 parameters and one integer result, called through wasmtime's C API directly.
+
+    wasmtime-py's ``Func.__call__`` reads the function's type and converts
+    every value through Python objects on each call: about fifty times the
+    cost of the call itself. This keeps the argument and result buffers and
+    raises the same ``Trap``/``WasmtimeError``. It leans on wasmtime-py's
+    private names (``_ffi``, ``Func._func``, ``Store._context``); where they
+    are missing :func:`_core_call` falls back to the public call.
+    """
+
+    def __init__(self, func: wasmtime.Func, params: int) -> None:
+        from wasmtime import _ffi as ffi  # the C API's ctypes bindings
+
+        self._ffi = ffi
+        self._func = func._func
+        self._params = (ffi.wasmtime_val_t * params)()
+        for value in self._params:
+            value.kind = ffi.WASMTIME_I32
+        self._results = (ffi.wasmtime_val_t * 1)()
+        self._i64: int = ffi.WASMTIME_I64.value
+
+    def __call__(self, store: wasmtime.Store, *args: int) -> int:
+        ffi, params = self._ffi, self._params
+        for index, arg in enumerate(args):
+            params[index].of.i32 = arg
+        trap = ctypes.POINTER(ffi.wasm_trap_t)()
+        error = ffi.wasmtime_func_call(
+            store._context(), ctypes.byref(self._func), params, len(args), self._results, 1, ctypes.byref(trap)
+        )
+        if error:
+            raise wasmtime.WasmtimeError._from_ptr(error)
+        if trap:
+            raise wasmtime.Trap._from_ptr(trap)
+        result = self._results[0]
+        kind: Any = result.kind  # an int when read (the stubs say c_ubyte)
+        return int(result.of.i64 if kind == self._i64 else result.of.i32)
+
+
+def _core_call(func: wasmtime.Func, params: int) -> CoreCall:
+    """The fast caller of ``func`` where wasmtime-py's internals are as expected, else its public call."""
+    try:
+        return _RawCall(func, params)
+    except (ImportError, AttributeError):
+        return func
+
+
 @dataclass(frozen=True)
 class _Live:
     """A plugin's running instance: its store, and (core modules) its memory and alloc."""
 
     store: wasmtime.Store
     memory: wasmtime.Memory | None
-    alloc: wasmtime.Func | None
-    on_event: wasmtime.Func | wc.Func
+    alloc: CoreCall | None
+    on_event: CoreCall | wc.Func
 
 
 def load_code(manifest: Manifest) -> PluginCode:
@@ -227,6 +280,10 @@ def _check_core_exports(module: wasmtime.Module, name: str) -> None:
     i32, i64 = wasmtime.ValType.i32(), wasmtime.ValType.i64()
     if list(on_event.params) != [i32] * 4 or list(on_event.results) != [i64]:
         raise PluginError(name, f"{EXPORT} must be (i32, i32, i32, i32) -> i64 (the hookbus ABI, docs/plugins.md)")
+    alloc = exports["alloc"]
+    assert isinstance(alloc, wasmtime.FuncType)
+    if list(alloc.params) != [i32] or list(alloc.results) != [i32]:
+        raise PluginError(name, "alloc must be (i32) -> i32 (the hookbus ABI, docs/plugins.md)")
 
 
 def _cut(message: str) -> str:

@@ -1,0 +1,133 @@
+"""WASM plugin dispatch against a shell hook spawn of /bin/true, and isolated against plain spawns.
+
+    python bench/bench_plugins.py [--events 300] [--isolated 60] [--rounds 3]
+
+Per event, one after another, in the same run: a plugin call as the worker
+makes it (payload read, a thread, the time limit armed, on-event on the live
+instance) for a core module and a component that return Ok; a shell hook
+running /bin/true through the worker's runner (payload file, environment,
+spawn, wait); the same hook isolated (bubblewrap + prlimit + a pids cgroup
+where one can be made). Prints median microseconds per event and the ratios:
+shell spawn / plugin dispatch (target: well over 10), isolated / plain.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import median, print_table, verdict
+from subscribers.plugins.host import load_code
+from subscribers.plugins.manifest import load_manifest
+from subscribers.plugins.worker import call_plugin
+from subscribers.shell_hooks.hook_test import make_event
+from subscribers.shell_hooks.hooks_file import HOOKS_FILE, load
+from subscribers.shell_hooks.shell import HookOutcome, ShellRunner
+
+SUBJECT = "prx.lifecycle.tool_call"
+PAYLOAD = {"tool": "shell", "success": True, "output": "ok"}
+CORE_OK = """(module
+  (memory (export "memory") 1)
+  (func (export "alloc") (param i32) (result i32) (i32.const 1024))
+  (func (export "on-event") (param i32 i32 i32 i32) (result i64) (i64.const 0)))"""
+COMPONENT_OK = """(component
+  (core module $m
+    (memory (export "memory") 1)
+    (global $heap (mut i32) (i32.const 1024))
+    (func (export "realloc") (param i32 i32 i32 i32) (result i32)
+      (local $p i32) (local.set $p (global.get $heap))
+      (global.set $heap (i32.add (global.get $heap) (local.get 3))) (local.get $p))
+    (func (export "on-event") (param i32 i32 i32 i32) (result i32)
+      (global.set $heap (i32.const 1024)) (i32.store (i32.const 0) (i32.const 0)) (i32.const 0)))
+  (core instance $i (instantiate $m))
+  (func (export "on-event") (param "event" string) (param "payload-json" string) (result (result (error string)))
+    (canon lift (core func $i "on-event") (memory (core memory $i "memory")) (realloc (core func $i "realloc")))))"""
+
+
+def plugin(workspace: Path, name: str, wat: str) -> Path:
+    folder = workspace / "plugins" / name
+    folder.mkdir(parents=True)
+    (folder / "plugin.wat").write_text(wat)
+    (folder / "plugin.toml").write_text(
+        f'[plugin]\nname = "{name}"\nwasm = "plugin.wat"\n\n[[capabilities]]\ntype = "hook"\nevents = ["tool_call"]\n'
+    )
+    return folder
+
+
+async def per_event_us(one: Callable[[], Awaitable[object]], count: int) -> float:
+    """Median microseconds of ``one()`` over ``count`` sequential calls."""
+    times = []
+    for _ in range(count):
+        start = time.perf_counter()
+        await one()
+        times.append((time.perf_counter() - start) * 1e6)
+    return median(times)
+
+
+async def measure(workspace: Path, events: int, isolated: int) -> dict[str, float]:
+    event = make_event(SUBJECT, PAYLOAD, "bench")
+    core = load_code(load_manifest(plugin(workspace, "core", CORE_OK)))
+    component = load_code(load_manifest(plugin(workspace, "component", COMPONENT_OK)))
+    (workspace / HOOKS_FILE).write_bytes(
+        orjson.dumps({"hooks": {"tool_call": [{"command": "/bin/true"}, {"command": "/bin/true", "isolation": True}]}})
+    )
+    plain_entry, isolated_entry = load(workspace / HOOKS_FILE).entries
+    runner = ShellRunner(workspace)
+
+    async def shell(entry: object) -> None:
+        result = await runner.run(entry, event)  # type: ignore[arg-type]
+        assert result.outcome is HookOutcome.OK, result
+
+    async def wasm(code: object) -> None:
+        result = await call_plugin(code, event, SUBJECT)  # type: ignore[arg-type]
+        assert result.outcome is HookOutcome.OK, result
+
+    figures = {
+        "plugin, core module": await per_event_us(lambda: wasm(core), events),
+        "plugin, component": await per_event_us(lambda: wasm(component), events),
+        "shell hook /bin/true": await per_event_us(lambda: shell(plain_entry), events),
+    }
+    if shutil.which("bwrap") and shutil.which("prlimit"):
+        figures["shell hook /bin/true, isolated"] = await per_event_us(lambda: shell(isolated_entry), isolated)
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--events", type=int, default=300)
+    parser.add_argument("--isolated", type=int, default=60)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    rounds: list[dict[str, float]] = []
+    for _ in range(args.rounds):
+        with tempfile.TemporaryDirectory() as tmp:
+            rounds.append(asyncio.run(measure(Path(tmp), args.events, args.isolated)))
+    figures = {name: median([r[name] for r in rounds]) for name in rounds[0]}
+    print_table(
+        "per event, sequential (median of rounds)",
+        [(name, f"{us:,.0f}") for name, us in figures.items()],
+        ("what", "µs/event"),
+    )
+    shell = figures["shell hook /bin/true"]
+    rows = []
+    for name in ("plugin, core module", "plugin, component"):
+        ratio = shell / figures[name]
+        rows.append((f"shell spawn / {name}", f"{ratio:.1f}x", verdict(ratio, 10.0)))
+    if "shell hook /bin/true, isolated" in figures:
+        cost = figures["shell hook /bin/true, isolated"] / shell
+        rows.append(("isolated / plain spawn", f"{cost:.1f}x", "(the cost of isolation)"))
+    print_table("ratios, same run", rows, ("ratio", "value", "target"))
+
+
+if __name__ == "__main__":
+    main()
