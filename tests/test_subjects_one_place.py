@@ -181,6 +181,7 @@ ROLES: dict[str, dict[str, list[str]]] = {
             *_journal(("shell_hook", "subscriber", "trigger"), "bus"),
             *_journal(("middleware",), "bus"),  # the agent-hook relay is a kernel
             module_subject("guard"),
+            f"$KV.{MODULES_BUCKET}.claude-hooks.instance",  # claude-hooks.json's module
             *_PAYLOADS_PUT,
             *_PAYLOADS_GET,
             f"$JS.API.STREAM.INFO.{subjects.PAYLOADS_STREAM}",
@@ -201,6 +202,7 @@ ROLES: dict[str, dict[str, list[str]]] = {
             counters_subject("agent-eva"),
             adapter_subject("claude-code"),
             adapter_subject("codex"),
+            module_subject("claude-hooks"),
         ],
     },
 }

@@ -51,6 +51,7 @@ def services(args: argparse.Namespace) -> list[Service]:
     # Imported here: bus/ must not import the workers when it is loaded.
     from bus.adapters import relay as agent_hook_relay
     from subscribers import agent_metrics
+    from subscribers.claude_hooks import service as claude_hooks
     from subscribers.fleet_metrics import service as fleet_metrics
     from subscribers.history import recorder as history
     from subscribers.journal import sink as journal_sink
@@ -71,6 +72,7 @@ def services(args: argparse.Namespace) -> list[Service]:
         partial(shell_hooks, settings=shell),
         triggers.service,
         agent_hook_relay.service,  # hookbus claude-hook / codex-hook ask it
+        claude_hooks.service,  # claude-hooks.json's command hooks as middleware handlers
     ]
 
 

@@ -242,3 +242,29 @@ class BudgetsFile(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, froz
     session: BudgetLayer | None = None
     group: BudgetLayer | None = None
     user: BudgetLayer | None = None
+
+
+#: Seconds a Claude Code command hook may run (its default, and the most a claude-hooks.json may give one).
+CLAUDE_HOOK_TIMEOUT_S = 60.0
+CLAUDE_HOOK_MAX_TIMEOUT_S = 600.0
+
+
+class ClaudeHookCommand(msgspec.Struct, kw_only=True, frozen=True):
+    """One hook of a claude-hooks.json matcher group (hookbus runs ``command`` hooks; other fields are ignored)."""
+
+    type: NonEmpty
+    command: NonEmpty | None = None
+    timeout: Annotated[float, msgspec.Meta(gt=0, le=CLAUDE_HOOK_MAX_TIMEOUT_S)] = CLAUDE_HOOK_TIMEOUT_S
+
+
+class ClaudeMatcherGroup(msgspec.Struct, kw_only=True, frozen=True):
+    """A matcher group: the tool names it applies to (exact, a regular expression, ``*`` or empty: all)."""
+
+    matcher: str = ""
+    hooks: list[ClaudeHookCommand]
+
+
+class ClaudeHooksFile(msgspec.Struct, kw_only=True, frozen=True):
+    """claude-hooks.json (workspace), in Claude Code's settings format: ``{"hooks": {event: [group, ...]}}``."""
+
+    hooks: dict[NonEmpty, list[ClaudeMatcherGroup]] = {}

@@ -1,0 +1,1 @@
+"""Claude Code command hooks as hookbus middleware handlers (claude-hooks.json, served beside the shell hooks)."""

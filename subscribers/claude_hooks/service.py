@@ -1,0 +1,148 @@
+"""The claude-hooks.json handlers: one middleware module, ``claude-hooks``, served while the bus is up.
+
+Each Claude Code event of the file becomes one handler on its stage
+(``PreToolUse`` -> ``tool.call`` ...), whose identity carries a digest of its
+commands: a changed command is a changed handler, run only once an operator
+approves it (``hookbus approve claude-hooks.PreToolUse``), like any module's.
+A call is turned back into the input Claude Code would have given the hook
+(``session_id``, ``cwd``, ``hook_event_name``, ``tool_name``, ``tool_input``,
+``tool_use_id``, ``tool_response``, ``prompt``), the matching commands run
+(:mod:`subscribers.claude_hooks.runner`), and their answer is the decision.
+The file is polled: a new good version is served in place of the old one, a
+broken one is logged and the last good one kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, Final
+
+import orjson
+
+from bus.client import Bus
+from bus.core.decisions import Continue, Decision
+from bus.core.filewatch import WatchedFile
+from bus.middleware.handler.module import Module, StageCtx
+from bus.service import ServiceContext
+from subscribers.claude_hooks.config import FILE, STAGES, ClaudeHooks, load
+from subscribers.claude_hooks.runner import decide, environment, run_command
+
+log = logging.getLogger("hookbus.claude_hooks")
+
+#: The module name the handlers are served under (``claude-hooks.PreToolUse`` ...).
+MODULE: Final = "claude-hooks"
+#: Seconds the kernel waits beyond a handler's slowest command (the process start, the reply).
+_MARGIN_S: Final = 2.0
+
+
+def hook_input(event: str, payload: dict[str, Any], ctx: StageCtx, project: Path) -> dict[str, Any]:
+    """The input Claude Code gives a hook of ``event``, from a stage's payload and context."""
+    cwd = payload.get("cwd")
+    out: dict[str, Any] = {
+        "session_id": ctx.session or "",
+        "transcript_path": "",
+        "cwd": cwd if isinstance(cwd, str) else str(project),
+        "permission_mode": "default",
+        "hook_event_name": event,
+    }
+    if event == "UserPromptSubmit":
+        out["prompt"] = str(payload.get("content", ""))
+        return out
+    out["tool_name"] = str(payload.get("name", ""))
+    out["tool_input"] = payload.get("input") if isinstance(payload.get("input"), dict) else {}
+    out["tool_use_id"] = str(payload.get("id") or ctx.request_id)
+    if event == "PostToolUse":
+        out["tool_response"] = payload.get("output", "")
+    return out
+
+
+def build(hooks: ClaudeHooks, project: Path, nats_url: str | None) -> Module:
+    """The module serving ``hooks``: one handler per Claude Code event of the file."""
+    module = Module(MODULE)
+    for event, groups in hooks.events.items():
+        if not groups:
+            continue
+        slowest = max((c.timeout_s for g in groups for c in g.commands), default=1.0)
+
+        async def handler(
+            stage: str, payload: dict[str, Any], ctx: StageCtx, event: str = event, groups: Any = groups
+        ) -> Decision:
+            tool = str(payload.get("name", ""))
+            commands = [c for g in groups if event == "UserPromptSubmit" or g.wants(tool) for c in g.commands]
+            if not commands:
+                return Continue()
+            stdin = orjson.dumps(hook_input(event, payload, ctx, project))
+            env = environment(project, ctx.depth, nats_url)
+            runs = await asyncio.gather(*(run_command(c, stdin, project, env) for c in commands))
+            return decide(stage, payload, list(runs))
+
+        module.stage(STAGES[event], name=event, timeout=slowest + _MARGIN_S, code=hooks.digest(event))(handler)
+    return module
+
+
+class ClaudeHooksServer:
+    """Serves the workspace's claude-hooks.json on ``bus``, re-served when the file changes."""
+
+    def __init__(self, bus: Bus, workspace: Path, nats_url: str | None, interval: float = 0.5) -> None:
+        self._bus = bus
+        self._project = workspace.resolve()
+        self._nats_url = nats_url
+        self._serving: asyncio.Task[None] | None = None
+        self.path = workspace / FILE
+        self.file: WatchedFile[ClaudeHooks] = WatchedFile(
+            self.path, lambda path: load(path, self._project), self._apply, ClaudeHooks({}), interval
+        )
+        self._stop = asyncio.Event()
+        self._poller: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        await self.file.check()
+        self._poller = asyncio.get_running_loop().create_task(self.file.run(self._stop))
+
+    async def _apply(self, hooks: ClaudeHooks) -> None:
+        await self._halt()
+        if hooks.unstaged:
+            log.warning("%s: %s have no hookbus stage and are not run", self.path, ", ".join(hooks.unstaged))
+        module = build(hooks, self._project, self._nats_url)
+        if not module.declarations:
+            return
+        ready = asyncio.Event()
+        self._serving = asyncio.get_running_loop().create_task(module.serve(bus=self._bus, ready=ready))
+        waiter = asyncio.ensure_future(ready.wait())
+        await asyncio.wait({self._serving, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        waiter.cancel()
+        if self._serving.done() and not self._serving.cancelled() and self._serving.exception() is not None:
+            log.error("%s: cannot serve its handlers: %s", self.path, self._serving.exception())
+        names = ", ".join(decl.qualname for decl in module.declarations)
+        log.info("%s: serving %s", self.path, names)
+
+    async def _halt(self) -> None:
+        task, self._serving = self._serving, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    async def stop(self) -> None:
+        self._stop.set()
+        if self._poller is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._poller
+        await self._halt()
+
+
+@asynccontextmanager
+async def service(ctx: ServiceContext) -> AsyncIterator[None]:
+    """claude-hooks.json's handlers as a service of ``hookbus up`` (nothing is served while the file is absent)."""
+    server = ClaudeHooksServer(ctx.bus, ctx.workspace, ctx.nats_url)
+    await server.start()
+    ctx.lines.append(f"  claude   {server.path} (module {MODULE}, one handler per hook event)")
+    try:
+        yield
+    finally:
+        await server.stop()
