@@ -19,7 +19,7 @@ import msgspec
 import orjson
 
 from bus.core.declaration import Declaration, declare
-from bus.core.errors import DeclarationError, RecordError
+from bus.core.errors import DeclarationError, RecordError, StageError
 from bus.core.schema import HandlerRecordMsg, convert, decode
 from bus.core.subjects import RECORDS_MODULE, TOKEN_RE
 
@@ -68,7 +68,7 @@ class Record:
                 code=self.code_digest(),
                 **extra,
             )
-        except DeclarationError as exc:
+        except (DeclarationError, StageError) as exc:
             raise RecordError(msg.name, exc.reason) from None
 
     def identity(self, module: str = RECORDS_MODULE) -> str:

@@ -1,0 +1,70 @@
+"""``hookbus runner``: serve the bus's approved, enabled handler records as one middleware module.
+
+Start several with the same ``--module``: they share the calls (one queue
+group). Records may import only the modules named with ``--allow-import``
+(default: a few pure ones); that restriction is not a security boundary, run
+the runner under process isolation for records nobody should trust.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from bus.cli.common import add_nats_url, connection_args, stop_on_signals
+from bus.cli.options import SERVICE_CONNECT_S
+from bus.core.subjects import RECORDS_MODULE
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "runner",
+        help="serve the approved handler records as a middleware module",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--module", default=RECORDS_MODULE, help=f"module name (default: {RECORDS_MODULE})")
+    parser.add_argument(
+        "--allow-import",
+        action="append",
+        default=None,
+        metavar="MODULE",
+        help="a module records may import (repeatable; replaces the default set)",
+    )
+    parser.add_argument(
+        "--managed",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a record the operator ships: served without approval (repeatable)",
+    )
+    parser.add_argument("--max-failures", type=int, default=5, help="faults in a row that disable a record")
+    add_nats_url(parser, connect_s=SERVICE_CONNECT_S)
+    parser.set_defaults(func=run)
+
+
+async def run(args: argparse.Namespace) -> int:
+    from bus.client import Bus
+    from bus.core.errors import ConfigError
+    from bus.records.sandbox import DEFAULT_IMPORTS
+    from subscribers.records_runner.runner import RecordsRunner, RunnerSettings
+
+    try:
+        settings = RunnerSettings(
+            module=args.module,
+            imports=frozenset(args.allow_import) if args.allow_import is not None else DEFAULT_IMPORTS,
+            managed=frozenset(args.managed),
+            max_failures=args.max_failures,
+        )
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    stop = stop_on_signals()
+    bus = Bus(args.nats_url, name=f"hookbus-runner-{args.module}", **connection_args(args))
+    async with bus, RecordsRunner(bus, settings).running() as runner:
+        print(
+            f"hookbus runner: module {args.module} on {', '.join(bus.servers)}: "
+            f"{len(runner.served)} records serving, {len(runner.waiting)} waiting; ready",
+            flush=True,
+        )
+        await stop.wait()
+    print("hookbus runner: stopped", flush=True)
+    return 0
