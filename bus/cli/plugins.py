@@ -61,8 +61,8 @@ async def run_list(args: argparse.Namespace) -> int:
 async def run_test(args: argparse.Namespace) -> int:
     from bus.core.errors import PluginError
     from bus.core.subjects import matches, subject_for
-    from subscribers.plugins.host import load_code
     from subscribers.plugins.manifest import PLUGINS_DIR, load_manifest
+    from subscribers.plugins.plugin_set import compile_plugin
     from subscribers.plugins.worker import call_plugin
     from subscribers.shell_hooks.hook_test import make_event
     from subscribers.shell_hooks.shell import HookOutcome
@@ -72,7 +72,7 @@ async def run_test(args: argparse.Namespace) -> int:
     folder = existing(args).path / PLUGINS_DIR / args.name
     if not folder.is_dir():
         raise PluginError(args.name, f"no folder {folder}")
-    code = load_code(load_manifest(folder))
+    code = compile_plugin(load_manifest(folder))
     patterns = code.manifest.patterns
     pattern = next((p for p in patterns if matches(p, event.subject)), None)
     if pattern is None:

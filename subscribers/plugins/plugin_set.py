@@ -15,11 +15,14 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bus.core.errors import PluginError
 from bus.core.filewatch import Signature, read_version
-from subscribers.plugins.host import PluginCode, load_code
 from subscribers.plugins.manifest import MANIFEST_FILE, Manifest, load_manifest
+
+if TYPE_CHECKING:
+    from subscribers.plugins.host import PluginCode
 
 log = logging.getLogger("hookbus.plugins")
 
@@ -36,6 +39,15 @@ class PluginState:
     @property
     def manifest(self) -> Manifest | None:
         return self.code.manifest if self.code is not None else None
+
+
+def compile_plugin(manifest: Manifest) -> PluginCode:
+    """The plugin's module compiled; wasmtime (the ``wasm`` extra) is loaded only now, when a plugin exists."""
+    try:
+        from subscribers.plugins.host import load_code
+    except ImportError as exc:
+        raise PluginError(manifest.name, f"wasmtime is not installed (pip install 'hookbus[wasm]'): {exc}") from None
+    return load_code(manifest)
 
 
 class PluginSet:
@@ -83,7 +95,7 @@ class PluginSet:
         if seen == state.seen:
             return False
         try:
-            code = load_code(manifest)
+            code = compile_plugin(manifest)
         except PluginError as exc:
             return self._refuse(state, seen, exc)
         replaced = state.code is not None

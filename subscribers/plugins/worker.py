@@ -22,7 +22,7 @@ import logging
 import time
 import uuid
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from bus.client import Bus, Subscription
 from bus.core.envelope import Event
@@ -31,13 +31,15 @@ from bus.core.subjects import key_queue, matches
 from bus.core.tasks import TaskSet
 from bus.core.visible import visible
 from bus.journal.entries import JournalEntry, publish_entry
-from subscribers.plugins.host import PluginCode
 from subscribers.plugins.manifest import PLUGINS_DIR
 from subscribers.plugins.plugin_set import PluginSet
 from subscribers.shell_hooks import metrics
 from subscribers.shell_hooks.settings import WorkerSettings
 from subscribers.shell_hooks.shell import HookOutcome, HookResult, hook_payload
 from subscribers.shell_hooks.worker import WorkerStats
+
+if TYPE_CHECKING:
+    from subscribers.plugins.host import PluginCode
 
 log = logging.getLogger("hookbus.plugins")
 
