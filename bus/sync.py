@@ -134,20 +134,30 @@ class SyncBus:
         self._call(self.bus.flush(timeout), None)
 
     def close(self) -> None:
-        """Close the Bus (handlers finish, events flush), then stop the loop thread. Idempotent."""
+        """Close the Bus (handlers finish, events flush), cancel the loop's other tasks, stop the thread. Idempotent."""
         with self._close_lock:
             if self._closed:
                 return
             self._closed = True
         try:
             if self._thread.is_alive():
-                asyncio.run_coroutine_threadsafe(self.bus.close(), self._loop).result(_JOIN_S)
+                asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result(2 * _JOIN_S)
         finally:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(_JOIN_S)
             if not self._thread.is_alive():
                 self._loop.close()
             _OPEN.discard(self)
+
+    async def _shutdown(self) -> None:
+        """Close the Bus, then cancel what else still runs on the loop (tasks started through ``run``)."""
+        await self.bus.close()
+        current = asyncio.current_task()
+        rest = [task for task in asyncio.all_tasks() if task is not current]
+        for task in rest:
+            task.cancel()
+        if rest:
+            await asyncio.wait(rest, timeout=_JOIN_S)
 
     def __enter__(self) -> SyncBus:
         return self
