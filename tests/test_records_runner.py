@@ -11,9 +11,15 @@ from bus import Bus, Cancel, Continue, Patch
 from bus.middleware.kernel.approvals import approve, queue
 from bus.records.record import Record, from_fields
 from bus.records.store import RecordStore
-from bus.testing import JournalRecorder, wait_for_chain
+from bus.testing import EventRecorder, JournalRecorder, wait_for_chain
+from bus.turns.server import TurnRequest
 from subscribers.records_runner.runner import RecordsRunner, RunnerSettings
+from triggers.agent.llm import ChatClient
+from triggers.agent.record_tools import record_tools
+from triggers.agent.runner import TurnRunner
+from triggers.agent.tools import TOOLS
 
+from . import fake_llm
 from .conftest import unique
 from .waiting import wait_until
 
@@ -117,8 +123,10 @@ async def test_an_edit_waits_while_the_old_version_keeps_serving(kernel: Bus, ru
     await wait_until(lambda: runner.served.get("no_rm") not in (None, old), what="the new version served")
     view = await kernel.middleware.start()
     await view.wait_until(
-        lambda: [link.identity for link in view.chains["tool.call"].links if link.decl.module == module]
-        == [runner.served["no_rm"]],
+        lambda: (
+            [link.identity for link in view.chains["tool.call"].links if link.decl.module == module]
+            == [runner.served["no_rm"]]
+        ),
         10,
     )
     cancelled = await kernel.intercept("tool.call", call("rm -rf /"))
@@ -157,8 +165,10 @@ async def test_faults_apply_the_fail_mode_and_a_record_that_keeps_failing_is_dis
         await approve_when_waiting(kernel, f"{module}.{name}")
     view = await kernel.middleware.start()
     await view.wait_until(
-        lambda: {link.decl.name for link in view.chains["tool.call"].links if link.decl.module == module}
-        == {"raises", "loops"},
+        lambda: (
+            {link.decl.name for link in view.chains["tool.call"].links if link.decl.module == module}
+            == {"raises", "loops"}
+        ),
         10,
     )
 
@@ -224,3 +234,51 @@ async def handle(stage, payload, ctx):
         assert await kernel.intercept("tool.call", call("ls")) == Continue()
     assert first.calls + second.calls == 40
     assert first.calls > 0 and second.calls > 0
+
+
+async def test_the_agent_writes_moves_and_lists_its_records_through_its_tools(
+    kernel: Bus, runners: Any, llm: fake_llm.FakeLLM
+) -> None:
+    module = unique("rec")
+    runner = await runners(module)
+    agent_bus = Bus(kernel.servers, name="agent")
+    await agent_bus.start()
+    tools = {**TOOLS, **record_tools(agent_bus, "eva", module)}
+    agent = TurnRunner(agent_bus, "eva", ChatClient(llm.url, "m", provider="fake", attempts=1), tools=tools)
+    try:
+        custom = EventRecorder()
+        await kernel.subscribe("eva.custom.>", custom)
+        await kernel.flush()
+        save = {"name": "no_rm", "stage": "tool.call", "source": NO_RM, "match": ["shell"]}
+        llm.script = [
+            fake_llm.tool_calls(("handler_save", save), ("event_emit", {"name": "noted", "payload": {"n": 1}})),
+            fake_llm.text("saved"),
+        ]
+        assert await agent.handle(TurnRequest(agent="eva", prompt="guard rm", id="t1")) == "saved"
+        tool_outputs = [m["content"] for m in llm.requests[-1]["messages"] if m["role"] == "tool"]
+        assert "waits for an operator's approval" in tool_outputs[0]
+        assert tool_outputs[1] == "emitted eva.custom.noted"
+        await custom.wait_for(1)
+        assert custom.events[0].payload == {"n": 1} and custom.events[0].depth == 0
+
+        await wait_until(lambda: "no_rm" in runner.waiting, what="the agent's record waiting")
+        assert await kernel.intercept("tool.call", call("rm -rf /")) == Continue()  # not before approval
+        await approve_when_waiting(kernel, f"{module}.no_rm")
+        await wait_for_chain(kernel, "tool.call", [f"{module}.no_rm"])
+        assert isinstance(await kernel.intercept("tool.call", call("rm -rf /")), Cancel)
+        patched = await kernel.intercept("tool.call", call("ls"))
+        assert isinstance(patched, Patch) and patched.payload["input"]["command"] == "ls # checked"
+
+        llm.script = [
+            fake_llm.tool_calls(("handler_move", {"name": "no_rm", "after": ["other"]}), ("handler_list", {})),
+            fake_llm.text("moved"),
+        ]
+        assert await agent.handle(TurnRequest(agent="eva", prompt="move it", id="t2")) == "moved"
+        outputs = [m["content"] for m in llm.requests[-1]["messages"] if m["role"] == "tool"]
+        assert "waits for an operator's approval" in outputs[0]
+        assert "no_rm: stage tool.call, waiting for approval" in outputs[1] and f"{module}.other" in outputs[1]
+        await wait_until(lambda: "no_rm" in runner.waiting, what="the reorder waiting for approval")
+        assert isinstance(await kernel.intercept("tool.call", call("rm -rf /")), Cancel)  # the approved one serves
+    finally:
+        await agent.client.close()
+        await agent_bus.close()

@@ -75,6 +75,7 @@ async def run(args: argparse.Namespace) -> int:
     from bus.presence import component, presence
     from triggers.agent.llm import ChatClient
     from triggers.agent.runner import TurnRunner
+    from triggers.agent.tools import with_record_tools
 
     if not TOKEN_RE.fullmatch(args.name):
         raise ConfigError(f"--name {args.name!r} must match [A-Za-z0-9_-]+")
@@ -109,7 +110,10 @@ async def run(args: argparse.Namespace) -> int:
             managed=managed,
             middleware=middleware_options(args),
         ) as bus:
-            runner = TurnRunner(bus, args.name, client, system=args.system, settings=settings, budgets=book)
+            tools = with_record_tools(bus, args.name)
+            runner = TurnRunner(
+                bus, args.name, client, tools=tools, system=args.system, settings=settings, budgets=book
+            )
             await bus.serve_turns(args.name, runner.handle, concurrency=args.concurrency)
             ticking = asyncio.create_task(_daily(runner)) if book is not None else None
             serving = asyncio.create_task(hook_turns.serve(bus=bus)) if hook_turns else None

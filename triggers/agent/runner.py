@@ -20,6 +20,7 @@ carries the recursion counter on. docs/stages.md describes every point.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 from dataclasses import dataclass
 from typing import Any, Final
@@ -426,7 +427,8 @@ class TurnRunner:
         if isinstance(decision, Patch):
             arguments = points.tool_input("tool.exec", decision.payload, arguments)
         try:
-            output, success = tool.run(arguments), True
+            ran = tool.run(arguments)
+            output, success = (await ran if inspect.isawaitable(ran) else ran), True
         except Exception as exc:
             output, success = f"{type(exc).__name__}: {exc}", False
         result = {"name": name, "output": output, "is_error": not success}

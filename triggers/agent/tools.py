@@ -7,7 +7,7 @@ without giving a model anything dangerous.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -18,7 +18,7 @@ class Tool:
     name: str
     description: str
     parameters: dict[str, Any]
-    run: Callable[[dict[str, Any]], str]
+    run: Callable[[dict[str, Any]], str | Awaitable[str]]  # a coroutine for tools that use the bus
 
     def command(self, arguments: dict[str, Any]) -> list[str]:
         """The resolved command tool.exec shows: ``builtin:<name>`` and the arguments as ``key=value``, sorted."""
@@ -55,3 +55,10 @@ TOOLS: Final = {
         ),
     )
 }
+
+
+def with_record_tools(bus: Any, agent: str) -> dict[str, Tool]:
+    """The default tools plus the agent's tools over its handler records and event_emit (docs/records.md)."""
+    from triggers.agent.record_tools import record_tools
+
+    return {**TOOLS, **record_tools(bus, agent)}
