@@ -1,10 +1,11 @@
 """The console's live view: events as they cross the bus, streamed to browsers as server-sent events.
 
 One subscription (made while at least one viewer watches) fans out to every
-viewer. Each viewer gets at most ``DISPLAY_RATE`` events a second, in batches
-every ``WINDOW_S``: above that the newest of each window are kept and the rest
-counted, and the viewer is told how many were skipped (a sampled display, said
-so on the page). So a flood costs ``hookbus up`` a filter test and an append
+viewer. Each viewer gets at most ``DISPLAY_RATE`` events a second on average
+(a token bucket holding one second's worth, so the jitter of a steady rate is
+not sampled), in batches every ``WINDOW_S``: above that the newest of each
+window are kept and the rest counted, and the viewer is told how many were
+skipped (a sampled display, said so on the page). So a flood costs ``hookbus up`` a filter test and an append
 per event and viewer, never a write per event, and a slow browser only makes
 its own windows late. The last ``KEEP`` events are kept by id so that a viewer
 can ask for one's whole payload (a claimed payload is fetched and checked).
@@ -15,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -28,8 +30,8 @@ from bus.core.subjects import EVA_DOMAIN, PRX_DOMAIN, hides_internal, is_interna
 
 log = logging.getLogger("hookbus.console")
 
-#: Events a second one viewer is sent at most; above it the display is sampled.
-DISPLAY_RATE: Final = 200
+#: Events a second one viewer is sent at most; above it the display is sampled (bench/bench_console.py).
+DISPLAY_RATE: Final = 1000
 #: How often a viewer is sent what arrived (a batch per window).
 WINDOW_S: Final = 0.1
 #: Events kept by id for "show the whole payload".
@@ -70,13 +72,18 @@ class Viewer:
     """One browser watching: its filter, the events of the current window, and how many it missed."""
 
     filter: LiveFilter
-    per_window: int
+    rate: int
     window: deque[Event] = field(init=False)
     arrived: int = 0
     ready: asyncio.Event = field(default_factory=asyncio.Event)
+    #: Events the viewer may be sent now: refilled at ``rate`` a second, up to one second's worth.
+    tokens: float = field(init=False)
+    _filled_at: float = field(init=False)
 
     def __post_init__(self) -> None:
-        self.window = deque(maxlen=self.per_window)  # the newest of the window are kept
+        self.window = deque(maxlen=self.rate)  # the newest are kept; never more than a second's worth
+        self.tokens = float(self.rate)
+        self._filled_at = time.monotonic()
 
     def offer(self, event: Event) -> None:
         if self.filter.wants(event):
@@ -85,9 +92,14 @@ class Viewer:
             self.ready.set()
 
     def take(self) -> tuple[list[Event], int]:
-        """The window's events and how many others arrived in it (sampled out); starts a new window."""
-        events = list(self.window)
-        skipped = self.arrived - len(events)
+        """The window's events the bucket allows (the newest) and how many others arrived (sampled out)."""
+        now = time.monotonic()
+        self.tokens = min(float(self.rate), self.tokens + (now - self._filled_at) * self.rate)
+        self._filled_at = now
+        allowed = min(len(self.window), int(self.tokens))
+        events = list(self.window)[len(self.window) - allowed :]
+        self.tokens -= allowed
+        skipped = self.arrived - allowed
         self.window.clear()
         self.arrived = 0
         self.ready.clear()
@@ -105,12 +117,8 @@ class LiveFeed:
         self._recent: OrderedDict[str, Event] = OrderedDict()
         self._lock = asyncio.Lock()
 
-    @property
-    def per_window(self) -> int:
-        return max(1, round(self.rate * WINDOW_S))
-
     async def join(self, wanted: LiveFilter) -> Viewer:
-        viewer = Viewer(wanted, self.per_window)
+        viewer = Viewer(wanted, self.rate)
         async with self._lock:
             self._viewers.add(viewer)
             if not self._subscriptions:
