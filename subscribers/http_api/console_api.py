@@ -70,7 +70,8 @@ class Console:
     def journal(self) -> JournalStore:
         path = self.workspace / DB_NAME
         if not path.exists():
-            raise ConfigError(f"no journal at {path} yet: the journal sink creates it with the first entry")
+            message = f"no journal at {path} yet: the journal sink creates it with the first entry"
+            raise web.HTTPNotFound(body=orjson.dumps({"error": message}), content_type="application/json")
         return JournalStore(path)
 
 
@@ -259,6 +260,8 @@ async def approve(request: web.Request) -> web.Response:
         done = await approve_journaled(console.bus, console.view, name, ACTOR)
     except MiddlewareError as exc:
         return _json({"error": str(exc)}, 409)
+    except HookbusError as exc:  # the bus refused the write (permissions), or is unreachable
+        return _json({"error": f"approve {name}: {exc}"}, 502)
     return _json({"approved": [{"name": d.qualname, "identity": d.identity()} for d in done]})
 
 
@@ -269,6 +272,8 @@ async def detach(request: web.Request) -> web.Response:
         done = await detach_journaled(console.bus, console.view, name, ACTOR)
     except MiddlewareError as exc:
         return _json({"error": str(exc)}, 409)
+    except HookbusError as exc:  # the bus refused the write (permissions), or is unreachable
+        return _json({"error": f"detach {name}: {exc}"}, 502)
     return _json({"detached": [{"name": r.decl.qualname, "identity": r.identity} for r in done]})
 
 
