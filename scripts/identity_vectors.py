@@ -95,6 +95,14 @@ VALID: list[tuple[str, dict[str, Any]]] = [
         },
     ),
     ("priority and when together", {"priority": 10, "when": {"users": ["alice"]}}),
+    ("inputs and outputs empty are left out", {"inputs": [], "outputs": None}),
+    ("outputs: a bare port is <handler>.<port>; dotted keys kept; sorted", {"outputs": ["query", "retrieval.query"]}),
+    ("outputs as one string", {"outputs": "intent.label"}),
+    (
+        "inputs: keys or objects, sorted by key, required false and default null filled in",
+        {"inputs": ["lang.user", {"key": "retrieval.query", "required": True}, {"key": "tone", "default": "calm"}]},
+    ),
+    ("an input default may be a boolean", {"inputs": [{"key": "flag.on", "default": False}]}),
 ]
 
 #: (what is wrong, wire declaration fields on top of BASE): a kernel rejects the whole announcement.
@@ -128,6 +136,12 @@ INVALID: list[tuple[str, dict[str, Any]]] = [
     ("when.agents an object", {"when": {"agents": {"eva": True}}}),
     ("when.agents with a non-string item", {"when": {"agents": [7]}}),
     ("when.agents with an empty pattern", {"when": {"agents": ["eva", " "]}}),
+    ("an output key with an empty token", {"outputs": ["retrieval..query"]}),
+    ("inputs as a string, not a list", {"inputs": "retrieval.query"}),
+    ("an input default that is a number", {"inputs": [{"key": "a.b", "default": 1}]}),
+    ("an input with required a string", {"inputs": [{"key": "a.b", "required": "yes"}]}),
+    ("an input with an unknown field", {"inputs": [{"key": "a.b", "optional": True}]}),
+    ("one input declared twice", {"inputs": ["a.b", {"key": "a.b", "required": True}]}),
 ]
 
 

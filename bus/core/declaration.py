@@ -33,6 +33,20 @@ MAX_TIMEOUT: Final = 30.0
 WHEN_FIELDS: Final = {"agents": "agent", "users": "user", "sessions": "session", "templates": "template"}
 #: Priorities are small integers (higher runs earlier): a bound keeps every implementation's arithmetic exact.
 PRIORITY_LIMIT: Final = 1_000_000
+#: Bag keys one handler may declare as inputs or as outputs.
+MAX_PORTS: Final = 32
+
+
+@dataclass(frozen=True, slots=True)
+class Input:
+    """A bag value a handler reads: ``key``; ``required`` (skipped without it), else ``default`` (text, bool, null)."""
+
+    key: str
+    required: bool = False
+    default: str | bool | None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"key": self.key, "required": self.required, "default": self.default}
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +96,9 @@ class Declaration:
     #: Higher runs earlier among handlers the before/after references leave unordered.
     priority: int = 0
     when: When = When()
+    #: Bag keys it reads and writes (``retrieval.query``; a bare port is ``<handler>.<port>``).
+    inputs: tuple[Input, ...] = ()
+    outputs: tuple[str, ...] = ()
 
     @property
     def qualname(self) -> str:
@@ -93,7 +110,7 @@ class Declaration:
         return hashlib.sha256(orjson.dumps(self.to_wire(), option=orjson.OPT_SORT_KEYS)).hexdigest()
 
     def to_wire(self) -> dict[str, Any]:
-        """The normalised form: nine fields always, ``priority`` and ``when`` only when not the default."""
+        """The normalised form: nine fields always; ``priority``, ``when``, ``inputs``, ``outputs`` only when set."""
         wire: dict[str, Any] = {
             "module": self.module,
             "name": self.name,
@@ -109,6 +126,10 @@ class Declaration:
             wire["priority"] = self.priority
         if self.when:
             wire["when"] = self.when.to_wire()
+        if self.inputs:
+            wire["inputs"] = [item.to_wire() for item in self.inputs]
+        if self.outputs:
+            wire["outputs"] = list(self.outputs)
         return wire
 
 
@@ -125,6 +146,8 @@ def declare(
     code: str = "",
     priority: int = 0,
     when: When | Mapping[str, Any] | None = None,
+    inputs: Iterable[str | Mapping[str, Any]] | None = None,
+    outputs: str | Iterable[str] | None = None,
 ) -> Declaration:
     """Build a normalised Declaration, raising DeclarationError for what is wrong."""
     where = f"{module}.{name}"
@@ -150,6 +173,8 @@ def declare(
         code=code,
         priority=_priority(priority, where),
         when=_when(when, where),
+        inputs=_inputs(name, inputs, where),
+        outputs=_outputs(name, outputs, where),
     )
 
 
@@ -187,6 +212,55 @@ def _when(value: When | Mapping[str, Any] | None, where: str) -> When:
             raise DeclarationError(where, f"when.{plural} holds an empty pattern")
         fields[plural] = tuple(patterns)
     return When(**fields)
+
+
+def bag_key(handler: str, key: str, where: str) -> str:
+    """A bag key: dotted tokens; a bare port (one token) is ``<handler>.<port>``."""
+    if not isinstance(key, str):
+        raise DeclarationError(where, f"a bag key must be a string, not {key!r}")
+    key = key.strip()
+    parts = key.split(".")
+    if not key or not all(TOKEN_RE.fullmatch(part) for part in parts):
+        raise DeclarationError(where, f"bag key {key!r} is not dotted [A-Za-z0-9_-]+ tokens")
+    return key if len(parts) > 1 else f"{handler}.{key}"
+
+
+def _outputs(handler: str, value: str | Iterable[str] | None, where: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    keys = sorted({bag_key(handler, key, where) for key in ([value] if isinstance(value, str) else list(value))})
+    if len(keys) > MAX_PORTS:
+        raise DeclarationError(where, f"{len(keys)} outputs: at most {MAX_PORTS}")
+    return tuple(keys)
+
+
+def _inputs(handler: str, value: Iterable[str | Mapping[str, Any]] | None, where: str) -> tuple[Input, ...]:
+    """Each a key, or ``{key, required, default}``; sorted by key, one entry per key."""
+    if value is None:
+        return ()
+    if isinstance(value, str | Mapping):
+        raise DeclarationError(where, f"inputs must be a list of keys or {{key, required, default}}, not {value!r}")
+    out: dict[str, Input] = {}
+    for item in value:
+        if isinstance(item, str):
+            item = {"key": item}
+        if not isinstance(item, Mapping):
+            raise DeclarationError(where, f"an input must be a key or {{key, required, default}}, not {item!r}")
+        unknown = sorted(str(field) for field in item if field not in ("key", "required", "default"))
+        if unknown:
+            raise DeclarationError(where, f"input has unknown field(s) {', '.join(unknown)}")
+        key = bag_key(handler, item.get("key"), where)  # type: ignore[arg-type]  # checked inside
+        required, default = item.get("required", False), item.get("default")
+        if not isinstance(required, bool):
+            raise DeclarationError(where, f"input {key}: required must be true or false, not {required!r}")
+        if default is not None and not isinstance(default, str | bool):
+            raise DeclarationError(where, f"input {key}: a default is a string, true, false or null, not {default!r}")
+        if key in out:
+            raise DeclarationError(where, f"input {key} declared twice")
+        out[key] = Input(key, required, default)
+    if len(out) > MAX_PORTS:
+        raise DeclarationError(where, f"{len(out)} inputs: at most {MAX_PORTS}")
+    return tuple(out[key] for key in sorted(out))
 
 
 def _names(value: str | Iterable[str] | None, split: str | None, where: str) -> list[str]:
@@ -243,4 +317,6 @@ def from_wire(obj: dict[str, Any]) -> Declaration:
         code=obj.get("code", ""),
         priority=obj.get("priority", 0),
         when=obj.get("when"),
+        inputs=obj.get("inputs"),
+        outputs=obj.get("outputs"),
     )

@@ -258,6 +258,8 @@ class RequestCtx(msgspec.Struct, kw_only=True):
     process: str | msgspec.UnsetType = msgspec.UNSET
     #: The caller's W3C trace context (bus.core.tracing), sent only when it traces; a malformed one is ignored.
     traceparent: str | msgspec.UnsetType = msgspec.UNSET
+    #: The bag values the requested handlers read (docs/protocol.md, The bag), sent only when some handler reads any.
+    inputs: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET
 
 
 class MiddlewareRequest(msgspec.Struct, kw_only=True):
@@ -282,6 +284,8 @@ class ReactionMsg(msgspec.Struct, kw_only=True):
     reason: str | msgspec.UnsetType | None = msgspec.UNSET  # sent with a cancel only
     duration_ms: ReportedMs | None = None
     cause: str | None = None
+    #: Bag values the handler wrote (only its declared outputs are kept by the kernel).
+    outputs: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET
 
 
 class MiddlewareReply(msgspec.Struct, kw_only=True):

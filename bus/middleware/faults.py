@@ -26,6 +26,7 @@ class Outcome(enum.StrEnum):
     OVERSIZE = "oversize"  # the request or reply is over the server's max_payload: it could not be sent
     BROKEN = "broken"  # the stage's chain is disabled (cycle or dangling reference): nothing called
     CHANGED = "changed"  # a guard's new version waits for approval and no approved instance is alive
+    SKIPPED = "skipped"  # a required bag input was missing: not called (reads per its fail mode)
 
 
 #: How a module may report a handler's turn; anything else is read as ``invalid`` by the kernel.

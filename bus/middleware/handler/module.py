@@ -18,7 +18,7 @@ import inspect
 import logging
 import time
 from collections.abc import Callable, Coroutine, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar, cast, get_type_hints
 
 import msgspec
@@ -67,6 +67,10 @@ class StageCtx:
     user: str | None = None
     template: str | None = None
     process: str | None = None
+    #: The bag values it declared as inputs (a missing optional one is its default).
+    inputs: Mapping[str, Any] = field(default_factory=dict)
+    #: What it puts in the bag for the handlers after it: only its declared outputs are kept.
+    outputs: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +108,8 @@ class Module:
         code: str | None = None,
         priority: int = 0,
         when: Mapping[str, Any] | None = None,
+        inputs: Iterable[str | Mapping[str, Any]] | None = None,
+        outputs: str | Iterable[str] | None = None,
     ) -> Callable[[F], F]:
         """Declare the decorated coroutine function as this module's handler of ``stage``.
 
@@ -131,6 +137,8 @@ class Module:
                 match=match,
                 priority=priority,
                 when=when,
+                inputs=inputs,
+                outputs=outputs,
                 code=hashlib.sha256(code.encode()).hexdigest()[:16] if code is not None else _code_digest(func),
             )
             handler = _Handler(decl, func, "ctx" in inspect.signature(func).parameters, _payload_type(func))
@@ -166,21 +174,30 @@ class Module:
         todo = [h.decl.name for h in self._by_stage.get(stage, [])] if names is None else names
         run = ChainRun(stage, request.payload)
         reactions: list[ReactionMsg] = []
+        inputs = request.ctx.inputs
+        bag = dict(inputs) if isinstance(inputs, dict) else {}  # what earlier handlers of this run wrote too
         for name in todo:
             handler = self._handlers.get(name)
             if handler is None or handler.decl.stage != stage:
                 reactions.append(_reaction(f"{self.name}.{name}", Outcome.ABSENT, Continue(), 0.0, "not declared here"))
                 continue
-            reaction, decision = await self._run(handler, stage, run.payload, request.ctx, bus)
+            reaction, decision = await self._run(handler, stage, run.payload, request.ctx, bus, bag)
             reactions.append(reaction)
             if not run.take(decision, reaction.handler):
                 break
         return reply_of(run.decision(), reactions)
 
     async def _run(
-        self, handler: _Handler, stage: str, payload: dict[str, Any], wire_ctx: RequestCtx, bus: Bus | None
+        self,
+        handler: _Handler,
+        stage: str,
+        payload: dict[str, Any],
+        wire_ctx: RequestCtx,
+        bus: Bus | None,
+        bag: dict[str, Any] | None = None,
     ) -> tuple[ReactionMsg, Decision]:
         decl = handler.decl
+        outputs: dict[str, Any] = {}
         depth = wire_ctx.depth
         arg = from_dict(handler.payload_type, payload) if handler.payload_type else payload
         started = time.perf_counter()
@@ -199,7 +216,7 @@ class Module:
             # Not asyncio.timeout: this may run inline in the subscription's task (bus.core.eager),
             # which asyncio.timeout would cancel; wait_for cancels only the handler's own task.
             if handler.wants_ctx:
-                coro = handler.func(stage, arg, ctx=_stage_ctx(decl, wire_ctx, bus))
+                coro = handler.func(stage, arg, ctx=_stage_ctx(decl, wire_ctx, bus, bag or {}, outputs))
             else:
                 coro = handler.func(stage, arg)
             finished, result = run_eager(coro)
@@ -221,7 +238,14 @@ class Module:
         elapsed = (time.perf_counter() - started) * 1000
         if outcome is not Outcome.OK:
             result = fault_decision(decl.fail_closed, decl.qualname, outcome, cause or "")
-        return _reaction(decl.qualname, outcome, result, elapsed, cause), result
+        reaction = _reaction(decl.qualname, outcome, result, elapsed, cause)
+        if outputs and outcome is Outcome.OK:
+            written = {key: value for key, value in outputs.items() if key in decl.outputs}
+            if written:
+                reaction.outputs = written
+                if bag is not None:
+                    bag.update(written)
+        return reaction, result
 
     async def serve(
         self,
@@ -279,7 +303,9 @@ def _given(value: str | msgspec.UnsetType) -> str | None:
     return None if isinstance(value, msgspec.UnsetType) else value
 
 
-def _stage_ctx(decl: Declaration, wire_ctx: RequestCtx, bus: Bus | None) -> StageCtx:
+def _stage_ctx(
+    decl: Declaration, wire_ctx: RequestCtx, bus: Bus | None, bag: Mapping[str, Any], outputs: dict[str, Any]
+) -> StageCtx:
     return StageCtx(
         stage=decl.stage,
         handler=decl.qualname,
@@ -292,6 +318,8 @@ def _stage_ctx(decl: Declaration, wire_ctx: RequestCtx, bus: Bus | None) -> Stag
         template=_given(wire_ctx.template),
         process=_given(wire_ctx.process),
         bus=bus,
+        inputs={item.key: bag.get(item.key, item.default) for item in decl.inputs},
+        outputs=outputs,
     )
 
 

@@ -21,17 +21,54 @@ from bus.core.declaration import Declaration
 from bus.core.errors import BrokenChain
 
 
+def order_with_bag(
+    stage: str,
+    decls: Sequence[Declaration],
+    known: Collection[str] = (),
+    first_approved: Mapping[str, float] | None = None,
+) -> tuple[list[Declaration], str | None]:
+    """The chain order with every bag producer before its consumers on the stage.
+
+    If the producer-before-consumer edges make a cycle, they are dropped (the
+    references and priorities order alone) and the second value says why.
+    Returns (order, note); raises BrokenChain as :func:`order` does.
+    """
+    extra = bag_edges(decls)
+    if not extra:
+        return order(stage, decls, known, first_approved), None
+    try:
+        return order(stage, decls, known, first_approved, extra), None
+    except BrokenChain as exc:
+        plain = order(stage, decls, known, first_approved)  # a references' own fault raises here too
+        return plain, f"bag inputs and outputs form a cycle ({exc.reason}): ordered by references and priority"
+
+
+def bag_edges(decls: Sequence[Declaration]) -> list[tuple[str, str]]:
+    """(producer, consumer) for each bag key a handler of ``decls`` writes and another reads."""
+    producers: dict[str, list[str]] = {}
+    for decl in decls:
+        for key in decl.outputs:
+            producers.setdefault(key, []).append(decl.qualname)
+    edges = []
+    for decl in decls:
+        for item in decl.inputs:
+            edges += [(name, decl.qualname) for name in producers.get(item.key, ()) if name != decl.qualname]
+    return edges
+
+
 def order(
     stage: str,
     decls: Sequence[Declaration],
     known: Collection[str] = (),
     first_approved: Mapping[str, float] | None = None,
+    extra: Sequence[tuple[str, str]] = (),
 ) -> list[Declaration]:
     """The handlers of ``stage`` in chain order; raise BrokenChain on a cycle or dangling reference.
 
     ``known``: names that are not dangling although they are not in ``decls``
     (references to them are left out of the order). ``first_approved``:
     qualname -> Unix time first approved, the tie-break between equal priorities.
+    ``extra``: more (earlier, later) edges between names of ``decls`` (the bag's).
     """
     approved = first_approved or {}
     by_name = {decl.qualname: decl for decl in decls}
@@ -43,6 +80,8 @@ def order(
         for ref in decl.after:
             if _need(stage, by_name, known, decl, ref):
                 edges[ref].add(decl.qualname)
+    for earlier, later in extra:
+        edges[earlier].add(later)
     indegree = {name: 0 for name in by_name}
     for targets in edges.values():
         for target in targets:

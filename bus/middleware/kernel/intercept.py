@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+import msgspec
+
 from bus.core import depth as _depth
 from bus.core import tracing as _tracing
 from bus.core.clock import timestamp_ms
@@ -32,6 +34,7 @@ from bus.core.schema import MiddlewareReply, MiddlewareRequest, ReactionMsg, Req
 from bus.core.stages import Stage, match_field, phase
 from bus.journal.entries import JournalEntry, JournalPublisher
 from bus.middleware.faults import REPORTED, Outcome, fault_decision
+from bus.middleware.kernel import bag as _bag
 from bus.middleware.kernel.drain import DEFAULT_BUDGET, Drain
 from bus.middleware.kernel.metrics import MIDDLEWARE
 from bus.middleware.kernel.view import Link, StageChain, View
@@ -89,6 +92,8 @@ class Interceptor:
         self._typo_checked: dict[str, int] = {}  # undeclared stage -> view generation it was checked at
         self._typo_warned: dict[str, str] = {}  # undeclared stage -> the stage it was said to look like
         self._held: dict[str, list[Any]] = {}  # hold reason -> [link, calls since its last entry, timer, the cancel]
+        #: Each session's bag, cleared by the session's next user.message (bus.middleware.kernel.bag).
+        self.bags = _bag.Bags()
 
     async def start(self) -> View:
         """Load the registry and start following it (done by the first intercept if not before)."""
@@ -109,6 +114,7 @@ class Interceptor:
                 aliases=self._aliases,
                 notify=self._notify,
                 on_denied=self._denied_announcement,
+                on_note=self._chain_note,
                 liveness_factor=self.options.liveness_factor,
             )
             await view.start()
@@ -127,6 +133,9 @@ class Interceptor:
             if self._closing:
                 raise BusClosedError("intercept on a closed Bus")
             view = await self.start()
+        if stage == _bag.TURN_START:  # a new user message: its session's bag starts empty
+            session = ctx.get("session") if ctx else None
+            self.bags.clear(None if session is None else str(session))
         chain = view.chains.get(stage)
         if chain is None:
             if self._typo_checked.get(stage) != view.generation:
@@ -167,6 +176,7 @@ class Interceptor:
         wire_ctx = _wire_ctx(ctx, depth, rid)
         journal = _Journal(self._journal, stage, wire_ctx, self.options.journal_neutral)
         run = ChainRun(stage, self._canonical(stage, payload))
+        bag = self.bags.of(wire_ctx.session) if chain.bag else None
         for link in chain.waiting:
             if _wants(link, stage, run.payload) and (not link.scoped or link.in_scope(ctx)):
                 journal.add(link, Outcome.UNTRUSTED, CONTINUE, 0.0, f"{link.trust.value}: not approved")
@@ -181,7 +191,18 @@ class Interceptor:
         while index < len(links):
             batch = _batch(links, index)
             index += len(batch)
-            decision, who = await self._call(stage, batch, run.payload, wire_ctx, journal)
+            if bag is not None:  # a consumer starts its own request: the bag is current when it is asked
+                lacking = _bag.missing(batch[0].decl, bag)
+                if lacking is not None:
+                    why = f"required input {lacking} is not in the bag"
+                    skipped = _fault(batch[0], Outcome.SKIPPED, why, 0.0, journal)
+                    if not run.take(skipped, batch[0].decl.qualname):
+                        break
+                    index -= len(batch) - 1  # only the consumer is skipped: the rest of its run is asked next
+                    continue
+                values = _bag.inputs_for(batch, bag)
+                wire_ctx.inputs = msgspec.UNSET if values is None else values
+            decision, who = await self._call(stage, batch, run.payload, wire_ctx, journal, bag)
             if not run.take(decision, who):
                 break
         journal.flush()
@@ -239,7 +260,13 @@ class Interceptor:
         return payload
 
     async def _call(
-        self, stage: str, batch: Sequence[Link], payload: dict[str, Any], wire_ctx: RequestCtx, journal: _Journal
+        self,
+        stage: str,
+        batch: Sequence[Link],
+        payload: dict[str, Any],
+        wire_ctx: RequestCtx,
+        journal: _Journal,
+        bag: dict[str, Any] | None = None,
     ) -> tuple[Decision, str]:
         """One request for a run of handlers of one module; journal their reactions.
 
@@ -266,6 +293,8 @@ class Interceptor:
             return _faulted(batch, Outcome.SHUTDOWN, "the bus closed while waiting", started, journal)
         try:
             reply, decision = read_reply(raw, subject)
+            if bag is not None:
+                _bag.take_outputs(batch, reply.reactions, bag)
         except DecisionError as exc:
             return _faulted(
                 batch, Outcome.INVALID, _bounded(f"invalid reply: {exc}") or "invalid reply", started, journal
@@ -303,6 +332,12 @@ class Interceptor:
         self._journal.add(
             [JournalEntry(kind="middleware", point="registry", phase="announce", who=key, decision="denied", cause=why)]
         )
+
+    def _chain_note(self, stage: str, note: str) -> None:
+        """Journal that a stage's order dropped its bag edges (once per change, as the view reports it)."""
+        entry = JournalEntry(kind="middleware", point=stage, phase=phase(stage), who="*", decision="reordered")
+        entry.cause = note
+        self._journal.add([entry])
 
     def _notify(self, subject: str, payload: dict[str, Any]) -> None:
         task = asyncio.get_running_loop().create_task(self._bus.emit(subject, payload))
@@ -382,7 +417,7 @@ def _batch(links: Sequence[Link], start: int) -> list[Link]:
     if not first.batch:
         return batch
     for link in links[start + 1 :]:
-        if link.subject != first.subject:
+        if link.subject != first.subject or link.decl.inputs:  # a bag consumer starts a request of its own
             break
         batch.append(link)
     return batch

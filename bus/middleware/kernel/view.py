@@ -32,7 +32,7 @@ from bus.core.subjects import BROKEN_CLEARED, BROKEN_SET, MODULE_ATTACHED, MODUL
 from bus.core.tasks import TaskSet, stop_if_cancelled
 from bus.middleware.faults import Outcome
 from bus.middleware.guards import GUARDS_BUCKET, GuardRecord, parse_record
-from bus.middleware.kernel.chain import order
+from bus.middleware.kernel.chain import order_with_bag
 from bus.middleware.registry import (
     LIVENESS_FACTOR,
     MODULES_BUCKET,
@@ -70,6 +70,8 @@ _BUILT_IN: Final = frozenset(stage.value for stage in Stage)
 Notify = Callable[[str, dict[str, Any]], None]
 #: Called with (registry key, why) for an announcement refused as impersonation.
 Denied = Callable[[str, str], None]
+#: Called with (stage, why) when a chain's order drops the bag's edges (a cycle among them).
+Noted = Callable[[str, str], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +114,10 @@ class StageChain:
     guard: str | None = None
     #: Runnable handlers an operator disabled: never called, never holding (``hookbus enable`` restores them).
     disabled: tuple[Link, ...] = ()
+    #: Why the order is not what the declarations ask (the bag's edges made a cycle and were dropped).
+    note: str | None = None
+    #: Whether a handler of the chain reads or writes the bag (the kernel then keeps the session's bag).
+    bag: bool = False
 
 
 class View:
@@ -127,6 +133,7 @@ class View:
         notify: Notify | None = None,
         on_denied: Denied | None = None,
         liveness_factor: float = LIVENESS_FACTOR,
+        on_note: Noted | None = None,
     ) -> None:
         self._port = port
         self.managed = managed
@@ -135,6 +142,8 @@ class View:
         self.liveness_factor = liveness_factor
         self._notify = notify
         self._on_denied = on_denied
+        self._on_note = on_note
+        self._notes: dict[str, str] = {}
         #: Registry keys already reported for claiming another module's name (reported once each).
         self._denied_keys: set[str] = set()
         self.chains: dict[str, StageChain] = {}
@@ -380,6 +389,7 @@ class View:
         first = self.first_approved
         self.chains = {stage: parts.chain(stage, known, first) for stage, parts in by_stage.items()}
         self._report_broken(self.chains)
+        self._report_notes(self.chains)
         self._report_modules()
         self.generation += 1
         changed, self._changed = self._changed, asyncio.Event()
@@ -496,6 +506,16 @@ class View:
             self._emit(BROKEN_CLEARED, {"stage": stage})
         self._broken = now_broken
 
+    def _report_notes(self, chains: dict[str, StageChain]) -> None:
+        """Say once (per change) that a stage's order dropped its bag edges."""
+        notes = {stage: chain.note for stage, chain in chains.items() if chain.note}
+        for stage, note in notes.items():
+            if self._notes.get(stage) != note:
+                log.warning("middleware chain of %s: %s", stage, note)
+                if self._on_note is not None:
+                    self._on_note(stage, note)
+        self._notes = notes
+
     def _report_modules(self) -> None:
         """eva.module.attached when a module appears; eva.module.detached when one leaves without a guard."""
         now = self._live_modules()
@@ -551,12 +571,13 @@ class _Parts:
         disabled = tuple(sorted(self.disabled, key=lambda link: link.decl.qualname))
         decls = [link.decl for link in self.runs] + [link.decl for link in held]
         try:
-            ordered = order(stage, decls, known, first)
+            ordered, note = order_with_bag(stage, decls, known, first)
         except BrokenChain as exc:
             guards = sorted(decl.qualname for decl in decls if decl.fail_closed)
             return StageChain(stage, (), exc.reason, held, waiting, guards[0] if guards else None, disabled)
         links = tuple(members[decl.qualname] for decl in ordered if decl.qualname in members)
-        return StageChain(stage, links, None, held, waiting, None, disabled)
+        bag = any(link.decl.inputs or link.decl.outputs for link in links)
+        return StageChain(stage, links, None, held, waiting, None, disabled, note, bag)
 
 
 def _clock(moment: float) -> str:

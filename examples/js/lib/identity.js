@@ -112,6 +112,48 @@ function when(wire, where) {
   return out;
 }
 
+const MAX_PORTS = 32;
+
+// A bag key: dotted tokens; a bare port (one token) is `<handler>.<port>`.
+function bagKey(handler, key, where) {
+  if (typeof key !== 'string') throw new DeclarationError(`${where}: a bag key must be a string, not ${JSON.stringify(key)}`);
+  const trimmed = trim(key);
+  const parts = trimmed.split('.');
+  if (!trimmed || !parts.every((part) => TOKEN.test(part))) throw new DeclarationError(`${where}: bag key ${JSON.stringify(trimmed)} is not dotted tokens`);
+  return parts.length > 1 ? trimmed : `${handler}.${trimmed}`;
+}
+
+function outputs(wire, where) {
+  const value = wire.outputs;
+  if (value === null || value === undefined) return [];
+  const list = typeof value === 'string' ? [value] : value;
+  if (!Array.isArray(list)) throw new DeclarationError(`${where}: outputs must be a list of keys`);
+  const keys = distinctSorted(list.map((key) => bagKey(wire.name, key, where)));
+  if (keys.length > MAX_PORTS) throw new DeclarationError(`${where}: at most ${MAX_PORTS} outputs`);
+  return keys;
+}
+
+function inputs(wire, where) {
+  const value = wire.inputs;
+  if (value === null || value === undefined) return [];
+  if (!Array.isArray(value)) throw new DeclarationError(`${where}: inputs must be a list`);
+  const out = new Map();
+  for (let item of value) {
+    if (typeof item === 'string') item = { key: item };
+    if (item === null || typeof item !== 'object' || Array.isArray(item)) throw new DeclarationError(`${where}: an input must be a key or {key, required, default}`);
+    if (Object.keys(item).some((field) => !['key', 'required', 'default'].includes(field))) throw new DeclarationError(`${where}: input has unknown fields`);
+    const key = bagKey(wire.name, item.key, where);
+    const required = 'required' in item ? item.required : false;
+    const fallback = 'default' in item ? item.default : null;
+    if (typeof required !== 'boolean') throw new DeclarationError(`${where}: input ${key}: required must be a boolean`);
+    if (fallback !== null && typeof fallback !== 'string' && typeof fallback !== 'boolean') throw new DeclarationError(`${where}: input ${key}: bad default`);
+    if (out.has(key)) throw new DeclarationError(`${where}: input ${key} declared twice`);
+    out.set(key, { key, required, default: fallback });
+  }
+  if (out.size > MAX_PORTS) throw new DeclarationError(`${where}: at most ${MAX_PORTS} inputs`);
+  return Array.from(out.keys()).sort(byCodePoint).map((key) => out.get(key));
+}
+
 function validStage(stage) {
   return typeof stage === 'string' && stage !== '' && stage.split('.').every((token) => TOKEN.test(token));
 }
@@ -146,6 +188,10 @@ function normalise(wire) {
   if (rank !== 0) out.priority = rank;
   const scope = when(wire, where);
   if (Object.keys(scope).length) out.when = scope;
+  const reads = inputs(wire, where);
+  if (reads.length) out.inputs = reads;
+  const writes = outputs(wire, where);
+  if (writes.length) out.outputs = writes;
   return out;
 }
 
