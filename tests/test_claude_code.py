@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,9 @@ import orjson
 import pytest
 
 from bus import Bus, Cancel, Continue, Decision, Module, NatsServer, Patch
+from bus.adapters.claude_code import parse, plan
 from bus.adapters.relay import Relay
+from bus.core.errors import AgentHookError
 from bus.core.subjects import adapter_subject
 from bus.testing import EventRecorder, serving, wait_for_chain
 
@@ -234,13 +237,17 @@ async def test_malformed_inputs_are_named_and_never_run(nats_url: str, relay: Bu
     env = env_for(nats_url, tmp_path)
     for payload, named in [
         ("not json", "the hook input is not JSON"),
-        ("[1]", "the hook input must be a JSON object, not list"),
-        ({"session_id": SESSION}, "the hook input: field 'hook_event_name' is required"),
         ({**bash("ls"), "tool_input": "ls"}, "the hook input: field 'tool_input': expected `object | null`, got `str`"),
-        (hook_input("PreToolUse", tool_input={}), "PreToolUse needs 'tool_name'"),
     ]:
         code, output, stderr = await claude_hook(payload, env)
         assert code == 1 and output is None and named in stderr, (payload, stderr)
+    for payload, named in [  # the same checks, without a process each
+        ("[1]", "the hook input must be a JSON object, not list"),
+        ({"session_id": SESSION}, "the hook input: field 'hook_event_name' is required"),
+        (hook_input("PreToolUse", tool_input={}), "PreToolUse needs 'tool_name'"),
+    ]:
+        with pytest.raises(AgentHookError, match=re.escape(named)):
+            plan(parse(payload if isinstance(payload, str) else json.dumps(payload)), "claude-code")
     # the relay checks what it receives too: a hostile request gets an error naming the field
     for request, named in [
         (b"{}", "adapter request: field 'input' is required"),

@@ -145,6 +145,33 @@ async def test_claude_code_hook_scripts_decide_on_their_stages(kernel_with_hooks
     assert decision.payload["output"].endswith("checked Bash output of 4 chars")
 
 
+async def test_a_changed_claude_hooks_file_is_served_as_a_changed_handler(
+    kernel_with_hooks: Bus, workspace: Path
+) -> None:
+    kernel = kernel_with_hooks
+    view = await kernel.middleware.start()
+    before = {link.decl.qualname: link.identity for link in view.chains["tool.call"].links}[f"{MODULE}.PreToolUse"]
+    config = claude_hooks()
+    config["hooks"]["PreToolUse"] = [
+        {"matcher": "Read", "hooks": [{"type": "command", "command": command("deny_writes")}]}
+    ]
+    (workspace / "claude-hooks.json").write_text(json.dumps(config))
+
+    def waiting() -> Any:
+        chain = view.chains.get("tool.call")  # absent for a moment while the new version replaces the old
+        return next((link for link in chain.waiting if link.identity != before), None) if chain else None
+
+    await view.wait_until(lambda: waiting() is not None, 15)  # a changed command: a changed handler
+    decision = await kernel.intercept("tool.call", {"name": "Read", "input": {"file_path": "/a"}}, CTX)
+    assert isinstance(decision, Continue), "not run before an operator approves the change"
+    await view.approve(waiting().decl)
+    await view.wait_until(lambda: bool(view.chains["tool.call"].links), 15)
+    decision = await kernel.intercept("tool.call", {"name": "Bash", "input": {"command": "rm -rf /"}}, CTX)
+    assert isinstance(decision, Continue), "the Bash group is gone"
+    decision = await kernel.intercept("tool.call", {"name": "Read", "input": {"file_path": "/a"}}, CTX)
+    assert isinstance(decision, Cancel) and decision.reason == "writes to /a need a review"
+
+
 @pytest.mark.parametrize(
     ("hooks", "named"),
     [

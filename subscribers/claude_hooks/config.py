@@ -23,6 +23,7 @@ from typing import Final
 import orjson
 
 from bus.core.config_schema import ClaudeHooksFile, ClaudeMatcherGroup
+from bus.core.declaration import MAX_TIMEOUT
 from bus.core.errors import ConfigError
 from bus.core.schema import convert
 from subscribers.shell_hooks.security import command_problem
@@ -39,6 +40,10 @@ UNSTAGED: Final = frozenset(
 )  # fmt: skip
 #: The variable Claude Code gives its hooks for the project's directory; hookbus gives the workspace.
 PROJECT_VARIABLE: Final = "CLAUDE_PROJECT_DIR"
+#: Seconds the kernel waits beyond a handler's slowest command (the process start, the reply).
+MARGIN_S: Final = 2.0
+#: A command's timeout is cut to this: no handler may hold an action longer than MAX_TIMEOUT.
+COMMAND_TIMEOUT_CAP_S: Final = MAX_TIMEOUT - MARGIN_S
 _VARIABLE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?")
 
 
@@ -103,7 +108,8 @@ def _group(group: ClaudeMatcherGroup, project: Path, where: str) -> Group:
             raise ConfigError(f"{place}.type: {hook.type!r} hooks are Claude Code's own; hookbus runs 'command' hooks")
         if hook.command is None:
             raise ConfigError(f"{place}: a command hook needs 'command'")
-        commands.append(Command(hook.command, split_command(hook.command, project, f"{place}.command"), hook.timeout))
+        argv = split_command(hook.command, project, f"{place}.command")
+        commands.append(Command(hook.command, argv, min(hook.timeout, COMMAND_TIMEOUT_CAP_S)))
     return Group(group.matcher, pattern, tuple(commands))
 
 

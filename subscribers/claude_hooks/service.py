@@ -29,15 +29,13 @@ from bus.core.decisions import Continue, Decision
 from bus.core.filewatch import WatchedFile
 from bus.middleware.handler.module import Module, StageCtx
 from bus.service import ServiceContext
-from subscribers.claude_hooks.config import FILE, STAGES, ClaudeHooks, load
+from subscribers.claude_hooks.config import FILE, MARGIN_S, STAGES, ClaudeHooks, load
 from subscribers.claude_hooks.runner import decide, environment, run_command
 
 log = logging.getLogger("hookbus.claude_hooks")
 
 #: The module name the handlers are served under (``claude-hooks.PreToolUse`` ...).
 MODULE: Final = "claude-hooks"
-#: Seconds the kernel waits beyond a handler's slowest command (the process start, the reply).
-_MARGIN_S: Final = 2.0
 
 
 def hook_input(event: str, payload: dict[str, Any], ctx: StageCtx, project: Path) -> dict[str, Any]:
@@ -81,7 +79,7 @@ def build(hooks: ClaudeHooks, project: Path, nats_url: str | None) -> Module:
             runs = await asyncio.gather(*(run_command(c, stdin, project, env) for c in commands))
             return decide(stage, payload, list(runs))
 
-        module.stage(STAGES[event], name=event, timeout=slowest + _MARGIN_S, code=hooks.digest(event))(handler)
+        module.stage(STAGES[event], name=event, timeout=slowest + MARGIN_S, code=hooks.digest(event))(handler)
     return module
 
 
