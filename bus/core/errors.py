@@ -14,7 +14,6 @@ The tree::
     ├── ServerError            the embedded nats-server would not start
     │   └── PortInUse              its port is taken (names host and port)
     ├── AgentHookError         a Claude Code or Codex hook input is malformed (names the field; also ValueError)
-    ├── AgentHookError         a Claude Code or Codex hook input is malformed (names the field; also ValueError)
     ├── SubjectError           a subject or pattern breaks the subject rules (also ValueError)
     ├── PayloadError           a payload cannot be sent (also ValueError)
     │   ├── NotSerializableError   not JSON-serialisable
@@ -149,10 +148,6 @@ class PortInUse(ServerError):
         self.host = host
         self.port = port
         super().__init__(f"port {port} on {host} is already in use")
-
-
-class AgentHookError(HookbusError, ValueError):
-    """A hook input from Claude Code or Codex (stdin, the HTTP endpoint, the relay) is not what they document."""
 
 
 class AgentHookError(HookbusError, ValueError):
