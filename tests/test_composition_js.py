@@ -31,14 +31,20 @@ async def test_the_js_kernel_orders_scopes_and_switches_like_the_python_kernel(n
         ("zeta", {"priority": 10}),
     ):
         _appender(mod, stage, name, **options)
+    bag_stage = f"custom.{unique('bag')}"
+    _appender(mod, bag_stage, "aa", inputs=["zz.out"])  # the consumer: first by name and by approval
+    _appender(mod, bag_stage, "zz", outputs="out")
     qual = {decl.name: decl.qualname for decl in mod.declarations}
     expected = [qual[n] for n in ("zeta", "beta", "gamma", "delta", "alpha")]
     async with Bus(nats_url, name="operator") as operator, serving(mod, nats_url):
-        for name in ("zeta", "beta", "gamma", "alpha", "delta"):  # approval order decides beta/gamma/alpha
+        for name in ("zeta", "beta", "gamma", "alpha", "delta", "aa", "zz"):  # approval order: beta/gamma/alpha
             await approve(operator, qual[name])
+        producer_first = [qual["zz"], qual["aa"]]
+        await wait_for_chain(operator, bag_stage, producer_first)
         await wait_for_chain(operator, stage, expected)
         async with js_process("kernel.js", "--servers", nats_url) as (kernel, _):
             assert await kernel.ask("wait", stage=stage, handlers=expected) == expected
+            assert await kernel.ask("wait", stage=bag_stage, handlers=producer_first) == producer_first
             for ctx, seen in (
                 ({"agent": "eva-1", "user": "ab"}, ["zeta", "beta", "gamma", "delta", "alpha"]),
                 ({"agent": "eva-1", "user": "abc"}, ["zeta", "beta", "delta", "alpha"]),

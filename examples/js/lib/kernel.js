@@ -76,11 +76,32 @@ function inScope(link, ctx) {
   return true;
 }
 
+// The chain order with bag producers before their consumers; a cycle among those edges drops them
+// (docs/protocol.md, "Chain order"). This example kernel orders by the bag but does not keep one.
+function orderWithBag(decls, known, firstApproved) {
+  const producers = new Map();
+  for (const d of decls) for (const key of d.outputs ?? []) {
+    if (!producers.has(key)) producers.set(key, []);
+    producers.get(key).push(`${d.module}.${d.name}`);
+  }
+  const extra = [];
+  for (const d of decls) for (const { key } of d.inputs ?? []) {
+    for (const name of producers.get(key) ?? []) if (name !== `${d.module}.${d.name}`) extra.push([name, `${d.module}.${d.name}`]);
+  }
+  if (!extra.length) return order(decls, known, firstApproved);
+  try {
+    return order(decls, known, firstApproved, extra);
+  } catch (err) {
+    if (!err || err.broken === undefined) throw err;
+    return order(decls, known, firstApproved);
+  }
+}
+
 const WHEN_CTX = { agents: 'agent', users: 'user', sessions: 'session', templates: 'template' };
 
 // The handlers of `stage` in chain order; throws { broken: reason } on a cycle or a dangling reference.
 // Among handlers the references leave unordered: higher priority first, then first approval time, then name.
-function order(decls, known, firstApproved = new Map()) {
+function order(decls, known, firstApproved = new Map(), extra = []) {
   const byName = new Map(decls.map((d) => [`${d.module}.${d.name}`, d]));
   const edges = new Map(Array.from(byName.keys(), (name) => [name, new Set()]));
   const need = (qualname, ref) => {
@@ -93,6 +114,7 @@ function order(decls, known, firstApproved = new Map()) {
     for (const ref of d.before) if (need(qualname, ref)) edges.get(qualname).add(ref);
     for (const ref of d.after) if (need(qualname, ref)) edges.get(ref).add(qualname);
   }
+  for (const [earlier, later] of extra) edges.get(earlier).add(later);
   const indegree = new Map(Array.from(byName.keys(), (name) => [name, 0]));
   for (const targets of edges.values()) for (const t of targets) indegree.set(t, indegree.get(t) + 1);
   const ready = Array.from(indegree).filter(([, n]) => n === 0).map(([name]) => name);
@@ -332,7 +354,7 @@ class Kernel {
       const members = new Map(p.runs.map((l) => [l.qualname, l]));
       const decls = [...p.runs, ...p.holds].map((l) => l.decl);
       try {
-        const links = order(decls, known, this.firstApproved).map((d) => members.get(`${d.module}.${d.name}`)).filter(Boolean);
+        const links = orderWithBag(decls, known, this.firstApproved).map((d) => members.get(`${d.module}.${d.name}`)).filter(Boolean);
         this.chains.set(stage, { stage, links, holds: p.holds, waiting: p.waiting, broken: null, guard: null });
       } catch (err) {
         if (!err || err.broken === undefined) throw err;
