@@ -19,6 +19,7 @@ from types import TracebackType
 from typing import Any, Final
 
 from bus.core import depth as _depth
+from bus.core import tracing as _tracing
 from bus.core.catalog import check_strict
 from bus.core.claim import DEFAULT_MAX_OBJECT_BYTES, whole_payload
 from bus.core.decisions import Decision
@@ -45,6 +46,7 @@ from bus.turns.server import TurnHandler, TurnRequest, TurnServer
 
 log = logging.getLogger("hookbus.bus")
 _current_depth = _depth.current_depth
+_current_traceparent = _tracing.current_traceparent
 _set_depth = _depth._current.set
 _reset_depth = _depth._current.reset
 
@@ -140,6 +142,7 @@ class Bus:
         self._state = BusState.UNOPENED
         self._warned_disconnected = False
         self._counters: CountersReporter | None = None
+        self._traced = False
         self.middleware = Interceptor(
             self, managed=Managed.of(managed), trust_new=trust_new, options=middleware or MiddlewareOptions()
         )
@@ -189,6 +192,8 @@ class Bus:
                 f"max_bytes={self._encoder.max_bytes} is over the server's max_payload ({conn.max_payload})"
             )
         self._state = BusState.OPEN
+        #: Whether events carry the trace context: this process used OpenTelemetry when the Bus opened.
+        self._traced = _tracing.active()
         COLLECTOR.track(self.stats)
         self._payloads = conn.payload_store(self._max_object_bytes)
         self._counters = CountersReporter(self).start()  # the fleet's view of this process (bus/counters.py)
@@ -259,7 +264,10 @@ class Bus:
         depth = _current_depth()
         if self.strict:
             check_strict(subject, payload or _EMPTY)
-        data, truncated = self._encoder.encode(subject, _EMPTY if payload is None else payload, session_id, depth)
+        traceparent = _current_traceparent() if self._traced else None
+        data, truncated = self._encoder.encode(
+            subject, _EMPTY if payload is None else payload, session_id, depth, traceparent
+        )
         stats = self.stats
         if depth >= self.max_depth:
             stats.dropped.add("depth")

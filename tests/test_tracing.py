@@ -11,6 +11,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -28,9 +29,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from bus import Bus, Cancel, Continue, Decision, Module
 from bus.core import tracing
 from bus.middleware.registry import announcement_of, request_subject
-from bus.testing import serving, wait_for_chain
+from bus.testing import EventRecorder, serving, wait_for_chain
 
-from .conftest import IN_CI, unique
+from .conftest import IN_CI, StartWorker, unique
+from .hooks_support import script, wait_for_file, write_hooks
 from .waiting import wait_until
 
 
@@ -128,3 +130,49 @@ def test_a_process_without_opentelemetry_never_imports_it() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
+
+
+def _traceparent_of(span: Any) -> str:
+    ctx = span.get_span_context()
+    return f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}"
+
+
+async def test_events_carry_the_trace_context_and_receivers_check_it(
+    exporter: InMemorySpanExporter, bus: Bus, raw: Client
+) -> None:
+    subject = f"eva.custom.{unique('traced')}"
+    recorder = EventRecorder()
+    await bus.subscribe(subject, recorder)
+    with trace.get_tracer("agent").start_as_current_span("agent turn") as agent_span:
+        await bus.emit(subject, {"n": 0})
+    await bus.emit(subject, {"n": 1})  # outside any span: no trace context
+    good = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    for n, value in enumerate([good, "00-nothex", 7, {"x": 1}], start=2):
+        envelope = {"event": subject[4:], "timestamp": "2026-01-01T00:00:00.000Z", "session_id": None}
+        envelope |= {"payload": {"n": n}, "id": f"raw-{n}", "depth": 0, "traceparent": value}
+        await raw.publish(subject, orjson.dumps(envelope))
+    await recorder.wait_for(6)
+    seen = {e.payload["n"]: e.traceparent for e in recorder.events}
+    assert seen == {0: _traceparent_of(agent_span), 1: None, 2: good, 3: None, 4: None, 5: None}
+    assert orjson.loads(recorder.events[0].raw)["traceparent"] == _traceparent_of(agent_span)
+
+
+async def test_a_shell_hook_run_is_a_span_of_the_emitters_trace(
+    exporter: InMemorySpanExporter, bus: Bus, workspace: Path, start_worker: StartWorker
+) -> None:
+    out = workspace / "traceparent"
+    script(workspace, "trace.sh", f'printf %s "$TRACEPARENT" > {out}\n')
+    write_hooks(workspace, {"tool_call": [{"command": "./trace.sh"}]})
+    await start_worker()
+    exporter.clear()
+    with trace.get_tracer("agent").start_as_current_span("agent turn") as agent_span:
+        await bus.emit("prx.lifecycle.tool_call", {"tool": "shell", "success": True, "output": "ok"})
+    written = await wait_for_file(out)
+    await wait_until(lambda: any(s.name.startswith("hookbus shell-hook") for s in exporter.get_finished_spans()))
+    run = _named(exporter.get_finished_spans(), "hookbus shell-hook")
+    agent_ctx = agent_span.get_span_context()
+    assert run.context.trace_id == agent_ctx.trace_id
+    assert run.parent is not None and run.parent.span_id == agent_ctx.span_id
+    assert run.attributes is not None and run.attributes["hookbus.outcome"] == "ok"
+    run_ctx = run.context
+    assert written == f"00-{run_ctx.trace_id:032x}-{run_ctx.span_id:016x}-{int(run_ctx.trace_flags):02x}"

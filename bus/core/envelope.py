@@ -45,6 +45,7 @@ from bus.core.subjects import (
     subject_problem,
     validate_subject,
 )
+from bus.core.tracing import valid_traceparent
 
 if TYPE_CHECKING:  # not at run time: hookbus emit encodes with this module and must load fast (no asyncio, msgspec)
     import asyncio
@@ -83,6 +84,7 @@ class EventDict(TypedDict):
     source: NotRequired[str]
     truncated: NotRequired[bool]
     payload_ref: NotRequired[dict[str, Any]]
+    traceparent: NotRequired[str]
     received_as: NotRequired[str]
 
 
@@ -111,6 +113,8 @@ class Event:
     received_as: ReceivedAs | None = None
     #: Set when ``payload`` is a preview and the whole payload is in the object store (the claim check).
     payload_ref: PayloadRefMsg | None = None
+    #: The emitter's W3C trace context when it traces (bus.core.tracing); only a valid one is kept.
+    traceparent: str | None = None
     #: What fetches a claimed payload (set by the subscription that received it); None: nothing can.
     loader: PayloadLoader | None = field(default=None, compare=False, repr=False)
     _whole: asyncio.Future[dict[str, Any]] | None = field(default=None, init=False, compare=False, repr=False)
@@ -133,6 +137,8 @@ class Event:
             out["received_as"] = self.received_as
         if self.payload_ref is not None:
             out["payload_ref"] = _builtins(self.payload_ref)
+        if self.traceparent is not None:
+            out["traceparent"] = self.traceparent
         return out
 
     async def full_payload(self) -> dict[str, Any]:
@@ -200,11 +206,18 @@ class Encoder:
         self._ts_next = (epoch_ms + 1) / 1000
 
     def encode(
-        self, subject: str, payload: Mapping[str, Any], session_id: str | None, depth: int
+        self,
+        subject: str,
+        payload: Mapping[str, Any],
+        session_id: str | None,
+        depth: int,
+        traceparent: str | None = None,
     ) -> tuple[bytes, bool]:
         """Encode an event; returns ``(bytes, oversize)``: an oversized one comes back cut to fit (see :meth:`fit`).
 
         With ``cut`` False an oversized envelope comes back whole, for the caller to claim or fit.
+        ``traceparent`` (a valid W3C value, from :func:`bus.core.tracing.current_traceparent`) is sent
+        beside the payload; an oversized event's cut or claimed envelope goes without it.
         Raises SubjectError, NotSerializableError or PayloadTooLarge for caller bugs.
         """
         head = self._heads.get(subject) or self.head(subject)
@@ -228,7 +241,8 @@ class Encoder:
         if now >= self._ts_next:
             self._refresh_timestamp(now)
         depth_bytes = _DEPTH_BYTES.get(depth) or b"%d" % depth
-        data = _ENVELOPE % (head, self._ts_bytes, sid, body, self._id_prefix, self._counter(), depth_bytes, self._tail)
+        tail = self._tail if traceparent is None else b',"traceparent":"%s"%s' % (traceparent.encode(), self._tail)
+        data = _ENVELOPE % (head, self._ts_bytes, sid, body, self._id_prefix, self._counter(), depth_bytes, tail)
         if len(data) <= self.max_bytes:
             return data, False
         if not self.cut:
@@ -433,7 +447,9 @@ def _decode_other(subject: str, obj: dict[str, Any], data: bytes, max_depth: int
     stamp, session, payload = obj["timestamp"], obj["session_id"], obj["payload"]
     truncated = obj.get("truncated") is True
     if "id" in obj and "depth" in obj:  # nothing to complete (the fast check refuses nothing this accepts)
-        return Event(subject, expected, stamp, session, payload, obj["id"], depth, source, truncated, data)
+        event = Event(subject, expected, stamp, session, payload, obj["id"], depth, source, truncated, data)
+        event.traceparent = valid_traceparent(obj.get("traceparent"))
+        return event
     ident = obj["id"] if "id" in obj else _receipt_id()
     return _completed(subject, expected, stamp, session, payload, ident, depth, source, truncated, _AS_ENVELOPE)
 
@@ -523,5 +539,8 @@ def decode(subject: str, data: bytes, max_bytes: int = DEFAULT_MAX_BYTES, max_de
         ref = obj.get("payload_ref")
         if ref is not None:
             event.payload_ref = _payload_ref(subject, ref)
+        traceparent = obj.get("traceparent")
+        if traceparent is not None:
+            event.traceparent = valid_traceparent(traceparent)  # a malformed one is ignored (W3C), not refused
         return event
     return _decode_other(subject, obj, data, max_depth, expected)

@@ -66,6 +66,7 @@ class EnvelopeMsg(msgspec.Struct, kw_only=True):
     truncated: Any = False  # only ``true`` means cut
     received_as: Any = None  # set by receivers only (ReceivedAs); what a sender puts here is ignored
     payload_ref: PayloadRefMsg | None = None  # set: ``payload`` is a preview, the whole is in the object store
+    traceparent: Any = None  # the emitter's W3C trace context; only a valid one is kept (bus.core.tracing)
 
 
 #: Depths the journal takes: far beyond any recursion limit, and well inside SQLite's integers.
@@ -399,6 +400,8 @@ MESSAGES: tuple[type[msgspec.Struct], ...] = (
     ReactionMsg,
     AdapterRequestMsg,
     AdapterReplyMsg,
+    HandlerRecordMsg,
+    ApprovedRecordMsg,
 )
 
 _decoders: dict[type[Any], msgspec.json.Decoder[Any]] = {}

@@ -37,6 +37,7 @@ from bus.core.depth import DEPTH_ENV, child_depth
 from bus.core.envelope import Event
 from bus.core.errors import IsolationUnavailable, PayloadRefError
 from bus.core.ratelog import RateLimitedLog
+from bus.core.tracing import pass_to_child
 from subscribers.shell_hooks.hooks_config import HookEntry, isolation_of
 from subscribers.shell_hooks.isolation import sandbox
 from subscribers.shell_hooks.limits import DEFAULT_KILL_GRACE
@@ -128,6 +129,7 @@ class ShellRunner:
             env["ZERO_HOOK_PAYLOAD"] = ""
             env["ZERO_HOOK_PAYLOAD_TRUNCATED"] = "1"
         env[DEPTH_ENV] = str(child_depth(event.depth))
+        pass_to_child(env, event.traceparent)  # W3C TRACEPARENT: the run's span, else the emitter's
         return env
 
     async def run(self, entry: HookEntry, event: Event) -> HookResult:

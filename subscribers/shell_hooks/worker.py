@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bus.client import Bus, Subscription
+from bus.core import tracing as _tracing
 from bus.core.envelope import Event
 from bus.core.ratelog import RateLimitedLog
 from bus.core.subjects import key_queue
@@ -199,7 +200,15 @@ class ShellWorker:
     async def _run(self, lane: _Lane, entry: HookEntry, event: Event) -> None:
         metrics.RUNNING.inc()
         try:
-            result = await self.runner.run(entry, event)
+            # A span where this process traces (the hook gets it as TRACEPARENT), child of the emitter's.
+            with _tracing.span(
+                f"hookbus shell-hook {entry.id}",
+                parent=event.traceparent,
+                attributes={"hookbus.event": event.subject, "hookbus.hook": entry.id},
+                kind="CONSUMER",
+            ) as span:
+                result = await self.runner.run(entry, event)
+                _tracing.note(span, "hookbus.outcome", result.outcome.value)
         except Exception as exc:  # a bug or an OS failure: reported like a failed run, never left in the task
             log.exception("hook %s on %s could not run", entry.id, event.subject)
             result = HookResult(entry.id, entry.event, HookOutcome.FAILED, reason=f"{type(exc).__name__}: {exc}")
