@@ -235,7 +235,7 @@ def test_roles_are_kept_out_of_what_is_not_theirs() -> None:
 
 
 def test_every_user_in_the_conf_is_a_role_checked_here_or_the_operator() -> None:
-    roles = {re.sub(r"-(eva|bob|guard|audit)$", "-*", name) for name in PERMISSIONS}
+    roles = {re.sub(r"-(eva|bob|guard|audit|records)$", "-*", name) for name in PERMISSIONS}
     assert roles == {"agent-*", "module-*", "worker", "sink", "bus", "operator"}
     assert subjects.TURN_PREFIX == "hookbus.turn"  # the conf's hookbus.turn.<agent> grants assume it
 

@@ -380,35 +380,6 @@ class AdapterReplyMsg(msgspec.Struct, kw_only=True):
 
 
 #: Every wire message declared here, for the documentation check.
-MESSAGES: tuple[type[msgspec.Struct], ...] = (
-    EnvelopeMsg,
-    PayloadRefMsg,
-    JournalEntryMsg,
-    TurnRequestMsg,
-    TurnResultMsg,
-    TriggerStatusMsg,
-    TriggerRow,
-    TrustRecord,
-    TrustApproval,
-    GuardRecordMsg,
-    AnnouncementMsg,
-    PresenceMsg,
-    PresenceComponent,
-    MiddlewareRequest,
-    RequestCtx,
-    MiddlewareReply,
-    ReactionMsg,
-    AdapterRequestMsg,
-    AdapterReplyMsg,
-    HandlerRecordMsg,
-    ApprovedRecordMsg,
-)
-
-_decoders: dict[type[Any], msgspec.json.Decoder[Any]] = {}
-#: Any message above as JSON bytes (fields left unset are not written).
-encode: Final = msgspec.json.Encoder().encode
-
-
 #: The largest record source a store accepts (characters): a handler, not a program.
 RECORD_MAX_SOURCE: Final = 64 * 1024
 
@@ -441,6 +412,35 @@ class ApprovedRecordMsg(msgspec.Struct, kw_only=True):
     identity: Sha256Hex  # the record's declaration identity when it was approved
     disabled: str | None = None  # why a runner disabled it (kept failing); cleared by a new approved version
     at: float = 0.0
+
+
+MESSAGES: tuple[type[msgspec.Struct], ...] = (
+    EnvelopeMsg,
+    PayloadRefMsg,
+    JournalEntryMsg,
+    TurnRequestMsg,
+    TurnResultMsg,
+    TriggerStatusMsg,
+    TriggerRow,
+    TrustRecord,
+    TrustApproval,
+    GuardRecordMsg,
+    AnnouncementMsg,
+    PresenceMsg,
+    PresenceComponent,
+    MiddlewareRequest,
+    RequestCtx,
+    MiddlewareReply,
+    ReactionMsg,
+    AdapterRequestMsg,
+    AdapterReplyMsg,
+    HandlerRecordMsg,
+    ApprovedRecordMsg,
+)
+
+_decoders: dict[type[Any], msgspec.json.Decoder[Any]] = {}
+#: Any message above as JSON bytes (fields left unset are not written).
+encode: Final = msgspec.json.Encoder().encode
 
 
 def decode(

@@ -35,7 +35,7 @@ from bus.core.clock import random_hex
 from bus.core.declaration import Declaration, from_wire
 from bus.core.errors import ForeignAnnouncement, RegistryError
 from bus.core.schema import AnnouncementMsg, decode
-from bus.core.subjects import GUARDS_BUCKET, module_subject
+from bus.core.subjects import GUARDS_BUCKET, RECORDS_APPROVED_BUCKET, RECORDS_BUCKET, module_subject
 from bus.core.subjects import MODULES_BUCKET as MODULES_BUCKET
 from bus.core.subjects import TRUST_BUCKET as TRUST_BUCKET
 from bus.transport.kv import Bucket, KvEntry
@@ -57,8 +57,9 @@ async def open_bucket(port: Port, bucket: str) -> Bucket:
 
 
 async def ensure_buckets(port: Port) -> None:
-    """Create the middleware buckets and the claim check's object store if missing (``hookbus up``, as bus)."""
-    for bucket in (MODULES_BUCKET, TRUST_BUCKET, GUARDS_BUCKET):
+    """Create the middleware buckets (handler records' too) and the claim check's object store if missing
+    (``hookbus up``, as bus)."""
+    for bucket in (MODULES_BUCKET, TRUST_BUCKET, GUARDS_BUCKET, RECORDS_BUCKET, RECORDS_APPROVED_BUCKET):
         await open_bucket(port, bucket)
     await port.ensure_payloads_bucket()
 
