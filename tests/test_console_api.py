@@ -231,3 +231,21 @@ async def test_hook_writes_are_journaled_with_their_actor(client: Client) -> Non
         ("created", "created by console"),
         ("disabled", "disabled by api"),
     ]
+
+
+@pytest.mark.parametrize(
+    ("route", "body", "status", "named"),
+    [
+        ("disable", {"name": "nobody.h"}, 409, "nobody.h"),
+        ("enable", {"name": "no dots"}, 409, "'no dots' is not module.handler"),
+        ("detach", {"name": "nobody"}, 409, "no gone guard named 'nobody'"),
+        ("approve", {"nome": "x"}, 400, 'give {"name": "module.handler"}'),
+        ("approve", [1], 400, 'give {"name": "module.handler"}'),
+    ],
+)
+async def test_a_middleware_action_on_nothing_is_refused_naming_why(
+    client: Client, route: str, body: Any, status: int, named: str
+) -> None:
+    answer = await client.call("POST", f"/api/middleware/{route}", body, client.auth)
+    assert answer[0] == status
+    assert named in answer[1]["error"]

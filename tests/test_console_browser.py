@@ -228,6 +228,14 @@ async def test_approving_a_waiting_guard_answers_the_next_intercept_by_it(consol
             decision = await kernel.intercept(Stage.TOOL_CALL, danger)
             assert isinstance(decision, Cancel) and decision.reason == "only by hand"
 
+            console.first("tr.link[data-name='bguard.h'] button.disable").click()
+            console.confirm()
+            console.wait(lambda: "disable bguard.h: done" in console.text_of("mw-state"), "the handler disabled")
+            assert console.first("tr.link[data-name='bguard.h'].state-disabled") is not None
+            console.shot("middleware-disabled")
+            await view.wait_until(lambda: bool(view.chains[stage].disabled), 15)
+            assert not isinstance(await kernel.intercept(Stage.TOOL_CALL, danger), Cancel), "disabled: not called"
+
 
 async def test_a_hook_made_and_disabled_in_the_browser_stops_running(console: Console, up: UpProcess) -> None:
     marks = console.workspace / "browser-marks"

@@ -4,7 +4,8 @@ Each route calls what the matching command calls (``hookbus journal`` ->
 :class:`~subscribers.journal.store.JournalStore`, ``journal --events`` ->
 :mod:`subscribers.history.timeline`, ``chain``/``approvals`` -> the kernel's
 :class:`~bus.middleware.kernel.view.View`, ``approve``/``detach`` ->
-:mod:`bus.operator`, ``status`` -> :mod:`bus.status_report`), so the console
+:mod:`bus.operator`, ``enable``/``disable`` -> :mod:`bus.switching`, ``status`` ->
+:mod:`bus.status_report`), so the console
 is no second path. Actions are journaled with ``console`` as the actor.
 
 ::
@@ -14,6 +15,8 @@ is no second path. Actions are journaled with ``console`` as the actor.
     GET  /api/middleware                              every stage's chain, holds and approval queue
     POST /api/middleware/approve   {"name"}           approve a waiting handler (or a module's)
     POST /api/middleware/detach    {"name"}           detach a gone fail-closed guard
+    POST /api/middleware/enable    {"name"}           let a disabled handler run again
+    POST /api/middleware/disable   {"name"}           stop calling a handler without stopping its module
     GET  /api/status                                  what ``hookbus status --json`` prints
     GET  /api/live?pattern=&session=&agent=           server-sent events (sampled above DISPLAY_RATE)
     GET  /api/live/{id}/payload                       the whole payload of a recent event
@@ -24,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import difflib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +39,7 @@ from aiohttp import web
 from bus.client import Bus
 from bus.core.errors import ConfigError, HookbusError, MiddlewareError
 from bus.core.quantities import parse_duration
-from bus.core.schema import TrustRecord, decode
+from bus.core.schema import SwitchRecordMsg, TrustRecord, decode
 from bus.journal.entries import KINDS, canonical_time
 from bus.middleware.kernel.approvals import queue
 from bus.middleware.kernel.view import Link, StageChain, View
@@ -45,6 +48,7 @@ from bus.middleware.trust import trust_key
 from bus.operator import approve_journaled, detach_journaled
 from bus.service import ServiceContext
 from bus.status_report import status_report
+from bus.switching import disable_handler, enable_handler
 from subscribers.history.timeline import MAX_ENTRIES, entry_lines, event_lines, merged
 from subscribers.http_api.live import LiveFeed, LiveFilter, next_batch, sse
 from subscribers.journal.decisions import known_decisions
@@ -76,6 +80,8 @@ class Console:
 
 
 CONSOLE: Final = web.AppKey("console", Console)
+#: What enabling and disabling call (``bus.switching``, as ``hookbus enable``/``disable``).
+Switch = Callable[..., Awaitable[SwitchRecordMsg]]
 
 
 @asynccontextmanager
@@ -96,6 +102,8 @@ def add_routes(app: web.Application, console: Console) -> None:
     app.router.add_get("/api/middleware", middleware)
     app.router.add_post("/api/middleware/approve", approve)
     app.router.add_post("/api/middleware/detach", detach)
+    app.router.add_post("/api/middleware/enable", enable)
+    app.router.add_post("/api/middleware/disable", disable)
     app.router.add_get("/api/status", status)
     app.router.add_get("/api/live", live)
     app.router.add_get("/api/live/{id}/payload", live_payload)
@@ -186,7 +194,14 @@ def _link(link: Link, view: View, state: str | None = None) -> dict[str, Any]:
         "last_seen_s": round(time.monotonic() - max(instances), 1) if instances else None,
         "hold": link.hold,
         "identity": link.identity,
+        "agents": _granted(view, decl.qualname),
     }
+
+
+def _granted(view: View, qualname: str) -> list[str] | None:
+    """The agents an operator granted the handler to; None: every agent (global)."""
+    switches = view.switches.get(qualname)
+    return sorted(switches.agents) if switches is not None and switches.agents is not None else None
 
 
 def _chain(chain: StageChain, view: View) -> dict[str, Any]:
@@ -197,6 +212,7 @@ def _chain(chain: StageChain, view: View) -> dict[str, Any]:
         "links": [_link(link, view) for link in chain.links],
         "holds": [_link(link, view, "gone") for link in chain.holds],
         "waiting": [_link(link, view, "waiting") | {"trust": link.trust.value} for link in chain.waiting],
+        "disabled": [_link(link, view, "disabled") for link in chain.disabled],
     }
 
 
@@ -239,7 +255,7 @@ async def middleware(request: web.Request) -> web.Response:
         for w in waiting
     ]
     chains = [_chain(view.chains[stage], view) for stage in sorted(view.chains)]
-    return _json({"chains": chains, "approvals": approvals, "switches": False})
+    return _json({"chains": chains, "approvals": approvals})
 
 
 async def _name(request: web.Request) -> str:
@@ -275,6 +291,25 @@ async def detach(request: web.Request) -> web.Response:
     except HookbusError as exc:  # the bus refused the write (permissions), or is unreachable
         return _json({"error": f"detach {name}: {exc}"}, 502)
     return _json({"detached": [{"name": r.decl.qualname, "identity": r.identity} for r in done]})
+
+
+async def enable(request: web.Request) -> web.Response:
+    return await _switch(request, "enable", enable_handler)
+
+
+async def disable(request: web.Request) -> web.Response:
+    return await _switch(request, "disable", disable_handler)
+
+
+async def _switch(request: web.Request, verb: str, act: Switch) -> web.Response:
+    name = await _name(request)
+    try:
+        record = await act(request.app[CONSOLE].bus, name, actor=ACTOR)
+    except MiddlewareError as exc:
+        return _json({"error": str(exc)}, 409)
+    except HookbusError as exc:
+        return _json({"error": f"{verb} {name}: {exc}"}, 502)
+    return _json({"name": name, "enabled": record.enabled})
 
 
 # -- status

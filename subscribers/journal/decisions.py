@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from bus.middleware.faults import Outcome
 from bus.operator import OPERATOR_DECISIONS
+from bus.switching import SWITCH_DECISIONS
 from subscribers.shell_hooks.shell import HookOutcome
 
 
 def known_decisions() -> list[str]:
     """Every decision a journal writer records, sorted."""
-    written = {"continue", "cancel", "patch", "denied", "fired", "suppressed", *OPERATOR_DECISIONS}
+    written = {"continue", "cancel", "patch", "denied", "fired", "suppressed", *OPERATOR_DECISIONS, *SWITCH_DECISIONS}
     return sorted({*written, *(o.value for o in Outcome), *(o.value for o in HookOutcome)})

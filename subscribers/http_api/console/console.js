@@ -265,7 +265,8 @@ async function loadMiddleware() {
       const table = el("table");
       table.appendChild(row(["#", "handler", "state", "fail mode", "timeout", "instances", "last seen", ""]));
       table.firstChild.className = "head";
-      chain.links.forEach((l, i) => table.appendChild(linkRow(i + 1, l, null)));
+      chain.links.forEach((l, i) => table.appendChild(linkRow(i + 1, l, button("Disable", () => act("disable", l.name), "disable"))));
+      for (const l of chain.disabled) table.appendChild(linkRow("off", l, button("Enable", () => act("enable", l.name), "enable")));
       for (const l of chain.holds) table.appendChild(linkRow("!", l, button("Detach", () => act("detach", l.name), "danger")));
       for (const l of chain.waiting) table.appendChild(linkRow("-", l, null));
       chains.appendChild(table);
@@ -289,7 +290,8 @@ async function loadMiddleware() {
 }
 
 function linkRow(position, l, action) {
-  const tr = row([position, l.name, l.hold ? l.state + ": " + l.hold : l.state, l.fail_closed ? "fail-closed" : "fail-open",
+  const state = (l.hold ? l.state + ": " + l.hold : l.state) + (l.agents ? " (only for " + l.agents.join(", ") + ")" : "");
+  const tr = row([position, l.name, state, l.fail_closed ? "fail-closed" : "fail-open",
     l.timeout + "s", l.instances, ago(l.last_seen_s), action || ""]);
   tr.dataset.name = l.name;
   tr.className = "link state-" + l.state;
