@@ -81,9 +81,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     for command, flavor in COMMANDS.items():
-        parser = subparsers.add_parser(
-            command, help=f"a {flavor} command hook on the bus", description=describe(command)
-        )
+        agent = "Claude Code" if flavor == "claude-code" else "Codex"
+        what = f"a {agent} command hook on the bus (install: print its hooks configuration)"
+        parser = subparsers.add_parser(command, help=what, description=describe(command))
         parser.add_argument("install", nargs="?", choices=["install"], help="print or merge the hooks configuration")
         configure(parser)
         from bus.cli.agent_install import configure_install
