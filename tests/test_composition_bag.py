@@ -3,13 +3,22 @@ the bag cleared with the next user message, a cycle falling back to priority, ho
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
 from typing import Any
+
+import aiohttp
 
 from bus import Bus, Continue, Module, Patch, StageCtx
 from bus.testing import JournalRecorder, serving, wait_for_chain
+from subscribers.http_api.console_api import Console
+from subscribers.http_api.live import LiveFeed
+from subscribers.http_api.server import make_app, serve
 
-from .conftest import unique
+from .conftest import run_cli, unique
 from .waiting import wait_until
+
+TOKEN = "b" * 32
 
 
 async def test_producer_runs_first_and_the_consumer_reads_its_value(kernel: Bus, nats_url: str) -> None:
@@ -129,3 +138,36 @@ async def test_the_kernel_keeps_only_declared_outputs_within_bounds(kernel: Bus,
         await wait_for_chain(kernel, stage, [f"{mod.name}.writer"])
         await kernel.intercept(stage, {}, {"session": "hostile"})
     assert kernel.middleware.bags.of("hostile") == {"writer.small": {"ok": True}}
+
+
+async def test_bag_listing_on_the_cli_and_the_api(kernel: Bus, bus: Bus, nats_url: str, tmp_path: Path) -> None:
+    stage = f"custom.{unique('p')}"
+    mod = Module(unique("ports"))
+
+    @mod.stage(stage, outputs=["intent.label"])
+    async def classify(stage: str, payload: dict[str, Any]) -> Continue:
+        return Continue()
+
+    @mod.stage(stage, inputs=[{"key": "intent.label", "required": True}, {"key": "lang.user", "default": "en"}])
+    async def route(stage: str, payload: dict[str, Any]) -> Continue:
+        return Continue()
+
+    view = await bus.middleware.start()
+    app = make_app(tmp_path / "hooks.json", TOKEN, console=Console(bus, view, tmp_path, LiveFeed(bus)))
+    async with serving(mod, nats_url), serve(app, "127.0.0.1", 0) as base, aiohttp.ClientSession() as http:
+        await wait_until(lambda: f"{mod.name}.route" in view.declarations(), what="the module")
+        done = await asyncio.to_thread(run_cli, "bag", "--nats-url", nats_url)
+        assert done.returncode == 0, done.stderr
+        lines = done.stdout.splitlines()
+        label = lines.index("intent.label")
+        assert lines[label + 1] == f"  writes  {mod.name}.classify  ({stage})"
+        assert lines[label + 2] == f"  reads   {mod.name}.route  ({stage}, required)"
+        assert f"  reads   {mod.name}.route  ({stage}, default 'en')" in lines
+        async with http.get(f"{base}/api/bag") as refused:
+            assert refused.status == 401
+        async with http.get(f"{base}/api/bag", headers={"Authorization": f"Bearer {TOKEN}"}) as answered:
+            keys = {row["key"]: row for row in (await answered.json())["keys"]}
+    assert keys["intent.label"]["producers"] == [{"handler": f"{mod.name}.classify", "stage": stage}]
+    assert keys["lang.user"]["consumers"] == [
+        {"handler": f"{mod.name}.route", "stage": stage, "required": False, "default": "en"}
+    ]

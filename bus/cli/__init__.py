@@ -25,6 +25,7 @@ def _commands() -> tuple[ModuleType, ...]:
         agent_hook,
         approvals,
         approve,
+        bag,
         chain,
         demo,
         detach,
@@ -74,6 +75,7 @@ def _commands() -> tuple[ModuleType, ...]:
         approve,
         detach,
         switch,
+        bag,
         module_test,
         demo,
     )

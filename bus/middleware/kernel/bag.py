@@ -12,7 +12,7 @@ called; it reads as a fault of its fail mode (outcome ``skipped``).
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Final, Protocol
 
 import orjson
@@ -93,3 +93,20 @@ def _fits(value: Any) -> bool:
         return len(orjson.dumps(value)) <= MAX_VALUE_BYTES
     except (TypeError, orjson.JSONEncodeError):
         return False
+
+
+def ports(decls: Iterable[Declaration]) -> list[dict[str, Any]]:
+    """Per bag key, sorted: its producers and its consumers (``hookbus bag``, ``GET /api/bag``)."""
+    keys: dict[str, dict[str, Any]] = {}
+
+    def entry(key: str) -> dict[str, Any]:
+        return keys.setdefault(key, {"key": key, "producers": [], "consumers": []})
+
+    for decl in sorted(decls, key=lambda d: d.qualname):
+        for key in decl.outputs:
+            entry(key)["producers"].append({"handler": decl.qualname, "stage": decl.stage})
+        for item in decl.inputs:
+            consumer = {"handler": decl.qualname, "stage": decl.stage, "required": item.required}
+            consumer["default"] = item.default
+            entry(item.key)["consumers"].append(consumer)
+    return [keys[key] for key in sorted(keys)]
