@@ -26,7 +26,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from bus import Bus, Cancel, Continue, Decision, Module
+from bus import Bus, Cancel, Continue, Decision, Module, TurnRequest
 from bus.core import tracing
 from bus.middleware.registry import announcement_of, request_subject
 from bus.testing import EventRecorder, serving, wait_for_chain
@@ -176,3 +176,31 @@ async def test_a_shell_hook_run_is_a_span_of_the_emitters_trace(
     assert run.attributes is not None and run.attributes["hookbus.outcome"] == "ok"
     run_ctx = run.context
     assert written == f"00-{run_ctx.trace_id:032x}-{run_ctx.span_id:016x}-{int(run_ctx.trace_flags):02x}"
+
+
+async def test_a_triggered_turn_is_a_span_of_the_triggering_events_trace(
+    exporter: InMemorySpanExporter, bus: Bus
+) -> None:
+    """The trigger engine hands the agent the event as received (``event.to_dict()``); the turn continues its trace."""
+    agent, subject = unique("tracedagent"), f"eva.custom.{unique('trigger')}"
+    answered: list[str] = []
+
+    async def turn(request: TurnRequest) -> str:
+        answered.append(request.id)
+        return "done"
+
+    await bus.serve_turns(agent, turn)
+    recorder = EventRecorder()
+    await bus.subscribe(subject, recorder)
+    exporter.clear()
+    with trace.get_tracer("agent").start_as_current_span("agent turn") as agent_span:
+        await bus.emit(subject, {"n": 1})
+    (event,) = await recorder.wait_for(1)
+    request = TurnRequest(agent=agent, prompt="look", depth=1, trigger="t", event=dict(event.to_dict()))
+    await bus.request_turn(request)
+    await wait_until(lambda: any(s.name == f"hookbus turn {agent}" for s in exporter.get_finished_spans()))
+    span = _named(exporter.get_finished_spans(), f"hookbus turn {agent}")
+    assert answered == [request.id]
+    assert span.context.trace_id == agent_span.get_span_context().trace_id
+    assert span.parent is not None and span.parent.span_id == agent_span.get_span_context().span_id
+    assert span.attributes is not None and span.attributes["hookbus.turn"] == request.id

@@ -20,6 +20,7 @@ import msgspec
 import orjson
 
 from bus.core import depth as _depth
+from bus.core import tracing as _tracing
 from bus.core.clock import format_timestamp
 from bus.core.depth import depth_problem
 from bus.core.envelope import Encoder
@@ -144,7 +145,18 @@ class TurnServer:
     async def _run(self, request: TurnRequest, reply: str) -> None:
         self.started += 1
         try:
-            answer = await self.handler(request)
+            # A span where this process traces, child of the span that emitted the triggering event.
+            with _tracing.span(
+                f"hookbus turn {self.agent}",
+                parent=request.event.get("traceparent") if isinstance(request.event, dict) else None,
+                attributes={
+                    "hookbus.agent": self.agent,
+                    "hookbus.turn": request.id,
+                    "hookbus.trigger": request.trigger or "",
+                },
+                kind="CONSUMER",
+            ):
+                answer = await self.handler(request)
             result = TurnResult(request.id, self.agent, "completed", answer=answer)
         except Exception as exc:
             log.warning("turn %s on agent %s failed: %r", request.id, self.agent, exc)
