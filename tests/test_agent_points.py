@@ -17,6 +17,7 @@ import orjson
 
 from bus import Bus, Cancel, Continue, Module, Patch, Stage, TurnRequest
 from bus.core.decisions import Decision
+from bus.core.payloads import AssistantMessage, LlmRequest, ToolCall, from_dict, to_dict
 from bus.core.subjects import agent_stream_subject
 from bus.journal.entries import ensure_stream
 from bus.testing import EventRecorder, JournalRecorder, serving, wait_for_chain
@@ -152,12 +153,12 @@ async def test_a_cached_result_skips_the_model_and_ends_the_chain(
         asked.append("cache")
         return Patch({**payload, "result": "from the cache"})
 
-    @cached.stage(Stage.LLM_REQUEST, after=f"{cached.name}.cache")
+    @cached.stage(Stage.LLM_REQUEST, after=f"{cached.name}.cache", fail_closed=True)  # not asked: not a fault
     async def deny(stage: str, payload: dict[str, Any]) -> Cancel:
         asked.append("deny")
         return Cancel("never asked: the result ended the chain")
 
-    async with serving(cached, nats_url):
+    async with serving(cached, nats_url, detach_on_stop=True):  # its fail-closed handler guards no later test
         await wait_for_chain(kernel, "llm.request", [f"{cached.name}.cache", f"{cached.name}.deny"])
         result, rec, tokens = await turn(kernel, llm)
         await wait_until(lambda: streamed(tokens) == "from the cache", what="the cached answer streamed")
@@ -447,3 +448,46 @@ async def test_hookbus_intercept_and_events_know_every_new_stage(kernel: Bus, na
         assert orjson.loads(run.stdout) == {"decision": "patch", "payload": {**payload, "seen_by": str(stage)}}
     listing = orjson.loads(run_cli("events", "--json").stdout)["stages"]
     assert set(listing) == {str(stage) for stage in Stage}
+
+
+GUARD_FILE = """
+from bus import Cancel, Module, Patch, Stage
+
+module = Module("guard")
+
+
+@module.stage(Stage.ASSISTANT_MESSAGE)
+async def rework(stage, payload):
+    return Patch({**payload, "rework": "shorter please"})
+
+
+@module.stage(Stage.ASSISTANT_MESSAGE, after="guard.rework", fail_closed=True)
+async def suppress(stage, payload):
+    return Cancel("never asked: the rework came first")
+"""
+
+
+def test_a_module_file_runs_a_new_stage_locally_without_a_bus(tmp_path: Path) -> None:
+    (tmp_path / "guard.py").write_text(GUARD_FILE)
+    payload = '{"agent": "a", "content": "a long answer"}'
+    done = run_cli("test-module", str(tmp_path / "guard.py"), "assistant.message", payload, env={"NATS_URL": ""})
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert orjson.loads(lines[0].removeprefix("decision: ")) == {
+        "decision": "patch",
+        "payload": {"agent": "a", "content": "a long answer", "rework": "shorter please"},
+    }
+    assert lines[1] == "journal: 1 entry" and '"who":"guard.rework"' in lines[2]
+
+
+def test_typed_payloads_of_the_new_stages_keep_unknown_fields_and_send_only_set_decisions() -> None:
+    wire = {"agent": "a", "turn": "t", "content": "draft", "round": 1, "from_a_newer_runner": {"x": 1}}
+    typed = from_dict(AssistantMessage, wire)
+    assert typed.content == "draft" and typed.rework is None and typed.rest == {"from_a_newer_runner": {"x": 1}}
+    assert to_dict(typed) == wire  # no answer/rework keys while unset
+    typed.rework = "shorter"
+    assert to_dict(typed) == {**wire, "rework": "shorter"}
+    call = to_dict(from_dict(ToolCall, {"name": "echo", "input": {}}))
+    assert call == {"name": "echo", "input": {}}
+    request = to_dict(from_dict(LlmRequest, {"model": "m"}))
+    assert set(request) == {"model", "messages", "tools", "max_tokens", "temperature"}

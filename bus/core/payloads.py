@@ -3,16 +3,22 @@
 A handler that annotates its payload parameter with one of these dataclasses
 gets it built from the wire dict; ``Patch`` accepts it back. Fields this SDK
 version does not know travel in ``rest`` and are written back untouched, so a
-typed patch never loses what a newer kernel sent.
+typed patch never loses what a newer kernel sent. Fields only a patch sets
+(``result``, ``answer``, ``rework``) are left out of the wire dict while None,
+so a typed handler that does not set them sends no such key.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 T = TypeVar("T")
+
+
+#: Metadata of a field a handler sets only to decide (a cached result, a rework): absent from the wire while None.
+_PATCH_ONLY: Final = {"patch_only": True}
 
 
 @dataclass
@@ -21,7 +27,7 @@ class ToolCall:
 
     name: str = ""
     input: dict[str, Any] = field(default_factory=dict)
-    result: str | None = None
+    result: str | None = field(default=None, metadata=_PATCH_ONLY)
     rest: dict[str, Any] = field(default_factory=dict)
 
 
@@ -44,7 +50,7 @@ class LlmRequest:
     tools: list[dict[str, Any]] | None = None
     max_tokens: int | None = None
     temperature: float | None = None
-    result: str | dict[str, Any] | None = None
+    result: str | dict[str, Any] | None = field(default=None, metadata=_PATCH_ONLY)
     rest: dict[str, Any] = field(default_factory=dict)
 
 
@@ -66,6 +72,7 @@ class LlmToken:
     """llm.token: one streamed chunk (or a batch of them); a patch changes only what the client is streamed."""
 
     agent: str = ""
+    turn: str = ""
     text: str = ""
     index: int = 0
     final_answer: bool = True
@@ -88,6 +95,7 @@ class ContextEvict:
     """context.evict: the messages about to leave the context window; a patch supplies the ``summary`` kept."""
 
     agent: str = ""
+    turn: str = ""
     evicted: list[dict[str, Any]] = field(default_factory=list)
     summary: str = ""
     tokens: int = 0
@@ -100,6 +108,7 @@ class UserMessage:
     """user.message: the incoming message; a patch rewrites ``content``, a cancel rejects it."""
 
     agent: str = ""
+    turn: str = ""
     content: str = ""
     rest: dict[str, Any] = field(default_factory=dict)
 
@@ -109,10 +118,11 @@ class AssistantMessage:
     """assistant.message: the final answer; cancel suppresses, a patch sets ``answer`` or asks ``rework``."""
 
     agent: str = ""
+    turn: str = ""
     content: str = ""
     round: int = 0
-    answer: str | None = None
-    rework: str | None = None
+    answer: str | None = field(default=None, metadata=_PATCH_ONLY)
+    rework: str | None = field(default=None, metadata=_PATCH_ONLY)
     rest: dict[str, Any] = field(default_factory=dict)
 
 
@@ -180,7 +190,11 @@ def to_dict(payload: Any) -> dict[str, Any]:
     if isinstance(payload, dict):
         return payload
     if dataclasses.is_dataclass(payload) and not isinstance(payload, type):
-        out = {f.name: getattr(payload, f.name) for f in dataclasses.fields(payload) if f.name != "rest"}
+        out = {
+            f.name: getattr(payload, f.name)
+            for f in dataclasses.fields(payload)
+            if f.name != "rest" and not (f.metadata.get("patch_only") and getattr(payload, f.name) is None)
+        }
         rest = getattr(payload, "rest", None) or {}
         return {**rest, **out}
     raise TypeError(f"a patch payload must be a dict or a typed payload, not {type(payload).__name__}")

@@ -30,6 +30,12 @@ TERMINAL: Final = {
 }
 
 
+def ends_run(stage: str, payload: dict[str, Any]) -> bool:
+    """Whether a patched payload carries ``stage``'s terminal field: the chain ends there."""
+    terminal = TERMINAL.get(stage)
+    return terminal is not None and payload.get(terminal) is not None
+
+
 def apply_patch(stage: str, patched: dict[str, Any], handler: str) -> dict[str, Any]:
     """The payload a patch leaves for the next handler (tool.result remarks wrapped)."""
     if stage != Stage.TOOL_RESULT or not isinstance(patched.get(REMARK), str):
@@ -66,8 +72,7 @@ class ChainRun:
         if isinstance(decision, Patch):
             self.payload = apply_patch(self.stage, to_dict(decision.payload), handler)
             self.patched = True
-            terminal = TERMINAL.get(self.stage)
-            return terminal is None or self.payload.get(terminal) is None
+            return not ends_run(self.stage, self.payload)
         if isinstance(decision, Cancel):
             self.cancel = Cancel(decision.reason, handler)
             return False

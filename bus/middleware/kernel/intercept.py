@@ -29,7 +29,7 @@ from bus.core import tracing as _tracing
 from bus.core.clock import timestamp_ms
 from bus.core.decisions import CONTINUE, Cancel, Decision, Patch, read_reply
 from bus.core.errors import Aborted, BusClosedError, DecisionError, NoResponders, RequestTimeout
-from bus.core.results import ChainRun, hide_output
+from bus.core.results import ChainRun, ends_run, hide_output
 from bus.core.schema import MiddlewareReply, MiddlewareRequest, ReactionMsg, RequestCtx, encode
 from bus.core.stages import Stage, match_field, phase
 from bus.journal.entries import JournalEntry, JournalPublisher
@@ -481,6 +481,8 @@ def _accounted(
         if outcome == _OK:
             if kind == "continue" or kind == "patch":
                 journal.ok(link, qualname, kind, ms)
+                if index == count - 1 and isinstance(decision, Patch) and ends_run(decl.stage, decision.payload):
+                    return decision, qualname  # the module's run ended at a terminal patch: the rest not asked
                 continue
             if kind == "cancel":
                 reason = decision.reason if isinstance(decision, Cancel) else item.reason
