@@ -29,7 +29,7 @@ async def tag(stage, payload):
     return Patch({**payload, "tagged": True})
 
 
-@guard.stage("tool.call")
+@guard.stage("tool.call", inputs=[{"key": "intent.label", "default": "none"}])
 async def later(stage, payload):
     return Continue()
 
@@ -86,6 +86,7 @@ def test_info_lists_order_when_and_identities(guard_file: Path) -> None:
     assert lines[:2] == ["module guard: 4 handlers", "tool.call"]
     assert [line.split()[1] for line in lines[2:]] == ["guard.tag", "guard.no_rm", "guard.later", "guard.last"]
     assert "priority 5" in lines[2] and "when agents eva*" in lines[3] and "after guard.later" in lines[5]
+    assert "reads intent.label (default 'none')" in lines[4]
     plain = declare("guard", "later", "tool.call").identity()
     assert plain not in done.stdout  # the code digest is part of the identity: never a bare declaration's
     assert all(len(line.rsplit("identity ", 1)[1]) == 64 for line in lines[2:])

@@ -6,7 +6,7 @@ no nats-server) and prints the decision and the journal entries the call
 would write. Its handlers count as approved in declaration order, so equal
 priorities run in that order, as they would once approved one by one.
 ``info`` lists the handlers: stage, chain position, fail mode, priority,
-``when``, references and identity.
+``when``, bag ports, references and identity.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from bus.core.declaration import Declaration
 from bus.core.errors import BrokenChain
 from bus.core.stages import validate_stage
 from bus.middleware.handler.module import Module
-from bus.middleware.kernel.chain import order
+from bus.middleware.kernel.chain import order_with_bag
 from bus.middleware.kernel.view import View
 
 
@@ -118,12 +118,12 @@ def describe(module: Module) -> list[str]:
         on_stage = [decl for decl in decls if decl.stage == stage]
         known = {ref for decl in decls for ref in (*decl.before, *decl.after)}  # other modules' handlers too
         try:
-            ordered = order(stage, on_stage, known, first)
+            ordered, note = order_with_bag(stage, on_stage, known, first)
         except BrokenChain as exc:
             lines.append(f"{stage}  BROKEN: {exc.reason}")
             ordered = on_stage
         else:
-            lines.append(stage)
+            lines.append(f"{stage}  ({note})" if note else stage)
         lines += [f"  {position}. {_describe(decl)}" for position, decl in enumerate(ordered, 1)]
     return lines
 
@@ -140,5 +140,9 @@ def _describe(decl: Declaration) -> str:
         parts.append(f"after {','.join(decl.after)}")
     for field, patterns in decl.when.to_wire().items():
         parts.append(f"when {field} {','.join(patterns)}")
+    if decl.outputs:
+        parts.append(f"writes {','.join(decl.outputs)}")
+    for item in decl.inputs:
+        parts.append(f"reads {item.key} ({'required' if item.required else f'default {item.default!r}'})")
     parts.append(f"identity {decl.identity()}")
     return "  ".join(parts)
