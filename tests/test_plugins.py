@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -96,10 +97,15 @@ async def test_a_plugin_records_the_union_of_its_capabilities_through_its_grante
     await bus.emit("prx.lifecycle.tool_call", {"tool": "shell"}, session_id="s1")  # in both blocks: once
     await bus.emit("eva.turn.completed", {"n": 1})  # in neither
     await bus.emit("eva.custom.deploy", {"env": "prod"})
-    await bus.emit("prx.lifecycle.agent_start", {"agent": "a"})  # the last one: the barrier
-    await wait_until(lambda: any(name == "agent_start" for name, _ in logged(log)), what="the barrier event")
+    await bus.emit("prx.lifecycle.agent_start", {"agent": "a"})
+    expected = {"agent_start", "custom.deploy", "tool_call"}
+    await wait_until(lambda: {name for name, _ in logged(log)} >= expected, what="the three events")
+    # Barriers after them on both of the plugin's other subscriptions (each delivers in order).
+    await bus.emit("prx.lifecycle.agent_end", {})
+    await bus.emit("eva.custom.end", {})
+    await wait_until(lambda: len(logged(log)) >= 5, what="the barriers")
     names = [name for name, _ in logged(log)]
-    assert sorted(names) == ["agent_start", "custom.deploy", "tool_call"]
+    assert sorted(names) == ["agent_end", "agent_start", "custom.deploy", "custom.end", "tool_call"]
     raw = (await seen.wait_for(1))[0].raw
     tool_call = next(payload for name, payload in logged(log) if name == "tool_call")
     assert tool_call == orjson.loads(raw), "payload-json is the envelope a shell hook reads"
@@ -209,3 +215,20 @@ def test_cli_lists_plugins_and_tests_one(workspace: Path) -> None:
     tested = run_cli("plugins", "test", "grumpy", "tool_call", '{"tool": "x"}', "--workspace", str(workspace))
     assert tested.returncode == 1
     assert "plugin grumpy (component) on prx.lifecycle.tool_call: failed: Err: nope" in tested.stdout
+
+
+async def test_workers_sharing_a_queue_run_each_event_once(bus: Bus, workspace: Path) -> None:
+    log = recorder_plugin(workspace, '["tool_call", "prx.lifecycle.*"]')
+    settings = WorkerSettings(queue=f"q-{uuid.uuid4().hex[:8]}", poll_interval_s=0.05)
+    workers = [await PluginWorker(bus, workspace, settings).start() for _ in range(2)]
+    try:
+        for index in range(6):
+            await bus.emit("prx.lifecycle.tool_call", {"n": index})
+        await bus.emit("prx.lifecycle.agent_end", {"last": True})  # after the six: the barrier
+        await wait_until(lambda: any(name == "agent_end" for name, _ in logged(log)), what="the barrier event")
+        await wait_until(lambda: len(logged(log)) >= 7, what="all seven events")
+        assert sorted(payload["payload"].get("n", -1) for _, payload in logged(log)) == [-1, 0, 1, 2, 3, 4, 5]
+        assert sum(worker.stats.received for worker in workers) == 7
+    finally:
+        for worker in workers:
+            await worker.stop()

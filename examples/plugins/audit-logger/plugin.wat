@@ -6,15 +6,14 @@
   (import "wasi_snapshot_preview1" "fd_write" (func $fd_write (param i32 i32 i32 i32) (result i32)))
   (import "wasi_snapshot_preview1" "fd_close" (func $fd_close (param i32) (result i32)))
   (memory (export "memory") 1)
-  ;; 0..63 scratch, 64.. constants, 256.. one iovec, 4096.. the heap alloc hands out (reset per event)
+  ;; 0..63 scratch, 64.. constants, 256.. one iovec, 4096.. the heap alloc hands out (reset after each event)
   (global $heap (mut i32) (i32.const 4096))
   (data (i32.const 64) "events.log")
-  (data (i32.const 80) "\t\n")
   (data (i32.const 96) "cannot open events.log (no directory granted?)")
   (data (i32.const 160) "cannot write events.log")
 
-  ;; Hand out n bytes from a bump heap (a fresh instance per event: never freed), growing memory as needed.
-  (func (export "alloc") (param $n i32) (result i32)
+  ;; Hand out n bytes from a bump heap (reset after each event), growing memory as needed.
+  (func $alloc (export "alloc") (param $n i32) (result i32)
     (local $p i32)
     (local.set $p (global.get $heap))
     (global.set $heap (i32.add (global.get $heap) (local.get $n)))
@@ -46,18 +45,28 @@
     (i64.or (i64.extend_i32_u (local.get $ptr))
             (i64.shl (i64.extend_i32_u (local.get $len)) (i64.const 32))))
 
-  (func (export "on-event") (param $ep i32) (param $el i32) (param $pp i32) (param $pl i32) (result i64)
-    (local $fd i32) (local $errno i32)
-    (global.set $heap (i32.const 4096))  ;; the strings stay readable below; the next event's alloc starts over
+  ;; One line "<event>\t<payload-json>\n" built in one buffer and written with one append: plugins on
+  ;; several workers logging to one file never interleave their lines.
+  (func $record (param $ep i32) (param $el i32) (param $pp i32) (param $pl i32) (result i64)
+    (local $fd i32) (local $errno i32) (local $line i32) (local $n i32)
+    (local.set $n (i32.add (i32.add (local.get $el) (local.get $pl)) (i32.const 2)))
+    (local.set $line (call $alloc (local.get $n)))
+    (memory.copy (local.get $line) (local.get $ep) (local.get $el))
+    (i32.store8 (i32.add (local.get $line) (local.get $el)) (i32.const 9))
+    (memory.copy (i32.add (i32.add (local.get $line) (local.get $el)) (i32.const 1)) (local.get $pp) (local.get $pl))
+    (i32.store8 (i32.sub (i32.add (local.get $line) (local.get $n)) (i32.const 1)) (i32.const 10))
     ;; path_open(first preopen = fd 3, no symlink follow, "events.log", O_CREAT, rights, FDFLAGS_APPEND, -> [0])
     (if (call $path_open (i32.const 3) (i32.const 0) (i32.const 64) (i32.const 10) (i32.const 1)
                          (i64.const 0x1FFFFFFF) (i64.const 0x1FFFFFFF) (i32.const 1) (i32.const 0))
       (then (return (call $err (i32.const 96) (i32.const 46)))))
     (local.set $fd (i32.load (i32.const 0)))
-    (local.set $errno (call $write (local.get $fd) (local.get $ep) (local.get $el)))
-    (if (i32.eqz (local.get $errno)) (then (local.set $errno (call $write (local.get $fd) (i32.const 80) (i32.const 1)))))
-    (if (i32.eqz (local.get $errno)) (then (local.set $errno (call $write (local.get $fd) (local.get $pp) (local.get $pl)))))
-    (if (i32.eqz (local.get $errno)) (then (local.set $errno (call $write (local.get $fd) (i32.const 81) (i32.const 1)))))
+    (local.set $errno (call $write (local.get $fd) (local.get $line) (local.get $n)))
     (drop (call $fd_close (local.get $fd)))
     (if (local.get $errno) (then (return (call $err (i32.const 160) (i32.const 23)))))
-    (i64.const 0)))
+    (i64.const 0))
+
+  (func (export "on-event") (param $ep i32) (param $el i32) (param $pp i32) (param $pl i32) (result i64)
+    (local $result i64)
+    (local.set $result (call $record (local.get $ep) (local.get $el) (local.get $pp) (local.get $pl)))
+    (global.set $heap (i32.const 4096))  ;; the next event's alloc starts over
+    (local.get $result)))
