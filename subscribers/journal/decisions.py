@@ -13,5 +13,6 @@ from subscribers.shell_hooks.shell import HookOutcome
 
 def known_decisions() -> list[str]:
     """Every decision a journal writer records, sorted."""
-    written = {"continue", "cancel", "patch", "denied", "fired", "suppressed", *OPERATOR_DECISIONS, *SWITCH_DECISIONS}
+    written = {"continue", "cancel", "patch", "denied", "fired", "suppressed", "reordered"}  # reordered: the bag's
+    written |= {*OPERATOR_DECISIONS, *SWITCH_DECISIONS}
     return sorted({*written, *(o.value for o in Outcome), *(o.value for o in HookOutcome)})
