@@ -424,6 +424,7 @@ class Kernel {
         decision = await this.call(stage, batch, current, wireCtx, journal);
         if (decision.decision === 'cancel') break;
         if (decision.decision === 'patch') [current, patched] = [decision.payload, true];
+        if (patched && wire.endsRun(stage, current)) break;
       }
       if (decision.decision === 'cancel') return this.final(stage, decision, current);
       return patched ? { decision: 'patch', payload: current } : { decision: 'continue' };
@@ -488,6 +489,8 @@ class Kernel {
       const ms = item.duration_ms ?? performance.now() - started; // checkReply: a number in range, or null
       if (item.outcome === 'ok' && (item.decision === 'continue' || item.decision === 'patch')) {
         journal.add(l, 'ok', { decision: item.decision }, ms, null);
+        const last = index === reactions.length - 1 && reply.decision === 'patch';
+        if (last && item.decision === 'patch' && wire.endsRun(stage, reply.payload)) return named(stage, reply, l);
         continue;
       }
       if (item.outcome === 'ok' && item.decision === 'cancel') {

@@ -53,6 +53,7 @@ class Module {
       if (reaction.decision.decision === 'patch') {
         current = wire.applyPatch(stage, reaction.decision.payload, reaction.wire.handler);
         patched = true;
+        if (wire.endsRun(stage, current)) break;
       }
     }
     return patched ? { decision: 'patch', payload: current, reactions } : { decision: 'continue', reactions };

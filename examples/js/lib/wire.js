@@ -131,14 +131,23 @@ function hideOutput(payload, reason, handler) {
 }
 
 // The payload field a handler's match names are compared with.
+const AGENT_MATCHED = new Set(['llm.token', 'context.evict', 'user.message', 'assistant.message', 'turn.end', 'agent.spawn', 'agent.terminate']);
 function matchField(stage) {
-  if (stage === 'llm.request') return 'model';
+  if (stage === 'llm.request' || stage === 'llm.retry') return 'model';
   if (stage === 'memory.save') return 'key';
+  if (AGENT_MATCHED.has(stage)) return 'agent';
   return 'name';
+}
+
+// A patch carrying its stage's terminal field ends the chain (docs/protocol.md, Composition).
+const TERMINAL = { 'tool.call': 'result', 'llm.request': 'result', 'assistant.message': 'rework' };
+function endsRun(stage, payload) {
+  const field = TERMINAL[stage];
+  return field !== undefined && payload[field] !== undefined && payload[field] !== null;
 }
 
 module.exports = {
   TOKEN, PROTOCOL, decodeJson, MODULES_BUCKET, TRUST_BUCKET, GUARDS_BUCKET, MODULES_TTL_MS, MAX_DEPTH, REPLY_GRACE, CAUSE_LIMIT,
   REPORTED, moduleSubject, openBucket, faultDecision, checkDecision, checkReply, checkRequest, applyPatch, hideOutput,
-  matchField,
+  matchField, endsRun,
 };
