@@ -13,7 +13,9 @@ import aiohttp
 import orjson
 import pytest
 
-from bus import Bus, Cancel, Stage
+from bus import Bus, Cancel, Continue, Stage
+from bus.core.subjects import MODULE_DETACHED
+from bus.testing import EventRecorder
 from subscribers.http_api.console_api import Console
 from subscribers.http_api.console_files import POLICY
 from subscribers.http_api.live import DISPLAY_RATE
@@ -249,3 +251,35 @@ async def test_a_middleware_action_on_nothing_is_refused_naming_why(
     answer = await client.call("POST", f"/api/middleware/{route}", body, client.auth)
     assert answer[0] == status
     assert named in answer[1]["error"]
+
+
+async def test_detaching_a_gone_guard_through_the_console_ends_its_hold_journaled_and_announced(
+    client: Client, up: UpProcess
+) -> None:
+    stage, name = "custom.console_detach", "dguard.h"
+    flags = ("--behaviour", "guard", "--fail-closed", "--heartbeat", "0.2")
+    async with Bus(up.nats_url) as kernel:
+        view = await kernel.middleware.start()
+        announced = EventRecorder(lambda event: event.payload.get("module") == "dguard")
+        await kernel.subscribe(MODULE_DETACHED, announced)
+        await kernel.flush()
+        with module_process(up.nats_url, "dguard", stage, *flags) as proc:
+            await view.wait_until(lambda: stage in view.chains and bool(view.chains[stage].waiting), 15)
+            await client.ok("POST", "/api/middleware/approve", {"name": name})
+            await view.wait_until(lambda: bool(view.chains[stage].links), 15)
+            status, body = await client.call("POST", "/api/middleware/detach", {"name": name}, client.auth)
+            assert status == 409 and f"{name} is alive" in body["error"]
+            proc.kill()
+        await view.wait_until(lambda: bool(view.chains.get(stage) and view.chains[stage].holds), 15)
+        listing = await client.ok("GET", "/api/middleware")
+        [chain] = [c for c in listing["chains"] if c["stage"] == stage]
+        assert [(h["name"], h["state"]) for h in chain["holds"]] == [(name, "gone")]
+        assert isinstance(await kernel.intercept(stage, {}), Cancel), "the gone guard holds its stage"
+
+        assert (await client.ok("POST", "/api/middleware/detach", {"name": name}))["detached"][0]["name"] == name
+        await view.wait_until(lambda: stage not in view.chains, 15)
+        assert await kernel.intercept(stage, {}) == Continue()
+        [event] = await announced.wait_for(1)
+        assert event.payload == {"module": "dguard", "handlers": [name], "reason": "detached by console"}
+    [entry] = await journal(client, f"who={name}&decision=detached")
+    assert entry["cause"] == "detached by console"
