@@ -34,7 +34,21 @@ if TYPE_CHECKING:
         StageError,
         SubjectError,
     )
-    from bus.core.payloads import LlmRequest, MemorySave, ToolCall, ToolResult
+    from bus.core.payloads import (
+        AgentSpawn,
+        AgentTerminate,
+        AssistantMessage,
+        ContextEvict,
+        LlmRequest,
+        LlmRetry,
+        LlmToken,
+        MemorySave,
+        ToolCall,
+        ToolExec,
+        ToolResult,
+        TurnEnd,
+        UserMessage,
+    )
     from bus.core.stages import Stage
     from bus.metrics import register_collectors
     from bus.middleware.faults import Outcome
@@ -48,6 +62,9 @@ if TYPE_CHECKING:
 
 #: Each public name and the module that defines it.
 _WHERE: dict[str, str] = {
+    "AgentSpawn": "bus.core.payloads",
+    "AgentTerminate": "bus.core.payloads",
+    "AssistantMessage": "bus.core.payloads",
     "Bus": "bus.client",
     "BusClosedError": "bus.core.errors",
     "BusState": "bus.client",
@@ -55,6 +72,7 @@ _WHERE: dict[str, str] = {
     "CatalogError": "bus.core.errors",
     "ConfigError": "bus.core.errors",
     "ConnectError": "bus.core.errors",
+    "ContextEvict": "bus.core.payloads",
     "Continue": "bus.core.decisions",
     "Credentials": "bus.transport.endpoints",
     "Decision": "bus.core.decisions",
@@ -68,6 +86,8 @@ _WHERE: dict[str, str] = {
     "Handler": "bus.client",
     "HookbusError": "bus.core.errors",
     "LlmRequest": "bus.core.payloads",
+    "LlmRetry": "bus.core.payloads",
+    "LlmToken": "bus.core.payloads",
     "MemorySave": "bus.core.payloads",
     "MiddlewareError": "bus.core.errors",
     "MiddlewareOptions": "bus.middleware.kernel.intercept",
@@ -87,10 +107,13 @@ _WHERE: dict[str, str] = {
     "Subscription": "bus.client",
     "SyncBus": "bus.sync",
     "ToolCall": "bus.core.payloads",
+    "ToolExec": "bus.core.payloads",
     "ToolResult": "bus.core.payloads",
     "TrustState": "bus.middleware.trust",
+    "TurnEnd": "bus.core.payloads",
     "TurnRequest": "bus.turns.server",
     "TurnResult": "bus.turns.server",
+    "UserMessage": "bus.core.payloads",
     "register_collectors": "bus.metrics",
 }
 
@@ -111,6 +134,9 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "AgentSpawn",
+    "AgentTerminate",
+    "AssistantMessage",
     "Bus",
     "BusClosedError",
     "BusState",
@@ -118,6 +144,7 @@ __all__ = [
     "CatalogError",
     "ConfigError",
     "ConnectError",
+    "ContextEvict",
     "Continue",
     "Credentials",
     "Decision",
@@ -131,6 +158,8 @@ __all__ = [
     "Handler",
     "HookbusError",
     "LlmRequest",
+    "LlmRetry",
+    "LlmToken",
     "MemorySave",
     "MiddlewareError",
     "MiddlewareOptions",
@@ -150,9 +179,12 @@ __all__ = [
     "Subscription",
     "SyncBus",
     "ToolCall",
+    "ToolExec",
     "ToolResult",
     "TrustState",
+    "TurnEnd",
     "TurnRequest",
     "TurnResult",
+    "UserMessage",
     "register_collectors",
 ]
