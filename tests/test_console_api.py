@@ -153,8 +153,9 @@ async def test_the_live_stream_filters_and_samples_a_flood_saying_how_much(clien
     assert numbers == sorted(numbers) and numbers[-1] == total - 1, "the newest of each window are kept, in order"
 
 
-async def test_a_large_payload_comes_as_a_preview_and_whole_on_demand(client: Client, up: UpProcess) -> None:
-    big = {"blob": "x" * 30_000}
+@pytest.mark.parametrize("size", [30_000, 200_000], ids=["over the preview", "claimed (over the bus limit)"])
+async def test_a_large_payload_comes_as_a_preview_and_whole_on_demand(client: Client, up: UpProcess, size: int) -> None:
+    big = {"blob": "x" * size}
     async with live_stream(client, "session=big") as messages, Bus(up.nats_url) as bus:
         await bus.emit("eva.custom.big", big, session_id="big")
         await bus.flush()
@@ -162,7 +163,8 @@ async def test_a_large_payload_comes_as_a_preview_and_whole_on_demand(client: Cl
     assert name == "events"
     [event] = data
     assert event["payload_whole_on_demand"] is True
-    assert len(event["payload"]["preview"]) < len(big["blob"])
+    assert len(orjson.dumps(event["payload"])) < size
+    assert ("payload_ref" in event) is (size > 64 * 1024), "over the bus limit the event carries its reference"
     whole = await client.ok("GET", f"/api/live/{event['id']}/payload")
     assert whole == {"id": event["id"], "payload": big}
     assert (await client.call("GET", "/api/live/nope/payload", headers=client.auth))[0] == 404
