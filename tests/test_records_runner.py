@@ -15,9 +15,9 @@ from bus.testing import EventRecorder, JournalRecorder, wait_for_chain
 from bus.turns.server import TurnRequest
 from subscribers.records_runner.runner import RecordsRunner, RunnerSettings
 from triggers.agent.llm import ChatClient
-from triggers.agent.record_tools import record_tools
 from triggers.agent.runner import TurnRunner
-from triggers.agent.tools import TOOLS
+from triggers.agent.tools import with_record_tools
+from triggers.engine.problems import ProblemsSettings, ProblemsTrigger
 
 from . import fake_llm
 from .conftest import unique
@@ -243,7 +243,7 @@ async def test_the_agent_writes_moves_and_lists_its_records_through_its_tools(
     runner = await runners(module)
     agent_bus = Bus(kernel.servers, name="agent")
     await agent_bus.start()
-    tools = {**TOOLS, **record_tools(agent_bus, "eva", module)}
+    tools = with_record_tools(agent_bus, "eva", module)
     agent = TurnRunner(agent_bus, "eva", ChatClient(llm.url, "m", provider="fake", attempts=1), tools=tools)
     try:
         custom = EventRecorder()
@@ -282,3 +282,45 @@ async def test_the_agent_writes_moves_and_lists_its_records_through_its_tools(
     finally:
         await agent.client.close()
         await agent_bus.close()
+
+
+async def test_the_problems_turn_starts_on_a_broken_chain_and_stops_once_it_is_fixed(
+    kernel: Bus, runners: Any, llm: fake_llm.FakeLLM
+) -> None:
+    module = unique("rec")
+    runner = await runners(module)
+    store = RecordStore(kernel, module)
+    agent_name = unique("fixer")
+    async with Bus(kernel.servers, name="agent") as agent_bus, Bus(kernel.servers, name="up") as up_bus:
+        tools = with_record_tools(agent_bus, agent_name, module)
+        agent = TurnRunner(agent_bus, agent_name, ChatClient(llm.url, "m", provider="fake", attempts=1), tools=tools)
+        await agent_bus.serve_turns(agent_name, agent.handle)
+        settings = ProblemsSettings(agent=agent_name, cooldown_s=3600, module=module)
+        trigger = await ProblemsTrigger(up_bus, settings).start()
+        llm.script = [
+            fake_llm.tool_calls(("handler_move", {"name": "a", "after": []})),
+            fake_llm.text("references fixed"),
+        ]
+        try:
+            await store.put(record("a", NO_RM, stage="memory.save", after=[f"{module}.missing"]))
+            await approve_when_waiting(kernel, f"{module}.a")
+            await wait_until(lambda: "memory.save" in trigger.open, what="the problem opened")
+            await wait_until(lambda: len(llm.requests) == 2, what="the problems turn's two model calls")
+            approved = runner.served.get("a")
+            await wait_until(lambda: runner.waiting.get("a") not in (None, approved), what="the fix waiting")
+            prompt = llm.requests[0]["messages"][-1]["content"]
+            assert "stage memory.save is broken" in prompt and f"{module}.missing" in prompt
+            assert f"{module}.a" in prompt and "handler_move" in prompt
+
+            again = {"stage": "memory.save", "reason": "reported again"}
+            await kernel.emit("eva.broken.set", again)  # another kernel's report of the same break
+            await wait_until(lambda: trigger.open["memory.save"].reason == "reported again", what="the copy seen")
+            assert len(trigger.open["memory.save"].turns) == 1  # within the cooldown: no second turn
+
+            await approve_when_waiting(kernel, f"{module}.a")  # the operator approves the agent's fix
+            await wait_until(lambda: "memory.save" in trigger.closed, what="eva.broken.cleared closing it")
+            assert "memory.save" not in trigger.open
+            await wait_for_chain(kernel, "memory.save", [f"{module}.a"])
+            assert len(llm.requests) == 2  # one turn: the model's tool call and its answer
+        finally:
+            await agent.client.close()

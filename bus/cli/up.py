@@ -73,7 +73,21 @@ def services(args: argparse.Namespace) -> list[Service]:
         triggers.service,
         agent_hook_relay.service,  # hookbus claude-hook / codex-hook ask it
         claude_hooks.service,  # claude-hooks.json's command hooks as middleware handlers
+        *problems_turn(args),  # a broken chain asks an agent to fix its records' references
     ]
+
+
+def problems_turn(args: argparse.Namespace) -> list[Service]:
+    """The problems turn's service, unless ``--problems-agent off``; a bad flag is a ConfigError naming it."""
+    from triggers.engine import problems
+
+    if args.problems_agent == "off":
+        return []
+    try:
+        settings = problems.ProblemsSettings(agent=args.problems_agent, cooldown_s=args.problems_cooldown)
+    except ValueError as exc:
+        raise ConfigError(f"--problems-agent/--problems-cooldown: {exc}") from None
+    return [partial(problems.service, settings=settings)]
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -117,6 +131,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     record.add_argument("--record-max-age", help="drop recorded events older than this (default: 7d)")
     record.add_argument("--record-max-bytes", help="keep at most this much, the oldest go first (default: 1GiB)")
+    parser.add_argument(
+        "--problems-agent",
+        default="eva",
+        help="agent asked to fix a broken chain's references (docs/records.md; 'off': no problems turn; default: eva)",
+    )
+    parser.add_argument(
+        "--problems-cooldown", type=float, default=300.0, help="seconds between problems turns per stage"
+    )
     parser.set_defaults(func=run)
 
 

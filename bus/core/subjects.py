@@ -229,6 +229,8 @@ SHELL_QUEUE = "hookbus-shell"
 AGENT_METRICS_QUEUE = "hookbus-agent-metrics"
 #: The queue group trigger engines share, so each event fires a trigger once.
 TRIGGERS_QUEUE = "hookbus-triggers"
+#: The queue group of the problems turn (triggers/engine/problems.py): each broken chain is taken once.
+PROBLEMS_QUEUE = "hookbus-problems"
 #: Every process's batched counters (drops, truncations, deliveries, middleware reactions) go to
 #: ``hookbus.counters[.<origin>]``, the origin being its NATS user as for the journal (docs/metrics.md).
 COUNTERS_PREFIX = "hookbus.counters"

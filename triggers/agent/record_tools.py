@@ -11,6 +11,7 @@ rewrites references, never numbers, and a reorder is an approval matter too.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 from bus.client import Bus
@@ -18,12 +19,15 @@ from bus.core.errors import HookbusError, RecordError
 from bus.core.subjects import RECORDS_MODULE, TOKEN_RE
 from bus.records.record import Record, from_fields
 from bus.records.store import Approved, RecordStore
-from triggers.agent.tools import Tool
 
 _NAME: Final = {"type": "string", "description": "the record's name ([A-Za-z0-9_-]+)"}
 _REFS: Final = {"type": "array", "items": {"type": "string"}}
 #: Fields of a record the model may set with handler_save (informational ones are set by the tool).
 _SAVED: Final = ("name", "stage", "source", "match", "when", "before", "after", "fail_closed", "timeout", "enabled")
+
+
+#: A tool as triggers.agent.tools builds it: name, description, parameters' schema, the coroutine running it.
+ToolSpec = tuple[str, str, dict[str, Any], Callable[[dict[str, Any]], Awaitable[str]]]
 
 
 class RecordTools:
@@ -34,9 +38,10 @@ class RecordTools:
         self.agent = agent
         self.store = RecordStore(bus, module)
 
-    def tools(self) -> dict[str, Tool]:
-        listed = Tool("handler_list", "List your handler records with their state.", _object({}), self.list_records)
-        save = Tool(
+    def specs(self) -> list[ToolSpec]:
+        """Each tool as (name, description, JSON schema of its arguments, coroutine function)."""
+        listed = ("handler_list", "List your handler records with their state.", _object({}), self.list_records)
+        save = (
             "handler_save",
             "Write a handler record (Python: async def handle(stage, payload, ctx) returning Continue(), "
             "Cancel(reason) or Patch(payload)). It runs only after an operator approves it.",
@@ -55,25 +60,25 @@ class RecordTools:
             ),
             self.save,
         )
-        enable = Tool(
+        enable = (
             "handler_enable",
             "Enable or disable one of your records (the change waits for an operator's approval).",
             _object({"name": _NAME, "enabled": {"type": "boolean"}}, ["name", "enabled"]),
             self.enable,
         )
-        move = Tool(
+        move = (
             "handler_move",
             "Reorder a record by naming the handlers it runs before/after (waits for approval).",
             _object({"name": _NAME, "before": _REFS, "after": _REFS}, ["name"]),
             self.move,
         )
-        emit = Tool(
+        emit = (
             "event_emit",
             "Publish a custom event eva.custom.<name> with a JSON object payload.",
             _object({"name": {"type": "string"}, "payload": {"type": "object"}}, ["name"]),
             self.emit,
         )
-        return {tool.name: tool for tool in (listed, save, enable, move, emit)}
+        return [listed, save, enable, move, emit]
 
     async def list_records(self, arguments: dict[str, Any]) -> str:
         drafts = await self.store.all()
@@ -159,8 +164,3 @@ def _object(properties: dict[str, Any], required: list[str] | None = None) -> di
     if required:
         schema["required"] = required
     return schema
-
-
-def record_tools(bus: Bus, agent: str, module: str = RECORDS_MODULE) -> dict[str, Tool]:
-    """The tools ``hookbus agent`` adds to its defaults."""
-    return RecordTools(bus, agent, module).tools()

@@ -57,8 +57,9 @@ TOOLS: Final = {
 }
 
 
-def with_record_tools(bus: Any, agent: str) -> dict[str, Tool]:
+def with_record_tools(bus: Any, agent: str, module: str | None = None) -> dict[str, Tool]:
     """The default tools plus the agent's tools over its handler records and event_emit (docs/records.md)."""
-    from triggers.agent.record_tools import record_tools
+    from triggers.agent.record_tools import RecordTools
 
-    return {**TOOLS, **record_tools(bus, agent)}
+    tools = RecordTools(bus, agent) if module is None else RecordTools(bus, agent, module)
+    return {**TOOLS, **{spec[0]: Tool(*spec) for spec in tools.specs()}}
