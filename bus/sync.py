@@ -22,7 +22,7 @@ from typing import Any, Final, TypeVar
 
 from bus.client import Bus, Subscription
 from bus.core import depth as _depth
-from bus.core.decisions import Decision
+from bus.core.decisions import CONTINUE, Decision
 from bus.core.envelope import Event
 from bus.core.errors import BusClosedError, SyncCallError
 
@@ -90,7 +90,7 @@ class SyncBus:
 
     def _call(self, coro: Coroutine[Any, Any, T], depth: int | None) -> T:
         """Run ``coro`` on the loop (at ``depth`` when given) and wait for its result in this thread."""
-        if threading.get_ident() == self._thread.ident:
+        if self._on_loop():
             coro.close()
             raise SyncCallError("a SyncBus call from its own loop thread would wait for itself: await the Bus")
         with self._close_lock:  # never submit to a loop that close() is stopping
@@ -104,12 +104,23 @@ class SyncBus:
             future.cancel()
             raise SyncCallError(f"the Bus did not answer within {self._timeout}s") from None
 
+    def _on_loop(self) -> bool:
+        return threading.get_ident() == self._thread.ident
+
     def emit(self, subject: str, payload: Mapping[str, Any] | None = None, session_id: str | None = None) -> bool:
         """:meth:`bus.client.Bus.emit`, waited for: True if it went out, False if dropped."""
         return self._call(self.bus.emit(subject, payload, session_id), _depth.current_depth())
 
     def intercept(self, stage: str, payload: dict[str, Any], ctx: Mapping[str, Any] | None = None) -> Decision:
-        """:meth:`bus.client.Bus.intercept`, waited for: Continue(), Cancel(reason) or Patch(payload)."""
+        """:meth:`bus.client.Bus.intercept`, waited for: Continue(), Cancel(reason) or Patch(payload).
+
+        A stage nobody declared answers Continue() in the calling thread, as the
+        Bus does without a network round trip: no hand-over to the loop either
+        (the chains are read as the loop last left them).
+        """
+        view = self.bus.middleware.view
+        if view is not None and stage not in view.chains and not self._closed and not self._on_loop():
+            return CONTINUE
         return self._call(self.bus.intercept(stage, payload, ctx), _depth.current_depth())
 
     def subscribe(self, pattern: str, handler: SyncEventHandler, queue: str | None = None) -> SyncSubscription:

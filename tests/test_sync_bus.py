@@ -69,6 +69,7 @@ async def test_eight_threads_emit_intercept_and_subscribe(nats_url: str) -> None
                 for i in range(PER_THREAD):
                     assert sync.emit(subject, {"thread": t, "i": i}, session_id=f"s{t}")
                     decisions[(t, i)] = sync.intercept("tool.call", {"name": "shell", "input": {"n": i}})
+                    assert sync.intercept("nobody.declared", {"n": i}) == Continue()  # answered in this thread
 
             assert await asyncio.to_thread(_in_threads, work) == []
             await wait_until(lambda: len(received) >= THREADS * PER_THREAD, what="every event")
