@@ -383,7 +383,7 @@ class View:
         for rec in self.guards.values():
             records.setdefault(rec.decl.qualname, []).append(rec)
         by_stage: dict[str, _Parts] = {}
-        for qualname in live.keys() | records.keys():
+        for qualname in sorted(live.keys() | records.keys()):  # trust_new approves in name order: every run alike
             self._place(qualname, live.get(qualname, {}), records.get(qualname, []), by_stage)
         known = frozenset(live) | frozenset(self.approved) | frozenset(records)
         first = self.first_approved
