@@ -28,7 +28,7 @@ import orjson
 from bus.adapters.claude_code import ClaudeCodeDialect, HookAnswer, parse, plan
 from bus.cli.options import add_nats_url, credentials_of
 from bus.core.depth import DEFAULT_MAX_DEPTH, depth_from_env
-from bus.core.errors import AgentHookError, ConnectError, NoResponders, PublishDenied, RequestTimeout
+from bus.core.errors import AgentHookError, ConnectError, HookbusError, NoResponders, PublishDenied, RequestTimeout
 from bus.core.schema import AdapterReplyMsg, AgentHookInput, decode
 from bus.core.subjects import adapter_subject
 from bus.transport import oneshot
@@ -202,7 +202,7 @@ async def run_full(args: argparse.Namespace, hook: AgentHookInput, raw: dict[str
             done = await answer(bus, hook, dialect_of(args.flavor))
             guards = fail_closed_guards(bus)
             await bus.flush()
-    except ConnectError as exc:
+    except HookbusError as exc:  # no server, a refused grant, a registry it cannot read: no decision
         return finish(fail_mode(args, hook, servers, str(exc)))
     remember(args, servers, guards)
     return finish(done)
