@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -232,3 +233,15 @@ async def test_workers_sharing_a_queue_run_each_event_once(bus: Bus, workspace: 
     finally:
         for worker in workers:
             await worker.stop()
+
+
+async def test_stopping_the_worker_stops_a_plugin_mid_call(
+    bus: Bus, workspace: Path, journal: list[JournalEntry]
+) -> None:
+    write_plugin(workspace, "spin", LOOP)  # the default time limit: 30 s
+    worker = await PluginWorker(bus, workspace, WorkerSettings(queue=None)).start()
+    await bus.emit("prx.lifecycle.tool_call", {})
+    await wait_until(lambda: worker.stats.received == 1, what="the event to reach the plugin")
+    await asyncio.wait_for(worker.stop(), 10)  # not the plugin's 30 s
+    await wait_until(lambda: journal, what="the run's journal entry")
+    assert journal[0].cause == "stopped: the worker is stopping"

@@ -63,6 +63,7 @@ class PluginCode:
         self.component = _is_component(wasm)
         self._lock = threading.Lock()
         self._live: _Live | None = None
+        self._closed = False
         try:
             if self.component:
                 self._component = wc.Component(self.engine, wasm)
@@ -87,9 +88,16 @@ class PluginCode:
         """Stop the running call at its next loop or call (the time limit); safe from any thread."""
         self.engine.increment_epoch()
 
+    def shut_down(self) -> None:
+        """Stop the running call (the worker is stopping) and every later one before it starts."""
+        self._closed = True
+        self.engine.increment_epoch()
+
     def call(self, event: str, payload_json: str) -> str | None:
         """Run ``on-event``; None for Ok, the message for Err. Raises PluginTrap when it does not return."""
         with self._lock:
+            if self._closed:
+                raise PluginTrap("not run: the worker is stopping")
             live = self._live or self._start()
             live.store.set_epoch_deadline(1)
             try:
@@ -162,6 +170,8 @@ class PluginCode:
         return _cut(memory.read(store, at, at + min(length, MAX_ERROR_BYTES)).decode(errors="replace"))
 
     def _trap(self, exc: wasmtime.Trap, live: _Live | None) -> PluginTrap:
+        if exc.trap_code == wasmtime.TrapCode.INTERRUPT and self._closed:
+            return PluginTrap("stopped: the worker is stopping")
         if exc.trap_code == wasmtime.TrapCode.INTERRUPT:
             return PluginTrap(f"stopped at its time limit of {self.manifest.timeout_ms} ms", timed_out=True)
         reason = f"trapped: {_first_line(exc)}"

@@ -165,7 +165,7 @@ class PluginWorker:
             log.exception("plugin %s on %s: could not journal the run", name, event.subject)
 
     async def stop(self) -> None:
-        """Stop taking events; a call running now is interrupted (its time limit brought forward)."""
+        """Stop taking events; calls running now are stopped (their time limit brought forward) and journaled."""
         await self.plugins.stop()
         async with self._sync_lock:
             self._stopping = True
@@ -173,10 +173,9 @@ class PluginWorker:
                 await sub.unsubscribe(timeout=1.0)
             self._subs.clear()
             lanes, self._lanes = list(self._lanes.values()), {}
-        for lane in lanes:
-            await lane.close()
         for code in self.plugins.running().values():
-            code.interrupt()
+            code.shut_down()
+        await asyncio.gather(*(lane.close(self.settings.drain_timeout_s) for lane in lanes))
         tasks = set(self._tasks)
         if tasks:
             await asyncio.wait(tasks, timeout=self.settings.drain_timeout_s)
@@ -196,6 +195,7 @@ class _Lane:
         self.name = name
         self.queue: asyncio.Queue[Event] = asyncio.Queue(worker.settings.queue_size)
         self.__qualname__ = f"PluginWorker.enqueue[{name}]"
+        self._current: asyncio.Future[None] | None = None
         self._dispatcher = asyncio.create_task(self._dispatch(), name=f"plugin {name}")
 
     def enqueue(self, event: Event) -> None:
@@ -212,12 +212,23 @@ class _Lane:
     async def _dispatch(self) -> None:
         while True:
             event = await self.queue.get()
-            try:
-                await self.worker.run(self.name, event)
-            except Exception:
-                log.exception("plugin %s on %s could not run", self.name, event.subject)
+            self._current = asyncio.ensure_future(self._run(event))
+            await asyncio.wait({self._current})  # a cancelled dispatcher leaves the run to finish (see close)
 
-    async def close(self) -> None:
+    async def _run(self, event: Event) -> None:
+        try:
+            await self.worker.run(self.name, event)
+        except Exception:
+            log.exception("plugin %s on %s could not run", self.name, event.subject)
+
+    async def close(self, drain_s: float = 5.0) -> None:
+        """Stop dispatching: queued events are shed; the call running now gets ``drain_s`` to end and be journaled."""
         self._dispatcher.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._dispatcher
+        while not self.queue.empty():
+            self.queue.get_nowait()
+            self.worker.stats.shed += 1
+            metrics.SHED.inc()
+        if self._current is not None and not self._current.done():
+            await asyncio.wait({self._current}, timeout=drain_s)
