@@ -164,3 +164,21 @@ def test_budgets_yaml_problems_name_the_file_and_field(tmp_path: Path) -> None:
     path.write_text("user: {max: 1, warn_at: 2}\nprices: {m: {input: 1, output: 1}}\n")
     done = run_cli("agent", "--name", "x", "--llm-url", "http://127.0.0.1:9", "--model", "m", "--budgets", str(path))
     assert done.returncode != 0 and "warn_at" in done.stderr and "budgets.yaml" in done.stderr
+
+
+def test_agent_flags_are_checked_before_connecting() -> None:
+    base = (
+        "agent",
+        "--name",
+        "x",
+        "--llm-url",
+        "http://127.0.0.1:9",
+        "--model",
+        "m",
+        "--nats-url",
+        "nats://127.0.0.1:9",
+    )
+    done = run_cli(*base, "--context-tokens", "0")
+    assert done.returncode != 0 and "--context-tokens must be at least 1, not 0" in done.stderr
+    done = run_cli(*base, "--stream-subject", "eva.stream.*")
+    assert done.returncode != 0 and "eva.stream.*" in done.stderr
