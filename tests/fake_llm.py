@@ -61,6 +61,11 @@ def gated(content: str) -> dict[str, Any]:
     return {**text(content), "gated": True}
 
 
+def unstreamed(content: str) -> dict[str, Any]:
+    """A text answer sent whole as JSON even to a streaming request (as servers without streaming do)."""
+    return {**text(content), "unstreamed": True}
+
+
 def words(content: str) -> list[str]:
     """How the fake server chunks a streamed text: one word with its trailing space per chunk."""
     return re.findall(r"\S+\s*", content) or [content]
@@ -85,7 +90,7 @@ class FakeLLM:
             step = text("too late")
         if "status" in step:
             return web.Response(status=step["status"], text="scripted failure")
-        if body.get("stream"):
+        if body.get("stream") and not step.get("unstreamed"):
             return await self._stream(request, body, step)
         answer = {
             "id": f"chatcmpl-{len(self.requests)}",

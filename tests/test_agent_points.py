@@ -390,6 +390,10 @@ async def test_undeclared_points_cost_nothing_and_answers_stream(kernel: Bus, ll
     result, _, tokens = await turn(kernel, llm)
     await wait_until(lambda: streamed(tokens) == "plain streamed answer", what="the stream")
     assert result["answer"] == "plain streamed answer"
+    llm.script = [fake_llm.unstreamed("sent whole")]  # a server that ignores stream: true
+    result, _, tokens = await turn(kernel, llm)
+    await wait_until(lambda: streamed(tokens) == "sent whole", what="the whole answer as one token")
+    assert result["answer"] == "sent whole"
 
 
 async def test_journal_session_reads_the_turns_decisions_in_order(

@@ -158,12 +158,21 @@ class ChatClient:
                 if reply.status >= 400:
                     text = await reply.read()
                     raise LLMError(f"{self.url}: HTTP {reply.status}: {text[:300]!r}", status=reply.status)
+                if reply.content_type == "application/json":  # a server that does not stream answers whole
+                    completion = parse_completion(await reply.read(), (time.monotonic() - start) * 1000)
+                    if completion.content:
+                        on_chunk(completion.content, bool(completion.tool_calls))
+                    return completion
+                done = False
                 async for data in _sse_data(reply.content):
                     if data == b"[DONE]":
+                        done = True
                         break
                     chunk = answer.add(data)
                     if chunk:
                         on_chunk(chunk, bool(answer.calls))
+                if not done:
+                    raise LLMError(f"{self.url}: the stream ended before data: [DONE]", transient=True)
         except TimeoutError:
             raise LLMError(f"{self.url}: no answer within {limit}s", transient=True) from None
         except aiohttp.ClientError as exc:
