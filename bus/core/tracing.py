@@ -29,7 +29,8 @@ _TRACEPARENT: Final = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2}
 _ZERO_TRACE: Final = "0" * 32
 _ZERO_SPAN: Final = "0" * 16
 _OFF: Final = os.environ.get(OTEL_ENV, "").strip().lower() in ("off", "0", "false", "no")
-_NOOP: Final = contextlib.nullcontext(None)
+#: What :func:`span` returns where the process does not trace; hot paths use it without building a span's name.
+NO_SPAN: Final = contextlib.nullcontext(None)
 
 Attributes = Mapping[str, str | int | float | bool]
 
@@ -88,7 +89,7 @@ def span(
     """
     trace = _trace()
     if trace is None:
-        return _NOOP
+        return NO_SPAN
     remote = valid_traceparent(parent)
     context = _remote_parent(trace, remote) if remote is not None else None
     tracer = trace.get_tracer("hookbus")

@@ -204,11 +204,15 @@ class Module:
         outer = _depth.current_depth()
         # Set and restored without a token: a handler that waits goes on in a task of its own context.
         _depth.set_depth(_depth.child_depth(depth))
-        span = _tracing.span(
-            f"hookbus handler {decl.qualname}",
-            parent=wire_ctx.traceparent,
-            attributes={"hookbus.stage": stage, "hookbus.handler": decl.qualname},
-            kind="SERVER",
+        span = (
+            _tracing.span(
+                f"hookbus handler {decl.qualname}",
+                parent=wire_ctx.traceparent,
+                attributes={"hookbus.stage": stage, "hookbus.handler": decl.qualname},
+                kind="SERVER",
+            )
+            if _tracing.active()
+            else _tracing.NO_SPAN
         )
         traced = span.__enter__()
         try:
