@@ -10,6 +10,8 @@ with a JSON object on stdout: ``hookSpecificOutput.permissionDecision``,
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -21,6 +23,8 @@ from bus import Bus, Cancel, Continue, Patch
 from bus.core.errors import ConfigError
 from subscribers.claude_hooks.config import parse
 from subscribers.claude_hooks.service import MODULE, ClaudeHooksServer
+
+from .conftest import hookbus_cmd
 
 BLOCK_RM = """
 import json, sys
@@ -187,3 +191,29 @@ def test_a_claude_hooks_file_breaking_the_rules_is_named(hooks: dict[str, Any], 
     with pytest.raises(ConfigError) as raised:
         parse(json.dumps({"hooks": hooks}).encode(), Path("/srv"), "claude-hooks.json")
     assert named in str(raised.value) and str(raised.value).startswith("claude-hooks.json")
+
+
+async def test_the_shell_hook_worker_serves_claude_hooks_json(nats_url: str, workspace: Path) -> None:
+    (workspace / "hooks").mkdir()
+    (workspace / "hooks" / "block_rm.py").write_text(BLOCK_RM)
+    group = {"matcher": "Bash", "hooks": [{"type": "command", "command": command("block_rm")}]}
+    (workspace / "claude-hooks.json").write_text(json.dumps({"hooks": {"PreToolUse": [group]}}))
+    worker = subprocess.Popen(
+        [*hookbus_cmd(), "worker", "--nats-url", nats_url, "--workspace", str(workspace), "--queue", "cc-worker"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        async with Bus(nats_url, trust_new=True) as kernel:
+            view = await kernel.middleware.start()
+            await view.wait_until(lambda: bool(view.chains.get("tool.call") and view.chains["tool.call"].links), 20)
+            decision = await kernel.intercept("tool.call", {"name": "Bash", "input": {"command": "rm -rf ~"}}, CTX)
+            assert isinstance(decision, Cancel) and decision.reason == "Blocked: rm -rf is not allowed"
+        worker.send_signal(signal.SIGTERM)
+        _, err = worker.communicate(timeout=20)
+        assert worker.returncode == 0, err
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.communicate(timeout=20)

@@ -33,6 +33,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 async def run(args: argparse.Namespace) -> int:
     from bus.client import Bus
     from bus.presence import component, presence
+    from subscribers.claude_hooks.service import ClaudeHooksServer
     from subscribers.plugins.worker import PluginWorker
     from subscribers.shell_hooks.worker import ShellWorker
 
@@ -43,6 +44,9 @@ async def run(args: argparse.Namespace) -> int:
     async with AsyncExitStack() as stack:
         worker = await stack.enter_async_context(ShellWorker(await stack.enter_async_context(bus), workspace, settings))
         plugins = await stack.enter_async_context(PluginWorker(bus, workspace, settings))
+        claude = ClaudeHooksServer(bus, workspace, args.nats_url)  # claude-hooks.json, served as module claude-hooks
+        await claude.start()
+        stack.push_async_callback(claude.stop)
         hooks = f"{worker.hooks.path} ({len(worker.config.entries)} hooks, {len(plugins.plugins.running())} plugins)"
         url = serve_metrics(stack, args.host, args.metrics_port)
         metrics = f", metrics {url}" if url else ""
