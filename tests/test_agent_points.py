@@ -446,7 +446,11 @@ async def test_hookbus_intercept_and_events_know_every_new_stage(kernel: Bus, na
             asyncio.to_thread(run_cli, "intercept", s, orjson.dumps(payload).decode(), "--trust-new", env=env)
             for s in cli
         ]
-        done = await asyncio.gather(*runs)
+        chain = asyncio.to_thread(run_cli, "chain", "--trust-new", env=env)
+        *done, listed = await asyncio.gather(*runs, chain)
+    assert f"{points.module.name}.assistant_message" in listed.stdout
+    idle = next(line for line in listed.stdout.splitlines() if line.startswith("known stages with no handler"))
+    assert "assistant.message" not in idle  # declared: listed with its chain above instead
     for stage, run in zip(cli, done, strict=True):
         assert run.returncode == 0, run.stderr
         assert orjson.loads(run.stdout) == {"decision": "patch", "payload": {**payload, "seen_by": str(stage)}}
