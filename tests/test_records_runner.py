@@ -226,7 +226,10 @@ async def handle(stage, payload, ctx):
 """
     await store.put(record("count", counter))
     await approve_when_waiting(kernel, f"{module}.count")
-    await wait_until(lambda: "count" in first.served and "count" in second.served, what="both serving")
+    await wait_until(
+        lambda: all("count" in r.served and not r.waiting for r in (first, second)),
+        what="both serving, their instances of drafts stopped",
+    )
     await wait_for_chain(kernel, "tool.call", [f"{module}.count"])
     view = await kernel.middleware.start()
     await view.wait_until(lambda: sum(ann.module == module for ann, _ in view.instances.values()) == 2, 10)

@@ -14,6 +14,7 @@ from typing import Any
 
 from bus.core.decisions import Decision
 from bus.core.declaration import Declaration
+from bus.core.eager import run_eager
 from bus.middleware.faults import Outcome, fault_decision
 from bus.middleware.handler.module import _check
 from bus.records.sandbox import RecordCtx, RecordHandler
@@ -32,14 +33,17 @@ class RecordRun:
 
 
 async def run_record(handler: RecordHandler, decl: Declaration, payload: dict[str, Any], ctx: RecordCtx) -> RecordRun:
-    """Call the record with its declared timeout (asyncio: a record that never awaits cannot be interrupted)."""
+    """Call the record with its declared timeout (asyncio's: a record that never awaits cannot be interrupted)."""
     started = time.perf_counter()
     try:
-        result: object = await asyncio.wait_for(handler(decl.stage, payload, ctx), decl.timeout)
+        # Inline while the record does not wait (most do not): a timer only once it does (as a Module does).
+        finished, result = run_eager(handler(decl.stage, payload, ctx))
+        if not finished:
+            result = await asyncio.wait_for(result, decl.timeout)
         outcome, cause = _check(result)
     except TimeoutError:
         outcome, cause, result = Outcome.TIMEOUT, f"no answer within {decl.timeout:g}s", None
-    except Exception as exc:
+    except Exception as exc:  # raised inline or in its task
         log.warning("record %s raised on %s", decl.qualname, decl.stage, exc_info=True)
         outcome, cause, result = Outcome.FAILED, f"raised {type(exc).__name__}: {exc}", None
     elapsed = (time.perf_counter() - started) * 1000

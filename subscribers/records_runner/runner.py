@@ -135,7 +135,7 @@ class RecordsRunner:
         instance = self._instances.get("serving")
         if instance is None:
             return {}
-        return {name: entry.decl.identity() for name, entry in instance.served.entries.items()}
+        return {name: entry.identity for name, entry in instance.served.entries.items()}
 
     @property
     def waiting(self) -> dict[str, str]:
@@ -143,7 +143,7 @@ class RecordsRunner:
         instance = self._instances.get("pending")
         if instance is None:
             return {}
-        return {name: entry.decl.identity() for name, entry in instance.served.entries.items()}
+        return {name: entry.identity for name, entry in instance.served.entries.items()}
 
     # -- what the watches deliver
 
@@ -253,7 +253,7 @@ class RecordsRunner:
 
     async def _swap(self, kind: str, entries: list[Entry]) -> None:
         old = self._instances.get(kind)
-        wanted = frozenset(entry.decl.identity() for entry in entries)
+        wanted = frozenset(entry.identity for entry in entries)
         if old is not None and old.served.identities == wanted:
             return
         new: _Instance | None = None
@@ -305,7 +305,7 @@ class RecordsRunner:
     async def _resolve(self, entry: Entry) -> RecordHandler | None:
         """A draft called at its instance: run it only if approved now (the trust store asked again)."""
         record = entry.record
-        identity = entry.decl.identity()
+        identity = entry.identity
         known = record.name in self.settings.managed or self.state.trust.get(entry.decl.qualname) == identity
         if not known and await self.store.trusted(record.name) != identity:
             raise LookupError(f"{entry.decl.qualname} is waiting for approval")
@@ -319,7 +319,7 @@ class RecordsRunner:
 
     def _report(self, entry: Entry, ran: RecordRun) -> None:
         self.calls += 1
-        identity = entry.decl.identity()
+        identity = entry.identity
         if ran.outcome not in _FAULTS:
             self._failures.pop(identity, None)
             return

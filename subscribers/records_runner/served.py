@@ -32,6 +32,11 @@ class Entry:
     record: Record
     decl: Declaration
     handler: RecordHandler | None  # None: a draft, compiled only if approved at call time
+    identity: str = ""  # the declaration's, computed once (calls report it)
+
+    def __post_init__(self) -> None:
+        if not self.identity:
+            object.__setattr__(self, "identity", self.decl.identity())
 
 
 #: Asked for a draft at call time: its handler if approved and enabled, None if approved and disabled;
@@ -60,7 +65,7 @@ class RecordSet:
 
     @property
     def identities(self) -> frozenset[str]:
-        return frozenset(decl.identity() for decl in self.declarations)
+        return frozenset(entry.identity for entry in self.entries.values())
 
     async def answer(self, request: MiddlewareRequest, bus: Any = None) -> MiddlewareReply:
         """Run the named records in order; patches compose, a cancel ends the run (as a Module does)."""
