@@ -116,6 +116,9 @@ async def test_operator_put_list_show_and_a_runner_process(nats_url: str, tmp_pa
             await wait_for_chain(kernel, "tool.call", [f"{module}.no_rm"])
             decision = await kernel.intercept("tool.call", {"name": "shell", "input": {"command": "rm -rf /"}})
             assert isinstance(decision, Cancel) and decision.reason == "by hand"
+            payload = json.dumps({"name": "shell", "input": {"command": "rm -rf /"}})
+            tested = run_cli("records", "test", "no_rm", payload, "--module", module, env=env)
+            assert json.loads(tested.stdout) == {"decision": "cancel", "reason": "by hand", "outcome": "ok"}
             shown = run_cli("records", "show", "no_rm", "--module", module, env=env)
             assert '"state": "approved"' in shown.stdout and "async def handle" in shown.stdout
 

@@ -208,11 +208,15 @@ async def test_a_disabled_record_is_skipped_and_a_record_cannot_import_what_is_n
     await wait_for_chain(kernel, "tool.call", [])
     assert await kernel.intercept("tool.call", call("rm -rf /")) == Continue()
 
+    drafts = await kernel.open_bucket("hookbus_records")
+    await drafts.put(f"{module}.junk", b"\xff not json")  # garbage in the store: ignored, named in the log
+    await drafts.put(f"{module}.renamed", record("other").to_bytes())  # named unlike its key: ignored
     await store.put(record("bad_import", IMPORTS_OS))
     await approve_when_waiting(kernel, f"{module}.bad_import")
     await wait_until(lambda: runner.state.copies.get("bad_import") is not None, what="the approved copy")
     await wait_until(lambda: (runner.state.copies["bad_import"].disabled or "").find("may not import 'os'") >= 0)
     assert "bad_import" not in runner.served
+    assert runner.state.drafts.keys() == {"no_rm", "bad_import"}  # the garbage came first and was left out
 
 
 async def test_two_runners_share_the_load(kernel: Bus, runners: Any) -> None:

@@ -43,6 +43,8 @@ log = logging.getLogger("hookbus.records")
 #: How long a new instance may take to be answering before the swap gives up (the old one keeps serving).
 START_WITHIN_S: Final = 15.0
 _FAULTS: Final = frozenset({Outcome.FAILED, Outcome.TIMEOUT, Outcome.INVALID})
+#: Drafts announced as waiting at most (a flood of drafts must not make an announcement over the bus limit).
+MAX_WAITING_ANNOUNCED: Final = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,6 +220,13 @@ class RecordsRunner:
                 handler = await self._compile(chosen.record)
                 if handler is not None:
                     serve.append(Entry(chosen.record, chosen.record.declaration(module), handler))
+        if len(pending) > MAX_WAITING_ANNOUNCED:
+            log.warning(
+                "records runner: %d drafts wait for approval; announcing the first %d by name",
+                len(pending),
+                MAX_WAITING_ANNOUNCED,
+            )
+            pending = pending[:MAX_WAITING_ANNOUNCED]
         await self._swap("serving", serve)
         await self._swap("pending", pending)
         self.planned += 1
