@@ -13,11 +13,12 @@
   the command and the payload file visible (read-only) again; the
   workspace's secrets inside the working directory (``api-token``,
   hooks.json, credential files, owner-only files) replaced by an empty file;
-- limits: address space and CPU time as rlimits (``prlimit`` inside the
-  sandbox), and the number of processes as a pids cgroup (v1 or v2,
-  wherever this process may create one) or, without one, as RLIMIT_NPROC
-  inside the sandbox's own user namespace (counted per sandbox). As root the
-  rlimit does not hold (root is exempt), so root needs the cgroup.
+- limits: address space and CPU time as rlimits set in the child before
+  bubblewrap starts (everything inside inherits them), and the number of
+  processes as a pids cgroup (v1 or v2, wherever this process may create
+  one) or, without one, as RLIMIT_NPROC set by ``prlimit`` inside the
+  sandbox's own user namespace (counted per sandbox). Root is exempt from
+  RLIMIT_NPROC, so root needs the cgroup.
 
 When any of this cannot be had, :class:`IsolationUnavailable` says what is
 missing: the caller refuses the run, it never runs the process bare.
@@ -28,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import resource
 import shutil
 import signal
 import stat
@@ -57,20 +59,23 @@ class Sandbox:
     """An argv ready to spawn isolated: pass ``preexec`` to Popen, call ``close()`` once it has ended."""
 
     argv: list[str]
+    #: (resource, limit) set, soft and hard, in the child before bubblewrap starts: inherited by all inside.
+    rlimits: tuple[tuple[int, int], ...] = ()
     cgroup: Path | None = None
     _procs_fd: int | None = field(default=None, repr=False)
 
     @property
-    def preexec(self) -> Callable[[], None] | None:
-        """Runs in the child before exec: join the pids cgroup (async-signal-safe: one write to an open fd)."""
-        fd = self._procs_fd
-        if fd is None:
-            return None
+    def preexec(self) -> Callable[[], None]:
+        """Runs in the child before exec: join the pids cgroup and set the rlimits (system calls only)."""
+        fd, limits = self._procs_fd, self.rlimits
 
-        def join() -> None:
-            os.write(fd, b"0")
+        def enter() -> None:
+            if fd is not None:
+                os.write(fd, b"0")
+            for which, value in limits:
+                resource.setrlimit(which, (value, value))
 
-        return join
+        return enter
 
     def close(self) -> None:
         """Release the cgroup: kill what is left in it (nothing, normally: the PID namespace took it) and remove it."""
@@ -96,26 +101,34 @@ def sandbox(
     visible again, read-only, even inside a hidden directory. Raises
     IsolationUnavailable naming what this machine lacks.
     """
-    tools = _tools()
+    bwrap = _bwrap()
     cgroup = _new_cgroup(isolation.max_procs)
-    if cgroup is None and os.geteuid() == 0:
-        raise IsolationUnavailable(
-            "isolation: running as root, the process limit needs a pids cgroup this process can create "
-            f"(none writable under {', '.join(map(str, CGROUP_ROOTS))}); RLIMIT_NPROC does not bind root"
-        )
-    limits = [f"--as={isolation.memory_mb * _MIB}", f"--cpu={isolation.cpu_s}", "--core=0"]
+    nproc: list[str] = []
+    if cgroup is None:  # RLIMIT_NPROC set inside the sandbox's user namespace: it counts that namespace only
+        if os.geteuid() == 0:
+            raise IsolationUnavailable(
+                "isolation: running as root, the process limit needs a pids cgroup this process can create "
+                f"(none writable under {', '.join(map(str, CGROUP_ROOTS))}); RLIMIT_NPROC does not bind root"
+            )
+        prlimit = shutil.which("prlimit")
+        if prlimit is None:
+            raise IsolationUnavailable("isolation: no pids cgroup can be made here and prlimit (util-linux) is missing")
+        nproc = [prlimit, f"--nproc={isolation.max_procs}", "--"]
+    box = [bwrap, *_namespaces(isolation), *_file_system(cwd, hidden, readable), "--chdir", str(cwd)]
+    rlimits = (
+        (resource.RLIMIT_AS, isolation.memory_mb * _MIB),
+        (resource.RLIMIT_CPU, isolation.cpu_s),
+        (resource.RLIMIT_CORE, 0),
+    )
+    wrapped = [*box, "--", *nproc, *argv]
     if cgroup is None:
-        limits.append(f"--nproc={isolation.max_procs}")
-    box = [tools.bwrap, *_namespaces(isolation), *_file_system(cwd, hidden, readable), "--chdir", str(cwd)]
-    wrapped = [*box, "--", tools.prlimit, *limits, "--", *argv]
-    if cgroup is None:
-        return Sandbox(wrapped)
+        return Sandbox(wrapped, rlimits)
     try:
         fd = os.open(cgroup / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC)
     except OSError:
         _remove_cgroup(cgroup)
         raise
-    return Sandbox(wrapped, cgroup, fd)
+    return Sandbox(wrapped, rlimits, cgroup, fd)
 
 
 def _namespaces(isolation: Isolation) -> list[str]:
@@ -159,21 +172,13 @@ def secrets_in(directory: Path) -> list[Path]:
     return sorted(found)
 
 
-@dataclass(frozen=True)
-class _Tools:
-    bwrap: str
-    prlimit: str
-
-
 @functools.cache
-def _tools() -> _Tools:
-    """bwrap and prlimit, checked once per process by running a sandbox of /bin/true."""
-    bwrap, prlimit = shutil.which("bwrap"), shutil.which("prlimit")
+def _bwrap() -> str:
+    """bwrap's path, checked once per process by running a sandbox of ``true``."""
+    bwrap = shutil.which("bwrap")
     if bwrap is None:
         raise IsolationUnavailable("isolation: bubblewrap (bwrap) is not installed (Debian: apt install bubblewrap)")
-    if prlimit is None:
-        raise IsolationUnavailable("isolation: prlimit (util-linux) is not installed")
-    probe = [bwrap, *_namespaces(Isolation()), "--ro-bind", "/", "/", "--proc", "/proc", "--", prlimit, "--", "true"]
+    probe = [bwrap, *_namespaces(Isolation()), "--ro-bind", "/", "/", "--proc", "/proc", "--", "true"]
     try:
         done = subprocess.run(probe, capture_output=True, timeout=_PROBE_TIMEOUT_S, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -181,7 +186,7 @@ def _tools() -> _Tools:
     if done.returncode != 0:
         why = done.stderr.decode(errors="replace").strip() or f"exit {done.returncode}"
         raise IsolationUnavailable(f"isolation: bubblewrap cannot make its namespaces here: {why}")
-    return _Tools(bwrap, prlimit)
+    return bwrap
 
 
 @functools.cache
