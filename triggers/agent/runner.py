@@ -30,7 +30,7 @@ from bus.core.decisions import Cancel, Decision, Patch
 from bus.core.errors import LLMError, TurnFailed
 from bus.core.stages import Stage, phase
 from bus.core.subjects import agent_stream_subject
-from bus.journal.entries import JournalEntry, publish_entry
+from bus.journal.entries import PROCESS, JournalEntry, publish_entry
 from bus.turns.server import TurnRequest
 from triggers.agent import context, points
 from triggers.agent.budgets import BudgetBook, Usage
@@ -106,7 +106,7 @@ class TurnRunner:
 
     async def handle(self, request: TurnRequest) -> str:
         """Run one turn; returns the answer, raises TurnFailed."""
-        ctx = {"session": request.session_id, "agent": self.agent}
+        ctx = {"session": request.session_id, "agent": self.agent, "process": PROCESS}  # what when/grants see
         base = {"agent": self.agent, "turn": request.id}
         spawn = await self.bus.intercept(
             Stage.AGENT_SPAWN, {**base, "trigger": request.trigger, "depth": request.depth}, ctx=ctx
