@@ -105,20 +105,31 @@ async def kernel_with_hooks(nats_url: str, workspace: Path) -> AsyncIterator[Bus
         server = ClaudeHooksServer(serving, workspace, nats_url)
         await server.start()
         try:
-            view = await kernel.middleware.start()
-            wanted = {f"{MODULE}.PreToolUse", f"{MODULE}.UserPromptSubmit", f"{MODULE}.PostToolUse"}
-
-            def runnable() -> bool:
-                links = [link for chain in view.chains.values() for link in chain.links if link.trust.runs]
-                return wanted <= {link.decl.qualname for link in links}
-
-            await view.wait_until(runnable, 15)
+            await approved(kernel, {f"{MODULE}.PreToolUse", f"{MODULE}.UserPromptSubmit", f"{MODULE}.PostToolUse"})
             yield kernel
         finally:
             await server.stop()
 
 
 CTX = {"session": "s-claude", "agent": "eva"}
+
+
+async def approved(kernel: Bus, wanted: set[str]) -> None:
+    """Wait until ``wanted`` run on ``kernel``, approving them as an operator would (the server is shared:
+    an earlier test may have approved another version of the same handler)."""
+    view = await kernel.middleware.start()
+
+    def runnable() -> bool:
+        links = [link for chain in view.chains.values() for link in chain.links if link.trust.runs]
+        return wanted <= {link.decl.qualname for link in links}
+
+    def waiting() -> list[Any]:
+        return [link for chain in view.chains.values() for link in chain.waiting if link.decl.qualname in wanted]
+
+    await view.wait_until(lambda: runnable() or bool(waiting()), 20)
+    for link in waiting():
+        await view.approve(link.decl)
+    await view.wait_until(runnable, 20)
 
 
 async def test_claude_code_hook_scripts_decide_on_their_stages(kernel_with_hooks: Bus) -> None:
@@ -206,8 +217,7 @@ async def test_the_shell_hook_worker_serves_claude_hooks_json(nats_url: str, wor
     )
     try:
         async with Bus(nats_url, trust_new=True) as kernel:
-            view = await kernel.middleware.start()
-            await view.wait_until(lambda: bool(view.chains.get("tool.call") and view.chains["tool.call"].links), 20)
+            await approved(kernel, {f"{MODULE}.PreToolUse"})
             decision = await kernel.intercept("tool.call", {"name": "Bash", "input": {"command": "rm -rf ~"}}, CTX)
             assert isinstance(decision, Cancel) and decision.reason == "Blocked: rm -rf is not allowed"
         worker.send_signal(signal.SIGTERM)
