@@ -204,8 +204,19 @@ def _cgroup_parent() -> Path | None:
         with contextlib.suppress(OSError):
             probe.rmdir()
         if usable:
+            _sweep_dead_owners(parent)
             return parent
     return None
+
+
+def _sweep_dead_owners(parent: Path) -> None:
+    """Remove the cgroups of processes that are gone (named ``<owner pid>-<id>``): what their closes left busy."""
+    with contextlib.suppress(OSError):
+        for child in parent.iterdir():
+            owner = child.name.partition("-")[0]
+            if owner.isdigit() and not Path(f"/proc/{owner}").exists():
+                _remove_cgroup(child)
+                _LEFTOVER.discard(child)
 
 
 #: Cgroups that were still busy when their sandbox closed (the namespace was still being torn down).
@@ -218,7 +229,7 @@ def _new_cgroup(max_procs: int) -> Path | None:
         return None
     for old in list(_LEFTOVER):
         _remove_cgroup(old)
-    path = parent / uuid.uuid4().hex
+    path = parent / f"{os.getpid()}-{uuid.uuid4().hex}"
     path.mkdir()
     try:
         (path / "pids.max").write_text(str(max_procs))
