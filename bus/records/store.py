@@ -124,7 +124,9 @@ class RecordStore:
     async def approve(self, record: Record, how: str = "approved") -> None:
         """What an operator does: approve this version in the trust store (``records put --approve``)."""
         decl = record.declaration(self.module)
-        await (await self.port.open_bucket(TRUST_BUCKET)).put(decl.qualname, trust_record(decl, how))
+        kv = await self.port.open_bucket(TRUST_BUCKET)
+        previous = await kv.get(decl.qualname)  # its first approval time is kept (the chain's tie order)
+        await kv.put(decl.qualname, trust_record(decl, how, previous.value if previous else None))
 
     async def remove(self, name: str) -> None:
         """What an operator does: the draft, the approved copy and the approval go."""
