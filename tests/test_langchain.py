@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("langchain_core")  # the langchain extra; scripts/test installs it (CI fails below if missing)
 
 from langchain_core.messages import BaseMessage, HumanMessage, ToolMessage
-from langchain_core.tools import tool
+from langchain_core.tools import ToolException, tool
 
 from bus import Bus, Cancel, Continue, Decision, DecisionError, Event, Module, Patch
 from bus.adapters.langchain import AsyncHookbusCallbackHandler, HookbusCallbackHandler, guard_tool
@@ -67,6 +67,15 @@ def _shell(ran: list[str]) -> Any:
         return f"listing of {command}: secret.txt" if command == "ls -la" else f"ran {command}"
 
     return shell
+
+
+def _strict() -> Any:
+    @tool
+    def cat(path: str) -> str:
+        """Print a file."""
+        raise ToolException("no such file")
+
+    return cat
 
 
 def _tool_answers(request: dict[str, Any]) -> list[str]:
@@ -146,10 +155,15 @@ async def test_async_agent_on_a_bus(nats_url: str, llm: FakeLLM, kernel: Bus, bu
             await guarded.ainvoke({"command": "boom"}, config=config)
         with pytest.raises(DecisionError, match="'input' must be an object, not array"):
             await guarded.ainvoke({"command": "bad"}, config=config)
+        strict = guard_tool(_strict(), kernel, session_id=session)
+        with pytest.raises(ToolException, match="no such file"):  # not handled by the tool: raised, and reported
+            await strict.ainvoke({"path": "/nope"}, config=config)
     assert ran == ["boom"]
-    await wait_until(lambda: "error" in _names(recorder.events), what="the tool's error event")
-    error = next(e for e in recorder.events if e.event == "error")
-    assert error.payload == {"component": "tool:shell", "message": "ValueError: the tool broke"}
+    await wait_until(lambda: _names(recorder.events).count("error") == 3, what="the tools' error events")
+    errors = [e.payload for e in recorder.events if e.event == "error"]
+    assert errors[0] == {"component": "tool:shell", "message": "ValueError: the tool broke"}
+    assert errors[1]["component"] == "tool:shell" and errors[1]["message"].startswith("DecisionError: ")
+    assert errors[2] == {"component": "tool:cat", "message": "ToolException: no such file"}
 
 
 async def test_a_sync_handler_refuses_an_asyncio_bus(kernel: Bus) -> None:

@@ -13,6 +13,7 @@ Needs ``langchain-core`` (``pip install 'hookbus[langchain]'``).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from typing import Any
 from uuid import UUID
@@ -215,20 +216,27 @@ def _refuse(answer: str) -> Any:
     raise _Cancelled(answer)
 
 
-def _tool_errors(inner: BaseTool) -> Any:
-    """The guarded tool's ``handle_tool_error``: cancels answer the model; other errors as ``inner`` handles them."""
-    own = inner.handle_tool_error
+class _ErrorPolicy:
+    """The guarded tool's ``handle_tool_error``: a cancel answers the model; other errors as the inner tool says.
 
-    def handle(error: ToolException) -> str:
-        if isinstance(error, _Cancelled) or own is True:
+    LangChain asks ``if not handle_tool_error`` inside its ``except ToolException``
+    block: truth is decided per error (the one being handled), so a tool that
+    does not handle its errors still raises them through LangChain's own path
+    (``on_tool_error`` reported), while a cancel always becomes the model's answer.
+    """
+
+    def __init__(self, own: Any) -> None:
+        self.own = own
+
+    def __bool__(self) -> bool:
+        return isinstance(sys.exc_info()[1], _Cancelled) or bool(self.own)
+
+    def __call__(self, error: ToolException) -> str:
+        if isinstance(error, _Cancelled) or self.own is True:
             return str(error.args[0]) if error.args else "Tool execution error"
-        if isinstance(own, str):
-            return own
-        if callable(own):
-            return str(own(error))
-        raise error
-
-    return handle
+        if isinstance(self.own, str):
+            return self.own
+        return str(self.own(error))
 
 
 class GuardedTool(BaseTool):
@@ -262,7 +270,7 @@ def guard_tool(tool: BaseTool, bus: AnyBus, *, session_id: str | None = None, ag
         description=tool.description,
         args_schema=tool.args_schema,
         return_direct=tool.return_direct,
-        handle_tool_error=_tool_errors(tool),
+        handle_tool_error=_ErrorPolicy(tool.handle_tool_error),
         inner=tool,
         guard=ToolGuard(bus, tool.name, ctx, refuse=_refuse),
     )
