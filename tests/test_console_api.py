@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, cast
@@ -200,6 +200,24 @@ async def journal(client: Client, query: str, count: int = 1) -> list[dict[str, 
     return found
 
 
+async def console_shows(client: Client, predicate: Callable[[dict[str, Any]], bool], what: str) -> dict[str, Any]:
+    """GET /api/middleware until ``predicate`` holds: the console's own view learns of changes in its own time."""
+    listing: dict[str, Any] = {}
+
+    async def holds() -> bool:
+        nonlocal listing
+        listing = await client.ok("GET", "/api/middleware")
+        return predicate(listing)
+
+    await wait_until(holds, what=what)
+    return listing
+
+
+def links(listing: dict[str, Any], part: str) -> list[tuple[str, str]]:
+    """(name, state) of every handler in the ``part`` (links, holds, waiting, disabled) of every chain."""
+    return [(link["name"], link["state"]) for chain in listing["chains"] for link in chain[part]]
+
+
 async def test_approving_through_the_console_runs_the_handler_and_is_journaled_as_the_console(
     client: Client, up: UpProcess
 ) -> None:
@@ -207,7 +225,9 @@ async def test_approving_through_the_console_runs_the_handler_and_is_journaled_a
         async with Bus(up.nats_url) as kernel:
             view = await kernel.middleware.start()
             await view.wait_until(lambda: Stage.TOOL_CALL.value in view.chains, 15)
-            listing = await client.ok("GET", "/api/middleware")
+            listing = await console_shows(
+                client, lambda got: any(w["name"] == "apiguard.h" for w in got["approvals"]), "apiguard.h waiting"
+            )
             [waiting] = [w for w in listing["approvals"] if w["name"] == "apiguard.h"]
             assert waiting["state"] == "untrusted"
             assert '+  "module": "apiguard",' in waiting["diff"], "a new handler's whole declaration is the diff"
@@ -216,6 +236,8 @@ async def test_approving_through_the_console_runs_the_handler_and_is_journaled_a
             assert (await client.ok("POST", "/api/middleware/approve", {"name": "apiguard.h"}))["approved"][0][
                 "name"
             ] == "apiguard.h"
+            trusted = ("apiguard.h", "trusted")
+            await console_shows(client, lambda got: trusted in links(got, "links"), "apiguard.h trusted")
             status, body = await client.call("POST", "/api/middleware/approve", {"name": "apiguard.h"}, client.auth)
             assert status == 409 and "no handler named 'apiguard.h' is waiting" in body["error"]
             await view.wait_until(lambda: bool(view.chains[Stage.TOOL_CALL.value].links), 15)
@@ -266,16 +288,14 @@ async def test_detaching_a_gone_guard_through_the_console_ends_its_hold_journale
         await kernel.subscribe(MODULE_DETACHED, announced)
         await kernel.flush()
         with module_process(up.nats_url, "dguard", stage, *flags) as proc:
-            await view.wait_until(lambda: stage in view.chains and bool(view.chains[stage].waiting), 15)
+            await console_shows(client, lambda got: (name, "waiting") in links(got, "waiting"), f"{name} waiting")
             await client.ok("POST", "/api/middleware/approve", {"name": name})
-            await view.wait_until(lambda: bool(view.chains[stage].links), 15)
+            await view.wait_until(lambda: bool(view.chains.get(stage) and view.chains[stage].links), 15)
             status, body = await client.call("POST", "/api/middleware/detach", {"name": name}, client.auth)
             assert status == 409 and f"{name} is alive" in body["error"]
             proc.kill()
         await view.wait_until(lambda: bool(view.chains.get(stage) and view.chains[stage].holds), 15)
-        listing = await client.ok("GET", "/api/middleware")
-        [chain] = [c for c in listing["chains"] if c["stage"] == stage]
-        assert [(h["name"], h["state"]) for h in chain["holds"]] == [(name, "gone")]
+        await console_shows(client, lambda got: links(got, "holds") == [(name, "gone")], f"{name} shown gone")
         assert isinstance(await kernel.intercept(stage, {}), Cancel), "the gone guard holds its stage"
 
         assert (await client.ok("POST", "/api/middleware/detach", {"name": name}))["detached"][0]["name"] == name

@@ -53,13 +53,14 @@ function say(id, text, isError) {
 
 // -- pages
 
-const pages = { live: showLive, journal: () => {}, middleware: loadMiddleware, hooks: loadHooks, status: startStatus };
+const pages = { live: showLive, journal: () => {}, middleware: startMiddleware, hooks: loadHooks, status: startStatus };
 let current = null;
 
 function show(name) {
   for (const page of document.querySelectorAll(".page")) page.hidden = page.id !== "page-" + name;
   for (const tab of document.querySelectorAll("#tabs button[data-page]")) tab.classList.toggle("active", tab.dataset.page === name);
   if (current === "status" && name !== "status") stopStatus();
+  if (current === "middleware" && name !== "middleware") stopMiddleware();
   current = name;
   if (pages[name]) pages[name]();
 }
@@ -83,6 +84,7 @@ function logout(why) {
   sessionStorage.removeItem(TOKEN_KEY);
   stopLive();
   stopStatus();
+  stopMiddleware();
   $("tabs").hidden = true;
   for (const page of document.querySelectorAll(".page")) page.hidden = page.id !== "page-login";
   if (typeof why === "string") say("login-error", why, true);
@@ -254,9 +256,22 @@ async function showTimeline() {
 
 function ago(seconds) { return seconds === null || seconds === undefined ? "-" : seconds.toFixed(1) + "s ago"; }
 
+let mwTimer = null;
+let mwShown = null;
+
+function startMiddleware() { stopMiddleware(); mwShown = null; loadMiddleware(); mwTimer = setInterval(loadMiddleware, 2000); }
+
+function stopMiddleware() { if (mwTimer) { clearInterval(mwTimer); mwTimer = null; } }
+
+// Re-drawn only when something but the "last seen" ages changed: buttons stay put between changes.
+const withoutAges = (key, value) => (key === "last_seen_s" ? undefined : value);
+
 async function loadMiddleware() {
   try {
     const data = await api("GET", "/api/middleware");
+    const snapshot = JSON.stringify(data, withoutAges);
+    if (snapshot === mwShown) return;
+    mwShown = snapshot;
     const chains = $("mw-chains");
     chains.replaceChildren();
     if (!data.chains.length) chains.appendChild(el("p", "No middleware handler is declared on this bus.", "hint"));
@@ -283,14 +298,14 @@ async function loadMiddleware() {
       box.appendChild(button("Approve", () => act("approve", w.name), "approve"));
       approvals.appendChild(box);
     }
-    say("mw-state", "");
   } catch (error) {
     say("mw-state", error.message, true);
   }
 }
 
 function linkRow(position, l, action) {
-  const state = (l.hold ? l.state + ": " + l.hold : l.state) + (l.agents ? " (only for " + l.agents.join(", ") + ")" : "");
+  const state = (l.hold ? l.state + ": " + l.hold : l.state) + (l.trust ? " (" + l.trust + ")" : "")
+    + (l.agents ? " (only for " + l.agents.join(", ") + ")" : "");
   const tr = row([position, l.name, state, l.fail_closed ? "fail-closed" : "fail-open",
     l.timeout + "s", l.instances, ago(l.last_seen_s), action || ""]);
   tr.dataset.name = l.name;
