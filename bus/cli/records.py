@@ -18,15 +18,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = subparsers.add_parser(
         "records",
         help="stored handler records: list, show, put, test",
-        description="Handler records kept on the bus and served by `hookbus runner` once approved.",
+        description="Handler records kept on the bus and served by 'hookbus runner' once approved.",
     )
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    listing = actions.add_parser("list", help="every record with its state (serving, waiting, disabled)")
-    show = actions.add_parser("show", help="one record: its fields, state, identity and source")
-    show.add_argument("name")
-    put = actions.add_parser("put", help="store FILE.py as a record (it waits for approval unless --approve)")
+    listing = _action(actions, "list", "every record with its state (approved, waiting, disabled)")
+    show = _action(actions, "show", "one record: its fields, state, identity and source")
+    show.add_argument("name", help="the record's name")
+    put = _action(actions, "put", "store FILE.py as a record (it waits for approval unless --approve)")
     put.add_argument("file", type=Path, help="Python source defining async def handle(stage, payload, ctx)")
-    put.add_argument("--stage", required=True)
+    put.add_argument("--stage", required=True, help="the stage it handles (tool.call ...)")
     put.add_argument("--name", help="record name (default: the file's stem)")
     put.add_argument("--match", action="append", default=[], help="tool names it takes (repeatable)")
     put.add_argument("--before", action="append", default=[], help="handler it runs before (repeatable)")
@@ -35,20 +35,28 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     put.add_argument("--timeout", type=float, default=2.0, help="seconds per call (default: 2)")
     put.add_argument("--disabled", action="store_true", help="store it disabled")
     put.add_argument("--approve", action="store_true", help="approve this version too (an operator's write)")
-    test = actions.add_parser("test", help="run a record (NAME from the bus, or FILE.py) on a payload, locally")
+    test = _action(actions, "test", "run a record (NAME from the bus, or FILE.py) on a payload, locally")
     test.add_argument("name", help="a stored record's name, or a .py file (then give --stage)")
     test.add_argument("payload", nargs="?", help="JSON object (default: stdin)")
     test.add_argument("--stage", help="the stage, for a file")
-    test.add_argument("--allow-import", action="append", default=None, metavar="MODULE")
+    test.add_argument(
+        "--allow-import", action="append", default=None, metavar="MODULE", help="a module it may import (repeatable)"
+    )
     for action in ("enable", "disable"):
-        switch = actions.add_parser(action, help=f"{action} a record and approve that version (an operator's write)")
-        switch.add_argument("name")
-    remove = actions.add_parser("rm", help="remove a record: draft, approved copy and approval")
-    remove.add_argument("name")
+        switch = _action(actions, action, f"{action} a record and approve that version (an operator's write)")
+        switch.add_argument("name", help="the record's name")
+    remove = _action(actions, "rm", "remove a record: draft, approved copy and approval")
+    remove.add_argument("name", help="the record's name")
     for sub in (listing, show, put, test, remove, *(actions.choices[a] for a in ("enable", "disable"))):
         sub.add_argument("--module", default=RECORDS_MODULE, help=f"the runner module (default: {RECORDS_MODULE})")
         add_nats_url(sub)
     parser.set_defaults(func=run)
+
+
+def _action(
+    actions: argparse._SubParsersAction[argparse.ArgumentParser], name: str, text: str
+) -> argparse.ArgumentParser:
+    return actions.add_parser(name, help=text, description=text[:1].upper() + text[1:] + ".")
 
 
 async def run(args: argparse.Namespace) -> int:
