@@ -130,7 +130,7 @@ async def run_once(up: Up, total: int, rate: int | None, viewer: bool) -> tuple[
     async with aiohttp.ClientSession() as session, Bus(up.nats_url) as listener, Bus(up.nats_url) as publisher:
         await listener.subscribe(SUBJECT, count)
         await listener.flush()
-        reader = None
+        reader, response = None, None
         if viewer:
             headers = {"Authorization": f"Bearer {up.token}"}
             response = await session.get(f"{up.base}/api/live?pattern={SUBJECT}", headers=headers)
@@ -146,9 +146,10 @@ async def run_once(up: Up, total: int, rate: int | None, viewer: bool) -> tuple[
         baseline_done = await until(lambda: received >= total)
         stream_done = await until(lambda: stream.accounted >= total) if viewer else baseline_done
         cpu = cpu_s(up.proc.pid) - cpu0
-        if reader is not None:
+        if reader is not None and response is not None:
             reader.cancel()
             await asyncio.gather(reader, return_exceptions=True)
+            response.close()
     return baseline_done - start, stream_done - start, cpu, stream
 
 
