@@ -81,7 +81,22 @@ async def test_when_takes_only_matching_calls_and_skips_the_rest_without_a_reque
         eva = {"agent": "eva", "template": "support-7", "user": "alice", "process": "runner/42", "session": "s1"}
         assert await kernel.intercept(stage, {}, eva) == Cancel("eva's support guard", f"{mod.name}.only_eva")
         await wait_until(lambda: len(requests) == 1, what="the one request")
-    assert calls == [{"agent": "eva", "template": "support-7", "user": "alice", "process": "runner/42"}]
+        done = await cli(
+            "intercept",
+            stage,
+            "{}",
+            "--agent",
+            "eva",
+            "--template",
+            "support-2",
+            "--user",
+            "bo",
+            "--nats-url",
+            nats_url,
+        )
+        assert '"decision":"cancel"' in done.stdout, done.stdout + done.stderr
+    assert calls[0] == {"agent": "eva", "template": "support-7", "user": "alice", "process": "runner/42"}
+    assert calls[1:] == [{"agent": "eva", "template": "support-2", "user": "bo", "process": None}]
 
 
 async def test_when_in_a_module_chain_sends_only_the_handlers_it_takes(kernel: Bus, nats_url: str) -> None:

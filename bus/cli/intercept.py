@@ -28,6 +28,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("payload", nargs="?", default=None, help="a JSON object; '-' or absent: read stdin")
     parser.add_argument("--session", default=None, help="session id passed to handlers")
     parser.add_argument("--agent", default=None, help="agent name passed to handlers")
+    parser.add_argument("--user", default=None, help="the call's user (what when sees)")
+    parser.add_argument("--template", default=None, help="the agent's template (what when sees)")
     add_options(parser, trust=True)
     add_drain_workspace(parser)
     parser.set_defaults(func=run)
@@ -37,7 +39,8 @@ async def run(args: argparse.Namespace) -> int:
     stage = validate_stage(args.stage)
     payload = read_json_object(args.payload, "the payload")
     async with open_view(args, "hookbus-intercept") as (bus, view):
-        decision = await bus.intercept(stage, payload, {"session": args.session, "agent": args.agent})
+        ctx = {"session": args.session, "agent": args.agent, "user": args.user, "template": args.template}
+        decision = await bus.intercept(stage, payload, ctx)
         chain = view.chains.get(stage)
         for link in chain.waiting if chain else ():
             name = link.decl.qualname
