@@ -147,13 +147,14 @@ async def _put(store: Any, args: argparse.Namespace) -> int:
     record = from_fields(fields, author=local_actor())
     identity = await store.put(record)
     if args.approve:
-        await store.approve(record)
+        await store.approve(record, local_actor())
     state = "approved" if args.approve else "waiting for approval (hookbus approve " + f"{store.module}.{record.name})"
     print(f"stored {store.module}.{record.name} (identity {identity[:12]}): {state}")
     return 0
 
 
 async def _switch(store: Any, name: str, enabled: bool) -> int:
+    from bus.operator import local_actor
     from bus.records.store import Approved
 
     record = await store.get(name)
@@ -161,7 +162,7 @@ async def _switch(store: Any, name: str, enabled: bool) -> int:
         raise RecordError(name, f"no such record in module {store.module}")
     changed = record.with_changes(enabled=enabled)
     await store.put(changed)
-    await store.approve(changed)
+    await store.approve(changed, local_actor())
     copy = await store.get_approved(name)
     if enabled and copy is not None and copy.disabled:  # the operator puts it back in service
         identity = changed.identity(store.module)

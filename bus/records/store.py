@@ -19,7 +19,9 @@ import msgspec
 
 from bus.core.errors import RecordError, RegistryError
 from bus.core.schema import ApprovedRecordMsg, decode
+from bus.core.stages import phase
 from bus.core.subjects import RECORDS_APPROVED_BUCKET, RECORDS_BUCKET, RECORDS_MODULE
+from bus.journal.entries import JournalEntry, publish_entry
 from bus.middleware.registry import LOAD_WITHIN_S, TRUST_BUCKET
 from bus.middleware.trust import approved_identity, trust_record
 from bus.records.record import Record, parse_safely
@@ -121,12 +123,16 @@ class RecordStore:
         entry = await (await self.port.open_bucket(TRUST_BUCKET)).get(f"{self.module}.{name}")
         return approved_identity(entry.value if entry else None)
 
-    async def approve(self, record: Record, how: str = "approved") -> None:
-        """What an operator does: approve this version in the trust store (``records put --approve``)."""
+    async def approve(self, record: Record, actor: str, how: str = "approved") -> None:
+        """What an operator does: approve this version in the trust store (``records put --approve``); journaled."""
         decl = record.declaration(self.module)
         kv = await self.port.open_bucket(TRUST_BUCKET)
         previous = await kv.get(decl.qualname)  # its first approval time is kept (the chain's tie order)
         await kv.put(decl.qualname, trust_record(decl, how, previous.value if previous else None))
+        entry = JournalEntry("middleware", decl.stage, phase(decl.stage), decl.qualname, "approved")
+        entry.cause = f"approved by {actor}"
+        entry.identity = decl.identity()
+        await publish_entry(self.port, entry)
 
     async def remove(self, name: str) -> None:
         """What an operator does: the draft, the approved copy and the approval go."""
