@@ -165,6 +165,23 @@ def matches(pattern: str, subject: str) -> bool:
 INTERNAL_PREFIXES = ("_INBOX.", "$", "hookbus.")
 
 
+#: Every reply subject lies under this root (docs/protocol.md, Connections and reply inboxes).
+REPLY_ROOT = "_INBOX."
+
+
+def is_reply_inbox(subject: str) -> bool:
+    """Whether a request's reply subject may be answered: an inbox, and no wildcard.
+
+    ``allow_responses`` lets a responder publish to whatever reply subject it
+    was handed, so a requester could aim the answer at a subject only the
+    responder may write (a registry key, a journal subject, a turn request):
+    responders answer inboxes only.
+    """
+    return (
+        subject.startswith(REPLY_ROOT) and len(subject) > len(REPLY_ROOT) and "*" not in subject and ">" not in subject
+    )
+
+
 def is_internal(subject: str) -> bool:
     """Whether ``subject`` is plumbing (see INTERNAL_PREFIXES) rather than an event."""
     return subject.startswith(INTERNAL_PREFIXES)
@@ -213,6 +230,18 @@ RECORDS_BUCKET = "hookbus_records"
 RECORDS_APPROVED_BUCKET = "hookbus_records_approved"
 #: The module name record runners serve under (``hookbus runner --module`` changes it).
 RECORDS_MODULE = "records"
+
+
+def kv_stream(bucket: str) -> str:
+    """The JetStream stream behind a KV bucket (JetStream's own layout)."""
+    return f"KV_{bucket}"
+
+
+def kv_key_subject(bucket: str, key: str = "") -> str:
+    """The subject a KV bucket stores ``key`` on (JetStream's own layout); with no key, the prefix."""
+    return f"$KV.{bucket}.{key}"
+
+
 #: The JetStream object store holding whole payloads of events over the size limit (the claim check,
 #: docs/protocol.md): the envelope carries a reference to one of its objects and a preview.
 PAYLOADS_BUCKET = "hookbus_payloads"

@@ -35,6 +35,18 @@ NO_SPAN: Final = contextlib.nullcontext(None)
 Attributes = Mapping[str, str | int | float | bool]
 
 
+#: Span attribute names (OpenTelemetry's dotted namespaces, not subjects): the one place they are spelled.
+ATTR_STAGE: Final = "hookbus.stage"
+ATTR_HANDLER: Final = "hookbus.handler"
+ATTR_OUTCOME: Final = "hookbus.outcome"
+ATTR_DECISION: Final = "hookbus.decision"
+ATTR_AGENT: Final = "hookbus.agent"
+ATTR_TURN: Final = "hookbus.turn"
+ATTR_TRIGGER: Final = "hookbus.trigger"
+ATTR_EVENT: Final = "hookbus.event"
+ATTR_HOOK: Final = "hookbus.hook"
+
+
 def _trace() -> Any:
     """``opentelemetry.trace`` when this process already uses it, else None (never imported here)."""
     return None if _OFF else sys.modules.get("opentelemetry.trace")

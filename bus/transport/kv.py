@@ -17,6 +17,7 @@ import nats.errors as nats_errors
 import nats.js.errors as js_errors
 
 from bus.core.errors import RegistryError
+from bus.core.subjects import kv_key_subject, kv_stream
 from bus.transport.connection import jetstream_replicas
 
 #: What a bucket operation may raise from nats-py (and asyncio, for a timed-out request).
@@ -144,8 +145,8 @@ class Bucket:
         """The keys the bucket's stream holds a message for (deleted keys included: their marker)."""
         if self._js is None:
             return set()
-        info = await self._js.stream_info(f"KV_{self.name}", subjects_filter=">")
-        prefix = f"$KV.{self.name}."
+        info = await self._js.stream_info(kv_stream(self.name), subjects_filter=">")
+        prefix = kv_key_subject(self.name)
         return {subject[len(prefix) :] for subject in (info.state.subjects or {}) if subject.startswith(prefix)}
 
     async def _present(self, key: str) -> bool:

@@ -150,9 +150,9 @@ class TurnServer:
                 f"hookbus turn {self.agent}",
                 parent=request.event.get("traceparent") if isinstance(request.event, dict) else None,
                 attributes={
-                    "hookbus.agent": self.agent,
-                    "hookbus.turn": request.id,
-                    "hookbus.trigger": request.trigger or "",
+                    _tracing.ATTR_AGENT: self.agent,
+                    _tracing.ATTR_TURN: request.id,
+                    _tracing.ATTR_TRIGGER: request.trigger or "",
                 },
                 kind="CONSUMER",
             ):

@@ -204,11 +204,11 @@ class ShellWorker:
             with _tracing.span(
                 f"hookbus shell-hook {entry.id}",
                 parent=event.traceparent,
-                attributes={"hookbus.event": event.subject, "hookbus.hook": entry.id},
+                attributes={_tracing.ATTR_EVENT: event.subject, _tracing.ATTR_HOOK: entry.id},
                 kind="CONSUMER",
             ) as span:
                 result = await self.runner.run(entry, event)
-                _tracing.note(span, "hookbus.outcome", result.outcome.value)
+                _tracing.note(span, _tracing.ATTR_OUTCOME, result.outcome.value)
         except Exception as exc:  # a bug or an OS failure: reported like a failed run, never left in the task
             log.exception("hook %s on %s could not run", entry.id, event.subject)
             result = HookResult(entry.id, entry.event, HookOutcome.FAILED, reason=f"{type(exc).__name__}: {exc}")

@@ -208,7 +208,7 @@ class Module:
             _tracing.span(
                 f"hookbus handler {decl.qualname}",
                 parent=wire_ctx.traceparent,
-                attributes={"hookbus.stage": stage, "hookbus.handler": decl.qualname},
+                attributes={_tracing.ATTR_STAGE: stage, _tracing.ATTR_HANDLER: decl.qualname},
                 kind="SERVER",
             )
             if _tracing.active()
@@ -237,7 +237,7 @@ class Module:
             raise
         finally:
             _depth.set_depth(outer)
-        _tracing.note(traced, "hookbus.outcome", outcome.value)
+        _tracing.note(traced, _tracing.ATTR_OUTCOME, outcome.value)
         span.__exit__(None, None, None)
         elapsed = (time.perf_counter() - started) * 1000
         if outcome is not Outcome.OK:

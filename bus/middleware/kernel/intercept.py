@@ -151,9 +151,9 @@ class Interceptor:
 
     async def _traced(self, chain: StageChain, payload: dict[str, Any], ctx: Mapping[str, Any]) -> Decision:
         """``_run`` in a span of its own (child of the caller's current span), whose context the requests carry."""
-        with _tracing.span(f"hookbus intercept {chain.stage}", attributes={"hookbus.stage": chain.stage}) as span:
+        with _tracing.span(f"hookbus intercept {chain.stage}", attributes={_tracing.ATTR_STAGE: chain.stage}) as span:
             decision = await self._run(chain, payload, ctx)
-            _tracing.note(span, "hookbus.decision", decision.kind)
+            _tracing.note(span, _tracing.ATTR_DECISION, decision.kind)
             return decision
 
     def _typo_check(self, view: View, stage: str) -> None:
