@@ -305,3 +305,19 @@ async def test_detaching_a_gone_guard_through_the_console_ends_its_hold_journale
         assert event.payload == {"module": "dguard", "handlers": [name], "reason": "detached by console"}
     [entry] = await journal(client, f"who={name}&decision=detached")
     assert entry["cause"] == "detached by console"
+
+
+async def test_hookbus_up_stops_promptly_with_a_live_stream_open(tmp_path: Path) -> None:
+    """An open stream never ends by itself: stopping must end it rather than wait out the server's shutdown."""
+    up = UpProcess(tmp_path / "ws")
+    try:
+        async with aiohttp.ClientSession() as session:
+            client = Client(up, session)
+            async with session.get(f"{client.base}/api/live", headers=client.auth) as response:
+                assert (await response.content.readline()).startswith(b"event: hello")
+                code, _ = await asyncio.to_thread(up.stop)  # SIGTERM; fails if it takes more than 20 s
+                assert code == 0
+                rest = await asyncio.wait_for(response.content.read(), 15)
+        assert b"event: events" not in rest, "the stream ended cleanly, nothing half-sent"
+    finally:
+        up.close()

@@ -97,6 +97,7 @@ async def open_console(ctx: ServiceContext) -> AsyncIterator[Console]:
 
 def add_routes(app: web.Application, console: Console) -> None:
     app[CONSOLE] = console
+    app.on_shutdown.append(_end_live_streams)
     app.router.add_get("/api/journal", journal)
     app.router.add_get("/api/journal/timeline", timeline)
     app.router.add_get("/api/middleware", middleware)
@@ -337,13 +338,18 @@ async def live(request: web.Request) -> web.StreamResponse:
     viewer = await feed.join(wanted)
     try:
         await response.write(sse("hello", {"rate": feed.rate, "pattern": wanted.pattern}))
-        while True:
+        while not viewer.ended:
             await response.write(await next_batch(viewer, KEEPALIVE_S))
     except ConnectionResetError:
         pass  # the browser left
     finally:
         await feed.leave(viewer)
     return response
+
+
+async def _end_live_streams(app: web.Application) -> None:
+    """Before the server waits for open connections to finish: the live streams never would."""
+    await app[CONSOLE].live.close()
 
 
 async def live_payload(request: web.Request) -> web.Response:

@@ -76,6 +76,8 @@ class Viewer:
     window: deque[Event] = field(init=False)
     arrived: int = 0
     ready: asyncio.Event = field(default_factory=asyncio.Event)
+    #: Set when the feed closes (``hookbus up`` stopping): the stream ends instead of holding the shutdown.
+    ended: bool = False
     #: Events the viewer may be sent now: refilled at ``rate`` a second, up to one second's worth.
     tokens: float = field(init=False)
     _filled_at: float = field(init=False)
@@ -133,7 +135,11 @@ class LiveFeed:
                 await self._unsubscribe()
 
     async def close(self) -> None:
+        """End every viewer's stream and the subscription (the HTTP server's shutdown waits for open streams)."""
         async with self._lock:
+            for viewer in self._viewers:
+                viewer.ended = True
+                viewer.ready.set()
             self._viewers.clear()
             await self._unsubscribe()
 
@@ -178,6 +184,8 @@ async def next_batch(viewer: Viewer, keepalive_s: float) -> bytes:
         await asyncio.wait_for(viewer.ready.wait(), keepalive_s)
     except TimeoutError:
         return b": keep-alive\n\n"
+    if viewer.ended:
+        return b""
     await asyncio.sleep(WINDOW_S)  # the window: what arrives in it goes out in one write
     events, skipped = viewer.take()
     out = sse("events", [shown(event) for event in events])
