@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -107,14 +108,35 @@ async def approve(operator: Bus, *names: str) -> None:
         await view.approve(view.declarations()[name][0])
 
 
+#: The JS test files that run one test per vector of tests/vectors; every other file in examples/js/test
+#: is counted by its own ``test(...)`` calls, so a new JS test file changes neither count.
+VECTOR_TESTS = ("test/identity.test.js", "test/messages.test.js")
+
+
+def node_test(*files: str) -> str:
+    """``node --test FILES`` in examples/js: its TAP output, after asserting that it exited cleanly."""
+    done = subprocess.run([node(), "--test", *files], cwd=JS, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    return done.stdout
+
+
 def test_node_checks_the_identity_vectors() -> None:
     """The JS side reproduces every vector: identities, versions, and which announcements, replies and
     requests are valid (tests/test_protocol_vectors.py holds the Python side to the same files)."""
-    done = subprocess.run([node(), "--test", "test/"], cwd=JS, capture_output=True, text=True, timeout=120, check=False)
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    out = node_test(*VECTOR_TESTS)
     files = ("identity", "identity_invalid", "version", "announcements", "replies", "requests")
     expected = sum(len(json.loads((VECTORS / f"{name}.json").read_text())) for name in files)
-    assert f"# pass {expected}\n" in done.stdout and "# fail 0\n" in done.stdout, done.stdout[-1000:]
+    assert f"# pass {expected}\n" in out and "# fail 0\n" in out, out[-1000:]
+
+
+def test_node_runs_every_other_js_test() -> None:
+    """The remaining JS test files (stage rules and the like) all run and pass: each top-level ``test(``
+    call of theirs is one passing test, none skipped."""
+    others = sorted(f"test/{p.name}" for p in (JS / "test").glob("*.test.js") if f"test/{p.name}" not in VECTOR_TESTS)
+    assert others, "examples/js/test has no test file beside the vector ones (stages.test.js is expected)"
+    expected = sum(len(re.findall(r"^test\(", (JS / f).read_text(), re.MULTILINE)) for f in others)
+    out = node_test(*others)
+    assert expected > 0 and f"# pass {expected}\n" in out and "# fail 0\n" in out, out[-1000:]
 
 
 async def test_a_js_module_serves_the_python_kernel(nats_url: str) -> None:
