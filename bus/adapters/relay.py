@@ -23,8 +23,9 @@ from bus.adapters.claude_code import ClaudeCodeDialect, answer, fail_closed_guar
 from bus.adapters.codex import CodexDialect
 from bus.core.depth import set_depth
 from bus.core.errors import AgentHookError, HookbusError
+from bus.core.ratelog import RateLimitedLog
 from bus.core.schema import AdapterReplyMsg, AdapterRequestMsg, decode, encode
-from bus.core.subjects import ADAPTER_PREFIX, ADAPTER_QUEUE, adapter_subject
+from bus.core.subjects import ADAPTER_PREFIX, ADAPTER_QUEUE, adapter_subject, is_reply_inbox
 from bus.core.tasks import TaskSet
 from bus.transport.port import TRANSPORT_FAILURES
 
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from bus.transport.port import RawMessage, RawSubscription
 
 log = logging.getLogger("hookbus.adapters")
+_refused = RateLimitedLog(log)
 
 #: Requests answered at once; more wait in the subscription (a hook waits for its answer anyway).
 MAX_CONCURRENT: Final = 64
@@ -72,9 +74,12 @@ class Relay:
             subject = adapter_subject(dialect.name)
 
             async def on_request(msg: RawMessage, dialect: ClaudeCodeDialect = dialect) -> None:
-                if msg.reply:
+                if is_reply_inbox(msg.reply):
                     await self._slots.acquire()
                     self._tasks.start(self._serve(dialect, msg.data, msg.reply))
+                elif msg.reply:  # aimed at a subject only the bus may write: never run, never answered
+                    self._bus.stats.dropped.add("malformed")
+                    _refused.warning("agent hook relay: reply subject %r is not an inbox; refused", msg.reply[:200])
 
             self._subs.append(await self._bus.subscribe_raw(subject, on_request, queue=ADAPTER_QUEUE))
 

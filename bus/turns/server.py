@@ -27,7 +27,7 @@ from bus.core.envelope import Encoder
 from bus.core.errors import TurnRequestError
 from bus.core.ratelog import RateLimitedLog
 from bus.core.schema import TurnRequestMsg, TurnResultMsg, decode
-from bus.core.subjects import TOKEN_RE, TURN_PREFIX, turn_queue
+from bus.core.subjects import TOKEN_RE, TURN_PREFIX, is_reply_inbox, turn_queue
 from bus.core.subjects import turn_subject as turn_subject
 from bus.core.tasks import TaskSet
 from bus.transport.port import TRANSPORT_FAILURES, Port, RawMessage
@@ -163,7 +163,7 @@ class TurnServer:
             result = TurnResult(request.id, self.agent, "failed", error=f"{type(exc).__name__}: {exc}")
         finally:
             self._slots.release()
-        if reply:
+        if is_reply_inbox(reply):  # never a subject the requester aims allow_responses at
             try:
                 await self.bus.publish_raw(reply, msgspec.json.encode(result))
             except TRANSPORT_FAILURES:

@@ -14,6 +14,7 @@ from bus.core.declaration import Declaration
 from bus.core.eager import run_eager
 from bus.core.errors import RegistryError
 from bus.core.schema import MiddlewareReply, MiddlewareRequest, decode, encode
+from bus.core.subjects import is_reply_inbox
 from bus.core.tasks import TaskSet, stop_if_cancelled
 from bus.middleware.guards import GUARDS_BUCKET, mark_stopped, put_records, remove_records
 from bus.middleware.registry import MODULES_BUCKET, announcement_of, open_bucket, request_subject
@@ -175,7 +176,7 @@ class ModuleServer:
             self._tasks.keep(task)
 
     async def _reply(self, inbox: str, reply: MiddlewareReply) -> None:
-        if not inbox:
+        if not is_reply_inbox(inbox):  # allow_responses would let a requester aim the answer anywhere
             return
         try:
             data = encode(reply)
