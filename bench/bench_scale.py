@@ -1,6 +1,6 @@
 """Scale benchmark: how hookbus's costs grow with agents, kernels x modules and chain length.
 
-    python bench/bench_scale.py [--quick] [--only agents,registry,chains] [--seconds 8]
+    python bench/bench_scale.py [--quick] [--only agents,registry,chains,hooks,journal,fleet,cluster] [--seconds 8]
 
 Each curve is a table whose first row is 1.0: per-unit costs (server CPU per
 event, registry messages per kernel and module, latency over a raw request)
@@ -18,6 +18,9 @@ first's). Figures move with the machine's load: compare within one run.
   kernel to see a new module appear, be approved (by one operator) and die.
 - chains: 1, 5, 20 handlers in one module and spread over as many modules:
   intercept p50/p99 over one raw nats-py request/reply.
+- hooks, journal, fleet: hooks.json size against memory and dispatch cost,
+  the journal sink's store rate against the offered rate, fleet-metrics
+  series and scrape time against sessions (``bench/scale_curves.py``).
 - cluster: the agents curve again on the 3-node cluster of
   ``deploy/nats/cluster-node-*.conf`` (run on loopback, hosts and ports
   rewritten), agents spread over the nodes, the receiving group on one of them.
@@ -42,6 +45,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench import scale_curves
 from bench.common import print_table, rss_mib
 from bus import Bus, Continue, Module, NatsServer
 from bus.testing import wait_for_chain
@@ -526,7 +530,7 @@ async def chains_curve(server: NatsServer, lengths: list[int], calls: int) -> No
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="smaller curves (about a minute)")
-    parser.add_argument("--only", default="agents,registry,chains,cluster")
+    parser.add_argument("--only", default="agents,registry,chains,hooks,journal,fleet,cluster")
     parser.add_argument("--seconds", type=float, default=8.0, help="emitting time per agents row")
     parser.add_argument("--agents-child", nargs=4, help=argparse.SUPPRESS)
     parser.add_argument("--modules-child", nargs=4, help=argparse.SUPPRESS)
@@ -558,6 +562,13 @@ async def main() -> None:
             await registry_curve(server, grid, 3.0 if args.quick else 5.0)
         if "chains" in only:
             await chains_curve(server, [1, 5, 20], 200 if args.quick else 500)
+        if "hooks" in only:
+            await scale_curves.hooks_curve(server, [1, 10, 100] if args.quick else [1, 10, 100, 1000], 2000)
+        if "journal" in only:
+            rates = [250.0, 1000.0] if args.quick else [250.0, 1000.0, 4000.0, 8000.0]
+            await scale_curves.journal_curve(server, rates, 3.0 if args.quick else 5.0)
+        if "fleet" in only:
+            await scale_curves.fleet_curve(server, [1, 100, 10_000], 10_000 if args.quick else 20_000)
     if "cluster" in only:
         with tempfile.TemporaryDirectory(prefix="hookbus-scale-") as folder:
             nodes = deploy_cluster(Path(folder))
