@@ -7,8 +7,9 @@ not sampled), in batches every ``WINDOW_S``: above that the newest of each
 window are kept and the rest counted, and the viewer is told how many were
 skipped (a sampled display, said so on the page). So a flood costs ``hookbus up`` a filter test and an append
 per event and viewer, never a write per event, and a slow browser only makes
-its own windows late. The last ``KEEP`` events are kept by id so that a viewer
-can ask for one's whole payload (a claimed payload is fetched and checked).
+its own windows late. The last ``KEEP`` events (``KEEP_BYTES`` at most) are
+kept by id so that a viewer can ask for one's whole payload (a claimed
+payload is fetched and checked), also after changing its filter.
 """
 
 from __future__ import annotations
@@ -34,8 +35,9 @@ log = logging.getLogger("hookbus.console")
 DISPLAY_RATE: Final = 1000
 #: How often a viewer is sent what arrived (a batch per window).
 WINDOW_S: Final = 0.1
-#: Events kept by id for "show the whole payload".
-KEEP: Final = 2000
+#: Events kept by id for "show the whole payload" (as many as the page shows), and their bytes at most.
+KEEP: Final = 500
+KEEP_BYTES: Final = 16 * 1024 * 1024
 #: A payload larger than this (encoded) is sent cut to a preview; the page fetches it whole on demand.
 PREVIEW_BYTES: Final = 8 * 1024
 #: The default filter: every event (internal subjects are never events).
@@ -117,6 +119,7 @@ class LiveFeed:
         self._viewers: set[Viewer] = set()
         self._subscriptions: list[Subscription] = []
         self._recent: OrderedDict[str, Event] = OrderedDict()
+        self._recent_bytes = 0
         self._lock = asyncio.Lock()
 
     async def join(self, wanted: LiveFilter) -> Viewer:
@@ -151,9 +154,13 @@ class LiveFeed:
 
     async def _on_event(self, event: Event) -> None:
         recent = self._recent
+        known = recent.pop(event.id, None)  # an id is the sender's word: a repeat replaces, never leaks
+        if known is not None:
+            self._recent_bytes -= len(known.raw)
         recent[event.id] = event
-        if len(recent) > KEEP:
-            recent.popitem(last=False)
+        self._recent_bytes += len(event.raw)
+        while len(recent) > KEEP or self._recent_bytes > KEEP_BYTES:
+            self._recent_bytes -= len(recent.popitem(last=False)[1].raw)
         for viewer in self._viewers:
             viewer.offer(event)
 
