@@ -227,3 +227,34 @@ async def test_the_shell_hook_worker_serves_claude_hooks_json(nats_url: str, wor
         if worker.poll() is None:
             worker.kill()
             worker.communicate(timeout=20)
+
+
+async def test_a_reload_serves_the_new_version_before_stopping_the_old(kernel_with_hooks: Bus, workspace: Path) -> None:
+    """Editing one hook never takes the others out: the registry always holds an instance of claude-hooks."""
+    kernel = kernel_with_hooks
+    live: set[str] = set()
+    emptied: list[str] = []
+
+    async def track(msg: Any) -> None:  # the registry as every kernel's view reads it, in order
+        key = msg.subject.rsplit(".", 1)[-1]
+        if (msg.headers or {}).get("KV-Operation") in ("DEL", "PURGE"):
+            live.discard(key)
+            if not live:
+                emptied.append(key)
+        else:
+            live.add(key)
+
+    view = await kernel.middleware.start()
+    before = {a.instance for a, _ in view.instances.values() if a.module == MODULE}
+    assert len(before) == 1
+    live |= before
+    await kernel.subscribe_raw(f"$KV.hookbus_modules.{MODULE}.>", track)
+    await kernel.flush()
+    config = claude_hooks()
+    config["hooks"]["PostToolUse"] = [{"hooks": [{"type": "command", "command": command("prompts")}]}]
+    (workspace / "claude-hooks.json").write_text(json.dumps(config))
+    await view.wait_until(lambda: not before & {a.instance for a, _ in view.instances.values()}, 15)
+    await kernel.flush()  # the registry's messages so far have reached ``track``
+    assert emptied == [], "every instance of claude-hooks was gone for a moment: its hooks did not run"
+    decision = await kernel.intercept("tool.call", {"name": "Bash", "input": {"command": "rm -rf /"}}, CTX)
+    assert isinstance(decision, Cancel), "the unchanged PreToolUse hook runs on, approved as it was"

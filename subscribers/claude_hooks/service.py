@@ -8,7 +8,7 @@ A call is turned back into the input Claude Code would have given the hook
 (``session_id``, ``cwd``, ``hook_event_name``, ``tool_name``, ``tool_input``,
 ``tool_use_id``, ``tool_response``, ``prompt``), the matching commands run
 (:mod:`subscribers.claude_hooks.runner`), and their answer is the decision.
-The file is polled: a new good version is served in place of the old one, a
+The file is polled: a new good version is served, then the old one stopped; a
 broken one is logged and the last good one kept.
 """
 
@@ -103,28 +103,34 @@ class ClaudeHooksServer:
         self._poller = asyncio.get_running_loop().create_task(self.file.run(self._stop))
 
     async def _apply(self, hooks: ClaudeHooks) -> None:
-        await self._halt()
+        """Serve ``hooks``; the new version is announced before the old one stops.
+
+        So a handler the edit left unchanged is never absent from the chain (a
+        blocking hook would let calls through meanwhile), and a changed one
+        runs in its approved version until the new one is served.
+        """
         if hooks.unstaged:
             log.warning("%s: %s have no hookbus stage and are not run", self.path, ", ".join(hooks.unstaged))
         module = build(hooks, self._project, self._nats_url)
         if not module.declarations:
+            await self._halt()
             return
         ready = asyncio.Event()
-        self._serving = asyncio.get_running_loop().create_task(module.serve(bus=self._bus, ready=ready))
+        serving = asyncio.get_running_loop().create_task(module.serve(bus=self._bus, ready=ready))
         waiter = asyncio.ensure_future(ready.wait())
-        await asyncio.wait({self._serving, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({serving, waiter}, return_when=asyncio.FIRST_COMPLETED)
         waiter.cancel()
-        if self._serving.done() and not self._serving.cancelled() and self._serving.exception() is not None:
-            log.error("%s: cannot serve its handlers: %s", self.path, self._serving.exception())
+        if serving.done() and not serving.cancelled() and serving.exception() is not None:
+            log.error("%s: cannot serve its handlers: %s", self.path, serving.exception())
+            return  # the version served before, if any, goes on
+        old, self._serving = self._serving, serving
+        await _cancel(old)
         names = ", ".join(decl.qualname for decl in module.declarations)
         log.info("%s: serving %s", self.path, names)
 
     async def _halt(self) -> None:
         task, self._serving = self._serving, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await _cancel(task)
 
     async def stop(self) -> None:
         self._stop.set()
@@ -132,6 +138,13 @@ class ClaudeHooksServer:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._poller
         await self._halt()
+
+
+async def _cancel(task: asyncio.Task[None] | None) -> None:
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
 
 
 @asynccontextmanager
