@@ -358,7 +358,10 @@ AdapterFlavor = Literal["claude-code", "codex"]
 
 
 class AdapterRequestMsg(msgspec.Struct, kw_only=True):
-    """A hook input relayed to ``hookbus up`` on ``hookbus.adapter.<flavor>`` by ``hookbus claude-hook``/``codex-hook``."""
+    """A hook input relayed to ``hookbus up`` on ``hookbus.adapter.<flavor>``.
+
+    Sent by ``hookbus claude-hook`` / ``codex-hook``.
+    """
 
     input: dict[str, Any]
     depth: RequestDepth = 0
