@@ -59,8 +59,8 @@ class Requester:
         """Send ``data`` to ``subject``; return the reply's bytes.
 
         ``while_waiting`` runs once the request is in the outgoing buffer,
-        before the wait: what it publishes goes out in the same socket write,
-        behind the request, and its work is done while the reply travels.
+        before the wait (the kernel schedules its journal's publishing there,
+        so that it happens after the request's write, while the reply travels).
         Raises NoResponders, RequestTimeout or Aborted.
         """
         token = self._nuid.next().decode()  # unpredictable: nobody can aim a forged reply at the next request

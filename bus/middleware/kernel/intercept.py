@@ -302,9 +302,13 @@ class Interceptor:
         return _answered(batch, reply, decision, started, journal)
 
     def _journal_while_waiting(self) -> None:
-        """Earlier calls' entries, published behind this request (one socket write) while its reply travels."""
+        """Earlier calls' entries, built and published just after this request's write, while its reply travels.
+
+        Scheduled, not run here: the request waits in the outgoing buffer for
+        the flusher, which is already scheduled; the entries come after it.
+        """
         if self._journal.pending:
-            self._journal.flush()
+            asyncio.get_running_loop().call_soon(self._journal.flush)
 
     def _final(self, run: ChainRun, rid: str) -> Decision:
         if run.cancel is not None:
