@@ -151,6 +151,20 @@ async def test_without_usage_the_call_is_counted_approximately(
     assert agent.of("eva.budget.threshold")[-1]["spent"] > 1
 
 
+@pytest.mark.parametrize(
+    "usage", [{"prompt_tokens": -1_000_000, "completion_tokens": 0}, {"prompt_tokens": 5, "completion_tokens": "many"}]
+)
+async def test_a_usage_no_call_can_have_spent_is_counted_approximately(
+    kernel: Bus, llm: fake_llm.FakeLLM, agents: list[Agent], usage: dict[str, Any]
+) -> None:
+    """A provider reporting negative or garbled counts neither credits the books nor fails the turn."""
+    llm.default = {**fake_llm.text("a reply whose usage is not believable"), "usage": usage}
+    agent = await Agent(kernel, llm, config(session=BudgetLayer(max=1, unit="tokens"))).start(agents)
+    assert (await agent.turn("s1"))["status"] == "completed"
+    second = await agent.turn("s1")
+    assert second["status"] == "failed" and "budget exhausted: session s1" in second["error"], second
+
+
 def test_budgets_yaml_problems_name_the_file_and_field(tmp_path: Path) -> None:
     path = tmp_path / "budgets.yaml"
     path.write_text("session: {max: 1, unit: euros}\nprices: {m: {input: 1, output: 1}}\n")

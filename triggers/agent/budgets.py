@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeGuard
 
 from bus.core.config_files import read_yaml
 from bus.core.config_schema import BudgetLayer, BudgetsFile, ModelPrice
@@ -47,12 +47,31 @@ def load(path: Path) -> BudgetsFile:
     return config
 
 
+def _count(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 @dataclass(frozen=True, slots=True)
 class Usage:
     """One model call's tokens."""
 
     prompt: int
     completion: int
+
+    @classmethod
+    def reported(cls, usage: object) -> Usage | None:
+        """The provider's ``usage`` if it holds counts a call can have spent (integers, none negative), else None.
+
+        A negative or garbled count would credit the books or fail the turn: such
+        a call is counted approximately instead, as one with no usage reported.
+        """
+        if not isinstance(usage, dict):
+            return None
+        prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+        completion = 0 if completion is None else completion
+        if not (_count(prompt) and _count(completion)):
+            return None
+        return cls(prompt, completion)
 
 
 @dataclass

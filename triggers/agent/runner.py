@@ -204,10 +204,8 @@ class TurnRunner:
         """Book a model call: the provider's usage, else an approximate count; thresholds crossed are emitted."""
         if self.budgets is None:
             return
-        usage = completion.raw.get("usage")
-        if isinstance(usage, dict) and isinstance(usage.get("prompt_tokens"), int):
-            spent = Usage(usage["prompt_tokens"], int(usage.get("completion_tokens") or 0))
-        else:
+        spent = Usage.reported(completion.raw.get("usage"))
+        if spent is None:
             answer = [{"content": completion.content}, *[vars(call) for call in completion.tool_calls]]
             spent = Usage(context.tokens(messages), context.tokens(answer))
         for crossed in self.budgets.charge(self._budget_keys(turn.request), model, spent):
