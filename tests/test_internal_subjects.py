@@ -30,7 +30,12 @@ from .waiting import wait_until
 
 @pytest.fixture
 async def module(kernel: Bus, nats_url: str) -> AsyncIterator[str]:
-    """A module serving tool.call, in the kernel's chain before the test subscribes to anything."""
+    """A module serving tool.call, in the kernel's chain before the test subscribes to anything.
+
+    At teardown it waits until the kernel no longer lists the module: a stop whose registry delete
+    did not get through in time (a loaded machine) leaves the module to age out, and the next test's
+    kernel would otherwise see it leave mid-test and announce eva.module.detached there.
+    """
     served = Module(unique("plumb"))
 
     @served.stage(Stage.TOOL_CALL)
@@ -40,6 +45,12 @@ async def module(kernel: Bus, nats_url: str) -> AsyncIterator[str]:
     async with serving(served, nats_url):
         await wait_for_chain(kernel, "tool.call", [f"{served.name}.allow"])
         yield served.name
+    view = await kernel.middleware.start()
+    await wait_until(
+        lambda: all(ann.module != served.name for ann, _ in view.instances.values()),
+        timeout=30,
+        what=f"the kernel to see module {served.name} gone",
+    )
 
 
 async def plumbing(kernel: Bus) -> None:
