@@ -81,7 +81,7 @@ class FakeLLM:
     gate: asyncio.Event = field(default_factory=asyncio.Event)  # a "gated" step streams its first chunk, then waits
     _runner: web.AppRunner | None = None
 
-    async def _complete(self, request: web.Request) -> web.Response:
+    async def _complete(self, request: web.Request) -> web.StreamResponse:
         body = orjson.loads(await request.read())
         self.requests.append(body)
         step = self.script.pop(0) if self.script else self.default
