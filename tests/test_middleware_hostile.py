@@ -27,6 +27,9 @@ from bus.testing import wait_for_chain
 from tests.conftest import unique
 
 T = TypeVar("T")
+#: Bound on starting the harness (a kernel, two announced modules, their chains seen): generous, since
+#: on a loaded 2-core CI machine it took longer than the 30 s a single call is given.
+START_TIMEOUT = 120.0
 
 
 class Harness:
@@ -41,10 +44,10 @@ class Harness:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
-        self.run(self._start())
+        self.run(self._start(), timeout=START_TIMEOUT)
 
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(30)
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float = 30) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
     def stage_of(self, fail_closed: bool) -> str:
         return f"{self.stage}.{'closed' if fail_closed else 'open'}"
@@ -62,7 +65,7 @@ class Harness:
             ann = Announcement(name, "hostile", f"hookbus.mw.{name}", 30.0, True, decls)
             await self.kernel.nc.subscribe(request_subject(ann), cb=self._answer)
             await kv.put(ann.key, ann.to_bytes())
-            await wait_for_chain(self.kernel, stage, self.qualnames(fail_closed))
+            await wait_for_chain(self.kernel, stage, self.qualnames(fail_closed), timeout=START_TIMEOUT / 2)
 
     async def _answer(self, msg: Msg) -> None:
         await msg.respond(self.reply)
@@ -174,13 +177,14 @@ def test_a_fault_reads_through_the_declared_fail_mode(harness: Harness) -> None:
 def test_a_reply_of_the_wrong_shape_is_invalid_as_a_whole_naming_the_field(harness: Harness) -> None:
     first, second = harness.qualnames(True)
     ok = {"handler": first, "outcome": "ok", "decision": "continue", "duration_ms": 0.1}
-    reply = {"decision": "continue", "reactions": [ok, {**ok, "handler": second, "duration_ms": "soon"}]}
+    reactions: list[dict[str, Any]] = [ok, {**ok, "handler": second, "duration_ms": "soon"}]
+    reply = {"decision": "continue", "reactions": reactions}
     decision = harness.call(True, orjson.dumps(reply))
     assert isinstance(decision, Cancel) and decision.handler == first  # the whole request: the first one's fail mode
     assert f"{first} is fail-closed and invalid: invalid reply: " in decision.reason
     assert "field 'reactions[1].duration_ms'" in decision.reason
     assert harness.call(False, orjson.dumps(reply)) == Continue()
-    reply["reactions"][1]["duration_ms"] = 0.2  # well-typed: both handlers passed
+    reactions[1]["duration_ms"] = 0.2  # well-typed: both handlers passed
     assert harness.call(True, orjson.dumps(reply)) == Continue()
     said_error = harness.call(True, orjson.dumps({"error": "malformed request: x", "decision": "continue"}))
     assert isinstance(said_error, Cancel) and "the module answered an error: malformed request: x" in said_error.reason
