@@ -499,3 +499,25 @@ def test_typed_payloads_of_the_new_stages_keep_unknown_fields_and_send_only_set_
     assert call == {"name": "echo", "input": {}}
     request = to_dict(from_dict(LlmRequest, {"model": "m"}))
     assert set(request) == {"model", "messages", "tools", "max_tokens", "temperature"}
+
+
+async def test_a_stream_with_tool_call_deltas_of_the_wrong_types_is_a_named_model_error(
+    llm: fake_llm.FakeLLM,
+) -> None:
+    """A hostile or broken model server's chunks fail the attempt as an LLMError naming the delta, never a TypeError."""
+    from bus.core.errors import LLMError
+
+    client = ChatClient(llm.url, "fake", attempts=1, timeout=5.0)
+    try:
+        for function in ({"name": 5, "arguments": "{}"}, "echo", {"name": "echo", "arguments": ["x"]}):
+            step = fake_llm.tool_calls(("echo", {}))
+            step["message"]["tool_calls"][0]["function"] = function
+            llm.script.append(step)
+            try:
+                await client.stream({"model": "fake", "messages": []}, lambda text, asked: None)
+            except LLMError as exc:
+                assert "malformed tool-call delta" in str(exc), exc
+            else:
+                raise AssertionError(f"a tool-call function {function!r} was taken")
+    finally:
+        await client.close()

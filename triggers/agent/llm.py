@@ -247,24 +247,33 @@ class _StreamedAnswer:
             chunk = orjson.loads(data)
             choices = chunk.get("choices") or [{}]  # the usage chunk has none
             delta = choices[0].get("delta") or {}
+            calls = delta.get("tool_calls") or []
+            content = delta.get("content")
         except (orjson.JSONDecodeError, KeyError, IndexError, TypeError, AttributeError):
             raise LLMError(f"not a chat-completion chunk: {data[:200]!r}") from None
         self.model = str(chunk.get("model") or self.model)
         if isinstance(chunk.get("usage"), dict):
             self.usage = chunk["usage"]
-        for call in delta.get("tool_calls") or []:
-            if not isinstance(call, dict):
-                raise LLMError(f"malformed tool-call delta: {call!r}"[:300])
-            slot = self.calls.setdefault(int(call.get("index", 0)), {"id": "", "name": "", "arguments": ""})
-            function = call.get("function") or {}
-            slot["id"] = call.get("id") or slot["id"]
-            slot["name"] += function.get("name") or ""
-            slot["arguments"] += function.get("arguments") or ""
-        content = delta.get("content")
+        for call in calls if isinstance(calls, list) else [calls]:
+            self._take_call(call)
         if isinstance(content, str) and content:
             self.text.append(content)
             return content
         return ""
+
+    def _take_call(self, call: Any) -> None:
+        """Add a tool-call delta to its call; one whose fields are not the API's types is an LLMError."""
+        function = call.get("function") or {} if isinstance(call, dict) else None
+        if not isinstance(function, dict):
+            raise LLMError(f"malformed tool-call delta: {call!r}"[:300])
+        index, name, arguments = call.get("index", 0), function.get("name") or "", function.get("arguments") or ""
+        texts = isinstance(name, str) and isinstance(arguments, str)
+        if isinstance(index, bool) or not isinstance(index, int) or not texts:
+            raise LLMError(f"malformed tool-call delta: {call!r}"[:300])
+        slot = self.calls.setdefault(index, {"id": "", "name": "", "arguments": ""})
+        slot["id"] = str(call.get("id") or slot["id"])
+        slot["name"] += name
+        slot["arguments"] += arguments
 
     def completion(self, model: str, duration_ms: float) -> Completion:
         """The streamed answer as one non-streamed completion would have read."""
