@@ -139,10 +139,8 @@ class JournalPublisher:
     awaiting one publish per entry added a write to every call and about a
     fifth to its latency (bench/bench_middleware.py). A hot path may hand a
     builder instead of entries (:meth:`add_later`): the entries are made and
-    encoded when they are published, and :meth:`flush` called while a request
-    waits for its reply puts them in the same socket write as that request.
-    Entries still go out one message each, in the order they were given, on
-    the fast publisher.
+    encoded when the window ends, off the call's path. Entries still go out
+    one message each, in the order they were given, on the fast publisher.
     """
 
     def __init__(self, bus: Port, window: float = 0.005, max_batch: int = 200) -> None:

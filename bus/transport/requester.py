@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
 from typing import Final
 
 from nats.nuid import NUID
@@ -53,14 +52,9 @@ class Requester:
         else:
             future.set_result(msg.data)
 
-    async def request(
-        self, subject: str, data: bytes, timeout: float, while_waiting: Callable[[], None] | None = None
-    ) -> bytes:
+    async def request(self, subject: str, data: bytes, timeout: float) -> bytes:
         """Send ``data`` to ``subject``; return the reply's bytes.
 
-        ``while_waiting`` runs once the request is in the outgoing buffer,
-        before the wait (the kernel schedules its journal's publishing there,
-        so that it happens after the request's write, while the reply travels).
         Raises NoResponders, RequestTimeout or Aborted.
         """
         token = self._nuid.next().decode()  # unpredictable: nobody can aim a forged reply at the next request
@@ -71,8 +65,6 @@ class Requester:
         timer = loop.call_later(timeout, _expire, future)
         try:
             await self._publish(subject, data, self._prefix + token)
-            if while_waiting is not None:
-                while_waiting()
             return await future
         finally:
             timer.cancel()

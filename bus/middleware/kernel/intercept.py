@@ -284,7 +284,7 @@ class Interceptor:
             cause = f"request of {len(data)} bytes is over the server's max_payload ({limit})"
             return _faulted(batch, Outcome.OVERSIZE, cause, started, journal)
         try:
-            raw = await self._requester.request(subject, data, timeout, self._journal_while_waiting)
+            raw = await self._requester.request(subject, data, timeout)
         except NoResponders:
             return _faulted(batch, Outcome.ABSENT, "no responders: the module is not running", started, journal)
         except RequestTimeout:
@@ -300,15 +300,6 @@ class Interceptor:
                 batch, Outcome.INVALID, _bounded(f"invalid reply: {exc}") or "invalid reply", started, journal
             )
         return _answered(batch, reply, decision, started, journal)
-
-    def _journal_while_waiting(self) -> None:
-        """Earlier calls' entries, built and published just after this request's write, while its reply travels.
-
-        Scheduled, not run here: the request waits in the outgoing buffer for
-        the flusher, which is already scheduled; the entries come after it.
-        """
-        if self._journal.pending:
-            asyncio.get_running_loop().call_soon(self._journal.flush)
 
     def _final(self, run: ChainRun, rid: str) -> Decision:
         if run.cancel is not None:
