@@ -146,6 +146,37 @@ async def test_the_file_system_is_read_only_but_for_the_working_directory(worksp
     assert "refused ../leak" in out(result)
 
 
+async def test_a_hook_in_the_workspace_itself_cannot_plant_a_plugin_nor_rewrite_what_hookbus_loads(
+    workspace: Path,
+) -> None:
+    """A plugin written into plugins/ would run in the worker, unsandboxed, with the grants its manifest asks."""
+    (workspace / "triggers.yaml").write_text("triggers: []\n")
+    plant = (
+        "mkdir -p plugins/evil && echo planted > plugins/evil/plugin.toml || echo 'refused plugin'\n"
+        "echo '- {name: x}' >> triggers.yaml || echo 'refused triggers'\necho mine > mine\necho done\n"
+    )
+    script(workspace, "plant.sh", plant)
+    (result,) = await run_hooks(workspace, {"command": "./plant.sh", "isolation": True})
+    assert "done" in out(result) and (workspace / "mine").read_text() == "mine\n", result
+    assert not (workspace / "plugins" / "evil").exists() and "refused plugin" in out(result)
+    assert (workspace / "triggers.yaml").read_text() == "triggers: []\n" and "refused triggers" in out(result)
+
+
+def test_the_protected_workspace_names_are_the_ones_hookbus_uses() -> None:
+    from bus.cli.up import HISTORY_FILE
+    from subscribers.claude_hooks.config import FILE
+    from subscribers.http_api.token import TOKEN_FILE
+    from subscribers.journal.store import DB_NAME, JSONL_DIR
+    from subscribers.plugins.manifest import PLUGINS_DIR
+    from subscribers.shell_hooks.isolation import WORKSPACE_STATE
+    from triggers.agent import budgets, hook_turn
+    from triggers.engine import config
+
+    names = {HOOKS_FILE, FILE, TOKEN_FILE, DB_NAME, JSONL_DIR, PLUGINS_DIR, budgets.BUDGETS_FILE, HISTORY_FILE}
+    names |= {config.FILE_NAME, hook_turn.FILE_NAME}
+    assert names <= set(WORKSPACE_STATE)
+
+
 async def test_a_fork_bomb_is_stopped_by_the_process_limit(workspace: Path) -> None:
     marker = "31.4159"
     bomb = f'i=0\nwhile [ $i -lt 200 ]; do sleep {marker} & i=$((i+1)); done\necho "all 200 started"\n'

@@ -47,6 +47,16 @@ from bus.core.errors import IsolationUnavailable
 SECRET_NAMES: Final = frozenset({"api-token", "hooks.json", "credentials", "credentials.json", ".netrc", ".env"})
 #: ... and by suffix (NATS credentials and keys, TLS keys).
 SECRET_SUFFIXES: Final = (".creds", ".nk", ".seed", ".key", ".pem", ".p12")
+#: What hookbus keeps in a workspace: the configuration it loads and the state it stores. An isolated
+#: process working in the workspace itself finds them read-only: a plugin, trigger or store it could write
+#: would act in the worker, outside any sandbox. ``plugins`` is made (empty) when missing, so none can be
+#: created there (tests/test_isolation.py checks the names against the constants that spell them).
+WORKSPACE_STATE: Final = (
+    "hooks.json", "claude-hooks.json", "triggers.yaml", "budgets.yaml", "hook_turns.yaml", "history.yaml",
+    "api-token", "plugins", "journal.db", "journal.db-wal", "journal.db-shm", "journal", "jetstream", "drain",
+    ".hookbus",
+)  # fmt: skip
+_MADE_IF_MISSING: Final = "plugins"
 #: Where pids cgroups may be made: cgroup v1's pids hierarchy, then cgroup v2 (hybrid and unified layouts).
 CGROUP_ROOTS: Final = (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup/unified"), Path("/sys/fs/cgroup"))
 _CGROUP_DIR: Final = "hookbus"
@@ -139,7 +149,8 @@ def _namespaces(isolation: Isolation) -> list[str]:
 
 
 def _file_system(cwd: Path, hidden: Sequence[Path], readable: Sequence[Path]) -> list[str]:
-    hidden = [path for path in hidden if path != cwd and cwd not in path.parents]  # the cwd is shown whole
+    shown = [path for path in hidden if path == cwd or cwd in path.parents]  # the cwd is shown whole ...
+    hidden = [path for path in hidden if path not in shown]
     args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     for empty in ("/tmp", "/run", "/dev/shm"):  # noqa: S108 - empty mounts inside the sandbox, not files made here
         args += ["--tmpfs", empty]
@@ -148,11 +159,20 @@ def _file_system(cwd: Path, hidden: Sequence[Path], readable: Sequence[Path]) ->
     for path in readable:
         args += ["--ro-bind", str(path), str(path)]
     args += ["--bind", str(cwd), str(cwd)]
+    for state in (path for workspace in shown for path in _state_of(workspace)):  # ... but what hookbus keeps
+        args += ["--ro-bind", str(state), str(state)]
     for secret in secrets_in(cwd):
         args += ["--ro-bind", "/dev/null", str(secret)]
     for path in hidden:  # empty and read-only: nothing written there outlives the run or reaches the workspace
         args += ["--remount-ro", str(path)]
     return args
+
+
+def _state_of(workspace: Path) -> list[Path]:
+    """The WORKSPACE_STATE entries of ``workspace`` that exist (``plugins`` made empty if missing)."""
+    with contextlib.suppress(OSError):
+        (workspace / _MADE_IF_MISSING).mkdir(exist_ok=True)
+    return [workspace / name for name in WORKSPACE_STATE if os.path.lexists(workspace / name)]
 
 
 def secrets_in(directory: Path) -> list[Path]:
