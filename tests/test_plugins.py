@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -245,3 +246,20 @@ async def test_stopping_the_worker_stops_a_plugin_mid_call(
     await asyncio.wait_for(worker.stop(), 10)  # not the plugin's 30 s
     await wait_until(lambda: journal, what="the run's journal entry")
     assert journal[0].cause == "stopped: the worker is stopping"
+
+
+async def test_plugins_spinning_to_their_time_limits_leave_the_loops_default_threads_free(
+    bus: Bus, workspace: Path
+) -> None:
+    """The journal sink's writes and shell hooks' waits in ``hookbus up`` use those threads."""
+    spinning = min(32, (os.cpu_count() or 1) + 4)  # the size of asyncio's default thread pool
+    for index in range(spinning):
+        write_plugin(workspace, f"spin{index}", LOOP)  # the default time limit: 30 s
+    worker = await PluginWorker(bus, workspace, WorkerSettings(queue=None)).start()
+    try:
+        await bus.emit("prx.lifecycle.tool_call", {})
+        codes = worker.plugins.running().values()
+        await wait_until(lambda: sum(code._lock.locked() for code in codes) == spinning, what="every plugin's call")
+        await asyncio.wait_for(asyncio.to_thread(lambda: None), 10)  # not after the plugins' 30 s
+    finally:
+        await asyncio.wait_for(worker.stop(), 10)

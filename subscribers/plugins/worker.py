@@ -21,6 +21,7 @@ import contextlib
 import logging
 import time
 import uuid
+from concurrent.futures import Executor, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
@@ -45,14 +46,21 @@ log = logging.getLogger("hookbus.plugins")
 
 #: The hook id a plugin's runs are counted and journaled under.
 HOOK_PREFIX: Final = "plugin:"
+#: Threads for plugin calls: each plugin runs one call at a time, so up to this many plugins run at once.
+MAX_THREADS: Final = 16
 
 
 def plugin_hook_id(name: str) -> str:
     return f"{HOOK_PREFIX}{name}"
 
 
-async def call_plugin(code: PluginCode, event: Event, pattern: str) -> HookResult:
-    """Run one event through ``code`` in a thread, interrupted at the plugin's time limit; never raises."""
+async def call_plugin(code: PluginCode, event: Event, pattern: str, threads: Executor | None = None) -> HookResult:
+    """Run one event through ``code`` in a thread of ``threads``, interrupted at the plugin's time limit; never raises.
+
+    A worker passes threads of its own: plugins spinning to their time limits
+    must not hold the loop's default threads (the journal sink's writes, shell
+    hooks' waits and file reloads of ``hookbus up`` use those).
+    """
     manifest = code.manifest
     hook_id = plugin_hook_id(manifest.name)
     started = time.monotonic()
@@ -60,7 +68,7 @@ async def call_plugin(code: PluginCode, event: Event, pattern: str) -> HookResul
     loop = asyncio.get_running_loop()
     deadline = loop.call_later(manifest.timeout_ms / 1000, code.interrupt)
     try:
-        error = await asyncio.to_thread(code.call, event.event, payload)
+        error = await loop.run_in_executor(threads, code.call, event.event, payload)
     except PluginTrap as trap:
         outcome = HookOutcome.TIMEOUT if trap.timed_out else HookOutcome.FAILED
         return HookResult(hook_id, pattern, outcome, 0, time.monotonic() - started, reason=trap.reason)
@@ -104,6 +112,8 @@ class PluginWorker:
         self._tasks: TaskSet[None] = TaskSet()
         self._started = False
         self._stopping = False
+        #: The plugins' calls (one per plugin at a time), apart from the loop's default threads.
+        self._threads = ThreadPoolExecutor(MAX_THREADS, thread_name_prefix="hookbus-plugin")
 
     def queue_of(self, name: str) -> str:
         """The queue group every pattern of plugin ``name`` subscribes in."""
@@ -153,7 +163,7 @@ class PluginWorker:
         if code is None:
             return
         pattern = next((p for p in code.manifest.patterns if matches(p, event.subject)), event.subject)
-        result = await call_plugin(code, event, pattern)
+        result = await call_plugin(code, event, pattern, self._threads)
         self.stats.count(result)
         metrics.count_result(result)
         if result.outcome is not HookOutcome.OK:
@@ -179,6 +189,7 @@ class PluginWorker:
         tasks = set(self._tasks)
         if tasks:
             await asyncio.wait(tasks, timeout=self.settings.drain_timeout_s)
+        self._threads.shutdown(wait=False)
 
     async def __aenter__(self) -> PluginWorker:
         return await self.start()
