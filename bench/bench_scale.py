@@ -15,7 +15,8 @@ first's). Figures move with the machine's load: compare within one run.
 - registry: kernels (a ``Bus`` each, their middleware views started) x modules
   (heartbeat 1 s) idle: registry messages per second at the server, CPU of the
   kernels' and the modules' processes and of the server; the time for every
-  kernel to see a new module appear, be approved (by one operator) and die.
+  kernel to see a new module appear, be approved (by one operator) and die;
+  then a smaller grid again under load (every kernel intercepting 2 calls/s).
 - chains: 1, 5, 20 handlers in one module and spread over as many modules:
   intercept p50/p99 over one raw nats-py request/reply.
 - hooks, journal, fleet: hooks.json size against memory and dispatch cost,
@@ -317,14 +318,37 @@ def _gone(view: Any, stage: str) -> bool:
     return chain is None or not (chain.links or chain.waiting)
 
 
-async def registry_row(server: NatsServer, kernels_n: int, modules_n: int, idle_s: float) -> list[float]:
+async def _intercepting(kernels: list[Bus], stages: list[str], rate: float, done: list[int]) -> None:
+    """Every kernel intercepts ``rate`` times a second, over ``stages`` in turn, until cancelled."""
+    loop = asyncio.get_running_loop()
+    begin, tick = loop.time(), 0
+    payload = {"name": "shell", "input": {"command": "ls"}}
+    while True:
+        calls = (bus.intercept(stages[(i + tick) % len(stages)], payload) for i, bus in enumerate(kernels))
+        await asyncio.gather(*calls)
+        done[0] += len(kernels)
+        tick += 1
+        delay = begin + tick / rate - loop.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+
+async def registry_row(
+    server: NatsServer, kernels_n: int, modules_n: int, idle_s: float, load: float = 0.0
+) -> list[float]:
     """[kernels, modules, registry msgs/s, msgs/s per (kernel x module), kernels CPU %, modules CPU %,
-    server CPU %, appear s, approved s, gone s]."""
+    server CPU %, appear s, approved s, gone s, intercepts/s].
+
+    ``load``: intercepts a second per kernel, from before the window to the end; the registry's
+    messages are then the server's less four per intercept (request and reply, each in and out).
+    """
     own = os.getpid()
-    tag = f"k{kernels_n}x{modules_n}"
+    tag = f"k{kernels_n}x{modules_n}" + ("L" if load else "")
     modules = child("--modules-child", server.url, tag, "0", str(modules_n))
     kernels: list[Bus] = []
     late: subprocess.Popen[str] | None = None
+    loading: asyncio.Task[None] | None = None
+    calls = [0]
     try:
         await asyncio.to_thread(read_line, modules)
         for start in range(0, kernels_n, 25):
@@ -342,12 +366,16 @@ async def registry_row(server: NatsServer, kernels_n: int, modules_n: int, idle_
                 await view.approve(link.decl)
         await _all_see(kernels, lambda v: all(_runs(v, stage_of(tag, i)) for i in range(modules_n)))
         assert server.pid is not None
-        before = varz(server)
+        if load:
+            stages = [stage_of(tag, i) for i in range(modules_n)]
+            loading = asyncio.create_task(_intercepting(kernels, stages, load, calls))
+            await asyncio.sleep(1.0)  # the load under way before the window
+        before, calls0 = varz(server), calls[0]
         cpu0 = (cpu_seconds(own), cpu_seconds(modules.pid), cpu_seconds(server.pid))
         wall0 = time.perf_counter()
-        await asyncio.sleep(idle_s)  # idle: heartbeats and their fan-out only
+        await asyncio.sleep(idle_s)  # idle: heartbeats and their fan-out only (and the load, if any)
         wall = time.perf_counter() - wall0
-        after = varz(server)
+        after, intercepts = varz(server), (calls[0] - calls0) / wall
         cpu = [
             (now - then) / wall * 100
             for now, then in zip(
@@ -355,6 +383,7 @@ async def registry_row(server: NatsServer, kernels_n: int, modules_n: int, idle_
             )
         ]
         msgs = (after["in_msgs"] - before["in_msgs"] + after["out_msgs"] - before["out_msgs"]) / wall
+        msgs = max(msgs - 4 * intercepts, 0.0)
         late = child("--modules-child", server.url, tag, str(modules_n), "1")
         stage = stage_of(tag, modules_n)
         await asyncio.to_thread(read_line, late)
@@ -371,6 +400,9 @@ async def registry_row(server: NatsServer, kernels_n: int, modules_n: int, idle_
         late.wait()
         gone = await _all_see(kernels, lambda v: _gone(v, stage))
     finally:
+        if loading is not None:
+            loading.cancel()
+            await asyncio.gather(loading, return_exceptions=True)
         tell(modules, "stop")
         modules.wait(timeout=60)
         if late is not None and late.poll() is None:
@@ -378,11 +410,11 @@ async def registry_row(server: NatsServer, kernels_n: int, modules_n: int, idle_
         for start in range(0, len(kernels), 50):
             await asyncio.gather(*(bus.close() for bus in kernels[start : start + 50]))
     pairs = kernels_n * modules_n
-    return [kernels_n, modules_n, msgs, msgs / pairs, *cpu, appear, approved, gone]
+    return [kernels_n, modules_n, msgs, msgs / pairs, *cpu, appear, approved, gone, intercepts]
 
 
-async def registry_curve(server: NatsServer, grid: list[tuple[int, int]], idle_s: float) -> None:
-    rows = [await registry_row(server, k, m, idle_s) for k, m in grid]
+async def registry_curve(server: NatsServer, grid: list[tuple[int, int]], idle_s: float, load: float = 0.0) -> None:
+    rows = [await registry_row(server, k, m, idle_s, load) for k, m in grid]
     first = rows[0]
     table = [
         [
@@ -396,16 +428,19 @@ async def registry_curve(server: NatsServer, grid: list[tuple[int, int]], idle_s
             f"{r[7]:.2f} s",
             f"{r[8]:.2f} s",
             f"{r[9]:.2f} s",
+            f"{r[10]:.0f}/s",
         ]
         for r in rows
     ]
+    how = f"under load ({load:g} intercepts/s per kernel)" if load else "idle"
     print_table(
-        "kernels x modules, idle (module heartbeat 1 s)",
+        f"kernels x modules, {how} (module heartbeat 1 s)",
         table,
-        ["kernels", "modules", "server msgs in+out", "msgs per kernel x module (x first)", "kernels' CPU",
-         "modules' CPU", "server CPU", "all see new module", "all see it approved", "all see it die"],
+        ["kernels", "modules", "registry msgs in+out", "msgs per kernel x module (x first)", "kernels' CPU",
+         "modules' CPU", "server CPU", "all see new module", "all see it approved", "all see it die",
+         "intercepts"],
     )  # fmt: skip
-    print(linear_line("registry, messages per kernel x module", first[3], rows[-1][3]))
+    print(linear_line(f"registry {how}, messages per kernel x module", first[3], rows[-1][3]))
 
 
 # ---------------------------------------------------------------- chains
@@ -560,6 +595,8 @@ async def main() -> None:
                 else [(1, 1), (10, 1), (1, 10), (10, 10), (50, 10), (10, 50), (200, 10)]
             )
             await registry_curve(server, grid, 3.0 if args.quick else 5.0)
+            loaded = [(1, 1), (10, 10)] if args.quick else [(1, 1), (10, 10), (50, 10)]
+            await registry_curve(server, loaded, 3.0 if args.quick else 5.0, load=2.0)
         if "chains" in only:
             await chains_curve(server, [1, 5, 20], 200 if args.quick else 500)
         if "hooks" in only:
