@@ -38,6 +38,7 @@ from subscribers.shell_hooks import metrics
 from subscribers.shell_hooks.settings import WorkerSettings
 from subscribers.shell_hooks.shell import HookOutcome, HookResult, hook_payload
 from subscribers.shell_hooks.worker import WorkerStats
+from subscribers.shell_hooks.worker import journal_entry as hook_journal_entry
 
 if TYPE_CHECKING:
     from subscribers.plugins.host import PluginCode
@@ -81,19 +82,8 @@ async def call_plugin(code: PluginCode, event: Event, pattern: str, threads: Exe
 
 
 def journal_entry(result: HookResult, event: Event) -> JournalEntry:
-    """What a plugin run did, for the shared journal (never the payload it was given)."""
-    return JournalEntry(
-        kind="shell_hook",
-        point=event.subject,
-        phase="plugin",
-        who=result.hook_id,
-        decision=result.outcome.value,
-        cause=result.reason,
-        duration_ms=round(result.duration * 1000, 3),
-        session=event.session_id,
-        depth=event.depth,
-        trace_id=event.id,
-    )
+    """What a plugin run did, for the shared journal: a shell-hook entry with phase ``plugin``."""
+    return hook_journal_entry(result, event, phase="plugin")
 
 
 class PluginWorker:

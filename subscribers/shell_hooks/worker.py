@@ -69,12 +69,15 @@ class WorkerStats:
 Job = tuple[tuple[HookEntry, ...], Event]
 
 
-def journal_entry(result: HookResult, event: Event) -> JournalEntry:
-    """What a hook run did, for the shared journal (never the payload it was given): with its output's tails."""
+def journal_entry(result: HookResult, event: Event, phase: str = "run") -> JournalEntry:
+    """What a hook run did, for the shared journal (never the payload it was given): with its output's tails.
+
+    ``phase`` says what ran: ``run`` a shell hook, ``plugin`` a WASM plugin (no output: no tails).
+    """
     return JournalEntry(
         kind="shell_hook",
         point=event.subject,
-        phase="run",
+        phase=phase,
         who=result.hook_id,
         decision=result.outcome.value,
         cause=result.reason,
