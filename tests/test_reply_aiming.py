@@ -20,6 +20,7 @@ from nats.aio.client import Client
 
 from bus import Bus, Continue, Module, NatsServer, Stage
 from bus.adapters.relay import Relay
+from bus.core.errors import ConfigError
 from bus.core.subjects import adapter_subject
 from bus.middleware.registry import announcement_of, ensure_buckets, request_subject
 from bus.testing import serving
@@ -97,3 +98,10 @@ async def test_a_module_answers_no_reply_subject_but_an_inbox(
     async with serving(guard, as_user(shipped, "module-guard"), detach_on_stop=True):
         others = ("$KV.hookbus_modules.audit.forged", "hookbus.mw.audit")
         assert await aimed(operator, bob, request_subject(announcement_of(guard)), others) == []
+
+
+def test_an_inbox_prefix_no_responder_would_answer_is_refused_up_front() -> None:
+    with pytest.raises(ConfigError) as refused:
+        Bus("nats://127.0.0.1:4222", nats_options={"inbox_prefix": "_I.eva"})
+    assert str(refused.value) == "inbox prefix '_I.eva' is not under _INBOX: set HOOKBUS_NATS_INBOX to _INBOX.<name>"
+    assert Bus("nats://127.0.0.1:4222", nats_options={"inbox_prefix": "_INBOX.eva"}).journal_origin == "eva"

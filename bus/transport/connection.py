@@ -22,7 +22,7 @@ from nats.aio.client import Client
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_exponential
 
 from bus.core.errors import ConfigError, ConnectError, SubjectError
-from bus.core.subjects import validate_subject
+from bus.core.subjects import is_reply_inbox, validate_subject
 from bus.transport.endpoints import (
     AUTH_ENV,
     DEFAULT_URL,
@@ -130,6 +130,10 @@ def with_private_inbox(servers: list[str], options: dict[str, Any]) -> dict[str,
         raise ConfigError(
             f"inbox prefix {prefix!r} is not a valid subject ({exc.reason}): set HOOKBUS_NATS_INBOX or --nats-inbox"
         ) from None
+    if not is_reply_inbox(f"{prefix}.reply"):  # modules and relays answer nothing else: every request would time out
+        raise ConfigError(
+            f"inbox prefix {prefix!r} is not under {INBOX_ROOT}: set HOOKBUS_NATS_INBOX to {INBOX_ROOT}.<name>"
+        )
     return {**options, "inbox_prefix": prefix}
 
 
