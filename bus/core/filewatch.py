@@ -115,3 +115,36 @@ class WatchedFile(Generic[T]):
             await self.check()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), self.interval)
+
+
+class Poller:
+    """Calls a synchronous ``check`` every ``interval`` seconds in a background task, until stopped.
+
+    The one watch loop of the workers' hot-reloaded files: a ``check`` that
+    raises is logged on ``logger`` (naming ``what``) and polling goes on.
+    """
+
+    def __init__(self, check: Callable[[], object], interval: float, what: str, logger: logging.Logger = log) -> None:
+        self.check = check
+        self.interval = interval
+        self.what = what
+        self._log = logger
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._poll(), name=f"watch {self.what}")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _poll(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval)
+            try:
+                self.check()
+            except Exception:
+                self._log.exception("reloading %s failed", self.what)

@@ -9,8 +9,6 @@ takes its plugin with it.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bus.core.errors import PluginError
-from bus.core.filewatch import Signature, read_version
+from bus.core.filewatch import Poller, Signature, read_version
 from subscribers.plugins.manifest import MANIFEST_FILE, Manifest, load_manifest
 
 if TYPE_CHECKING:
@@ -57,8 +55,7 @@ class PluginSet:
         self.root = root
         self.plugins: dict[str, PluginState] = {}
         self._on_change = on_change
-        self._poll_interval = poll_interval
-        self._task: asyncio.Task[None] | None = None
+        self._poller = Poller(self.check, poll_interval, f"the plugins of {root}", log)
 
     def running(self) -> dict[str, PluginCode]:
         """The plugins that run now, by name."""
@@ -117,22 +114,10 @@ class PluginSet:
             log.error("%s; %s", exc, kept)
         return False
 
-    async def _watch(self) -> None:
-        while True:
-            await asyncio.sleep(self._poll_interval)
-            try:
-                self.check()
-            except Exception:
-                log.exception("reloading the plugins of %s failed", self.root)
-
     def start(self) -> None:
         """Load now, then keep watching in the background."""
         self.check()
-        self._task = asyncio.create_task(self._watch(), name=f"watch {self.root}")
+        self._poller.start()
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self._poller.stop()

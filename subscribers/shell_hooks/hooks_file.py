@@ -9,7 +9,6 @@ version parsed is the one compared.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import os
@@ -19,7 +18,7 @@ from pathlib import Path
 from typing import Final
 
 from bus.core.errors import HookConfigError
-from bus.core.filewatch import FileVersion
+from bus.core.filewatch import FileVersion, Poller
 from bus.core.private_files import FILE_MODE
 from subscribers.shell_hooks.hooks_config import HooksConfig, parse_config
 from subscribers.shell_hooks.limits import DEFAULT_POLL_INTERVAL
@@ -82,9 +81,8 @@ class HooksFile:
         self.config = HooksConfig()
         self.last_error: HookConfigError | None = None
         self._on_change = on_change
-        self._poll_interval = poll_interval
         self._version = FileVersion(path)
-        self._task: asyncio.Task[None] | None = None
+        self._poller = Poller(self.check, poll_interval, str(path), log)
 
     def check(self) -> bool:
         """Reload if the file changed since the last look; True if a new configuration took effect."""
@@ -103,25 +101,13 @@ class HooksFile:
         self._on_change(config)
         return True
 
-    async def _watch(self) -> None:
-        while True:
-            await asyncio.sleep(self._poll_interval)
-            try:
-                self.check()
-            except Exception:
-                log.exception("reloading %s failed", self.path)
-
     def start(self) -> None:
         """Load now, then keep watching in the background."""
         self.check()
-        self._task = asyncio.create_task(self._watch(), name=f"watch {self.path}")
+        self._poller.start()
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self._poller.stop()
 
 
 def _log_notices(config: HooksConfig) -> None:
