@@ -400,6 +400,9 @@ class HandlerRecordMsg(msgspec.Struct, kw_only=True):
     when: dict[str, Any] = {}
     before: list[str] = []
     after: list[str] = []
+    #: Bag ports (docs/middleware.md, The bag): what it reads (a key or ``{key, default, required}``) and writes.
+    inputs: list[str | dict[str, Any]] = []
+    outputs: list[str] = []
     fail_closed: bool = False
     timeout: Annotated[float, msgspec.Meta(gt=0)] = 2.0
     enabled: bool = True

@@ -55,6 +55,10 @@ class Record:
         """The declaration a runner serving under ``module`` announces for this record."""
         msg = self.msg
         extra: dict[str, Any] = {"when": msg.when} if msg.when else {}  # left out when empty: older kernels
+        if msg.inputs:
+            extra["inputs"] = msg.inputs
+        if msg.outputs:
+            extra["outputs"] = msg.outputs
         try:
             return declare(
                 module,

@@ -18,7 +18,7 @@ import asyncio
 import builtins
 import inspect
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from bus.core.decisions import Cancel, Continue, Decision, Patch
@@ -39,7 +39,11 @@ RecordHandler = Callable[[str, dict[str, Any], "RecordCtx"], Coroutine[Any, Any,
 
 @dataclass(frozen=True, slots=True)
 class RecordCtx:
-    """What a record's ``ctx`` holds: the call's context (no bus: a record cannot emit or intercept)."""
+    """What a record's ``ctx`` holds: the call's context, the fields of a module's StageCtx but ``bus``.
+
+    A record cannot emit or intercept; it reads its declared bag ``inputs`` and
+    sets its declared ``outputs`` (``ctx.outputs["key"] = value``) as a module's handler does.
+    """
 
     stage: str
     handler: str
@@ -48,6 +52,11 @@ class RecordCtx:
     depth: int
     deadline: float
     request_id: str
+    user: str | None = None
+    template: str | None = None
+    process: str | None = None
+    inputs: Mapping[str, Any] = field(default_factory=dict)
+    outputs: dict[str, Any] = field(default_factory=dict)
 
     def get(self, name: str, default: Any = None) -> Any:
         """``ctx.get("agent")``, as records written against a dict context expect."""

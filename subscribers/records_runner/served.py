@@ -19,7 +19,7 @@ from bus.core.declaration import Declaration
 from bus.core.results import ChainRun
 from bus.core.schema import MiddlewareReply, MiddlewareRequest, ReactionMsg, RequestCtx
 from bus.middleware.faults import Outcome, fault_decision
-from bus.middleware.handler.module import _reaction
+from bus.middleware.handler.module import _given, _reaction
 from bus.records.execute import RecordRun, run_record
 from bus.records.record import Record
 from bus.records.sandbox import RecordCtx, RecordHandler
@@ -74,19 +74,23 @@ class RecordSet:
         todo = [e.record.name for e in self.entries.values() if e.decl.stage == stage] if names is None else names
         run = ChainRun(stage, request.payload)
         reactions: list[ReactionMsg] = []
+        inputs = request.ctx.inputs
+        bag = dict(inputs) if isinstance(inputs, dict) else {}  # what earlier records of this run wrote too
         for name in todo:
             entry = self.entries.get(name)
             qualname = f"{self.name}.{name}"
             if entry is None or entry.decl.stage != stage:
                 reactions.append(_reaction(qualname, Outcome.ABSENT, CONTINUE, 0.0, "not served here"))
                 continue
-            reaction, decision = await self._one(entry, run.payload, request.ctx)
+            reaction, decision = await self._one(entry, run.payload, request.ctx, bag)
             reactions.append(reaction)
             if not run.take(decision, qualname):
                 break
         return reply_of(run.decision(), reactions)
 
-    async def _one(self, entry: Entry, payload: dict[str, Any], wire: RequestCtx) -> tuple[ReactionMsg, Decision]:
+    async def _one(
+        self, entry: Entry, payload: dict[str, Any], wire: RequestCtx, bag: dict[str, Any]
+    ) -> tuple[ReactionMsg, Decision]:
         decl = entry.decl
         handler = entry.handler
         if handler is None:
@@ -97,10 +101,32 @@ class RecordSet:
                 return _reaction(decl.qualname, Outcome.ABSENT, _fault(decl, cause), 0.0, cause), _fault(decl, cause)
             if handler is None:  # approved as disabled: skipped
                 return _reaction(decl.qualname, Outcome.OK, CONTINUE, 0.0, "disabled"), CONTINUE
-        ctx = RecordCtx(decl.stage, decl.qualname, wire.session, wire.agent, wire.depth, wire.deadline, wire.id)
+        ctx = record_ctx(decl, wire, bag)
         ran = await run_record(handler, decl, payload, ctx)
         self._report(entry, ran)
-        return _reaction(decl.qualname, ran.outcome, ran.decision, ran.duration_ms, ran.cause), ran.decision
+        reaction = _reaction(decl.qualname, ran.outcome, ran.decision, ran.duration_ms, ran.cause)
+        written = {key: value for key, value in ctx.outputs.items() if key in decl.outputs}
+        if written and ran.outcome is Outcome.OK:  # only declared outputs, as a Module keeps them
+            reaction.outputs = written
+            bag.update(written)
+        return reaction, ran.decision
+
+
+def record_ctx(decl: Declaration, wire: RequestCtx, bag: dict[str, Any]) -> RecordCtx:
+    """The call's context as a record sees it: the same fields a module's StageCtx carries, without a bus."""
+    return RecordCtx(
+        decl.stage,
+        decl.qualname,
+        wire.session,
+        wire.agent,
+        wire.depth,
+        wire.deadline,
+        wire.id,
+        user=_given(wire.user),
+        template=_given(wire.template),
+        process=_given(wire.process),
+        inputs={item.key: bag.get(item.key, item.default) for item in decl.inputs},
+    )
 
 
 def _fault(decl: Declaration, cause: str) -> Decision:

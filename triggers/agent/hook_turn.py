@@ -1,6 +1,8 @@
 """The model as a middleware handler: a hook-turn answers a stage by asking the model.
 
-The model gets the handler's prompt, the stage and its payload, and exactly
+The model gets the handler's prompt, the stage, its payload and the call's
+context (agent, user, session, template, process, depth, deadline, request id,
+bag inputs: what a module's ``StageCtx`` holds), and exactly
 three tools: ``hook_continue``, ``hook_cancel(reason)``, ``hook_patch(payload)``.
 The call goes straight to the chat-completions endpoint, never through
 ``Bus.intercept``, so no middleware handler, local or remote, sees it (a
@@ -41,7 +43,7 @@ from bus.core.errors import ConfigError, HookbusError, HookTurnError
 from bus.core.schema import convert
 from bus.core.stages import validate_stage
 from bus.core.subjects import TOKEN_RE
-from bus.middleware.handler.module import Module
+from bus.middleware.handler.module import Module, StageCtx
 from triggers.agent.llm import ChatClient
 
 FILE_NAME: Final = "hook_turns.yaml"
@@ -121,11 +123,32 @@ def decision_from(completion_calls: list[Any]) -> Decision:
     return Patch(payload)
 
 
-async def ask_model(client: ChatClient, spec: HookTurnSpec, stage: str, payload: dict[str, Any]) -> Decision:
-    """One hook-turn: the prompt, the stage payload, the three tools, a hard timeout."""
+def context_of(ctx: StageCtx | None) -> dict[str, Any]:
+    """The call's context as the model is shown it: the fields every kind of handler gets (no bus)."""
+    if ctx is None:
+        return {}
+    return {
+        "handler": ctx.handler,
+        "agent": ctx.agent,
+        "user": ctx.user,
+        "session": ctx.session,
+        "template": ctx.template,
+        "process": ctx.process,
+        "depth": ctx.depth,
+        "deadline": ctx.deadline,
+        "request_id": ctx.request_id,
+        "inputs": dict(ctx.inputs),
+    }
+
+
+async def ask_model(
+    client: ChatClient, spec: HookTurnSpec, stage: str, payload: dict[str, Any], ctx: StageCtx | None = None
+) -> Decision:
+    """One hook-turn: the prompt, the stage, its payload and the call's context, the three tools, a hard timeout."""
+    shown = {"stage": stage, "payload": payload, "context": context_of(ctx)}
     messages = [
         {"role": "system", "content": _INSTRUCTIONS + spec.prompt},
-        {"role": "user", "content": orjson.dumps({"stage": stage, "payload": payload}).decode()},
+        {"role": "user", "content": orjson.dumps(shown, default=str).decode()},
     ]
     completion = await asyncio.wait_for(
         client.complete(messages, tools=HOOK_TOOLS, tool_choice="required", model=spec.model, timeout=spec.timeout_s),
@@ -139,8 +162,8 @@ def build_module(name: str, specs: list[HookTurnSpec], client: ChatClient) -> Mo
     module = Module(name)
     for spec in specs:
 
-        async def handler(stage: str, payload: dict[str, Any], spec: HookTurnSpec = spec) -> Decision:
-            return await ask_model(client, spec, stage, payload)
+        async def handler(stage: str, payload: dict[str, Any], ctx: StageCtx, spec: HookTurnSpec = spec) -> Decision:
+            return await ask_model(client, spec, stage, payload, ctx)
 
         module.stage(
             spec.stage,
