@@ -96,9 +96,7 @@ class Relay:
         for sub in self._subs:
             with contextlib.suppress(*TRANSPORT_FAILURES):  # the connection is gone: so is the subscription
                 await sub.unsubscribe()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._tasks.cancel_all()
 
 
 @asynccontextmanager

@@ -27,6 +27,13 @@ class TaskSet(set[asyncio.Task[_T]]):
         """Run ``coro`` in a task on the running loop and hold it until it is done."""
         return self.keep(asyncio.get_running_loop().create_task(coro))
 
+    async def cancel_all(self) -> None:
+        """Cancel every task held and wait until each has ended (what they raise is dropped: they were told to stop)."""
+        tasks = list(self)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
 
 def stop_if_cancelled() -> None:
     """Raise CancelledError if the running task was asked to stop and an await swallowed the request.

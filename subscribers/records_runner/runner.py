@@ -108,9 +108,7 @@ class RecordsRunner:
         self._tasks.start(self._planner())
 
     async def stop(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._tasks.cancel_all()
         for watch in self._watches:
             await watch.stop()
         for kind in list(self._instances):

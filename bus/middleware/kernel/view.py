@@ -188,9 +188,7 @@ class View:
         self._spawn(self._sweep())
 
     async def stop(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._tasks.cancel_all()
         for watch in self._watches:
             await watch.stop()
 
