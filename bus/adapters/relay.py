@@ -13,7 +13,6 @@ is answered with an ``error`` naming the field, never run.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -27,7 +26,7 @@ from bus.core.ratelog import RateLimitedLog
 from bus.core.schema import AdapterReplyMsg, AdapterRequestMsg, decode, encode
 from bus.core.subjects import ADAPTER_PREFIX, ADAPTER_QUEUE, adapter_subject, is_reply_inbox
 from bus.core.tasks import TaskSet
-from bus.transport.port import TRANSPORT_FAILURES
+from bus.transport.port import unsubscribe_all
 
 if TYPE_CHECKING:
     from bus.client import Bus
@@ -93,9 +92,7 @@ class Relay:
             self._slots.release()
 
     async def stop(self) -> None:
-        for sub in self._subs:
-            with contextlib.suppress(*TRANSPORT_FAILURES):  # the connection is gone: so is the subscription
-                await sub.unsubscribe()
+        await unsubscribe_all(self._subs)
         await self._tasks.cancel_all()
 
 

@@ -16,8 +16,9 @@ a connection's error callback reports.
 
 from __future__ import annotations
 
+import contextlib
 import enum
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -67,6 +68,13 @@ class RawSubscription(Protocol):
     """What subscribing returns: a handle to stop receiving (raises one of TRANSPORT_FAILURES when cut off)."""
 
     async def unsubscribe(self, limit: int = 0) -> None: ...
+
+
+async def unsubscribe_all(subs: Iterable[RawSubscription]) -> None:
+    """Unsubscribe each of ``subs``, closing: a cut connection has nothing left to unsubscribe, so that is no error."""
+    for sub in subs:
+        with contextlib.suppress(*TRANSPORT_FAILURES):
+            await sub.unsubscribe()
 
 
 class ObjectStore(Protocol):

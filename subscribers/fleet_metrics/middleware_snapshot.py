@@ -17,7 +17,7 @@ from bus.core.subjects import COUNTERS_PREFIX, JOURNAL_PREFIX
 from bus.journal.entries import decode_entry
 from bus.middleware.faults import Outcome
 from bus.middleware.kernel.metrics import BUCKETS
-from bus.transport.port import TRANSPORT_FAILURES, Port, RawMessage, RawSubscription
+from bus.transport.port import Port, RawMessage, RawSubscription, unsubscribe_all
 from subscribers.fleet_metrics.metrics import FleetMetrics
 from subscribers.fleet_metrics.reports import apply_report
 
@@ -50,11 +50,7 @@ class MiddlewareSnapshot:
 
     async def stop(self) -> None:
         subs, self._subs = self._subs, []
-        for sub in subs:
-            try:
-                await sub.unsubscribe()
-            except TRANSPORT_FAILURES:  # closing: a cut connection has nothing left to unsubscribe
-                continue
+        await unsubscribe_all(subs)
 
     async def _on_report(self, msg: RawMessage) -> None:
         apply_report(self.fleet, msg.data)

@@ -14,7 +14,7 @@ from prometheus_client.registry import REGISTRY, CollectorRegistry
 
 from bus.core.subjects import COUNTERS_PREFIX, EVA_DOMAIN, FLEET_METRICS_QUEUE, JOURNAL_PREFIX, PRX_DOMAIN
 from bus.metrics import register_once
-from bus.transport.port import TRANSPORT_FAILURES, Port, RawMessage, RawSubscription
+from bus.transport.port import Port, RawMessage, RawSubscription, unsubscribe_all
 from subscribers.fleet_metrics.feeders import count_entry, event_counter
 from subscribers.fleet_metrics.metrics import FleetMetrics
 from subscribers.fleet_metrics.reports import apply_report
@@ -80,8 +80,4 @@ class FleetReceiver:
     async def stop(self) -> None:
         """Unsubscribe (quietly if the connection is already gone)."""
         subs, self._subs = self._subs, []
-        for sub in subs:
-            try:
-                await sub.unsubscribe()
-            except TRANSPORT_FAILURES:  # closing: a cut connection has nothing left to unsubscribe
-                continue
+        await unsubscribe_all(subs)
