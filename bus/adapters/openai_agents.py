@@ -109,11 +109,29 @@ class _Emitter:
         await self.emit((f"{EVA_DOMAIN}.custom.handoff", {"from": str(source.name), "to": str(target.name)}))
 
 
-class HookbusRunHooks(RunHooks[Any]):
-    """Run-wide hooks: every agent, model call, tool and handoff of a ``Runner.run`` as events."""
+class _ModelAndToolHooks:
+    """The hooks run-wide and per-agent hooks share (same signatures in both SDK classes), and the emitter."""
 
     def __init__(self, bus: AnyBus, *, session_id: str | None = None) -> None:
         self._out = _Emitter(bus, session_id)
+
+    async def on_llm_start(
+        self, context: RunContextWrapper[Any], agent: Agent[Any], system_prompt: str | None, input_items: Any
+    ) -> None:
+        await self._out.llm_start(context, agent, system_prompt, list(input_items))
+
+    async def on_llm_end(self, context: RunContextWrapper[Any], agent: Agent[Any], response: ModelResponse) -> None:
+        await self._out.llm_end(context, agent)
+
+    async def on_tool_start(self, context: Any, agent: Any, tool: Any) -> None:
+        await self._out.tool_start(context, tool)
+
+    async def on_tool_end(self, context: Any, agent: Any, tool: Any, result: object) -> None:
+        await self._out.tool_end(tool, result)
+
+
+class HookbusRunHooks(_ModelAndToolHooks, RunHooks[Any]):
+    """Run-wide hooks: every agent, model call, tool and handoff of a ``Runner.run`` as events."""
 
     async def on_agent_start(self, context: Any, agent: Any) -> None:
         await self._out.agent_start(agent)
@@ -121,49 +139,18 @@ class HookbusRunHooks(RunHooks[Any]):
     async def on_agent_end(self, context: Any, agent: Any, output: Any) -> None:
         await self._out.agent_end(context, agent)
 
-    async def on_llm_start(
-        self, context: RunContextWrapper[Any], agent: Agent[Any], system_prompt: str | None, input_items: Any
-    ) -> None:
-        await self._out.llm_start(context, agent, system_prompt, list(input_items))
-
-    async def on_llm_end(self, context: RunContextWrapper[Any], agent: Agent[Any], response: ModelResponse) -> None:
-        await self._out.llm_end(context, agent)
-
-    async def on_tool_start(self, context: Any, agent: Any, tool: Any) -> None:
-        await self._out.tool_start(context, tool)
-
-    async def on_tool_end(self, context: Any, agent: Any, tool: Any, result: object) -> None:
-        await self._out.tool_end(tool, result)
-
     async def on_handoff(self, context: Any, from_agent: Any, to_agent: Any) -> None:
         await self._out.handoff(from_agent, to_agent)
 
 
-class HookbusAgentHooks(AgentHooks[Any]):
+class HookbusAgentHooks(_ModelAndToolHooks, AgentHooks[Any]):
     """One agent's hooks (``Agent(hooks=...)``): the same events, for that agent only."""
-
-    def __init__(self, bus: AnyBus, *, session_id: str | None = None) -> None:
-        self._out = _Emitter(bus, session_id)
 
     async def on_start(self, context: Any, agent: Any) -> None:
         await self._out.agent_start(agent)
 
     async def on_end(self, context: Any, agent: Any, output: Any) -> None:
         await self._out.agent_end(context, agent)
-
-    async def on_llm_start(
-        self, context: RunContextWrapper[Any], agent: Agent[Any], system_prompt: str | None, input_items: Any
-    ) -> None:
-        await self._out.llm_start(context, agent, system_prompt, list(input_items))
-
-    async def on_llm_end(self, context: RunContextWrapper[Any], agent: Agent[Any], response: ModelResponse) -> None:
-        await self._out.llm_end(context, agent)
-
-    async def on_tool_start(self, context: Any, agent: Any, tool: Any) -> None:
-        await self._out.tool_start(context, tool)
-
-    async def on_tool_end(self, context: Any, agent: Any, tool: Any, result: object) -> None:
-        await self._out.tool_end(tool, result)
 
     async def on_handoff(self, context: Any, agent: Any, source: Any) -> None:
         await self._out.handoff(source, agent)
