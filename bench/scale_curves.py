@@ -210,7 +210,7 @@ async def journal_curve(server: NatsServer, rates: list[float], seconds: float) 
             f"{r[2] / first[2]:.2f}",
             f"{int(r[3]):,}",
             f"{r[4]:.1f} s",
-            " ".join(f"{int(b)}" for _, b in samples[:: max(1, len(samples) // 6)]),
+            " ".join(f"{int(b)}" for _, b in samples[:: max(1, -(-len(samples) // 6))]),
         ]
         for rate, r, samples in rows
     ]
