@@ -18,9 +18,8 @@ import orjson
 from bus import Bus, Cancel, Continue, Module, Patch, Stage, TurnRequest
 from bus.core.decisions import Decision
 from bus.core.payloads import AssistantMessage, LlmRequest, ToolCall, from_dict, to_dict
-from bus.core.subjects import agent_stream_subject
 from bus.journal.entries import ensure_stream
-from bus.testing import EventRecorder, JournalRecorder, serving, wait_for_chain
+from bus.testing import JournalRecorder, serving, wait_for_chain
 from subscribers.journal.sink import JournalSink
 from subscribers.journal.store import Query
 from triggers.agent.llm import ChatClient
@@ -28,6 +27,7 @@ from triggers.agent.runner import MAX_REWORK_ROUNDS, RunnerSettings, TurnRunner
 
 from . import fake_llm
 from .conftest import run_cli
+from .turn_support import turn
 from .waiting import wait_until
 
 Answer = Callable[[str, dict[str, Any]], Decision]
@@ -61,39 +61,6 @@ class Points:
     async def ready(self, kernel: Bus) -> None:
         for stage in self.stages:
             await wait_for_chain(kernel, stage, [f"{self.module.name}.{stage.replace('.', '_')}"])
-
-
-async def turn(
-    bus: Bus,
-    llm: fake_llm.FakeLLM,
-    settings: RunnerSettings | None = None,
-    prompt: str = "hi",
-    session: str = "s1",
-    **client: Any,
-) -> tuple[dict[str, Any], EventRecorder, list[dict[str, Any]]]:
-    """One turn on a fresh agent: (its result, the events it emitted, the tokens its clients got)."""
-    agent = f"a{uuid.uuid4().hex[:6]}"
-    rec = EventRecorder()
-    await bus.subscribe("prx.lifecycle.>", rec)
-    await bus.subscribe("eva.turn.*", rec)
-    tokens: list[dict[str, Any]] = []
-    await bus.subscribe(agent_stream_subject(agent), lambda event: tokens.append(event.payload))
-    options = {"attempts": 3, "backoff": 0.01, "timeout": 5.0, **client}
-    runner = TurnRunner(bus, agent, ChatClient(llm.url, "model-a", provider="fake", **options), settings=settings)
-    await bus.serve_turns(agent, runner.handle)
-    results: list[dict[str, Any]] = []
-    inbox = bus.nc.new_inbox()
-
-    async def got(msg: Any) -> None:
-        results.append(orjson.loads(msg.data))
-
-    await bus.nc.subscribe(inbox, cb=got)
-    await bus.flush()
-    await bus.request_turn(TurnRequest(agent=agent, prompt=prompt, session_id=session), reply=inbox)
-    await wait_until(lambda: bool(results), timeout=30, what="the turn's result")
-    await wait_until(lambda: any(e.subject.startswith("eva.turn.") for e in rec.events), what="eva.turn.*")
-    await runner.client.close()
-    return results[0], rec, tokens
 
 
 def streamed(tokens: list[dict[str, Any]]) -> str:

@@ -6,43 +6,19 @@ import asyncio
 import uuid
 from typing import Any
 
-from bus import Bus, Cancel, Continue, Module, Patch, Stage, TurnRequest
+from bus import Bus, Cancel, Continue, Module, Patch, Stage
 from bus.testing import EventRecorder, serving, wait_for_chain
-from triggers.agent.llm import ChatClient
-from triggers.agent.runner import TurnRunner
 
 from . import fake_llm
-from .waiting import wait_until
+from .turn_support import turn
 
 
 async def run_turn(
     bus: Bus, llm: fake_llm.FakeLLM, depth: int = 2, **client: Any
 ) -> tuple[EventRecorder, dict[str, Any]]:
     """Serve turns for a fresh agent, request one, return what it emitted and its result."""
-    agent = f"a{uuid.uuid4().hex[:6]}"
-    rec = EventRecorder()
-    await bus.subscribe("prx.lifecycle.>", rec)
-    await bus.subscribe("eva.turn.*", rec)
-    options = {"attempts": 3, "backoff": 0.01, "timeout": 5.0, **client}
-    runner = TurnRunner(bus, agent, ChatClient(llm.url, "model-a", "sk-test", provider="fake", **options))
-    await bus.serve_turns(agent, runner.handle)
-    results: list[dict[str, Any]] = []
-    inbox = bus.nc.new_inbox()
-
-    async def got(msg: Any) -> None:
-        import orjson
-
-        results.append(orjson.loads(msg.data))
-
-    await bus.nc.subscribe(inbox, cb=got)
-    await bus.flush()
-    await bus.request_turn(
-        TurnRequest(agent=agent, prompt="what time is it?", depth=depth, session_id="s1"), reply=inbox
-    )
-    await wait_until(lambda: bool(results), timeout=30)
-    await wait_until(lambda: any(e.subject.startswith("eva.turn.") for e in rec.events))
-    await runner.client.close()
-    return rec, results[0]
+    result, rec, _ = await turn(bus, llm, prompt="what time is it?", depth=depth, api_key="sk-test", **client)
+    return rec, result
 
 
 async def test_a_turn_with_a_tool_call_emits_the_lifecycle_at_the_turn_depth(

@@ -1,0 +1,54 @@
+"""One turn of the reference runner on a fresh agent, against the scripted LLM server: what it emitted and returned."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import orjson
+
+from bus import Bus, TurnRequest
+from bus.core.subjects import agent_stream_subject
+from bus.testing import EventRecorder
+from triggers.agent.llm import ChatClient
+from triggers.agent.runner import RunnerSettings, TurnRunner
+
+from . import fake_llm
+from .waiting import wait_until
+
+
+async def turn(
+    bus: Bus,
+    llm: fake_llm.FakeLLM,
+    settings: RunnerSettings | None = None,
+    prompt: str = "hi",
+    session: str = "s1",
+    depth: int = 0,
+    **client: Any,
+) -> tuple[dict[str, Any], EventRecorder, list[dict[str, Any]]]:
+    """One turn on a fresh agent: (its result, the events it emitted, the tokens its clients got).
+
+    ``client`` goes to the ChatClient (``api_key``, ``timeout``, ``attempts``...).
+    """
+    agent = f"a{uuid.uuid4().hex[:6]}"
+    rec = EventRecorder()
+    await bus.subscribe("prx.lifecycle.>", rec)
+    await bus.subscribe("eva.turn.*", rec)
+    tokens: list[dict[str, Any]] = []
+    await bus.subscribe(agent_stream_subject(agent), lambda event: tokens.append(event.payload))
+    options = {"attempts": 3, "backoff": 0.01, "timeout": 5.0, **client}
+    runner = TurnRunner(bus, agent, ChatClient(llm.url, "model-a", provider="fake", **options), settings=settings)
+    await bus.serve_turns(agent, runner.handle)
+    results: list[dict[str, Any]] = []
+    inbox = bus.nc.new_inbox()
+
+    async def got(msg: Any) -> None:
+        results.append(orjson.loads(msg.data))
+
+    await bus.nc.subscribe(inbox, cb=got)
+    await bus.flush()
+    await bus.request_turn(TurnRequest(agent=agent, prompt=prompt, depth=depth, session_id=session), reply=inbox)
+    await wait_until(lambda: bool(results), timeout=30, what="the turn's result")
+    await wait_until(lambda: any(e.subject.startswith("eva.turn.") for e in rec.events), what="eva.turn.*")
+    await runner.client.close()
+    return results[0], rec, tokens
