@@ -110,11 +110,15 @@ def env_for(url: str, state: Path) -> dict[str, str]:
     return {**env, "NATS_URL": url, "XDG_STATE_HOME": str(state)}
 
 
-async def claude_hook(payload: Any, env: dict[str, str], *args: str) -> tuple[int, Any, str]:
-    """Run ``hookbus claude-hook`` on ``payload``: (exit code, its JSON output or None, stderr)."""
+async def run_hook(command: str, payload: Any, env: dict[str, str], *args: str) -> tuple[int, Any, str]:
+    """Run ``hookbus <command>`` (a one-shot hook) on ``payload``: (exit code, its JSON output or None, stderr)."""
     text = payload if isinstance(payload, str) else json.dumps(payload)
-    done = await asyncio.to_thread(run_cli, "claude-hook", *args, env=env, input=text)
+    done = await asyncio.to_thread(run_cli, command, *args, env=env, input=text)
     return done.returncode, json.loads(done.stdout) if done.stdout.strip() else None, done.stderr
+
+
+async def claude_hook(payload: Any, env: dict[str, str], *args: str) -> tuple[int, Any, str]:
+    return await run_hook("claude-hook", payload, env, *args)
 
 
 def denial(output: Any) -> str:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -12,7 +11,7 @@ from bus import Bus
 
 from . import test_claude_code as claude
 from .conftest import run_cli
-from .test_claude_code import denial, env_for
+from .test_claude_code import denial, env_for, run_hook
 
 #: The guard module and the relay of tests/test_claude_code.py, shared.
 guarded, relay = claude.guarded, claude.relay
@@ -39,8 +38,7 @@ def shell(command: str) -> dict[str, Any]:
 
 
 async def codex_hook(payload: Any, env: dict[str, str]) -> tuple[int, Any, str]:
-    done = await asyncio.to_thread(run_cli, "codex-hook", env=env, input=json.dumps(payload))
-    return done.returncode, json.loads(done.stdout) if done.stdout.strip() else None, done.stderr
+    return await run_hook("codex-hook", payload, env)
 
 
 async def test_codex_calls_are_denied_and_a_changed_input_is_a_denial_naming_it(
