@@ -68,6 +68,17 @@ async def approve_when_waiting(kernel: Bus, qualname: str) -> None:
     await approve(view, qualname)
 
 
+async def approved_no_rm(kernel: Bus, runners: Any) -> tuple[str, RecordsRunner, RecordStore]:
+    """A fresh module's runner and store, with record ``no_rm`` put, approved and in the tool.call chain."""
+    module = unique("rec")
+    runner = await runners(module)
+    store = RecordStore(kernel, module)
+    await store.put(record("no_rm"))
+    await approve_when_waiting(kernel, f"{module}.no_rm")
+    await wait_for_chain(kernel, "tool.call", [f"{module}.no_rm"])
+    return module, runner, store
+
+
 def call(command: str) -> dict[str, Any]:
     return {"name": "shell", "input": {"command": command}}
 
@@ -97,12 +108,7 @@ async def approve_when_waiting_check(kernel: Bus, qualname: str, runner: Records
 
 
 async def test_an_edit_waits_while_the_old_version_keeps_serving(kernel: Bus, runners: Any) -> None:
-    module = unique("rec")
-    runner = await runners(module)
-    store = RecordStore(kernel, module)
-    await store.put(record("no_rm"))
-    await approve_when_waiting(kernel, f"{module}.no_rm")
-    await wait_for_chain(kernel, "tool.call", [f"{module}.no_rm"])
+    module, runner, store = await approved_no_rm(kernel, runners)
     await wait_until(lambda: "no_rm" in runner.served, what="the approved version served")
     old = runner.served["no_rm"]
 
@@ -192,12 +198,7 @@ async def test_faults_apply_the_fail_mode_and_a_record_that_keeps_failing_is_dis
 async def test_a_disabled_record_is_skipped_and_a_record_cannot_import_what_is_not_allowed(
     kernel: Bus, runners: Any
 ) -> None:
-    module = unique("rec")
-    runner = await runners(module)
-    store = RecordStore(kernel, module)
-    await store.put(record("no_rm"))
-    await approve_when_waiting(kernel, f"{module}.no_rm")
-    await wait_for_chain(kernel, "tool.call", [f"{module}.no_rm"])
+    module, runner, store = await approved_no_rm(kernel, runners)
 
     disabled = record("no_rm", enabled=False)
     await store.put(disabled)  # disabling is a change too: it waits for approval
