@@ -80,7 +80,6 @@ async def test_the_relay_answers_no_reply_subject_but_an_inbox(
         await relay.start()
         try:
             assert await aimed(operator, bob, adapter_subject("claude-code"), BUS_ONLY) == []
-            assert bus.stats.dropped.get("malformed") == len(BUS_ONLY)
         finally:
             await relay.stop()
 
