@@ -1,6 +1,6 @@
-"""What an operator does to the middleware, journaled: approve a waiting handler, detach a gone guard.
+"""What an operator does to the middleware, journaled: approve or reject a waiting handler, detach a gone guard.
 
-``hookbus approve`` / ``hookbus detach`` and the console call these same
+``hookbus approve`` / ``reject`` / ``detach`` and the console call these same
 functions; ``actor`` says who acted (``user@host`` for the CLI, ``console``
 for the browser) and ends up in each journal entry's cause.
 """
@@ -18,11 +18,13 @@ from bus.core.stages import phase
 from bus.core.subjects import MODULE_DETACHED
 from bus.journal.entries import JournalEntry, publish_entry
 from bus.middleware.guards import GuardRecord, designates, detach
-from bus.middleware.kernel.approvals import approve
+from bus.middleware.kernel.approvals import approve, select
 from bus.middleware.kernel.view import View
+from bus.middleware.registry import TRUST_BUCKET, open_bucket
+from bus.middleware.rejections import add_rejection
 
 #: The journal decisions of operators' actions: on middleware handlers, and on hooks.json through the API.
-OPERATOR_DECISIONS: Final = ("approved", "detached", "created", "updated", "deleted", "enabled", "disabled")
+OPERATOR_DECISIONS: Final = ("approved", "rejected", "detached", "created", "updated", "deleted", "enabled", "disabled")
 
 
 def local_actor() -> str:
@@ -40,6 +42,23 @@ async def approve_journaled(bus: Bus, view: View, name: str, actor: str) -> list
         await publish_entry(bus, entry)
     await bus.flush()
     return approved
+
+
+async def reject_journaled(bus: Bus, view: View, name: str, actor: str) -> list[Declaration]:
+    """Reject the waiting versions ``name`` designates; journal each as ``rejected by <actor>``.
+
+    They leave the approval queue and are never called; a new version (another identity) waits again.
+    """
+    chosen = select(view, name)
+    kv = await open_bucket(bus, TRUST_BUCKET)
+    for decl in chosen:
+        await add_rejection(kv, decl, actor)
+        entry = JournalEntry("middleware", decl.stage, phase(decl.stage), decl.qualname, "rejected")
+        entry.cause = f"rejected by {actor}"
+        entry.identity = decl.identity()
+        await publish_entry(bus, entry)
+    await bus.flush()
+    return chosen
 
 
 async def detach_journaled(bus: Bus, view: View, name: str, actor: str) -> list[GuardRecord]:

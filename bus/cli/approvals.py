@@ -6,7 +6,7 @@ import argparse
 
 from bus.cli.middleware import add_options, open_view
 from bus.cli.workspace import bus_name
-from bus.middleware.kernel.approvals import queue
+from bus.middleware.kernel.approvals import queue, rejected
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -34,4 +34,7 @@ async def run(args: argparse.Namespace) -> int:
             decl = item.decl
             mode = "fail-closed" if decl.fail_closed else "fail-open"
             print(f"{decl.qualname}  {item.state.value}  stage {decl.stage}  {mode}  identity {decl.identity()[:12]}")
+        for link in rejected(view):
+            decl = link.decl
+            print(f"{decl.qualname}  rejected  stage {decl.stage}  identity {decl.identity()[:12]}  (not waiting)")
     return 0

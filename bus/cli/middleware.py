@@ -113,6 +113,10 @@ def describe_chain(chain: StageChain, view: View, agent: str | None = None) -> l
         )
     for link in chain.waiting:
         lines.append(describe_link("-", link, replicas(view, link.decl.module)) + "  not called until approved")
+    for link in chain.rejected:
+        lines.append(
+            describe_link("-", link, replicas(view, link.decl.module)) + "  REJECTED (a new version waits again)"
+        )
     return lines
 
 

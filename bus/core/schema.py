@@ -184,6 +184,17 @@ class SwitchRecordMsg(msgspec.Struct, kw_only=True):
     at: float = 0.0
 
 
+class RejectRecordMsg(msgspec.Struct, kw_only=True):
+    """A ``reject.<module>.<handler>`` value of the trust bucket: the versions of a handler the operator rejected.
+
+    ``identities``: declaration identities, newest last (no field named ``identity``: never read as an approval).
+    """
+
+    identities: list[Sha256Hex] = []
+    by: str = ""
+    at: float = 0.0
+
+
 class GuardRecordMsg(msgspec.Struct, kw_only=True):
     """A value of the ``hookbus_guards`` bucket: a fail-closed handler that stays in force."""
 

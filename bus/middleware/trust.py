@@ -36,6 +36,8 @@ class TrustState(enum.StrEnum):
     TRUSTED = "trusted"
     MODIFIED = "modified"
     UNTRUSTED = "untrusted"
+    #: This version was rejected by an operator (``hookbus reject``): never called, out of the approval queue.
+    REJECTED = "rejected"
 
     @property
     def runs(self) -> bool:

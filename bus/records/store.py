@@ -141,6 +141,12 @@ class RecordStore:
         await (await self.port.open_bucket(TRUST_BUCKET)).delete(f"{self.module}.{name}")
 
 
+async def every_record(port: Port) -> dict[str, Record | RecordError]:
+    """Every module's drafts by key (``<module>.<name>``), a malformed one as the error saying why."""
+    drafts = await port.open_bucket(RECORDS_BUCKET)
+    return await _load(drafts, lambda key, data: parse_safely(data, key.partition(".")[2]))
+
+
 async def _load(bucket: Bucket, parse: Callable[[str, bytes], T]) -> dict[str, T | RecordError]:
     """Every stored key of a bucket, parsed (a malformed one as the error saying why); bounded in time."""
     out: dict[str, T | RecordError] = {}

@@ -3,7 +3,7 @@
 Each route calls what the matching command calls (``hookbus journal`` ->
 :class:`~subscribers.journal.store.JournalStore`, ``journal --events`` ->
 :mod:`subscribers.history.timeline`, ``chain``/``approvals`` -> the kernel's
-:class:`~bus.middleware.kernel.view.View`, ``approve``/``detach`` ->
+:class:`~bus.middleware.kernel.view.View`, ``approve``/``reject``/``detach`` ->
 :mod:`bus.operator`, ``enable``/``disable`` -> :mod:`bus.switching`, ``status`` ->
 :mod:`bus.status_report`), so the console
 is no second path. Actions are journaled with ``console`` as the actor.
@@ -14,6 +14,7 @@ is no second path. Actions are journaled with ``console`` as the actor.
     GET  /api/journal/timeline?session=S[&since_s=]   events (recorded history) and entries, in time order
     GET  /api/middleware                              every stage's chain, holds and approval queue
     POST /api/middleware/approve   {"name"}           approve a waiting handler (or a module's)
+    POST /api/middleware/reject    {"name"}           reject a waiting version (never called; a new one waits again)
     POST /api/middleware/detach    {"name"}           detach a gone fail-closed guard
     POST /api/middleware/enable    {"name"}           let a disabled handler run again
     POST /api/middleware/disable   {"name"}           stop calling a handler without stopping its module
@@ -45,7 +46,7 @@ from bus.middleware.kernel.approvals import queue
 from bus.middleware.kernel.view import Link, StageChain, View
 from bus.middleware.registry import TRUST_BUCKET, open_bucket
 from bus.middleware.trust import trust_key
-from bus.operator import approve_journaled, detach_journaled
+from bus.operator import approve_journaled, detach_journaled, reject_journaled
 from bus.service import ServiceContext
 from bus.status_report import status_report
 from bus.switching import disable_handler, enable_handler
@@ -102,6 +103,7 @@ def add_routes(app: web.Application, console: Console) -> None:
     app.router.add_get("/api/journal/timeline", timeline)
     app.router.add_get("/api/middleware", middleware)
     app.router.add_post("/api/middleware/approve", approve)
+    app.router.add_post("/api/middleware/reject", reject)
     app.router.add_post("/api/middleware/detach", detach)
     app.router.add_post("/api/middleware/enable", enable)
     app.router.add_post("/api/middleware/disable", disable)
@@ -214,6 +216,7 @@ def _chain(chain: StageChain, view: View) -> dict[str, Any]:
         "holds": [_link(link, view, "gone") for link in chain.holds],
         "waiting": [_link(link, view, "waiting") | {"trust": link.trust.value} for link in chain.waiting],
         "disabled": [_link(link, view, "disabled") for link in chain.disabled],
+        "rejected": [_link(link, view, "rejected") for link in chain.rejected],
     }
 
 
@@ -280,6 +283,18 @@ async def approve(request: web.Request) -> web.Response:
     except HookbusError as exc:  # the bus refused the write (permissions), or is unreachable
         return _json({"error": f"approve {name}: {exc}"}, 502)
     return _json({"approved": [{"name": d.qualname, "identity": d.identity()} for d in done]})
+
+
+async def reject(request: web.Request) -> web.Response:
+    name = await _name(request)
+    console = request.app[CONSOLE]
+    try:
+        done = await reject_journaled(console.bus, console.view, name, ACTOR)
+    except MiddlewareError as exc:
+        return _json({"error": str(exc)}, 409)
+    except HookbusError as exc:  # the bus refused the write (permissions), or is unreachable
+        return _json({"error": f"reject {name}: {exc}"}, 502)
+    return _json({"rejected": [{"name": d.qualname, "identity": d.identity()} for d in done]})
 
 
 async def detach(request: web.Request) -> web.Response:

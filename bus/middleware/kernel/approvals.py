@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from bus.core.declaration import Declaration
 from bus.core.errors import MiddlewareError, RegistryError
-from bus.middleware.kernel.view import View
+from bus.middleware.kernel.view import Link, View
 from bus.middleware.registry import LOAD_WITHIN_S, TRUST_BUCKET, open_bucket
 from bus.middleware.trust import TrustState, approved_identity
 from bus.transport.port import Port
@@ -43,6 +43,13 @@ def queue(view: View) -> list[Waiting]:
     """Every live handler that is Untrusted or Modified (a version nobody approved), by name."""
     waiting = {link.decl.qualname: link for chain in view.chains.values() for link in chain.waiting}
     return [Waiting(waiting[name].decl, waiting[name].trust) for name in sorted(waiting)]
+
+
+def rejected(view: View) -> list[Link]:
+    """Every live version an operator rejected (out of the queue, never called), by name."""
+    return sorted(
+        (link for chain in view.chains.values() for link in chain.rejected), key=lambda one: one.decl.qualname
+    )
 
 
 def select(view: View, name: str) -> list[Declaration]:

@@ -44,6 +44,7 @@ from bus.middleware.registry import (
     parse_announcement,
     request_subject,
 )
+from bus.middleware.rejections import parse_rejected, rejected_handler
 from bus.middleware.switches import DEFAULT as DEFAULT_SWITCHES
 from bus.middleware.switches import Switches, parse_switches, switched_handler
 from bus.middleware.trust import (
@@ -118,6 +119,8 @@ class StageChain:
     note: str | None = None
     #: Whether a handler of the chain reads or writes the bag (the kernel then keeps the session's bag).
     bag: bool = False
+    #: Declared versions an operator rejected (``hookbus reject``): never called, not in the approval queue.
+    rejected: tuple[Link, ...] = ()
 
 
 class View:
@@ -153,6 +156,8 @@ class View:
         self.first_approved: dict[str, float] = {}
         #: qualname -> the operator's switches (absent: enabled, global).
         self.switches: dict[str, Switches] = {}
+        #: qualname -> the identities an operator rejected (``hookbus reject``): never queued, never called.
+        self.rejected: dict[str, frozenset[str]] = {}
         self.guards: dict[str, GuardRecord] = {}
         self._revisions: dict[str, int] = {}  # registry revision of each instance's latest beat
         self._heard: dict[str, float] = {}  # Unix time each instance was last heard of
@@ -234,6 +239,10 @@ class View:
         if switched is not None:
             self._on_switch(switched, data)
             return
+        rejected = rejected_handler(key)
+        if rejected is not None:
+            self._on_rejected(rejected, data)
+            return
         identity = approved_identity(data)
         if identity is None:
             self.approved.pop(key, None)
@@ -245,6 +254,18 @@ class View:
                 self.first_approved.pop(key, None)
             else:
                 self.first_approved[key] = first
+        self._rebuild()
+
+    def _on_rejected(self, qualname: str, data: bytes | None) -> None:
+        try:
+            identities = parse_rejected(data)
+        except ValueError as exc:
+            log.warning("rejection record of %s is malformed (%s): ignored", qualname, exc)
+            return
+        if identities:
+            self.rejected[qualname] = identities
+        else:
+            self.rejected.pop(qualname, None)
         self._rebuild()
 
     def _on_switch(self, qualname: str, data: bytes | None) -> None:
@@ -435,6 +456,9 @@ class View:
                 self._parts(by_stage, attached.decl.stage).holds.append(hold)
         if others:  # versions nobody approved: visible, never called, never ordered
             decl, ann = others[-1]
+            if decl.identity() in self.rejected.get(qualname, ()):  # the operator said no to this version
+                self._parts(by_stage, decl.stage).rejected.append(self._link(decl, ann, TrustState.REJECTED))
+                return
             state = TrustState.UNTRUSTED if approved is None else TrustState.MODIFIED
             if state is TrustState.UNTRUSTED and self.trust_new:
                 self._spawn(self._approve_new(decl))
@@ -561,21 +585,24 @@ class _Parts:
     holds: list[Link] = field(default_factory=list)
     waiting: list[Link] = field(default_factory=list)
     disabled: list[Link] = field(default_factory=list)
+    rejected: list[Link] = field(default_factory=list)
 
     def chain(self, stage: str, known: frozenset[str], first: Mapping[str, float]) -> StageChain:
         members = {link.decl.qualname: link for link in self.runs}
         held = tuple(sorted(self.holds, key=lambda link: link.decl.qualname))
         waiting = tuple(sorted(self.waiting, key=lambda link: link.decl.qualname))
         disabled = tuple(sorted(self.disabled, key=lambda link: link.decl.qualname))
+        rejected = tuple(sorted(self.rejected, key=lambda link: link.decl.qualname))
         decls = [link.decl for link in self.runs] + [link.decl for link in held]
         try:
             ordered, note = order_with_bag(stage, decls, known, first)
         except BrokenChain as exc:
             guards = sorted(decl.qualname for decl in decls if decl.fail_closed)
-            return StageChain(stage, (), exc.reason, held, waiting, guards[0] if guards else None, disabled)
+            guard = guards[0] if guards else None
+            return StageChain(stage, (), exc.reason, held, waiting, guard, disabled, rejected=rejected)
         links = tuple(members[decl.qualname] for decl in ordered if decl.qualname in members)
         bag = any(link.decl.inputs or link.decl.outputs for link in links)
-        return StageChain(stage, links, None, held, waiting, None, disabled, note, bag)
+        return StageChain(stage, links, None, held, waiting, None, disabled, note, bag, rejected)
 
 
 def _clock(moment: float) -> str:

@@ -284,6 +284,7 @@ async function loadMiddleware() {
       for (const l of chain.disabled) table.appendChild(linkRow("off", l, button("Enable", () => act("enable", l.name), "enable")));
       for (const l of chain.holds) table.appendChild(linkRow("!", l, button("Detach", () => act("detach", l.name), "danger")));
       for (const l of chain.waiting) table.appendChild(linkRow("-", l, null));
+      for (const l of chain.rejected || []) table.appendChild(linkRow("x", l, null));
       chains.appendChild(table);
     }
     const approvals = $("mw-approvals");
@@ -296,6 +297,7 @@ async function loadMiddleware() {
       box.appendChild(el("span", "  " + w.state + " on " + w.stage + ", " + (w.fail_closed ? "fail-closed" : "fail-open")));
       box.appendChild(el("pre", w.diff.join("\n"), "diff"));
       box.appendChild(button("Approve", () => act("approve", w.name), "approve"));
+      box.appendChild(button("Reject", () => act("reject", w.name), "reject danger"));
       approvals.appendChild(box);
     }
   } catch (error) {
@@ -355,9 +357,25 @@ async function loadHooks() {
       return box;
     }));
     if (!editing && !$("hook-json").value) newHook();
+    await loadHandlers();
   } catch (error) {
     say("hooks-state", error.message, true);
   }
+}
+
+// Plugins and records, read-only: plugins change with their folders, records through hookbus records / approve.
+async function loadHandlers() {
+  const data = await api("GET", "/api/handlers");
+  $("plugin-rows").replaceChildren(...data.plugins.map((p) => p.error
+    ? row([p.name, "-", "refused: " + p.error, "-"])
+    : row([p.name, p.version, p.events.join(", ") || "no events", p.memory_mb + " MiB, " + p.timeout_ms + " ms"])));
+  $("record-rows").replaceChildren(...data.records.map((r) => {
+    const tr = r.error ? row([r.name, "-", "malformed: " + r.error, "-"])
+      : row([r.name, r.stage, r.state, r.enabled ? "on" : "off"]);
+    tr.dataset.name = r.name;
+    return tr;
+  }));
+  if (data.records_error) say("hooks-state", "records: " + data.records_error, true);
 }
 
 async function toggleHook(hook) {
