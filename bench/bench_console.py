@@ -19,7 +19,6 @@ import argparse
 import asyncio
 import os
 import re
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,7 +29,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import print_table, verdict
+from bench.common import print_table, start_up, verdict
 from bus import Bus, Event
 
 SUBJECT = "prx.lifecycle.tool_call"
@@ -50,17 +49,9 @@ class Up:
     """``hookbus up`` in a temporary workspace, with the URLs it printed."""
 
     def __init__(self, workspace: Path) -> None:
-        command = [sys.executable, "-m", "bus.cli", "up", "--workspace", str(workspace), "--port", "0"]
-        command += ["--http-port", "0", "--metrics-port", "-1"]
-        env = {k: v for k, v in os.environ.items() if k != "NATS_URL"}
-        self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env)
-        assert self.proc.stdout is not None
-        lines = []
-        for line in self.proc.stdout:
-            lines.append(line)
-            if line.startswith("ready"):
-                break
-        text = "".join(lines)
+        self.proc, text = start_up(
+            "--workspace", str(workspace), "--port", "0", "--http-port", "0", "--metrics-port", "-1"
+        )
         self.nats_url = re.search(r"nats\s+(nats://\S+)", text).group(1)  # type: ignore[union-attr]
         self.base = re.search(r"console\s+(http://\S+)/console/", text).group(1)  # type: ignore[union-attr]
         self.token = (workspace / "api-token").read_text().strip()

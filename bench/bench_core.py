@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import subprocess
 import sys
 import time
@@ -23,7 +22,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import median, print_table, rss_mib, verdict
+from bench.common import median, print_table, rss_mib, start_up, verdict
 from bus import Bus, NatsServer
 
 SUBJECT = "prx.lifecycle.tool_call"
@@ -189,28 +188,8 @@ def server_slow_consumer_cuts(server: NatsServer) -> int:
 
 def idle_up_rss() -> float:
     """RSS (MiB) of an idle `hookbus up`, its nats-server excluded."""
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "bus.cli",
-            "up",
-            "--workspace",
-            "/tmp/hookbus-bench-ws",
-            "--port",
-            "0",
-            "--metrics-port",
-            "0",
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-        env={k: v for k, v in os.environ.items() if k != "NATS_URL"},
-    )
+    proc, _ = start_up("--workspace", "/tmp/hookbus-bench-ws", "--port", "0", "--metrics-port", "0")
     try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            if line.startswith("ready"):
-                break
         time.sleep(1.0)
         return rss_mib(proc.pid)[0]
     finally:

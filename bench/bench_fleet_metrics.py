@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import re
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,7 +29,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import print_table, rss_mib, verdict
+from bench.common import print_table, rss_mib, start_up, verdict
 from bus import NatsServer
 from bus.core.envelope import Encoder
 
@@ -112,18 +111,12 @@ class Up:
     """`hookbus up` on an existing server, in a child process."""
 
     def __init__(self, url: str, workspace: Path) -> None:
-        cmd = [sys.executable, "-m", "bus.cli", "up", "--workspace", str(workspace), "--nats-url", url]
-        cmd += ["--metrics-port", "0", "--http-port", "0"]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        assert self.proc.stdout is not None
-        lines = []
-        for line in self.proc.stdout:
-            lines.append(line)
-            if line.startswith("ready"):
-                break
-        found = re.search(r"metrics\s+(http://\S+)", "".join(lines))
+        self.proc, text = start_up(
+            "--workspace", str(workspace), "--nats-url", url, "--metrics-port", "0", "--http-port", "0", quiet=True
+        )
+        found = re.search(r"metrics\s+(http://\S+)", text)
         if not found:
-            raise RuntimeError(f"hookbus up did not start: {''.join(lines)}")
+            raise RuntimeError(f"hookbus up did not start: {text}")
         self.metrics_url = found.group(1)
 
     def stop(self) -> None:

@@ -7,8 +7,11 @@ move from run to run and machine to machine.
 
 from __future__ import annotations
 
+import os
 import resource
 import statistics
+import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -43,3 +46,22 @@ def verdict(ratio: float, target: float, higher_is_better: bool = True) -> str:
     ok = ratio >= target if higher_is_better else ratio <= target
     sign = ">=" if higher_is_better else "<="
     return f"{'meets' if ok else 'MISSES'} target {sign} {target}"
+
+
+def start_up(*args: str, quiet: bool = False) -> tuple[subprocess.Popen[str], str]:
+    """``hookbus up *args`` in a child process, read up to its ``ready`` line: (the process, what it printed by then).
+
+    The caller's NATS_URL is not passed on (``up`` starts its own server unless told ``--nats-url``);
+    ``quiet`` drops its stderr.
+    """
+    env = {k: v for k, v in os.environ.items() if k != "NATS_URL"}
+    command = [sys.executable, "-m", "bus.cli", "up", *args]
+    stderr = subprocess.DEVNULL if quiet else None
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, text=True, env=env)
+    assert proc.stdout is not None
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if line.startswith("ready"):
+            break
+    return proc, "".join(lines)
