@@ -23,7 +23,20 @@ from bus.records.store import Approved, RecordStore
 _NAME: Final = {"type": "string", "description": "the record's name ([A-Za-z0-9_-]+)"}
 _REFS: Final = {"type": "array", "items": {"type": "string"}}
 #: Fields of a record the model may set with handler_save (informational ones are set by the tool).
-_SAVED: Final = ("name", "stage", "source", "match", "when", "before", "after", "fail_closed", "timeout", "enabled")
+_SAVED: Final = (
+    "name",
+    "stage",
+    "source",
+    "match",
+    "when",
+    "before",
+    "after",
+    "inputs",
+    "outputs",
+    "fail_closed",
+    "timeout",
+    "enabled",
+)
 
 
 #: A tool as triggers.agent.tools builds it: name, description, parameters' schema, the coroutine running it.
@@ -53,6 +66,12 @@ class RecordTools:
                     "match": _REFS,
                     "before": _REFS,
                     "after": _REFS,
+                    "inputs": {
+                        "type": "array",
+                        "items": {"type": ["string", "object"]},
+                        "description": "bag keys it reads (a key, or {key, default, required})",
+                    },
+                    "outputs": {"type": "array", "items": {"type": "string"}, "description": "bag keys it writes"},
                     "fail_closed": {"type": "boolean"},
                     "timeout": {"type": "number"},
                 },
