@@ -59,6 +59,17 @@ def shipped_permissions(folder: Path) -> Path:
     return config
 
 
+def shipped_server(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[NatsServer]:
+    """A nats-server (no JetStream) on the shipped permissions file, for a module fixture to ``yield from``."""
+    with NatsServer(config_file=shipped_permissions(tmp_path_factory.mktemp(name)), jetstream=False) as server:
+        yield server
+
+
+def as_user(server: NatsServer, user: str) -> str:
+    """``server``'s URL logged in as ``user`` of the shipped permissions file (password ``change-me-<user>``)."""
+    return f"nats://{user}:change-me-{user}@127.0.0.1:{server.port}"
+
+
 @pytest.fixture
 def own_server() -> Iterator[NatsServer]:
     """A nats-server of this test's own, for tests that stop or restart it."""

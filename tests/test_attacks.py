@@ -27,7 +27,8 @@ from bus.journal.entries import ensure_stream
 from bus.middleware.registry import MODULES_BUCKET, Announcement, announcement_of
 from bus.testing import serving, wait_for_chain
 
-from .conftest import shipped_permissions
+from .conftest import as_user as url
+from .conftest import shipped_permissions, shipped_server
 from .test_cli import UpProcess
 from .waiting import wait_until
 
@@ -36,14 +37,7 @@ RM = {"name": "shell", "input": {"command": "rm -rf /"}}
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
-    tmp = tmp_path_factory.mktemp("attacks")
-    config = shipped_permissions(tmp)
-    with NatsServer(config_file=config, jetstream=False) as started:
-        yield started
-
-
-def url(server: NatsServer, user: str) -> str:
-    return f"nats://{user}:change-me-{user}@127.0.0.1:{server.port}"
+    yield from shipped_server(tmp_path_factory, "attacks")
 
 
 class Attacker:

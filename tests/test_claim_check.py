@@ -34,8 +34,8 @@ from bus.transport.objects import CHUNK_BYTES
 from subscribers import Subscriber
 
 from .conftest import StartWorker, hookbus_cmd, shipped_permissions
+from .conftest import as_user as url
 from .hooks_support import script, wait_for_file, write_hooks
-from .test_attacks import url
 from .waiting import wait_until
 
 SUBJECT = "prx.lifecycle.tool_call"

@@ -20,20 +20,13 @@ from bus.middleware.registry import ensure_buckets
 from bus.testing import serving, wait_for_chain
 from subscribers.claude_hooks.service import MODULE, ClaudeHooksServer
 
-from .conftest import shipped_permissions
+from .conftest import as_user, shipped_server
 from .test_claude_code import bash, claude_hook, denial, env_for, guard
 
 
 @pytest.fixture(scope="module")
 def shipped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
-    with NatsServer(
-        config_file=shipped_permissions(tmp_path_factory.mktemp("cc-permissions")), jetstream=False
-    ) as server:
-        yield server
-
-
-def as_user(server: NatsServer, user: str) -> str:
-    return f"nats://{user}:change-me-{user}@127.0.0.1:{server.port}"
+    yield from shipped_server(tmp_path_factory, "cc-permissions")
 
 
 async def test_the_relay_and_the_claude_hooks_module_work_as_the_shipped_users(

@@ -12,7 +12,8 @@ from bus.middleware.registry import ensure_buckets
 from bus.switching import disable_handler
 from bus.testing import serving, wait_for_chain
 
-from .conftest import shipped_permissions
+from .conftest import as_user as url
+from .conftest import shipped_server
 from .test_attacks import Attacker, guard_module
 from .waiting import wait_until
 
@@ -21,13 +22,7 @@ RM = {"name": "shell", "input": {"command": "rm -rf /"}}
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
-    config = shipped_permissions(tmp_path_factory.mktemp("composition-attacks"))
-    with NatsServer(config_file=config, jetstream=False) as started:
-        yield started
-
-
-def url(server: NatsServer, user: str) -> str:
-    return f"nats://{user}:change-me-{user}@127.0.0.1:{server.port}"
+    yield from shipped_server(tmp_path_factory, "composition-attacks")
 
 
 async def test_only_an_operator_switches_a_guard_off(server: NatsServer) -> None:

@@ -31,8 +31,8 @@ from bus.testing import free_port
 from subscribers.journal.sink import JournalSink
 from subscribers.journal.store import DB_NAME, JournalStore, Query, Received
 
+from .conftest import as_user as url
 from .conftest import hookbus_cmd, run_cli, shipped_permissions
-from .test_attacks import url
 from .waiting import wait_until
 
 

@@ -14,7 +14,8 @@ from bus.records.store import RecordStore
 from bus.testing import wait_for_chain
 from subscribers.records_runner.runner import RecordsRunner, RunnerSettings
 
-from .conftest import shipped_permissions
+from .conftest import as_user as url
+from .conftest import shipped_server
 from .test_attacks import Attacker
 from .waiting import wait_until
 
@@ -26,13 +27,7 @@ async def handle(stage, payload, ctx):
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
-    config = shipped_permissions(tmp_path_factory.mktemp("records-permissions"))
-    with NatsServer(config_file=config, jetstream=False) as started:
-        yield started
-
-
-def url(server: NatsServer, user: str) -> str:
-    return f"nats://{user}:change-me-{user}@127.0.0.1:{server.port}"
+    yield from shipped_server(tmp_path_factory, "records-permissions")
 
 
 async def test_agent_writes_drafts_the_runner_serves_only_what_the_operator_approved(server: NatsServer) -> None:

@@ -25,7 +25,7 @@ from bus.core.subjects import adapter_subject
 from bus.middleware.registry import announcement_of, ensure_buckets, request_subject
 from bus.testing import serving
 
-from .conftest import shipped_permissions
+from .conftest import as_user, shipped_server
 
 #: Subjects the bus may write and agent-bob may not.
 BUS_ONLY = ("hookbus.turn.eva", "hookbus.journal.middleware.bus", "$KV.hookbus_modules.claude-hooks.forged")
@@ -33,12 +33,7 @@ BUS_ONLY = ("hookbus.turn.eva", "hookbus.journal.middleware.bus", "$KV.hookbus_m
 
 @pytest.fixture(scope="module")
 def shipped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
-    with NatsServer(config_file=shipped_permissions(tmp_path_factory.mktemp("aiming")), jetstream=False) as server:
-        yield server
-
-
-def as_user(server: NatsServer, user: str) -> str:
-    return f"nats://{user}:change-me-{user}@127.0.0.1:{server.port}"
+    yield from shipped_server(tmp_path_factory, "aiming")
 
 
 @pytest.fixture

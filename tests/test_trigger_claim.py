@@ -25,8 +25,8 @@ from triggers.engine import config
 from triggers.engine.config import TriggerSpec
 from triggers.engine.engine import TriggerEngine
 
+from .conftest import as_user as url
 from .conftest import shipped_permissions
-from .test_attacks import url
 from .test_claim_check import BIG_OUTPUT, MIB, SUBJECT, claimed_envelope
 from .test_triggers import Agent, Journal
 from .waiting import wait_until
