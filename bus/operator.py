@@ -35,12 +35,7 @@ def local_actor() -> str:
 async def approve_journaled(bus: Bus, view: View, name: str, actor: str) -> list[Declaration]:
     """Approve the waiting handlers ``name`` designates; journal each as ``approved by <actor>``."""
     approved = await approve(view, name)
-    for decl in approved:
-        entry = JournalEntry("middleware", decl.stage, phase(decl.stage), decl.qualname, "approved")
-        entry.cause = f"approved by {actor}"
-        entry.identity = decl.identity()
-        await publish_entry(bus, entry)
-    await bus.flush()
+    await _journal_decisions(bus, approved, "approved", actor)
     return approved
 
 
@@ -53,12 +48,18 @@ async def reject_journaled(bus: Bus, view: View, name: str, actor: str) -> list[
     kv = await open_bucket(bus, TRUST_BUCKET)
     for decl in chosen:
         await add_rejection(kv, decl, actor)
-        entry = JournalEntry("middleware", decl.stage, phase(decl.stage), decl.qualname, "rejected")
-        entry.cause = f"rejected by {actor}"
+    await _journal_decisions(bus, chosen, "rejected", actor)
+    return chosen
+
+
+async def _journal_decisions(bus: Bus, decls: list[Declaration], decision: str, actor: str) -> None:
+    """One journal entry per handler version an operator decided on: ``<decision> by <actor>``, with its identity."""
+    for decl in decls:
+        entry = JournalEntry("middleware", decl.stage, phase(decl.stage), decl.qualname, decision)
+        entry.cause = f"{decision} by {actor}"
         entry.identity = decl.identity()
         await publish_entry(bus, entry)
     await bus.flush()
-    return chosen
 
 
 async def detach_journaled(bus: Bus, view: View, name: str, actor: str) -> list[GuardRecord]:

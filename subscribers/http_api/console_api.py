@@ -32,16 +32,18 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import orjson
 from aiohttp import web
 
 from bus.client import Bus
+from bus.core.declaration import Declaration
 from bus.core.errors import ConfigError, HookbusError, MiddlewareError
 from bus.core.quantities import parse_duration
 from bus.core.schema import SwitchRecordMsg, TrustRecord, decode
 from bus.journal.entries import KINDS, canonical_time
+from bus.middleware.guards import GuardRecord
 from bus.middleware.kernel.approvals import queue
 from bus.middleware.kernel.view import Link, StageChain, View
 from bus.middleware.registry import TRUST_BUCKET, open_bucket
@@ -83,6 +85,7 @@ class Console:
 CONSOLE: Final = web.AppKey("console", Console)
 #: What enabling and disabling call (``bus.switching``, as ``hookbus enable``/``disable``).
 Switch = Callable[..., Awaitable[SwitchRecordMsg]]
+_Done = TypeVar("_Done")
 
 
 @asynccontextmanager
@@ -274,39 +277,45 @@ async def _name(request: web.Request) -> str:
 
 
 async def approve(request: web.Request) -> web.Response:
-    name = await _name(request)
-    console = request.app[CONSOLE]
-    try:
-        done = await approve_journaled(console.bus, console.view, name, ACTOR)
-    except MiddlewareError as exc:
-        return _json({"error": str(exc)}, 409)
-    except HookbusError as exc:  # the bus refused the write (permissions), or is unreachable
-        return _json({"error": f"approve {name}: {exc}"}, 502)
-    return _json({"approved": [{"name": d.qualname, "identity": d.identity()} for d in done]})
+    return await _operate(request, "approve", "approved", approve_journaled, _version)
 
 
 async def reject(request: web.Request) -> web.Response:
-    name = await _name(request)
-    console = request.app[CONSOLE]
-    try:
-        done = await reject_journaled(console.bus, console.view, name, ACTOR)
-    except MiddlewareError as exc:
-        return _json({"error": str(exc)}, 409)
-    except HookbusError as exc:  # the bus refused the write (permissions), or is unreachable
-        return _json({"error": f"reject {name}: {exc}"}, 502)
-    return _json({"rejected": [{"name": d.qualname, "identity": d.identity()} for d in done]})
+    return await _operate(request, "reject", "rejected", reject_journaled, _version)
 
 
 async def detach(request: web.Request) -> web.Response:
+    return await _operate(request, "detach", "detached", detach_journaled, _guard)
+
+
+def _version(decl: Declaration) -> dict[str, str]:
+    return {"name": decl.qualname, "identity": decl.identity()}
+
+
+def _guard(record: GuardRecord) -> dict[str, str]:
+    return {"name": record.decl.qualname, "identity": record.identity}
+
+
+async def _operate(
+    request: web.Request,
+    verb: str,
+    done_key: str,
+    act: Callable[[Bus, View, str, str], Awaitable[list[_Done]]],
+    row: Callable[[_Done], dict[str, str]],
+) -> web.Response:
+    """An operator's act on the handlers a ``{"name"}`` body designates, journaled with the console as actor.
+
+    A refusal (nothing waiting, a guard still alive) is 409; the bus refusing the write or unreachable, 502.
+    """
     name = await _name(request)
     console = request.app[CONSOLE]
     try:
-        done = await detach_journaled(console.bus, console.view, name, ACTOR)
+        done = await act(console.bus, console.view, name, ACTOR)
     except MiddlewareError as exc:
         return _json({"error": str(exc)}, 409)
     except HookbusError as exc:  # the bus refused the write (permissions), or is unreachable
-        return _json({"error": f"detach {name}: {exc}"}, 502)
-    return _json({"detached": [{"name": r.decl.qualname, "identity": r.identity} for r in done]})
+        return _json({"error": f"{verb} {name}: {exc}"}, 502)
+    return _json({done_key: [row(d) for d in done]})
 
 
 async def enable(request: web.Request) -> web.Response:
