@@ -3,11 +3,22 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from bus.cli.middleware import add_options, open_view
 from bus.cli.workspace import bus_name
 from bus.core.errors import MiddlewareError
 from bus.operator import approve_journaled, local_actor
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from bus.client import Bus
+    from bus.core.declaration import Declaration
+    from bus.middleware.kernel.view import View
+
+    #: approve_journaled or reject_journaled.
+    Decide = Callable[[Bus, View, str, str], Awaitable[list[Declaration]]]
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -25,11 +36,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 async def run(args: argparse.Namespace) -> int:
-    async with open_view(args, "hookbus-approve") as (bus, view):
+    return await decide(args, approve_journaled, "approve", "approved")
+
+
+async def decide(args: argparse.Namespace, act: Decide, verb: str, done: str) -> int:
+    """``hookbus <verb> NAME``: the operator's decision on the waiting versions NAME designates, each printed."""
+    async with open_view(args, f"hookbus-{verb}") as (bus, view):
         try:
-            approved = await approve_journaled(bus, view, args.name, local_actor())
+            decided = await act(bus, view, args.name, local_actor())
         except MiddlewareError as exc:
             raise MiddlewareError(f"{exc} on {bus_name(bus.servers)}") from None
-        for decl in approved:
-            print(f"approved {decl.qualname} (stage {decl.stage}, identity {decl.identity()[:12]})")
+        for decl in decided:
+            print(f"{done} {decl.qualname} (stage {decl.stage}, identity {decl.identity()[:12]})")
     return 0

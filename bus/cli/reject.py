@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from bus.cli.middleware import add_options, open_view
-from bus.cli.workspace import bus_name
-from bus.core.errors import MiddlewareError
-from bus.operator import local_actor, reject_journaled
+from bus.cli.approve import decide
+from bus.cli.middleware import add_options
+from bus.operator import reject_journaled
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -26,11 +25,4 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 async def run(args: argparse.Namespace) -> int:
-    async with open_view(args, "hookbus-reject") as (bus, view):
-        try:
-            rejected = await reject_journaled(bus, view, args.name, local_actor())
-        except MiddlewareError as exc:
-            raise MiddlewareError(f"{exc} on {bus_name(bus.servers)}") from None
-        for decl in rejected:
-            print(f"rejected {decl.qualname} (stage {decl.stage}, identity {decl.identity()[:12]})")
-    return 0
+    return await decide(args, reject_journaled, "reject", "rejected")
