@@ -54,7 +54,7 @@ async def test_the_relay_and_the_claude_hooks_module_work_as_the_shipped_users(
                 worker = env_for(as_user(shipped, "worker"), tmp_path / "worker")
                 code, output, stderr = await claude_hook(bash("rm -rf /"), worker)
                 assert code == 1 and output is None, "a worker may not ask the relay: no decision"
-                assert 'Permissions Violation for Publish to "hookbus.adapter.claude-code"' in stderr
+                assert 'Permissions Violation for Publish to "hookbus.adapter.claude-code.worker"' in stderr
 
                 async with Bus(as_user(shipped, "agent-eva")) as kernel:
                     await wait_for_chain(kernel, "tool.call", [f"{MODULE}.PreToolUse", "guard.no_rm"])

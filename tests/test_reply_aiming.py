@@ -74,7 +74,7 @@ async def test_the_relay_answers_no_reply_subject_but_an_inbox(
         relay = Relay(bus)
         await relay.start()
         try:
-            assert await aimed(operator, bob, adapter_subject("claude-code"), BUS_ONLY) == []
+            assert await aimed(operator, bob, adapter_subject("claude-code", "agent-bob"), BUS_ONLY) == []
         finally:
             await relay.stop()
 

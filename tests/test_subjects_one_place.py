@@ -147,7 +147,7 @@ ROLES: dict[str, dict[str, list[str]]] = {
             *_PAYLOADS_PUT,
             counters_subject("agent-eva"),
             *_READ_STATE,
-            adapter_subject("claude-code"),  # hookbus claude-hook asks hookbus up's relay
+            adapter_subject("claude-code", "agent-eva"),  # hookbus claude-hook asks hookbus up's relay, as itself
         ],
         "subscribe": [turn_subject("eva"), "_INBOX.agent-eva.reply"],
     },
@@ -200,8 +200,8 @@ ROLES: dict[str, dict[str, list[str]]] = {
             *_journal(("middleware", "trigger"), "agent-eva"),
             counters_subject(None),
             counters_subject("agent-eva"),
-            adapter_subject("claude-code"),
-            adapter_subject("codex"),
+            adapter_subject("claude-code", "agent-eva"),
+            adapter_subject("codex", "agent-bob"),
             module_subject("claude-hooks"),
         ],
     },

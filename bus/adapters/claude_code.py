@@ -36,6 +36,8 @@ if TYPE_CHECKING:
 CLAUDE_CODE: Final = "claude-code"
 #: The stages a hook input may be intercepted on (their fail-closed guards are remembered by the hook command).
 HOOK_STAGES: Final = ("tool.call", "tool.result", "user.message")
+#: The context's ``process`` of an intercept the relay runs for an agent: this prefix and the agent's NATS user.
+RELAYED_FOR: Final = "relay:"
 #: Where each event without a stage goes.
 _LIFECYCLE: Final = {
     "SessionStart": "prx.lifecycle.agent_start",
@@ -192,15 +194,24 @@ def fail_closed_guards(bus: Bus) -> dict[str, list[str]]:
     return found
 
 
-async def answer(bus: Bus, hook: AgentHookInput, dialect: ClaudeCodeDialect | None = None) -> HookAnswer:
-    """Run ``hook``'s intercept on ``bus``, emit its events, and return the hook output for the decision."""
+async def answer(
+    bus: Bus, hook: AgentHookInput, dialect: ClaudeCodeDialect | None = None, *, asker: str | None = None
+) -> HookAnswer:
+    """Run ``hook``'s intercept on ``bus``, emit its events, and return the hook output for the decision.
+
+    ``asker``: the NATS user a relay answers for; the intercept's context carries it as ``process``
+    (handlers and the journal see which agent asked, not only the relay's own user).
+    """
     from bus.core.decisions import Cancel, Continue
 
     dialect = dialect or ClaudeCodeDialect()
     step = plan(hook, dialect.agent)
     decision: Decision = Continue()
     if step.stage is not None:
-        decision = await bus.intercept(step.stage, step.payload, {"session": hook.session_id, "agent": dialect.agent})
+        ctx = {"session": hook.session_id, "agent": dialect.agent}
+        if asker is not None:
+            ctx["process"] = f"{RELAYED_FOR}{asker}"
+        decision = await bus.intercept(step.stage, step.payload, ctx)
     if step.always or not isinstance(decision, Cancel):
         for subject, payload in step.events:
             await bus.emit(subject, payload, session_id=hook.session_id)

@@ -1,4 +1,4 @@
-"""The agent-hook relay ``hookbus up`` runs: hook inputs on ``hookbus.adapter.<flavor>`` answered with their mapping.
+"""The agent-hook relay ``hookbus up`` runs: hook inputs on ``hookbus.adapter.<flavor>.<user>`` answered.
 
 A hook command (``hookbus claude-hook``, ``codex-hook``) is a process per
 hook call: opening a full client, reading the middleware registry and running
@@ -7,12 +7,14 @@ in one request over a plain socket instead, and this relay, whose view of the
 registry is always loaded, runs the mapping of :mod:`bus.adapters.claude_code`
 and answers what the command prints and its exit code. Replicas share the
 requests in one queue group. Requests are checked as hostile: a malformed one
-is answered with an ``error`` naming the field, never run.
+is answered with an ``error`` naming the field, never run. The asker is the
+user its subject names (the shipped permissions let each agent ask only under
+its own): its intercepts carry it as the context's ``process`` (journaled),
+and it holds at most PER_USER of the slots (:mod:`bus.adapters.fair_slots`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -20,11 +22,12 @@ from typing import TYPE_CHECKING, Final
 
 from bus.adapters.claude_code import ClaudeCodeDialect, answer, fail_closed_guards, parse
 from bus.adapters.codex import CodexDialect
+from bus.adapters.fair_slots import ANONYMOUS, FairSlots
 from bus.core.depth import set_depth
 from bus.core.errors import AgentHookError, HookbusError
 from bus.core.ratelog import RateLimitedLog
 from bus.core.schema import AdapterReplyMsg, AdapterRequestMsg, decode, encode
-from bus.core.subjects import ADAPTER_PREFIX, ADAPTER_QUEUE, adapter_subject, is_reply_inbox
+from bus.core.subjects import ADAPTER_PREFIX, ADAPTER_QUEUE, adapter_asker, adapter_subject, is_reply_inbox
 from bus.core.tasks import TaskSet
 from bus.transport.port import unsubscribe_all
 
@@ -36,18 +39,23 @@ if TYPE_CHECKING:
 log = logging.getLogger("hookbus.adapters")
 _refused = RateLimitedLog(log)
 
-#: Requests answered at once; more wait in the subscription (a hook waits for its answer anyway).
+#: Requests answered at once; more wait their asker's turn (a hook waits for its answer anyway).
 MAX_CONCURRENT: Final = 64
+#: Requests of one asker answered at once: a flood from one agent leaves the other slots to the others.
+PER_USER: Final = 8
+#: Requests waiting for a slot, per asker and in all; one more is answered with an error at once.
+WAITING_PER_USER: Final = 256
+WAITING_TOTAL: Final = 4096
 DIALECTS: Final = (ClaudeCodeDialect(), CodexDialect())
 
 
-async def reply_to(bus: Bus, dialect: ClaudeCodeDialect, data: bytes) -> AdapterReplyMsg:
-    """The answer to one relayed request (an ``error`` reply for one that is malformed or fails)."""
+async def reply_to(bus: Bus, dialect: ClaudeCodeDialect, data: bytes, asker: str | None = None) -> AdapterReplyMsg:
+    """The answer to one relayed request of ``asker`` (an ``error`` reply for one that is malformed or fails)."""
     try:
         request = decode(data, AdapterRequestMsg, "adapter request", AgentHookError)
         hook = parse(request.input)
         set_depth(request.depth)  # this task's intercept and events carry the hook command's depth
-        done = await answer(bus, hook, dialect)
+        done = await answer(bus, hook, dialect, asker=asker)
     except AgentHookError as exc:
         return AdapterReplyMsg(error=str(exc))
     except HookbusError as exc:
@@ -64,7 +72,7 @@ class Relay:
     def __init__(self, bus: Bus) -> None:
         self._bus = bus
         self._tasks: TaskSet[None] = TaskSet()
-        self._slots = asyncio.Semaphore(MAX_CONCURRENT)
+        self._slots = FairSlots(MAX_CONCURRENT, PER_USER, WAITING_PER_USER, WAITING_TOTAL)
         self._subs: list[RawSubscription] = []
 
     async def start(self) -> None:
@@ -74,22 +82,34 @@ class Relay:
 
             async def on_request(msg: RawMessage, dialect: ClaudeCodeDialect = dialect) -> None:
                 if is_reply_inbox(msg.reply):
-                    await self._slots.acquire()
-                    self._tasks.start(self._serve(dialect, msg.data, msg.reply))
+                    self._admit(dialect, msg)
                 elif msg.reply:  # aimed at a subject only the bus may write: never run, never answered
                     self._bus.stats.dropped.add("malformed")
                     _refused.warning("agent hook relay: reply subject %r is not an inbox; refused", msg.reply[:200])
 
-            self._subs.append(await self._bus.subscribe_raw(subject, on_request, queue=ADAPTER_QUEUE))
+            for served in (subject, f"{subject}.>"):
+                self._subs.append(await self._bus.subscribe_raw(served, on_request, queue=ADAPTER_QUEUE))
 
-    async def _serve(self, dialect: ClaudeCodeDialect, data: bytes, reply: str) -> None:
+    def _admit(self, dialect: ClaudeCodeDialect, msg: RawMessage) -> None:
+        """Start ``msg``'s answer in its asker's share of the slots, or refuse it at once when too many wait."""
+        asker = adapter_asker(msg.subject, dialect.name)
+        user, data, reply = asker or ANONYMOUS, msg.data, msg.reply
+        refused = self._slots.offer(user, lambda: self._tasks.start(self._serve(dialect, data, reply, asker)))
+        if refused is not None:
+            _refused.warning("agent hook relay: %s", refused)
+            self._tasks.start(self._answer(reply, AdapterReplyMsg(error=f"the relay is busy: {refused}")))
+
+    async def _serve(self, dialect: ClaudeCodeDialect, data: bytes, reply: str, asker: str | None) -> None:
         try:
-            body = encode(await reply_to(self._bus, dialect, data))
-            await self._bus.publish_raw(reply, body)
+            await self._answer(reply, await reply_to(self._bus, dialect, data, asker))
+        finally:
+            self._slots.release(asker or ANONYMOUS)
+
+    async def _answer(self, reply: str, answer: AdapterReplyMsg) -> None:
+        try:
+            await self._bus.publish_raw(reply, encode(answer))
         except HookbusError as exc:
             log.warning("agent hook relay: no answer sent: %s", exc)
-        finally:
-            self._slots.release()
 
     async def stop(self) -> None:
         await unsubscribe_all(self._subs)
@@ -101,7 +121,7 @@ async def service(ctx: ServiceContext) -> AsyncIterator[None]:
     """The relay as a service of ``hookbus up``."""
     relay = Relay(ctx.bus)
     await relay.start()
-    ctx.lines.append(f"  agents   claude-hook and codex-hook relay on {ADAPTER_PREFIX}.<flavor>")
+    ctx.lines.append(f"  agents   claude-hook and codex-hook relay on {ADAPTER_PREFIX}.<flavor>.<user>")
     try:
         yield
     finally:

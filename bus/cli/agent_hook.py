@@ -156,7 +156,7 @@ def hook_now(args: argparse.Namespace) -> int:
         if oneshot.supported(servers, settings):
             data = oneshot.request(
                 servers,
-                adapter_subject(args.flavor),
+                adapter_subject(args.flavor, oneshot.user_of(servers, settings)),
                 body,
                 settings,
                 name=f"hookbus-{args.command}",

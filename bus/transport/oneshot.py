@@ -117,6 +117,12 @@ def request(
             raise ConnectError([url], exc) from None
 
 
+def user_of(servers: Sequence[str], settings: Mapping[str, str]) -> str | None:
+    """The user name this connection's inbox prefix carries (``_INBOX.<user>``), as the full client's journal
+    origin: what the relay's request subject names (the permissions let each user ask only under its own)."""
+    return _inbox_prefix(servers[0], settings).partition(".")[2] or None if servers else None
+
+
 def _inbox_prefix(url: str, settings: Mapping[str, str]) -> str:
     """The private inbox prefix the full client uses (connection.with_private_inbox): ``_INBOX.<user>``."""
     explicit = settings.get("HOOKBUS_NATS_INBOX")

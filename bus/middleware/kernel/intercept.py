@@ -32,7 +32,7 @@ from bus.core.errors import Aborted, BusClosedError, DecisionError, NoResponders
 from bus.core.results import ChainRun, ends_run, hide_output
 from bus.core.schema import MiddlewareReply, MiddlewareRequest, ReactionMsg, RequestCtx, encode
 from bus.core.stages import Stage, match_field, phase
-from bus.journal.entries import JournalEntry, JournalPublisher
+from bus.journal.entries import PROCESS, JournalEntry, JournalPublisher
 from bus.middleware.faults import REPORTED, Outcome, fault_decision
 from bus.middleware.kernel import bag as _bag
 from bus.middleware.kernel.drain import DEFAULT_BUDGET, Drain
@@ -582,6 +582,8 @@ class _Journal:
     def _entries(self) -> list[JournalEntry]:
         """The journal entries of the reactions kept (called when they are published)."""
         ctx, stage, phase_ = self._ctx, self._stage, self._phase
+        #: The caller's process when it named one (a relay names the agent it asks for), else this one's.
+        process = ctx.process if isinstance(ctx.process, str) else PROCESS
         return [
             JournalEntry(
                 kind="middleware",
@@ -596,6 +598,7 @@ class _Journal:
                 depth=ctx.depth,
                 trace_id=ctx.id or None,
                 identity=identity,
+                process=process,
                 time=timestamp_ms(epoch_ms),
             )
             for who, identity, verdict, cause, ms, epoch_ms in self._reactions
