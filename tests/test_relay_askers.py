@@ -164,3 +164,10 @@ def test_the_slots_are_shared_in_turn_and_bounded() -> None:
     assert started[-1] == "bob2"
     slots.release("bob")
     assert started[-1] == "bob3" and slots.running("bob") == 2 and slots.running("ann") == 0
+
+
+async def test_a_user_name_no_subject_takes_is_the_fail_mode_not_a_pass(shipped: NatsServer, tmp_path: Path) -> None:
+    env = env_for(f"nats://a%40b:pw@127.0.0.1:{shipped.port}", tmp_path)
+    code, output, stderr = await claude_hook(bash("ls"), env, "--fail-closed")
+    assert code == 0 and "is fail-closed and the bus cannot be reached" in denial(output), stderr
+    assert "a@b" in denial(output)

@@ -28,7 +28,15 @@ import orjson
 from bus.adapters.claude_code import ClaudeCodeDialect, HookAnswer, parse, plan
 from bus.cli.options import add_nats_url, credentials_of
 from bus.core.depth import DEFAULT_MAX_DEPTH, depth_from_env
-from bus.core.errors import AgentHookError, ConnectError, HookbusError, NoResponders, PublishDenied, RequestTimeout
+from bus.core.errors import (
+    AgentHookError,
+    ConnectError,
+    HookbusError,
+    NoResponders,
+    PublishDenied,
+    RequestTimeout,
+    SubjectError,
+)
 from bus.core.schema import AdapterReplyMsg, AgentHookInput, decode
 from bus.core.subjects import adapter_subject
 from bus.transport import oneshot
@@ -165,7 +173,12 @@ def hook_now(args: argparse.Namespace) -> int:
             )
     except NoResponders:
         data = None  # no hookbus up relaying: run the mapping here
-    except (ConnectError, RequestTimeout, PublishDenied) as exc:
+    except (
+        ConnectError,
+        RequestTimeout,
+        PublishDenied,
+        SubjectError,
+    ) as exc:  # SubjectError: a user name no subject takes
         return finish(fail_mode(args, hook, servers, str(exc)))
     if data is None:
         import asyncio
