@@ -369,7 +369,7 @@ AdapterFlavor = Literal["claude-code", "codex"]
 
 
 class AdapterRequestMsg(msgspec.Struct, kw_only=True):
-    """A hook input relayed to ``hookbus up`` on ``hookbus.adapter.<flavor>``.
+    """A hook input relayed to ``hookbus up`` on ``hookbus.adapter.<flavor>.<user>``.
 
     Sent by ``hookbus claude-hook`` / ``codex-hook``.
     """
