@@ -16,7 +16,7 @@ import orjson
 import pytest
 
 from bus import Bus, Cancel, Continue, Decision, Module, NatsServer
-from bus.adapters.fair_slots import FairSlots
+from bus.adapters.fair_slots import ANONYMOUS, FairSlots
 from bus.adapters.relay import PER_USER, Relay
 from bus.core.errors import PublishDenied
 from bus.core.subjects import adapter_subject
@@ -164,6 +164,14 @@ def test_the_slots_are_shared_in_turn_and_bounded() -> None:
     assert started[-1] == "bob2"
     slots.release("bob")
     assert started[-1] == "bob3" and slots.running("bob") == 2 and slots.running("ann") == 0
+
+
+def test_requests_without_a_user_name_share_every_slot() -> None:
+    started: list[int] = []
+    slots = FairSlots(total=3, per_user=1, waiting_per_user=1, waiting_total=1)
+    for n in range(3):
+        assert slots.offer(ANONYMOUS, lambda n=n: started.append(n)) is None
+    assert started == [0, 1, 2] and slots.running(ANONYMOUS) == 3
 
 
 async def test_a_user_name_no_subject_takes_is_the_fail_mode_not_a_pass(shipped: NatsServer, tmp_path: Path) -> None:

@@ -15,7 +15,8 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import Any, Final
 
-#: The key of requests whose subject names no user (a connection without a user name).
+#: The key of requests whose subject names no user (a connection without a user name): they cannot be told
+#: apart, so together they may take every slot (a bus without user names has no askers to be fair among).
 ANONYMOUS: Final = ""
 
 
@@ -32,7 +33,7 @@ class FairSlots:
 
     def offer(self, user: str, job: Callable[[], Any]) -> str | None:
         """Run ``job`` now if ``user`` may, else queue it; the reason it was refused, or None."""
-        if self._in_use < self.total and self._running.get(user, 0) < self.per_user and user not in self._waiting:
+        if self._in_use < self.total and self._running.get(user, 0) < self._cap(user) and user not in self._waiting:
             self._run(user, job)
             return None
         queue = self._waiting.get(user)
@@ -57,7 +58,7 @@ class FairSlots:
         for candidate in list(self._waiting):
             if self._in_use >= self.total:
                 return
-            if self._running.get(candidate, 0) >= self.per_user:
+            if self._running.get(candidate, 0) >= self._cap(candidate):
                 continue
             queue = self._waiting[candidate]
             job = queue.popleft()
@@ -71,6 +72,9 @@ class FairSlots:
     def running(self, user: str) -> int:
         """How many of ``user``'s jobs hold a slot now."""
         return self._running.get(user, 0)
+
+    def _cap(self, user: str) -> int:
+        return self.total if user == ANONYMOUS else self.per_user
 
     def _run(self, user: str, job: Callable[[], Any]) -> None:
         self._running[user] = self._running.get(user, 0) + 1
