@@ -69,6 +69,10 @@ class RawSubscription(Protocol):
 
     async def unsubscribe(self, limit: int = 0) -> None: ...
 
+    async def drain(self) -> None:
+        """Stop receiving, but first hand the callback every message already sent to it (unsubscribe drops them)."""
+        ...
+
 
 async def unsubscribe_all(subs: Iterable[RawSubscription]) -> None:
     """Unsubscribe each of ``subs``, closing: a cut connection has nothing left to unsubscribe, so that is no error."""

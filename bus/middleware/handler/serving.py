@@ -106,8 +106,11 @@ class ModuleServer:
                 await asyncio.wait_for(end(guards, self.module.declarations), STOP_GRACE)
         with contextlib.suppress(RegistryError, asyncio.TimeoutError):
             await asyncio.wait_for(kv.delete(key), STOP_GRACE)
-        with contextlib.suppress(*TRANSPORT_FAILURES):
-            await sub.unsubscribe()
+        # Drain, not unsubscribe: another instance may share the queue group (a hot swap, a rolling
+        # restart), and a request the server already routed here must be answered, not dropped
+        # (the kernel would wait out the timeout and apply the fail mode: a guard not holding).
+        with contextlib.suppress(*TRANSPORT_FAILURES, asyncio.TimeoutError):
+            await asyncio.wait_for(sub.drain(), STOP_GRACE)
         if self._tasks:
             _, pending = await asyncio.wait(set(self._tasks), timeout=STOP_GRACE)
             for task in pending:

@@ -1,0 +1,60 @@
+"""Stopping one of two instances of a module (a hot swap, a rolling restart) loses no request in flight."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import nats
+import orjson
+
+from bus import Bus, Cancel, Module
+from bus.middleware.handler.serving import ModuleServer
+from bus.middleware.registry import request_subject
+from tests.conftest import unique
+
+#: Requests kept in flight at once while one instance stops.
+IN_FLIGHT = 16
+
+
+async def test_an_instance_that_stops_answers_what_it_was_sent(nats_url: str) -> None:
+    module = Module(unique("swap"))
+
+    @module.stage("custom.swap")
+    async def guard(stage: str, payload: dict[str, Any]) -> Cancel:
+        return Cancel("guarded")
+
+    async with Bus(nats_url, name="a") as first_bus, Bus(nats_url, name="b") as second_bus:
+        first, second = ModuleServer(module, first_bus), ModuleServer(module, second_bus)
+        subject = request_subject(first.announcement)  # both: the same subject, one queue group
+        tasks = []
+        for server in (first, second):
+            ready = asyncio.Event()
+            tasks.append(asyncio.ensure_future(server.run(ready)))
+            await asyncio.wait_for(ready.wait(), 10)
+        nc = await nats.connect(nats_url)
+        request = orjson.dumps({"stage": "custom.swap", "payload": {}, "ctx": {"depth": 0, "id": "r"}})
+        replies: list[bytes] = []
+        stopped = asyncio.Event()
+
+        async def ask() -> None:  # until the first instance stopped, then once more
+            while True:
+                done = stopped.is_set()
+                replies.append((await nc.request(subject, request, timeout=10)).data)
+                if done:
+                    return
+
+        try:
+            askers = [asyncio.ensure_future(ask()) for _ in range(IN_FLIGHT)]
+            while len(replies) < 4 * IN_FLIGHT:  # the traffic is flowing through both instances
+                await asyncio.sleep(0.005)
+            tasks[0].cancel()  # the first instance stops while requests stream in
+            await asyncio.gather(tasks[0], return_exceptions=True)
+            stopped.set()
+            await asyncio.gather(*askers)  # a request dropped by the stopping instance times out here
+            assert replies and all(orjson.loads(data)["decision"] == "cancel" for data in replies)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await nc.close()
