@@ -161,8 +161,6 @@ async def _load(bucket: Bucket, parse: Callable[[str, bytes], T]) -> dict[str, T
                         out[entry.key] = parse(entry.key, entry.value)
                     except RecordError as exc:
                         out[entry.key] = exc
-                if entry.delta == 0:
-                    break
     except TimeoutError:
         raise RegistryError(f"the {bucket.name} bucket did not load within {LOAD_WITHIN_S:g}s") from None
     finally:

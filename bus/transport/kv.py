@@ -31,9 +31,6 @@ class KvEntry:
     key: str
     value: bytes | None
     revision: int
-    #: Unused: a watch marks the end of its initial load with None, never with a pending count
-    #: (the server's count misses keys rewritten while the watch starts).
-    delta: int | None = None
 
 
 def _entry(raw: Any) -> KvEntry:
@@ -81,9 +78,10 @@ class Watch:
             raise _failed(self._bucket, "watch", exc) from None
 
     async def _all_delivered(self) -> bool:
-        if self._wanted and self._lookup is not None:
+        if self._wanted and self._lookup is not None:  # once, at the server's end marker
+            lookup, self._lookup = self._lookup, None
             for key in list(self._wanted):
-                if not await self._lookup(key):
+                if not await lookup(key):
                     self._wanted.discard(key)  # deleted or expired since: nothing to wait for
         return not self._wanted
 
