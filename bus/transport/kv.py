@@ -149,11 +149,7 @@ class Bucket:
 
     async def _present(self, key: str) -> bool:
         """True if ``key`` holds a value (the watch will deliver it)."""
-        try:
-            await self._kv.get(key)
-        except js_errors.KeyNotFoundError:  # deleted since (nats-py says so for a delete marker too)
-            return False
-        return True
+        return await self.get(key) is not None  # None: deleted since (a delete marker reads as absent too)
 
 
 async def open_bucket(nc: Any, name: str, ttl_s: float | None = None) -> Bucket:
