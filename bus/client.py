@@ -306,6 +306,14 @@ class Bus:
         """Call ``cb`` with each raw message on ``subject`` (plumbing: turn and module requests; no envelope)."""
         return await self._connection().subscribe(subject, cb, queue=queue, pending_msgs_limit=pending_msgs_limit)
 
+    async def subscribe_direct(
+        self, subject: str, cb: Callable[[RawMessage], None], *, queue: str = ""
+    ) -> RawSubscription:
+        """Call ``cb`` as each raw message is read, with no queue or task between (plumbing: the middleware's
+        requests and replies). ``cb`` must not block; what it must wait for goes in a task
+        (:func:`bus.core.eager.run_eager`)."""
+        return await self._connection().subscribe_direct(subject, cb, queue=queue)
+
     async def request_raw(self, subject: str, data: bytes, timeout_s: float) -> bytes:
         """Send a raw request and return the reply's bytes (plumbing: status queries; no envelope).
 

@@ -7,7 +7,7 @@ import contextvars
 
 import pytest
 
-from bus.core.eager import start_eager
+from bus.core.eager import run_eager, start_eager
 
 VAR: contextvars.ContextVar[str] = contextvars.ContextVar("VAR", default="unset")
 
@@ -110,3 +110,63 @@ async def test_failed_futures_raise_inside_the_handler() -> None:
     fut.set_exception(RuntimeError("nope"))
     await task
     assert caught == ["nope"]
+
+
+async def test_a_timeout_entered_before_the_first_wait_fires_in_the_handler_not_in_its_caller() -> None:
+    """asyncio.timeout cancels "the current task": inline, that must be the handler's own, not the caller's."""
+    seen: list[str] = []
+
+    async def bounded() -> None:
+        try:
+            async with asyncio.timeout(0.01):
+                await asyncio.Event().wait()  # the scenario: a wait that outlasts the handler's own timeout
+        except TimeoutError:
+            seen.append("timed out")
+
+    task = start_eager(bounded())
+    assert task is not None
+    await task
+    assert seen == ["timed out"]
+    assert asyncio.current_task() is not None and asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
+    await asyncio.sleep(0.02)  # past the timeout again: nothing left to cancel the caller with
+    assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
+
+
+async def test_a_task_group_opened_inline_belongs_to_the_handler() -> None:
+    async def child() -> None:
+        await asyncio.sleep(0)  # the scenario: a child that waits, then fails
+        raise KeyError("child")
+
+    async def grouped() -> str:
+        outcome = "group ended"
+        try:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(child())
+                await asyncio.Event().wait()  # cancelled by the group when the child fails
+        except* KeyError:
+            outcome = "group failed"
+        return outcome
+
+    finished, task = run_eager(grouped())
+    assert not finished
+    assert await task == "group failed"
+    assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
+
+
+async def test_the_current_task_inline_is_the_handlers_own() -> None:
+    outer = asyncio.current_task()
+    seen: list[object] = []
+
+    async def looks() -> None:
+        seen.append(asyncio.current_task())
+        await asyncio.sleep(0)  # the scenario: after a wait, the task that drives it
+        seen.append(asyncio.current_task())
+
+    task = start_eager(looks())
+    assert asyncio.current_task() is outer  # the caller's task is back once the first step ends
+    assert task is not None
+    await task
+    inline, driven = seen
+    assert inline is not outer and inline is not None
+    assert driven is task
+    assert inline.get_name() == task.get_name()  # type: ignore[attr-defined]  # the stand-in answers for it

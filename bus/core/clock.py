@@ -7,6 +7,7 @@ the envelope's ``timestamp`` format, used by the journal, turns and hooks.json t
 from __future__ import annotations
 
 import itertools
+import os
 import secrets
 import time
 from datetime import UTC, datetime
@@ -49,6 +50,28 @@ class IdSource:
 
     def __call__(self) -> str:
         return f"{self.prefix}{self.counter():x}"
+
+
+class RandomTokens:
+    """Unpredictable tokens (24 hex digits, 96 random bits each), cheap: the OS's random bytes 4 KiB at a time.
+
+    For what another party must not guess (a request's reply token), where
+    :class:`IdSource`'s counter would be guessable.
+    """
+
+    __slots__ = ("_at", "_pool")
+    _SIZE = 12
+
+    def __init__(self) -> None:
+        self._pool = b""
+        self._at = 0
+
+    def __call__(self) -> str:
+        at = self._at
+        if at + self._SIZE > len(self._pool):
+            self._pool, at = os.urandom(4096), 0
+        self._at = at + self._SIZE
+        return self._pool[at : at + self._SIZE].hex()
 
 
 def random_hex(chars: int) -> str:

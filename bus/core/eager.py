@@ -1,17 +1,108 @@
 """Run a coroutine's first step inline, and only make a task if it has to wait.
 
-Most event handlers finish without waiting on anything (they count, filter,
-queue something). Creating an asyncio task per message costs more than such a
+Most handlers finish without waiting on anything (they count, filter, answer
+at once). Creating an asyncio task per message costs more than such a
 handler; running its first step inline costs almost nothing. A handler that
 does wait continues in a task, so handlers of one subscription still overlap.
 This is what ``asyncio.eager_task_factory`` does from Python 3.12 on.
+
+While the first step runs, ``asyncio.current_task()`` is a stand-in of the
+coroutine's own (:class:`EagerTask`), never the task of whoever called it
+inline (a subscription's reader, a connection's read loop). A handler that
+enters ``asyncio.timeout`` or a ``TaskGroup`` before its first wait (which
+cancel "the current task" later) reaches its own task that way: the stand-in
+forwards cancels to the task that drives the rest. Without it the timeout
+cancelled the reader instead and the subscription stopped for good.
+
+That swap uses asyncio's ``_enter_task``/``_leave_task`` (present from 3.7 on);
+where they are missing, every coroutine gets a task of its own at once (correct,
+slower).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
-from typing import Any
+from collections.abc import Callable, Coroutine
+from typing import Any, Final
+
+_enter_task: Final[Callable[[Any, Any], None] | None] = getattr(asyncio.tasks, "_enter_task", None)
+_leave_task: Final[Callable[[Any, Any], None] | None] = getattr(asyncio.tasks, "_leave_task", None)
+#: Whether the first step can run inline with a task identity of its own (else a task from the start).
+INLINE: Final = _enter_task is not None and _leave_task is not None
+
+
+class EagerTask:
+    """What ``asyncio.current_task()`` is while a coroutine runs its first step inline.
+
+    It answers for the task that will drive the rest (if the coroutine waits):
+    cancels asked for before that task exists are kept and handed to it, and
+    everything after is forwarded to it.
+    """
+
+    __slots__ = ("_callbacks", "_cancels", "_coro", "_loop", "_task")
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], loop: asyncio.AbstractEventLoop) -> None:
+        self._coro = coro
+        self._loop = loop
+        self._task: asyncio.Task[Any] | None = None
+        self._cancels = 0
+        self._callbacks: list[Callable[[Any], object]] | None = None
+
+    def attach(self, task: asyncio.Task[Any]) -> None:
+        """The task that drives the rest: what was asked of the stand-in so far goes to it."""
+        self._task = task
+        for _ in range(self._cancels):
+            task.cancel()
+        for callback in self._callbacks or ():
+            task.add_done_callback(callback)
+        self._callbacks = None
+
+    def cancel(self, msg: Any = None) -> bool:
+        if self._task is not None:
+            return self._task.cancel(msg)
+        self._cancels += 1  # the first step is running: the task that goes on will be cancelled
+        return True
+
+    def uncancel(self) -> int:
+        if self._task is not None:
+            return self._task.uncancel()
+        if self._cancels:
+            self._cancels -= 1
+        return self._cancels
+
+    def cancelling(self) -> int:
+        return self._task.cancelling() if self._task is not None else self._cancels
+
+    def done(self) -> bool:
+        return self._task is not None and self._task.done()
+
+    def cancelled(self) -> bool:
+        return self._task is not None and self._task.cancelled()
+
+    def add_done_callback(self, callback: Callable[[Any], object], *, context: Any = None) -> None:
+        if self._task is not None:
+            self._task.add_done_callback(callback, context=context)
+        else:
+            self._callbacks = [*(self._callbacks or ()), callback]
+
+    def remove_done_callback(self, callback: Callable[[Any], object]) -> int:
+        if self._task is not None:
+            return self._task.remove_done_callback(callback)
+        before = len(self._callbacks or ())
+        self._callbacks = [cb for cb in self._callbacks or () if cb != callback]
+        return before - len(self._callbacks)
+
+    def get_coro(self) -> Coroutine[Any, Any, Any]:
+        return self._coro
+
+    def get_loop(self) -> asyncio.AbstractEventLoop:
+        return self._loop
+
+    def get_name(self) -> str:
+        return self._task.get_name() if self._task is not None else "hookbus-inline"
+
+    def __repr__(self) -> str:
+        return f"<EagerTask {self.get_name()} of {self._coro!r}>"
 
 
 def start_eager(coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any] | None:
@@ -20,11 +111,8 @@ def start_eager(coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any] | None:
     Returns None when the coroutine finished inline (its exception, if any, is
     raised here), else the task that drives it to completion.
     """
-    try:
-        yielded = coro.send(None)
-    except StopIteration:
-        return None
-    return asyncio.get_running_loop().create_task(_drive(coro, yielded))
+    finished, value = run_eager(coro)
+    return None if finished else value
 
 
 def run_eager(coro: Coroutine[Any, Any, Any]) -> tuple[bool, Any]:
@@ -32,15 +120,29 @@ def run_eager(coro: Coroutine[Any, Any, Any]) -> tuple[bool, Any]:
     finished inline, else ``(False, task)`` with the task that drives the rest
     (its result is the coroutine's value). The middleware's handlers use it.
     """
+    loop = asyncio.get_running_loop()
+    if not INLINE:
+        return False, loop.create_task(coro)
+    stand_in = EagerTask(coro, loop)
+    outer = asyncio.current_task(loop)
+    if outer is not None:
+        _leave_task(loop, outer)  # type: ignore[misc]
+    _enter_task(loop, stand_in)  # type: ignore[misc]
     try:
         yielded = coro.send(None)
     except StopIteration as stop:
         return True, stop.value
-    return False, asyncio.get_running_loop().create_task(_drive(coro, yielded))
+    finally:
+        _leave_task(loop, stand_in)  # type: ignore[misc]
+        if outer is not None:
+            _enter_task(loop, outer)  # type: ignore[misc]
+    task = loop.create_task(_drive(coro, yielded))
+    stand_in.attach(task)
+    return False, task
 
 
 async def _drive(coro: Coroutine[Any, Any, Any], yielded: Any) -> Any:
-    """Go on where :func:`start_eager` stopped, as an asyncio Task would; return the coroutine's value."""
+    """Go on where :func:`run_eager` stopped, as an asyncio Task would; return the coroutine's value."""
     while True:
         try:
             if yielded is None:  # a bare yield, as in asyncio.sleep(0)

@@ -231,6 +231,16 @@ class InProcessClient:
         self.subs.add(sub)
         return sub
 
+    async def subscribe_direct(
+        self, subject: str, cb: Callable[[RawMessage], None], *, queue: str = ""
+    ) -> InProcessSubscription:
+        """As a direct subscription's contract says; in process, from the subscription's own reader."""
+
+        async def run(msg: RawMessage) -> None:
+            cb(msg)
+
+        return await self.subscribe(subject, run, queue=queue)
+
     async def request(self, subject: str, data: bytes, timeout_s: float) -> bytes:
         inbox = self.new_inbox()
         sub = await self.subscribe(inbox)

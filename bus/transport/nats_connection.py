@@ -20,6 +20,7 @@ from nats.aio.client import Client
 
 from bus.core.errors import NoResponders, RequestTimeout
 from bus.transport.connection import open_connection
+from bus.transport.direct import subscribe_direct
 from bus.transport.kv import Bucket, open_bucket
 from bus.transport.objects import PayloadStore, ensure_payloads_bucket
 from bus.transport.port import ObjectStore, RawMessage, RawSubscription, Trouble, TroubleCallback
@@ -114,6 +115,14 @@ class NatsConnection(Publisher):
             limits["pending_bytes_limit"] = pending_bytes_limit
         try:
             return await self._nc.subscribe(subject, queue=queue, cb=cb, **limits)
+        except nats_errors.Error as exc:
+            raise not_sent(exc) from None
+
+    async def subscribe_direct(
+        self, subject: str, cb: Callable[[RawMessage], None], *, queue: str = ""
+    ) -> RawSubscription:
+        try:
+            return await subscribe_direct(self._nc, subject, cb, queue)
         except nats_errors.Error as exc:
             raise not_sent(exc) from None
 

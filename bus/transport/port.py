@@ -128,6 +128,12 @@ class Connection(Protocol):
         pending_bytes_limit: int | None = None,
     ) -> RawSubscription: ...
 
+    async def subscribe_direct(
+        self, subject: str, cb: Callable[[RawMessage], None], *, queue: str = ""
+    ) -> RawSubscription:
+        """Call ``cb`` (plain, never blocking) as each message is read: no queue, no task per message."""
+        ...
+
     async def request(self, subject: str, data: bytes, timeout_s: float) -> bytes: ...
 
     def new_inbox(self) -> str: ...
@@ -220,6 +226,12 @@ class Port(Protocol):
         queue: str = "",
         pending_msgs_limit: int | None = None,
     ) -> RawSubscription: ...
+
+    async def subscribe_direct(
+        self, subject: str, cb: Callable[[RawMessage], None], *, queue: str = ""
+    ) -> RawSubscription:
+        """Call ``cb`` (plain, never blocking) as each message is read (the middleware's request/reply path)."""
+        ...
 
     async def flush(self, timeout: float = 5.0) -> None: ...
 

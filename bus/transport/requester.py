@@ -3,8 +3,10 @@
 Like nats-py's ``request`` (one wildcard subscription under the connection's
 private inbox prefix, a random token and a future per request) but with a
 timer instead of ``asyncio.wait_for`` (which costs a task per call on Python
-3.11), and with :meth:`Requester.abort_all` so that a closing Bus can end
-every pending request at once instead of hanging on them.
+3.11), replies taken straight from the reader (a direct subscription, see
+:mod:`bus.transport.direct`: no task turn before the waiting caller is woken),
+and with :meth:`Requester.abort_all` so that a closing Bus can end every
+pending request at once instead of hanging on them.
 """
 
 from __future__ import annotations
@@ -13,8 +15,7 @@ import asyncio
 import contextlib
 from typing import Final
 
-from nats.nuid import NUID
-
+from bus.core.clock import RandomTokens
 from bus.core.errors import Aborted, NoResponders, RequestTimeout
 from bus.transport.port import Port, RawMessage
 
@@ -29,20 +30,20 @@ class Requester:
         self._port = port
         self._publish = port.push
         self._prefix = ""
-        self._nuid = NUID()
+        self._token = RandomTokens()
         self._pending: dict[str, asyncio.Future[bytes]] = {}
         self._idle = asyncio.Event()
         self._idle.set()
 
     async def start(self) -> None:
         self._prefix = self._port.new_inbox() + "."
-        await self._port.subscribe_raw(self._prefix + "*", self._on_reply)
+        await self._port.subscribe_direct(self._prefix + "*", self._on_reply)
 
     @property
     def pending(self) -> int:
         return len(self._pending)
 
-    async def _on_reply(self, msg: RawMessage) -> None:
+    def _on_reply(self, msg: RawMessage) -> None:
         future = self._pending.get(msg.subject[len(self._prefix) :])
         if future is None or future.done():
             return
@@ -57,7 +58,7 @@ class Requester:
 
         Raises NoResponders, RequestTimeout or Aborted.
         """
-        token = self._nuid.next().decode()  # unpredictable: nobody can aim a forged reply at the next request
+        token = self._token()  # unpredictable: nobody can aim a forged reply at the next request
         loop = asyncio.get_running_loop()
         future: asyncio.Future[bytes] = loop.create_future()
         self._pending[token] = future

@@ -66,7 +66,7 @@ class ModuleServer:
         kv = await open_bucket(self.bus, MODULES_BUCKET)
         guards = await self._guard_records()
         subject = request_subject(self.announcement)
-        sub = await self.bus.subscribe_raw(subject, self._on_msg, queue=subject, pending_msgs_limit=100_000)
+        sub = await self.bus.subscribe_direct(subject, self._on_msg, queue=subject)
         await self.bus.flush(5.0)  # the subscription is in place before the module announces itself
         key, data = self.announcement.key, self.announcement.to_bytes()
         try:
@@ -118,11 +118,12 @@ class ModuleServer:
             if pending:
                 log.warning("module %s: %d requests still running at stop: cancelled", self.module.name, len(pending))
 
-    async def _on_msg(self, msg: RawMessage) -> None:
+    def _on_msg(self, msg: RawMessage) -> None:
+        """Each request as the reader hands it over (a direct subscription): answered inline if it can be."""
         try:
             request = decode(msg.data, MiddlewareRequest, "request", ValueError)  # ctx.depth below the limit
         except ValueError as exc:
-            await self._reply(msg.reply, MiddlewareReply(error=f"malformed {exc}"))
+            self._send_later(self._reply(msg.reply, MiddlewareReply(error=f"malformed {exc}")))
             return
         # Calls from an agent (depth 0) share ``concurrency`` slots; calls made while handling one
         # (A -> B -> A) get as many again of their own, so re-entry never waits behind agents'
@@ -132,7 +133,7 @@ class ModuleServer:
         if self._has_slot(nested):
             replying = self._start(msg.reply, request, nested)
             if replying is not None:
-                await replying
+                self._send_later(replying)
         elif len(self._waiting) + len(self._waiting_nested) < MAX_WAITING:
             (self._waiting_nested if nested else self._waiting).append((msg.reply, request))
         else:
