@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import enum
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Mapping
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Final
@@ -357,6 +357,26 @@ class Bus:
     def max_payload(self) -> int:
         """The largest message the server accepts (its ``max_payload``)."""
         return self._connection().max_payload
+
+    def push_now(self, subject: str, data: bytes, reply: str = "") -> Coroutine[Any, Any, None] | None:
+        """:meth:`push` without a coroutine: None once the message is in the outgoing buffer (the common case),
+        else an awaitable to await (the buffer is full, or the plain publish fallback). Drops are counted."""
+        conn = self._conn
+        if conn is None:
+            self.stats.dropped.add("closed")
+            return None
+        try:
+            waiting = conn.push(subject, data, reply)
+        except NotSent:
+            self.stats.dropped.add("disconnected")
+            return None
+        return None if waiting is None else self._wait_sent(waiting)
+
+    async def _wait_sent(self, waiting: Awaitable[None]) -> None:
+        try:
+            await waiting
+        except NotSent:
+            self.stats.dropped.add("disconnected")
 
     async def push(self, subject: str, data: bytes, reply: str = "") -> None:
         """Publish bytes on the fast path (middleware requests, replies, journal entries; no envelope).

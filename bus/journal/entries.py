@@ -23,7 +23,6 @@ from typing import Any, Final
 import orjson
 
 from bus.core.clock import format_timestamp, now_timestamp
-from bus.core.eager import run_eager
 from bus.core.envelope import Encoder
 from bus.core.errors import BusClosedError, JournalError
 from bus.core.schema import JOURNAL_MAX_DEPTH, JOURNAL_MAX_DURATION_MS, JournalEntryMsg, decode
@@ -193,12 +192,12 @@ class JournalPublisher:
     def _publish(self, entry: JournalEntry) -> None:
         try:
             subject = entry.subject(self._bus.journal_origin)
-            finished, task = run_eager(self._bus.push(subject, entry.encode()))  # rarely waits
+            waiting = self._bus.push_now(subject, entry.encode())  # rarely waits
         except Exception as exc:
             log.warning("journal entry not published: %r", exc)
             return
-        if not finished:
-            self._sending.keep(task)
+        if waiting is not None:
+            self._sending.start(waiting)
 
     async def drain(self, timeout: float = 2.0) -> None:
         """Publish what is queued and wait (bounded) until it went out: for closing."""

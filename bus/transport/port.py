@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Mapping
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -210,6 +210,10 @@ class Port(Protocol):
     ) -> bool: ...
 
     async def push(self, subject: str, data: bytes, reply: str = "") -> None: ...
+
+    def push_now(self, subject: str, data: bytes, reply: str = "") -> Coroutine[Any, Any, None] | None:
+        """``push`` without a coroutine: None once buffered, else an awaitable to await (never raises)."""
+        ...
 
     @property
     def max_payload(self) -> int:

@@ -34,6 +34,7 @@ _NEEDED: Final = (
     "_max_pending_size",
     "_flush_queue",
     "_flush_pending",
+    "_flusher_task",
 )
 #: Subjects, and message lengths per subject, whose PUB line is kept ready.
 _CACHED_SUBJECTS: Final = 4096
@@ -60,14 +61,16 @@ class Publisher:
         #: Per subject, the PUB line for each message length seen (events of one kind repeat their lengths).
         self._headers: dict[str, dict[int, bytes]] = {}
         self._flush_at = min(FLUSH_AT_BYTES, nc._max_pending_size) if self.fast else 0
+        #: What the flusher is handed to wake it: a future it would resolve, already resolved (nobody waits on it).
+        self._kick: asyncio.Future[None] | None = None
 
     def push(self, subject: str, data: bytes, reply: str = "") -> Awaitable[None] | None:
         """Publish ``data`` on a subject that bus.core.subjects has validated (``reply``: an inbox, for requests).
 
-        Returns None when the message is in the outgoing buffer, or an awaitable
-        the caller must await (a flush to kick, or the plain publish fallback,
-        which raises NotSent when the client does not take the message), so the
-        common case costs no coroutine.
+        Returns None when the message is in the outgoing buffer (and the
+        flusher woken), or an awaitable the caller must await (a full buffer
+        to hand over, or the plain publish fallback, which raises NotSent when
+        the client does not take the message), so the common case costs no coroutine.
         """
         nc = self._nc
         if not self.fast or nc._status != _CONNECTED:
@@ -98,7 +101,15 @@ class Publisher:
             return nc._flush_pending(force_flush=True)
         queue = nc._flush_queue
         if queue is not None and queue.empty():
-            return nc._flush_pending()
+            flusher = nc._flusher_task
+            if flusher is None or flusher.done():
+                return nc._flush_pending()  # it writes inline when its flusher is gone
+            # What _flush_pending does, without a coroutine: hand the flusher a future (an empty queue has room).
+            kick = self._kick
+            if kick is None:
+                kick = self._kick = asyncio.get_running_loop().create_future()
+                kick.set_result(None)
+            queue.put_nowait(kick)
         return None
 
     async def publish(self, subject: str, data: bytes, reply: str = "") -> None:

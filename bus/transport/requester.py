@@ -1,9 +1,10 @@
 """Request/reply for the kernel side, with every pending request reachable.
 
 Like nats-py's ``request`` (one wildcard subscription under the connection's
-private inbox prefix, a random token and a future per request) but with a
-timer instead of ``asyncio.wait_for`` (which costs a task per call on Python
-3.11), replies taken straight from the reader (a direct subscription, see
+private inbox prefix, a random token and a future per request) but with one
+sweeping timer for every pending request's deadline instead of
+``asyncio.wait_for`` (which costs a task per call on Python 3.11) or a timer
+per request, replies taken straight from the reader (a direct subscription, see
 :mod:`bus.transport.direct`: no task turn before the waiting caller is woken),
 and with :meth:`Requester.abort_all` so that a closing Bus can end every
 pending request at once instead of hanging on them.
@@ -20,6 +21,9 @@ from bus.core.errors import Aborted, NoResponders, RequestTimeout
 from bus.transport.port import Port, RawMessage
 
 _STATUS: Final = "Status"
+#: How often pending requests' deadlines are checked while any is pending: a request times out at most
+#: this late (its timeout, within this much).
+SWEEP_S: Final = 0.05
 _NO_RESPONDERS: Final = "503"
 
 
@@ -28,10 +32,12 @@ class Requester:
 
     def __init__(self, port: Port) -> None:
         self._port = port
-        self._publish = port.push
+        self._push = port.push_now
         self._prefix = ""
         self._token = RandomTokens()
         self._pending: dict[str, asyncio.Future[bytes]] = {}
+        self._deadlines: dict[str, float] = {}
+        self._sweeper: asyncio.TimerHandle | None = None
         self._idle = asyncio.Event()
         self._idle.set()
 
@@ -61,17 +67,36 @@ class Requester:
         token = self._token()  # unpredictable: nobody can aim a forged reply at the next request
         loop = asyncio.get_running_loop()
         future: asyncio.Future[bytes] = loop.create_future()
-        self._pending[token] = future
+        pending = self._pending
+        pending[token] = future
+        self._deadlines[token] = loop.time() + timeout
         self._idle.clear()
-        timer = loop.call_later(timeout, _expire, future)
+        if self._sweeper is None:
+            self._sweeper = loop.call_later(SWEEP_S, self._sweep)
         try:
-            await self._publish(subject, data, self._prefix + token)
+            waiting = self._push(subject, data, self._prefix + token)
+            if waiting is not None:
+                await waiting
             return await future
         finally:
-            timer.cancel()
-            del self._pending[token]
-            if not self._pending:
+            del pending[token]
+            del self._deadlines[token]
+            if not pending:
                 self._idle.set()
+
+    def _sweep(self) -> None:
+        """Fail every pending request past its deadline with RequestTimeout; look again while any is pending."""
+        self._sweeper = None
+        if not self._pending:
+            return
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        for token, deadline in self._deadlines.items():
+            if deadline <= now:
+                future = self._pending[token]
+                if not future.done():
+                    future.set_exception(RequestTimeout())
+        self._sweeper = loop.call_later(SWEEP_S, self._sweep)
 
     async def wait_idle(self, within: float) -> None:
         """Wait until no request is pending, for at most ``within`` seconds."""
@@ -87,8 +112,3 @@ class Requester:
                 future.set_exception(Aborted())
                 count += 1
         return count
-
-
-def _expire(future: asyncio.Future[bytes]) -> None:
-    if not future.done():
-        future.set_exception(RequestTimeout())

@@ -7,7 +7,6 @@ import collections
 import contextlib
 import functools
 import logging
-from collections.abc import Coroutine
 from typing import Any, Final, Protocol
 
 from bus.core.declaration import Declaration
@@ -123,7 +122,7 @@ class ModuleServer:
         try:
             request = decode(msg.data, MiddlewareRequest, "request", ValueError)  # ctx.depth below the limit
         except ValueError as exc:
-            self._send_later(self._reply(msg.reply, MiddlewareReply(error=f"malformed {exc}")))
+            self._reply(msg.reply, MiddlewareReply(error=f"malformed {exc}"))
             return
         # Calls from an agent (depth 0) share ``concurrency`` slots; calls made while handling one
         # (A -> B -> A) get as many again of their own, so re-entry never waits behind agents'
@@ -131,9 +130,7 @@ class ModuleServer:
         # wait in a queue (never by blocking this callback: the calls behind it would wait too).
         nested = request.ctx.depth > 0
         if self._has_slot(nested):
-            replying = self._start(msg.reply, request, nested)
-            if replying is not None:
-                self._send_later(replying)
+            self._start(msg.reply, request, nested)
         elif len(self._waiting) + len(self._waiting_nested) < MAX_WAITING:
             (self._waiting_nested if nested else self._waiting).append((msg.reply, request))
         else:
@@ -144,21 +141,20 @@ class ModuleServer:
             return self._nested < self.module.concurrency
         return len(self._tasks) - self._nested < self.module.concurrency
 
-    def _start(self, inbox: str, request: MiddlewareRequest, nested: bool) -> Coroutine[Any, Any, None] | None:
-        """Run the handlers inline as far as they go (most never wait: no task for them).
-
-        Returns the reply to send if they finished, else None (a task answers later).
-        """
+    def _start(self, inbox: str, request: MiddlewareRequest, nested: bool) -> None:
+        """Run the handlers inline as far as they go (most never wait: no task for them), and reply if they
+        finished; else a task answers later."""
         try:
             finished, value = run_eager(self.module.answer(request, self.bus))
         except Exception as exc:  # handler faults are caught in answer(): this is a malformed request
-            return self._reply(inbox, MiddlewareReply(error=f"malformed request: {exc!r}"))
+            self._reply(inbox, MiddlewareReply(error=f"malformed request: {exc!r}"))
+            return
         if finished:
-            return self._reply(inbox, value)
+            self._reply(inbox, value)
+            return
         self._tasks.add(value)
         self._nested += nested
         value.add_done_callback(functools.partial(self._finished, inbox, nested))
-        return None
 
     def _finished(self, inbox: str, nested: bool, task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)
@@ -166,20 +162,13 @@ class ModuleServer:
         if not task.cancelled():
             failed = task.exception()
             reply = MiddlewareReply(error=f"request failed: {failed!r}") if failed is not None else task.result()
-            self._send_later(self._reply(inbox, reply))
+            self._reply(inbox, reply)
         for queue, deeper in ((self._waiting_nested, True), (self._waiting, False)):
             while queue and self._has_slot(deeper):
-                replying = self._start(*queue.popleft(), deeper)
-                if replying is not None:
-                    self._send_later(replying)
+                self._start(*queue.popleft(), deeper)
 
-    def _send_later(self, replying: Coroutine[Any, Any, None]) -> None:
-        """Send a reply from synchronous code: inline, or in a task if the send must wait."""
-        finished, task = run_eager(replying)
-        if not finished:
-            self._tasks.keep(task)
-
-    async def _reply(self, inbox: str, reply: MiddlewareReply) -> None:
+    def _reply(self, inbox: str, reply: MiddlewareReply) -> None:
+        """Send ``reply`` to ``inbox`` (never raises; a send that must wait goes on in a task)."""
         if not is_reply_inbox(inbox):  # allow_responses would let a requester aim the answer anywhere
             return
         try:
@@ -191,4 +180,6 @@ class ModuleServer:
             data = encode(
                 MiddlewareReply(error=f"reply of {len(data)} bytes is over the server's max_payload ({limit})")
             )
-        await self.bus.push(inbox, data)
+        waiting = self.bus.push_now(inbox, data)
+        if waiting is not None:
+            self._tasks.start(waiting)
