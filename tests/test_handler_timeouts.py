@@ -64,3 +64,19 @@ async def test_a_subscriber_bounding_its_own_wait_keeps_receiving(bus: Bus) -> N
     await bus.emit(subject, {"n": 3})
     await wait_until(lambda: len(results) == 4, what="the event after the timeouts handled")
     assert results == ["timed out inside"] * 4
+
+
+async def test_a_handler_cancelling_itself_inline_fails_its_request_not_the_module(kernel: Bus, nats_url: str) -> None:
+    mod, stage = Module(unique("selfcancel")), f"custom.{unique('selfcancel')}"
+
+    @mod.stage(stage, fail_closed=True, timeout=3)
+    async def guard(stage: str, payload: dict[str, Any]) -> Continue:
+        if payload["n"] == 0:
+            raise asyncio.CancelledError  # the scenario: a handler that cancels itself before any wait
+        return Continue()
+
+    async with serving(mod, nats_url):
+        await wait_for_chain(kernel, stage, [f"{mod.name}.guard"])
+        decision = await kernel.intercept(stage, {"n": 0})
+        assert isinstance(decision, Cancel) and "fail-closed and invalid" in decision.reason, decision
+        assert await kernel.intercept(stage, {"n": 1}) == Continue()

@@ -21,6 +21,7 @@ subscription's task, as before.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -55,7 +56,7 @@ class DirectQueue:
         self._sub._pending_size -= len(msg.data)  # counted as pending by the client: it never waits here
         try:
             self._cb(msg)
-        except Exception:  # the reader must go on: one bad message never stops the connection
+        except (Exception, asyncio.CancelledError):  # the reader goes on: one message never stops the connection
             log.exception("a direct subscription's callback raised on %s; message dropped", msg.subject)
 
     # What the client and Subscription ask of a queue (drain, unsubscribe, pending counts): never anything pending.

@@ -1,12 +1,14 @@
 """The nats-py internals hookbus uses, the versions they were checked against, and the switch.
 
-Two things reach into nats-py's private state: the publish fast path
+Three things reach into nats-py's private state: the publish fast path
 (:class:`bus.transport.publisher.Publisher` writes ``PUB`` commands into the
-client's pending buffer) and :func:`bus.transport.publisher.ordered_flush`
-(hands the pending buffer to the transport before its ``PING``). Both are
-used only when the installed nats-py is inside the tested range and the
-switch is on; otherwise they fall back to nats-py's public ``publish`` and
-``flush`` (slower, and ``flush`` twice to keep the ordering promise).
+client's pending buffer and wakes its flusher), :func:`bus.transport.publisher.ordered_flush`
+(hands the pending buffer to the transport before its ``PING``) and direct
+subscriptions (:mod:`bus.transport.direct` stands in for a subscription's
+pending queue). All are used only when the installed nats-py is inside the
+tested range and the switch is on; otherwise they fall back to nats-py's
+public ``publish``, ``flush`` (slower, and twice to keep the ordering
+promise) and callback subscriptions.
 
 The switch: ``HOOKBUS_NATS_INTERNALS=off`` in the environment, or
 :func:`use_internals` in code.

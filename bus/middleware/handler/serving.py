@@ -146,6 +146,9 @@ class ModuleServer:
         finished; else a task answers later."""
         try:
             finished, value = run_eager(self.module.answer(request, self.bus))
+        except asyncio.CancelledError as exc:  # a handler cancelling itself inline: this request failed, nothing else
+            self._reply(inbox, MiddlewareReply(error=f"request failed: {exc!r}"))
+            return
         except Exception as exc:  # handler faults are caught in answer(): this is a malformed request
             self._reply(inbox, MiddlewareReply(error=f"malformed request: {exc!r}"))
             return
