@@ -459,14 +459,18 @@ class Bus:
         if queue is not None and not TOKEN_RE.fullmatch(queue):
             raise SubjectError(queue, "a queue group name must match [A-Za-z0-9_-]+")
         conn = self._connection()
-        sub = Subscription(self, nats_pattern, queue, handler, concurrency, self._background, self._subs.discard)
-        sub._nats = await conn.subscribe(
+        sub = Subscription(
+            self,
             nats_pattern,
-            sub._on_msg,
-            queue=queue or "",
-            pending_msgs_limit=pending_msgs,
-            pending_bytes_limit=pending_bytes,
+            queue,
+            handler,
+            concurrency,
+            self._background,
+            self._subs.discard,
+            pending_msgs=pending_msgs,
+            pending_bytes=pending_bytes,
         )
+        sub._nats = await conn.subscribe_direct(nats_pattern, sub._on_msg, queue=queue or "")
         self._subs.add(sub)
         await self._settle_subscription()
         return sub

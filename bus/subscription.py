@@ -1,12 +1,18 @@
 """The receive path of an event subscription: check, decode, set the depth, bound the handlers.
 
 ``Bus.subscribe`` makes one :class:`Subscription` per call and hands it the
-raw messages of its pattern; everything a receiver must check happens here.
+raw messages of its pattern as the connection reads them (a direct
+subscription: no queue or task between); everything a receiver must check
+happens here. Handlers start inline (bus.core.eager); at most ``concurrency``
+of them wait at once, and while they do, later messages wait in the
+subscription's own backlog, bounded by ``pending_msgs`` and ``pending_bytes``.
+What does not fit is dropped and counted as a slow consumer.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
@@ -51,9 +57,13 @@ class Subscription:
         concurrency: int,
         background: TaskSet[Any],
         on_unsubscribe: Callable[[Subscription], None],
+        pending_msgs: int = 20_000,
+        pending_bytes: int = 64 * 1024 * 1024,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, not {concurrency}")
+        if pending_msgs < 0 or pending_bytes < 0:
+            raise ValueError(f"pending limits must not be negative, not {pending_msgs} and {pending_bytes}")
         self.bus = bus
         self.pattern = pattern
         self.queue = queue
@@ -62,7 +72,12 @@ class Subscription:
         self._tasks: set[asyncio.Task[None]] = set()
         self._task_events: dict[asyncio.Task[None], Event] = {}
         self._delivered = bus.stats.delivered
-        self._slot_free: asyncio.Future[None] | None = None
+        #: Messages read while ``concurrency`` handlers were waiting, in order, and their bytes.
+        self._backlog: collections.deque[RawMessage] = collections.deque()
+        self._backlog_bytes = 0
+        self._pending_msgs = pending_msgs
+        self._pending_bytes = pending_bytes
+        self._slow_log = RateLimitedLog(log)
         self._nats: RawSubscription | None = None
         self._hides_internal = hides_internal(pattern)
         self._max_bytes = bus.max_bytes
@@ -78,10 +93,44 @@ class Subscription:
         """Handlers started and not yet finished."""
         return len(self._tasks)
 
-    async def _on_msg(self, msg: RawMessage) -> None:
-        subject = msg.subject
-        if self._hides_internal and subject.startswith(INTERNAL_PREFIXES):
+    @property
+    def waiting(self) -> int:
+        """Messages received and waiting for a handler slot."""
+        return len(self._backlog)
+
+    def _on_msg(self, msg: RawMessage) -> None:
+        """Each message as the connection reads it: delivered now, or held while every slot is taken."""
+        if self._hides_internal and msg.subject.startswith(INTERNAL_PREFIXES):
             return  # plumbing, not an event: only a pattern naming it gets it
+        if self._backlog or len(self._tasks) >= self.concurrency:
+            self._hold(msg)
+        else:
+            self._deliver(msg)
+
+    def _hold(self, msg: RawMessage) -> None:
+        size = len(msg.data)
+        if len(self._backlog) >= self._pending_msgs or self._backlog_bytes + size > self._pending_bytes:
+            self.bus.stats.dropped.add("slow_consumer")
+            self._slow_log.warning(
+                "subscription %r: %d events waiting for its %d handlers; one dropped (slow consumer)",
+                self.pattern,
+                len(self._backlog),
+                self.concurrency,
+            )
+            return
+        self._backlog.append(msg)
+        self._backlog_bytes += size
+
+    def _release(self) -> None:
+        """Deliver what waits, in order, while slots are free."""
+        backlog, tasks = self._backlog, self._tasks
+        while backlog and len(tasks) < self.concurrency:
+            msg = backlog.popleft()
+            self._backlog_bytes -= len(msg.data)
+            self._deliver(msg)
+
+    def _deliver(self, msg: RawMessage) -> None:
+        subject = msg.subject
         try:
             event = decode(subject, msg.data, self._max_bytes, self._max_depth)
         except EnvelopeError as exc:
@@ -91,9 +140,6 @@ class Subscription:
         if event.payload_ref is not None:  # a claimed event: its handlers may fetch the whole payload
             event.loader = self._load_payload
         tasks = self._tasks
-        while len(tasks) >= self.concurrency:
-            self._slot_free = asyncio.get_running_loop().create_future()
-            await self._slot_free
         delivered = self._delivered
         if subject in delivered:
             delivered[subject] += 1
@@ -108,19 +154,19 @@ class Subscription:
                     tasks.add(task)
                     self._task_events[task] = event
                     task.add_done_callback(self._finished)
-        except Exception as exc:
+        except (Exception, asyncio.CancelledError) as exc:  # a handler's fault, never the reader's
             self._failed(event, exc)
         finally:
             _reset_depth(token)
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
-        if self._slot_free is not None and not self._slot_free.done():
-            self._slot_free.set_result(None)
         if not task.cancelled() and task.exception() is not None:
             self._failed(self._task_events.pop(task, None), task.exception())
         else:
             self._task_events.pop(task, None)
+        if self._backlog and self._nats is not None:
+            self._release()
 
     def _failed(self, event: Event | None, exc: BaseException | None) -> None:
         """Count, log (rate-limited) and journal a handler that raised."""
@@ -146,6 +192,8 @@ class Subscription:
         if sub is not None:
             with contextlib.suppress(*TRANSPORT_FAILURES):  # connection gone: nothing more will arrive
                 await sub.unsubscribe()
+        self._backlog.clear()  # received, never started: dropped as nats-py drops its pending messages
+        self._backlog_bytes = 0
         self._on_unsubscribe(self)
         await settle(self._tasks, timeout, f"handlers of {self.pattern!r}")
 

@@ -116,13 +116,14 @@ async def test_a_subscription_over_its_pending_limit_drops_as_a_slow_consumer() 
         got.append(event.payload["n"])
 
     async with TestBus() as bus:
-        await bus.subscribe("eva.custom.slow", slow, concurrency=1, pending_msgs=2)
-        for n in range(5):  # routed at once; the subscription holds two
+        sub = await bus.subscribe("eva.custom.slow", slow, concurrency=1, pending_msgs=2)
+        for n in range(5):  # routed at once; one handler runs, the subscription holds two
             await bus.emit("eva.custom.slow", {"n": n})
-        await wait_until(lambda: bus.stats.dropped["slow_consumer"] == 3, what="three slow-consumer drops")
+        await wait_until(lambda: bus.stats.dropped["slow_consumer"] == 2, what="two slow-consumer drops")
+        assert sub.in_flight == 1 and sub.waiting == 2
         release.set()
-        await wait_until(lambda: len(got) == 2, what="the two held events")
-        assert got == [0, 1]
+        await wait_until(lambda: len(got) == 3, what="the running and the two held events")
+        assert got == [0, 1, 2]
 
 
 async def test_without_an_object_store_oversized_events_are_cut_and_references_refused() -> None:
