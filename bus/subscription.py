@@ -78,6 +78,7 @@ class Subscription:
         self._pending_msgs = pending_msgs
         self._pending_bytes = pending_bytes
         self._slow_log = RateLimitedLog(log)
+        self._stopped = False
         self._nats: RawSubscription | None = None
         self._hides_internal = hides_internal(pattern)
         self._max_bytes = bus.max_bytes
@@ -165,7 +166,7 @@ class Subscription:
             self._failed(self._task_events.pop(task, None), task.exception())
         else:
             self._task_events.pop(task, None)
-        if self._backlog and self._nats is not None:
+        if self._backlog and not self._stopped:
             self._release()
 
     def _failed(self, event: Event | None, exc: BaseException | None) -> None:
@@ -188,6 +189,7 @@ class Subscription:
 
     async def unsubscribe(self, timeout: float = DEFAULT_CLOSE_TIMEOUT) -> None:
         """Stop receiving; let in-flight handlers finish within ``timeout``, then cancel them."""
+        self._stopped = True
         sub, self._nats = self._nats, None
         if sub is not None:
             with contextlib.suppress(*TRANSPORT_FAILURES):  # connection gone: nothing more will arrive

@@ -260,3 +260,24 @@ async def test_handler_errors_are_journaled(bus: Bus) -> None:
     assert causes == ["KeyError: 'late'", "ValueError: now"]
     assert all(e.kind == "subscriber" and e.decision == "failed" and e.session == "s7" for e in entries)
     assert all("s3cret" not in e.encode().decode() for e in entries)
+
+
+async def test_events_past_the_backlog_drop_as_a_slow_consumer_and_the_rest_arrive_in_order(bus: Bus) -> None:
+    release = asyncio.Event()
+    got: list[int] = []
+
+    async def slow(event: Event) -> None:
+        await release.wait()
+        got.append(event.payload["n"])
+
+    sub = await bus.subscribe("eva.custom.backlog", slow, concurrency=1, pending_msgs=2)
+    for n in range(5):  # one handler runs, two wait, two do not fit
+        await bus.emit("eva.custom.backlog", {"n": n})
+    await wait_until(lambda: bus.stats.dropped["slow_consumer"] == 2, 10, "two slow-consumer drops")
+    assert sub.in_flight == 1 and sub.waiting == 2
+    release.set()
+    await wait_until(lambda: len(got) == 3, 10, "the running and the two held events")
+    assert got == [0, 1, 2]
+    await bus.emit("eva.custom.backlog", {"n": 5})  # the backlog emptied: the next event is handled at once
+    await wait_until(lambda: len(got) == 4, 10, "the next event")
+    assert got[-1] == 5 and sub.waiting == 0

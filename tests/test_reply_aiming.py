@@ -89,6 +89,8 @@ async def test_a_module_answers_no_reply_subject_but_an_inbox(
     async def allow(stage: str, payload: dict[str, Any]) -> Continue:
         return Continue()
 
+    async with Bus(as_user(shipped, "bus"), name="hookbus-up") as bus:
+        await ensure_buckets(bus)  # what hookbus up does; a module may not create them (nor rely on another test)
     async with serving(guard, as_user(shipped, "module-guard"), detach_on_stop=True):
         others = ("$KV.hookbus_modules.audit.forged", "hookbus.mw.audit")
         assert await aimed(operator, bob, request_subject(announcement_of(guard)), others) == []
