@@ -7,6 +7,7 @@ import contextvars
 
 import pytest
 
+from bus.core import eager
 from bus.core.eager import run_eager, start_eager
 
 VAR: contextvars.ContextVar[str] = contextvars.ContextVar("VAR", default="unset")
@@ -112,7 +113,18 @@ async def test_failed_futures_raise_inside_the_handler() -> None:
     assert caught == ["nope"]
 
 
-async def test_a_timeout_entered_before_the_first_wait_fires_in_the_handler_not_in_its_caller() -> None:
+@pytest.fixture(params=["table", "enter-leave", "task"])
+def swap(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each way bus.core.eager can give the first step its identity: the current-task table, asyncio's
+    enter/leave calls, or (where neither exists) a task from the start."""
+    if request.param != "table":
+        monkeypatch.setattr(eager, "_CURRENT", None)
+    if request.param == "task":
+        monkeypatch.setattr(eager, "INLINE", False)
+    return str(request.param)
+
+
+async def test_a_timeout_entered_before_the_first_wait_fires_in_the_handler_not_in_its_caller(swap: str) -> None:
     """asyncio.timeout cancels "the current task": inline, that must be the handler's own, not the caller's."""
     seen: list[str] = []
 
@@ -132,7 +144,7 @@ async def test_a_timeout_entered_before_the_first_wait_fires_in_the_handler_not_
     assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
 
 
-async def test_a_task_group_opened_inline_belongs_to_the_handler() -> None:
+async def test_a_task_group_opened_inline_belongs_to_the_handler(swap: str) -> None:
     async def child() -> None:
         await asyncio.sleep(0)  # the scenario: a child that waits, then fails
         raise KeyError("child")
@@ -153,7 +165,7 @@ async def test_a_task_group_opened_inline_belongs_to_the_handler() -> None:
     assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
 
 
-async def test_the_current_task_inline_is_the_handlers_own() -> None:
+async def test_the_current_task_inline_is_the_handlers_own(swap: str) -> None:
     outer = asyncio.current_task()
     seen: list[object] = []
 
@@ -170,3 +182,4 @@ async def test_the_current_task_inline_is_the_handlers_own() -> None:
     assert inline is not outer and inline is not None
     assert driven is task
     assert inline.get_name() == task.get_name()  # type: ignore[attr-defined]  # the stand-in answers for it
+    assert isinstance(inline, eager.EagerTask) is (swap != "task")

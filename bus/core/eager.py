@@ -14,9 +14,10 @@ cancel "the current task" later) reaches its own task that way: the stand-in
 forwards cancels to the task that drives the rest. Without it the timeout
 cancelled the reader instead and the subscription stopped for good.
 
-That swap uses asyncio's ``_enter_task``/``_leave_task`` (present from 3.7 on);
-where they are missing, every coroutine gets a task of its own at once (correct,
-slower).
+That swap writes asyncio's table of current tasks (``asyncio.tasks._current_tasks``,
+checked at import to be what ``current_task`` reads), else goes through
+``_enter_task``/``_leave_task``; where neither is there, every coroutine gets
+a task of its own at once (correct, slower).
 """
 
 from __future__ import annotations
@@ -27,8 +28,27 @@ from typing import Any, Final
 
 _enter_task: Final[Callable[[Any, Any], None] | None] = getattr(asyncio.tasks, "_enter_task", None)
 _leave_task: Final[Callable[[Any, Any], None] | None] = getattr(asyncio.tasks, "_leave_task", None)
+
+
+def _current_tasks() -> dict[Any, Any] | None:
+    """asyncio's table of each loop's current task, if ``current_task`` reads it (a probe says), else None."""
+    table = getattr(asyncio.tasks, "_current_tasks", None)
+    if not isinstance(table, dict):
+        return None
+    key, probe = object(), object()
+    table[key] = probe
+    try:
+        return table if asyncio.current_task(key) is probe else None  # type: ignore[arg-type]
+    except Exception:  # an asyncio that keeps them elsewhere
+        return None
+    finally:
+        table.pop(key, None)
+
+
+#: Swapping the current task is three operations on this table where it can be (a quarter of the calls' cost).
+_CURRENT: Final = _current_tasks()
 #: Whether the first step can run inline with a task identity of its own (else a task from the start).
-INLINE: Final = _enter_task is not None and _leave_task is not None
+INLINE: Final = _CURRENT is not None or (_enter_task is not None and _leave_task is not None)
 
 
 class EagerTask:
@@ -124,21 +144,44 @@ def run_eager(coro: Coroutine[Any, Any, Any]) -> tuple[bool, Any]:
     if not INLINE:
         return False, loop.create_task(coro)
     stand_in = EagerTask(coro, loop)
-    outer = asyncio.current_task(loop)
-    if outer is not None:
-        _leave_task(loop, outer)  # type: ignore[misc]
-    _enter_task(loop, stand_in)  # type: ignore[misc]
+    outer = _swap_in(loop, stand_in)
     try:
         yielded = coro.send(None)
     except StopIteration as stop:
         return True, stop.value
     finally:
-        _leave_task(loop, stand_in)  # type: ignore[misc]
-        if outer is not None:
-            _enter_task(loop, outer)  # type: ignore[misc]
+        _swap_out(loop, stand_in, outer)
     task = loop.create_task(_drive(coro, yielded))
     stand_in.attach(task)
     return False, task
+
+
+def _swap_in(loop: asyncio.AbstractEventLoop, stand_in: EagerTask) -> Any:
+    """Make ``stand_in`` the loop's current task; return the one it replaces (None if none)."""
+    current = _CURRENT
+    if current is not None:
+        outer = current.get(loop)
+        current[loop] = stand_in
+        return outer
+    outer = asyncio.current_task(loop)
+    if outer is not None:
+        _leave_task(loop, outer)  # type: ignore[misc]
+    _enter_task(loop, stand_in)  # type: ignore[misc]
+    return outer
+
+
+def _swap_out(loop: asyncio.AbstractEventLoop, stand_in: EagerTask, outer: Any) -> None:
+    """Undo :func:`_swap_in`: ``outer`` is the current task again (or none is)."""
+    current = _CURRENT
+    if current is not None:
+        if outer is None:
+            current.pop(loop, None)
+        else:
+            current[loop] = outer
+        return
+    _leave_task(loop, stand_in)  # type: ignore[misc]
+    if outer is not None:
+        _enter_task(loop, outer)  # type: ignore[misc]
 
 
 async def _drive(coro: Coroutine[Any, Any, Any], yielded: Any) -> Any:
