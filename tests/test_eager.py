@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+from typing import Any
 
 import pytest
 
@@ -180,6 +181,102 @@ async def test_the_current_task_inline_is_the_handlers_own(swap: str) -> None:
     await task
     inline, driven = seen
     assert inline is not outer and inline is not None
-    assert driven is task
-    assert inline.get_name() == task.get_name()  # type: ignore[attr-defined]  # the stand-in answers for it
-    assert isinstance(inline, eager.EagerTask) is (swap != "task")
+    assert inline is task and driven is task  # one task from the first step to the last
+
+
+async def test_a_timeout_already_spent_when_entered_fires_inside_the_handler(swap: str) -> None:
+    """asyncio.timeout(0) cancels before the handler's task has had a turn: the handler still sees it."""
+    seen: list[str] = []
+
+    async def spent() -> None:
+        try:
+            async with asyncio.timeout(0):
+                await asyncio.Event().wait()  # the scenario: a wait whose budget is already spent
+        except TimeoutError:
+            seen.append("timed out")
+        finally:
+            seen.append("finally ran")
+
+    task = start_eager(spent())
+    assert task is not None
+    await task
+    assert seen == ["timed out", "finally ran"]
+
+
+async def test_a_handler_cancelling_itself_then_waiting_sees_the_cancel(swap: str) -> None:
+    seen: list[str] = []
+
+    async def self_cancel() -> None:
+        current = asyncio.current_task()
+        assert current is not None
+        current.cancel()
+        try:
+            await asyncio.Event().wait()  # the scenario: the wait the cancel must reach
+        except asyncio.CancelledError:
+            seen.append("cancelled where it waited")
+            raise
+
+    task = start_eager(self_cancel())
+    assert task is not None
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert seen == ["cancelled where it waited"] and task.cancelled()
+
+
+async def test_a_handler_that_finishes_inline_after_cancelling_itself_ends_cancelled(swap: str) -> None:
+    async def quits() -> str:
+        current = asyncio.current_task()
+        assert current is not None
+        current.cancel()
+        return "finished"
+
+    if swap == "task":  # started by the loop, the cancel reaches it before it runs at all
+        task = start_eager(quits())
+        assert task is not None
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return
+    with pytest.raises(asyncio.CancelledError):
+        run_eager(quits())
+
+
+async def test_done_callbacks_added_inline_are_called(swap: str) -> None:
+    called: list[object] = []
+
+    async def adds() -> None:
+        current = asyncio.current_task()
+        assert current is not None
+        current.add_done_callback(called.append)
+
+    task = start_eager(adds())
+    if task is not None:
+        await task
+    await wait_until_true(lambda: len(called) == 1)
+    assert isinstance(called[0], asyncio.Task) and called[0].done()
+
+
+async def test_a_context_variable_set_inline_stays_in_the_handlers_context(swap: str) -> None:
+    async def sets() -> None:
+        VAR.set("set by the handler")
+
+    async def sets_then_resets_after_a_wait() -> str:
+        token = VAR.set("inner")
+        await asyncio.sleep(0)  # the scenario: a token set before the first wait, reset after it
+        VAR.reset(token)
+        return VAR.get()
+
+    task = start_eager(sets())
+    if task is not None:
+        await task
+    assert VAR.get() == "unset"  # the caller's context is untouched
+    finished, value = run_eager(sets_then_resets_after_a_wait())
+    result = value if finished else await value
+    assert result == "unset"
+
+
+async def wait_until_true(condition: Any) -> None:
+    for _ in range(100):
+        if condition():
+            return
+        await asyncio.sleep(0)  # the scenario: the loop's next turns, where done callbacks run
+    raise AssertionError("condition never held")

@@ -1,18 +1,25 @@
-"""A handler that bounds its own waits with asyncio.timeout, against a real server.
+"""Handlers that bound their own waits, use anyio, set context variables, or cancel themselves; real server.
 
 Handlers run their first step inline (bus.core.eager). asyncio.timeout and
 TaskGroup cancel "the current task" later; inline, that was the subscription's
 reader, so the timeout stopped the module (or the subscriber) for good: a
 fail-closed guard then cancelled every call, a fail-open one let them all by.
+anyio's cancel scopes (httpx, the openai client) refused to run inline at all,
+and a context variable one handler set was seen by the next.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from typing import Any
 
-from bus import Bus, Cancel, Continue, Event, Module
+import anyio
+import pytest
+
+from bus import Bus, Cancel, Continue, Event, Module, Patch
 from bus.testing import serving, wait_for_chain
+from bus.transport.internals import use_internals
 from tests.conftest import unique
 
 from .waiting import wait_until
@@ -80,3 +87,71 @@ async def test_a_handler_cancelling_itself_inline_fails_its_request_not_the_modu
         decision = await kernel.intercept(stage, {"n": 0})
         assert isinstance(decision, Cancel) and "fail-closed and invalid" in decision.reason, decision
         assert await kernel.intercept(stage, {"n": 1}) == Continue()
+
+
+async def anyio_bounded_wait() -> str:
+    """What httpx and the openai client do inside: an anyio cancel scope around a wait."""
+    try:
+        with anyio.fail_after(0.05):
+            await anyio.sleep(5)  # the scenario: a request slower than the handler's own bound
+    except TimeoutError:
+        return "anyio timed out inside"
+    return "finished"
+
+
+async def test_a_guard_using_anyio_before_its_first_wait_answers(kernel: Bus, nats_url: str) -> None:
+    mod, stage = Module(unique("anyio")), f"custom.{unique('anyio')}"
+
+    @mod.stage(stage, fail_closed=True, timeout=3)
+    async def guard(stage: str, payload: dict[str, Any]) -> Cancel:
+        return Cancel(await anyio_bounded_wait())
+
+    async with serving(mod, nats_url):
+        await wait_for_chain(kernel, stage, [f"{mod.name}.guard"])
+        for _ in range(2):
+            assert await kernel.intercept(stage, {}) == Cancel("anyio timed out inside", f"{mod.name}.guard")
+
+
+async def test_subscribers_using_anyio_and_context_variables_keep_to_themselves(bus: Bus) -> None:
+    user: contextvars.ContextVar[str | None] = contextvars.ContextVar("user", default=None)
+    seen: list[str] = []
+
+    async def sets_a_user(event: Event) -> None:
+        user.set("alice")  # a handler-local "current user", as in any task
+
+    async def reads_the_user(event: Event) -> None:
+        seen.append(f"user={user.get()}")
+
+    async def uses_anyio(event: Event) -> None:
+        seen.append(await anyio_bounded_wait())
+
+    subject = f"eva.custom.{unique('ctx')}"
+    await bus.subscribe(f"{subject}.a", sets_a_user)
+    await bus.subscribe(f"{subject}.b", reads_the_user)
+    await bus.subscribe(f"{subject}.c", uses_anyio)
+    await bus.flush()
+    for suffix in ("a", "b", "c"):
+        await bus.emit(f"{subject}.{suffix}", {})
+        await bus.flush()
+    await wait_until(lambda: len(seen) == 2, what="both handlers")
+    assert sorted(seen) == ["anyio timed out inside", "user=None"]
+
+
+@pytest.mark.parametrize("internals", [False, True], ids=["public-api", "big-replies"])
+async def test_replies_that_wait_to_be_sent_hold_no_handler_slot(nats_url: str, internals: bool) -> None:
+    """Without the internals every reply waits to be sent; with them, replies over the flush threshold do."""
+    use_internals(internals)
+    try:
+        mod, stage = Module(unique("slots"), concurrency=1), f"custom.{unique('slots')}"
+        blob = "x" * (300 * 1024 if internals else 10)
+
+        @mod.stage(stage, fail_closed=True, timeout=2)
+        async def guard(stage: str, payload: dict[str, Any]) -> Patch:
+            return Patch({"blob": blob})  # answered inline: the handler never waits
+
+        async with Bus(nats_url, trust_new=True) as kernel, serving(mod, nats_url):
+            await wait_for_chain(kernel, stage, [f"{mod.name}.guard"])
+            decisions = await asyncio.gather(*(kernel.intercept(stage, {"n": n}) for n in range(4)))
+        assert all(isinstance(decision, Patch) for decision in decisions), decisions
+    finally:
+        use_internals(None)

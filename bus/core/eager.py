@@ -1,29 +1,35 @@
-"""Run a coroutine's first step inline, and only make a task if it has to wait.
+"""Run a coroutine's first step inline, in a task of its own from the start.
 
 Most handlers finish without waiting on anything (they count, filter, answer
-at once). Creating an asyncio task per message costs more than such a
-handler; running its first step inline costs almost nothing. A handler that
-does wait continues in a task, so handlers of one subscription still overlap.
-This is what ``asyncio.eager_task_factory`` does from Python 3.12 on.
+at once). Letting the event loop start each one in a task costs a turn of the
+loop per message; running its first step inline costs none, and a handler that
+does wait continues in its task, so handlers of one subscription still overlap.
+This is what ``asyncio.eager_task_factory`` does from Python 3.12 on; this
+module does it on 3.11.
 
-While the first step runs, ``asyncio.current_task()`` is a stand-in of the
-coroutine's own (:class:`EagerTask`), never the task of whoever called it
-inline (a subscription's reader, a connection's read loop). A handler that
-enters ``asyncio.timeout`` or a ``TaskGroup`` before its first wait (which
-cancel "the current task" later) reaches its own task that way: the stand-in
-forwards cancels to the task that drives the rest. Without it the timeout
-cancelled the reader instead and the subscription stopped for good.
+The handler's task exists before its first step runs, and is
+``asyncio.current_task()`` throughout, with a context of its own:
 
-That swap writes asyncio's table of current tasks (``asyncio.tasks._current_tasks``,
-checked at import to be what ``current_task`` reads), else goes through
-``_enter_task``/``_leave_task``; where neither is there, every coroutine gets
-a task of its own at once (correct, slower).
+- ``asyncio.timeout``, ``TaskGroup``, anyio's cancel scopes (httpx, the openai
+  client) entered before the first wait cancel and find the handler's task,
+  never the caller's (a connection's reader, which handlers share);
+- a context variable a handler sets stays in its own context;
+- a cancel asked for before the task's first turn reaches the handler where it
+  waits, as a task's cancel does.
+
+Making the task current for the inline step writes asyncio's table of current
+tasks (``asyncio.tasks._current_tasks``, checked at import to be what
+``current_task`` reads), else goes through ``_enter_task``/``_leave_task``;
+where neither is there, the coroutine starts in its task on the loop's next
+turn (correct, slower).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
+import contextvars
+import types
+from collections.abc import Callable, Coroutine, Generator
 from typing import Any, Final
 
 _enter_task: Final[Callable[[Any, Any], None] | None] = getattr(asyncio.tasks, "_enter_task", None)
@@ -47,86 +53,22 @@ def _current_tasks() -> dict[Any, Any] | None:
 
 #: Swapping the current task is three operations on this table where it can be (a quarter of the calls' cost).
 _CURRENT: Final = _current_tasks()
-#: Whether the first step can run inline with a task identity of its own (else a task from the start).
+#: Whether the first step can run inline in its task (else the task starts it on the loop's next turn).
 INLINE: Final = _CURRENT is not None or (_enter_task is not None and _leave_task is not None)
 
 
-class EagerTask:
-    """What ``asyncio.current_task()`` is while a coroutine runs its first step inline.
+class _Inline:
+    """How the inline first step ended: finished (with what) or waiting on ``yielded``."""
 
-    It answers for the task that will drive the rest (if the coroutine waits):
-    cancels asked for before that task exists are kept and handed to it, and
-    everything after is forwarded to it.
-    """
+    __slots__ = ("finished", "yielded")
 
-    __slots__ = ("_callbacks", "_cancels", "_coro", "_loop", "_task")
-
-    def __init__(self, coro: Coroutine[Any, Any, Any], loop: asyncio.AbstractEventLoop) -> None:
-        self._coro = coro
-        self._loop = loop
-        self._task: asyncio.Task[Any] | None = None
-        self._cancels = 0
-        self._callbacks: list[Callable[[Any], object]] | None = None
-
-    def attach(self, task: asyncio.Task[Any]) -> None:
-        """The task that drives the rest: what was asked of the stand-in so far goes to it."""
-        self._task = task
-        for _ in range(self._cancels):
-            task.cancel()
-        for callback in self._callbacks or ():
-            task.add_done_callback(callback)
-        self._callbacks = None
-
-    def cancel(self, msg: Any = None) -> bool:
-        if self._task is not None:
-            return self._task.cancel(msg)
-        self._cancels += 1  # the first step is running: the task that goes on will be cancelled
-        return True
-
-    def uncancel(self) -> int:
-        if self._task is not None:
-            return self._task.uncancel()
-        if self._cancels:
-            self._cancels -= 1
-        return self._cancels
-
-    def cancelling(self) -> int:
-        return self._task.cancelling() if self._task is not None else self._cancels
-
-    def done(self) -> bool:
-        return self._task is not None and self._task.done()
-
-    def cancelled(self) -> bool:
-        return self._task is not None and self._task.cancelled()
-
-    def add_done_callback(self, callback: Callable[[Any], object], *, context: Any = None) -> None:
-        if self._task is not None:
-            self._task.add_done_callback(callback, context=context)
-        else:
-            self._callbacks = [*(self._callbacks or ()), callback]
-
-    def remove_done_callback(self, callback: Callable[[Any], object]) -> int:
-        if self._task is not None:
-            return self._task.remove_done_callback(callback)
-        before = len(self._callbacks or ())
-        self._callbacks = [cb for cb in self._callbacks or () if cb != callback]
-        return before - len(self._callbacks)
-
-    def get_coro(self) -> Coroutine[Any, Any, Any]:
-        return self._coro
-
-    def get_loop(self) -> asyncio.AbstractEventLoop:
-        return self._loop
-
-    def get_name(self) -> str:
-        return self._task.get_name() if self._task is not None else "hookbus-inline"
-
-    def __repr__(self) -> str:
-        return f"<EagerTask {self.get_name()} of {self._coro!r}>"
+    def __init__(self) -> None:
+        self.finished = False
+        self.yielded: Any = None
 
 
 def start_eager(coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any] | None:
-    """Run ``coro`` until it first waits; then hand the rest to a new task.
+    """Run ``coro`` until it first waits; then its task drives the rest.
 
     Returns None when the coroutine finished inline (its exception, if any, is
     raised here), else the task that drives it to completion.
@@ -139,38 +81,49 @@ def run_eager(coro: Coroutine[Any, Any, Any]) -> tuple[bool, Any]:
     """Like :func:`start_eager`, keeping the result: ``(True, value)`` if ``coro``
     finished inline, else ``(False, task)`` with the task that drives the rest
     (its result is the coroutine's value). The middleware's handlers use it.
+
+    A coroutine that finished inline after its task was cancelled raises
+    CancelledError here, as awaiting that task would.
     """
     loop = asyncio.get_running_loop()
     if not INLINE:
         return False, loop.create_task(coro)
-    stand_in = EagerTask(coro, loop)
-    outer = _swap_in(loop, stand_in)
+    context = contextvars.copy_context()
+    inline = _Inline()
+    driver = _drive(coro, inline)
+    driver.send(None)  # up to its first turn, where the task's first step resumes it (or throws a cancel in)
+    task = loop.create_task(driver, context=context)
+    outer = _swap_in(loop, task)
     try:
-        yielded = coro.send(None)
+        inline.yielded = context.run(coro.send, None)
     except StopIteration as stop:
+        inline.finished = True
+        if task.cancelling():  # cancelled while it ran: it ends cancelled, as its task does
+            raise asyncio.CancelledError from None
         return True, stop.value
+    except BaseException:
+        inline.finished = True  # its task ends quietly; the exception is the caller's
+        raise
     finally:
-        _swap_out(loop, stand_in, outer)
-    task = loop.create_task(_drive(coro, yielded))
-    stand_in.attach(task)
+        _swap_out(loop, task, outer)
     return False, task
 
 
-def _swap_in(loop: asyncio.AbstractEventLoop, stand_in: EagerTask) -> Any:
-    """Make ``stand_in`` the loop's current task; return the one it replaces (None if none)."""
+def _swap_in(loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> Any:
+    """Make ``task`` the loop's current task; return the one it replaces (None if none)."""
     current = _CURRENT
     if current is not None:
         outer = current.get(loop)
-        current[loop] = stand_in
+        current[loop] = task
         return outer
     outer = asyncio.current_task(loop)
     if outer is not None:
         _leave_task(loop, outer)  # type: ignore[misc]
-    _enter_task(loop, stand_in)  # type: ignore[misc]
+    _enter_task(loop, task)  # type: ignore[misc]
     return outer
 
 
-def _swap_out(loop: asyncio.AbstractEventLoop, stand_in: EagerTask, outer: Any) -> None:
+def _swap_out(loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any], outer: Any) -> None:
     """Undo :func:`_swap_in`: ``outer`` is the current task again (or none is)."""
     current = _CURRENT
     if current is not None:
@@ -179,18 +132,48 @@ def _swap_out(loop: asyncio.AbstractEventLoop, stand_in: EagerTask, outer: Any) 
         else:
             current[loop] = outer
         return
-    _leave_task(loop, stand_in)  # type: ignore[misc]
+    _leave_task(loop, task)  # type: ignore[misc]
     if outer is not None:
         _enter_task(loop, outer)  # type: ignore[misc]
 
 
-async def _drive(coro: Coroutine[Any, Any, Any], yielded: Any) -> Any:
-    """Go on where :func:`run_eager` stopped, as an asyncio Task would; return the coroutine's value."""
+@types.coroutine
+def _first_turn() -> Generator[None, None, None]:
+    """Where the task's first step finds its coroutine (already started, so a cancel thrown in is caught)."""
+    yield
+
+
+async def _drive(coro: Coroutine[Any, Any, Any], inline: _Inline) -> Any:
+    """Go on where the inline first step stopped, as an asyncio Task would; return the coroutine's value."""
+    try:
+        await _first_turn()
+    except asyncio.CancelledError as exc:
+        if inline.finished:
+            raise
+        yielded = inline.yielded
+        if yielded is None or not _is_future(yielded) or not yielded.cancel():
+            try:  # nothing to cancel it at: the cancel goes into the handler itself
+                yielded = coro.throw(exc)
+            except StopIteration as stop:
+                return stop.value
+            return await _continue(coro, yielded)
+        # Cancelled what the handler waits on, as a task's cancel does: it sees CancelledError there.
+    if inline.finished:
+        return None
+    return await _continue(coro, inline.yielded)
+
+
+def _is_future(value: Any) -> bool:
+    return getattr(value, "_asyncio_future_blocking", None) is not None
+
+
+async def _continue(coro: Coroutine[Any, Any, Any], yielded: Any) -> Any:
+    """Drive ``coro`` from a point where it yielded ``yielded``; return its value."""
     while True:
         try:
             if yielded is None:  # a bare yield, as in asyncio.sleep(0)
                 await asyncio.sleep(0)
-            elif getattr(yielded, "_asyncio_future_blocking", None) is not None:
+            elif _is_future(yielded):
                 # The handler's yield set this flag for a Task to take; take it, as a Task does.
                 yielded._asyncio_future_blocking = False
                 await yielded

@@ -14,7 +14,6 @@ from typing import Any
 
 from bus.core.decisions import Decision
 from bus.core.declaration import Declaration
-from bus.core.eager import run_eager
 from bus.middleware.faults import Outcome, fault_decision
 from bus.middleware.handler.module import _check
 from bus.records.sandbox import RecordCtx, RecordHandler
@@ -36,10 +35,9 @@ async def run_record(handler: RecordHandler, decl: Declaration, payload: dict[st
     """Call the record with its declared timeout (asyncio's: a record that never awaits cannot be interrupted)."""
     started = time.perf_counter()
     try:
-        # Inline while the record does not wait (most do not): a timer only once it does (as a Module does).
-        finished, result = run_eager(handler(decl.stage, payload, ctx))
-        if not finished:
-            result = await asyncio.wait_for(result, decl.timeout)
+        # Awaited in the calling request's task (started inline, bus.core.eager), as a Module's handler is.
+        async with asyncio.timeout(decl.timeout):
+            result = await handler(decl.stage, payload, ctx)
         outcome, cause = _check(result)
     except TimeoutError:
         outcome, cause, result = Outcome.TIMEOUT, f"no answer within {decl.timeout:g}s", None

@@ -28,7 +28,6 @@ from bus.core import depth as _depth
 from bus.core import tracing as _tracing
 from bus.core.decisions import Cancel, Continue, Decision, Patch, reply_of
 from bus.core.declaration import DEFAULT_TIMEOUT, Declaration, declare
-from bus.core.eager import run_eager
 from bus.core.errors import DeclarationError
 from bus.core.payloads import from_dict, is_typed, to_dict
 from bus.core.results import ChainRun
@@ -202,7 +201,7 @@ class Module:
         arg = from_dict(handler.payload_type, payload) if handler.payload_type else payload
         started = time.perf_counter()
         outer = _depth.current_depth()
-        # Set and restored without a token: a handler that waits goes on in a task of its own context.
+        # The handler's depth, set for it and restored after it (it runs in this task and context).
         _depth.set_depth(_depth.child_depth(depth))
         span = (
             _tracing.span(
@@ -216,16 +215,14 @@ class Module:
         )
         traced = span.__enter__()
         try:
-            # Inline while the handler does not wait (most do not); a timer only once it does.
-            # Not asyncio.timeout: this may run inline in the subscription's task (bus.core.eager),
-            # which asyncio.timeout would cancel; wait_for cancels only the handler's own task.
+            # In the request's own task (bus.core.eager runs it inline until it waits): the handler is
+            # awaited there, so its task and context are the request's, whatever it enters.
             if handler.wants_ctx:
                 coro = handler.func(stage, arg, ctx=_stage_ctx(decl, wire_ctx, bus, bag or {}, outputs))
             else:
                 coro = handler.func(stage, arg)
-            finished, result = run_eager(coro)
-            if not finished:
-                result = await asyncio.wait_for(result, decl.timeout)
+            async with asyncio.timeout(decl.timeout):
+                result = await coro
             outcome, cause = _check(result)
         except TimeoutError:
             outcome, cause = Outcome.TIMEOUT, f"no answer within {decl.timeout:g}s"

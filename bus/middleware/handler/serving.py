@@ -56,7 +56,8 @@ class ModuleServer:
         self.bus = bus
         self.detach_on_stop = detach_on_stop
         self.announcement = announcement_of(module)
-        self._tasks: TaskSet[Any] = TaskSet()
+        self._tasks: TaskSet[Any] = TaskSet()  # requests being answered (each holds a slot)
+        self._sending: TaskSet[None] = TaskSet()  # replies that had to wait to be sent (they hold no slot)
         self._nested = 0  # of the running tasks, those answering nested calls (depth > 0)
         self._waiting: collections.deque[tuple[str, MiddlewareRequest]] = collections.deque()
         self._waiting_nested: collections.deque[tuple[str, MiddlewareRequest]] = collections.deque()
@@ -110,8 +111,8 @@ class ModuleServer:
         # (the kernel would wait out the timeout and apply the fail mode: a guard not holding).
         with contextlib.suppress(*TRANSPORT_FAILURES, asyncio.TimeoutError):
             await asyncio.wait_for(sub.drain(), STOP_GRACE)
-        if self._tasks:
-            _, pending = await asyncio.wait(set(self._tasks), timeout=STOP_GRACE)
+        if self._tasks or self._sending:
+            _, pending = await asyncio.wait({*self._tasks, *self._sending}, timeout=STOP_GRACE)
             for task in pending:
                 task.cancel()
             if pending:
@@ -185,4 +186,4 @@ class ModuleServer:
             )
         waiting = self.bus.push_now(inbox, data)
         if waiting is not None:
-            self._tasks.start(waiting)
+            self._sending.start(waiting)
