@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from bus.core import eager
-from bus.core.eager import run_eager, start_eager
+from bus.core.eager import run_bounded, run_eager, start_eager
 
 VAR: contextvars.ContextVar[str] = contextvars.ContextVar("VAR", default="unset")
 
@@ -114,12 +114,10 @@ async def test_failed_futures_raise_inside_the_handler() -> None:
     assert caught == ["nope"]
 
 
-@pytest.fixture(params=["table", "enter-leave", "task"])
+@pytest.fixture(params=["inline", "task"])
 def swap(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Each way bus.core.eager can give the first step its identity: the current-task table, asyncio's
-    enter/leave calls, or (where neither exists) a task from the start."""
-    if request.param != "table":
-        monkeypatch.setattr(eager, "_CURRENT", None)
+    """Both ways bus.core.eager starts a coroutine: its first step inline in its own task (Python 3.11),
+    or (where that cannot be had) an ordinary task started by the loop."""
     if request.param == "task":
         monkeypatch.setattr(eager, "INLINE", False)
     return str(request.param)
@@ -252,7 +250,7 @@ async def test_done_callbacks_added_inline_are_called(swap: str) -> None:
     if task is not None:
         await task
     await wait_until_true(lambda: len(called) == 1)
-    assert isinstance(called[0], asyncio.Task) and called[0].done()
+    assert asyncio.isfuture(called[0]) and called[0].done()
 
 
 async def test_a_context_variable_set_inline_stays_in_the_handlers_context(swap: str) -> None:
@@ -280,3 +278,47 @@ async def wait_until_true(condition: Any) -> None:
             return
         await asyncio.sleep(0)  # the scenario: the loop's next turns, where done callbacks run
     raise AssertionError("condition never held")
+
+
+async def test_run_bounded_returns_what_the_coroutine_returns_through_its_waits() -> None:
+    loop = asyncio.get_running_loop()
+
+    async def waits() -> int:
+        await asyncio.sleep(0)  # the scenario: a bare yield, then a future
+        future: asyncio.Future[int] = loop.create_future()
+        loop.call_soon(future.set_result, 5)
+        return await future + 1
+
+    async def quick() -> str:
+        return "inline"
+
+    assert await run_bounded(waits(), 1.0) == 6
+    assert await run_bounded(quick(), 1.0) == "inline"
+
+
+async def test_run_bounded_times_out_a_wait_and_the_coroutine_sees_the_cancel() -> None:
+    seen: list[str] = []
+
+    async def slow() -> None:
+        try:
+            await asyncio.Event().wait()  # the scenario: a wait past the bound
+        except asyncio.CancelledError:
+            seen.append("cancelled inside")
+            raise
+
+    with pytest.raises(TimeoutError):
+        await run_bounded(slow(), 0.01)
+    assert seen == ["cancelled inside"]
+    assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
+
+
+async def test_run_bounded_lets_an_inner_timeout_be_the_coroutines_own() -> None:
+    async def bounded() -> str:
+        try:
+            async with asyncio.timeout(0.01):
+                await asyncio.Event().wait()  # the scenario: the coroutine's own, shorter bound
+        except TimeoutError:
+            return "own timeout"
+        return "finished"
+
+    assert await run_bounded(bounded(), 5.0) == "own timeout"

@@ -2,69 +2,68 @@
 
 Most handlers finish without waiting on anything (they count, filter, answer
 at once). Letting the event loop start each one in a task costs a turn of the
-loop per message; running its first step inline costs none, and a handler that
-does wait continues in its task, so handlers of one subscription still overlap.
-This is what ``asyncio.eager_task_factory`` does from Python 3.12 on; this
-module does it on 3.11.
+loop per message and a task's scheduling; running its first step inline costs
+neither, and a handler that does wait continues in its task, so handlers of
+one subscription still overlap. This is what ``asyncio.eager_task_factory``
+does from Python 3.12 on; this module does it on 3.11.
 
-The handler's task exists before its first step runs, and is
+The handler's task exists before its first step runs and is
 ``asyncio.current_task()`` throughout, with a context of its own:
 
-- ``asyncio.timeout``, ``TaskGroup``, anyio's cancel scopes (httpx, the openai
-  client) entered before the first wait cancel and find the handler's task,
-  never the caller's (a connection's reader, which handlers share);
+- ``asyncio.timeout``, ``TaskGroup`` and anyio's cancel scopes (httpx, the
+  openai client) entered before the first wait cancel and find the handler's
+  task, never the caller's (a connection's reader, which handlers share);
 - a context variable a handler sets stays in its own context;
-- a cancel asked for before the task's first turn reaches the handler where it
-  waits, as a task's cancel does.
+- cancels, done callbacks and exceptions behave as in any task.
 
-Making the task current for the inline step writes asyncio's table of current
-tasks (``asyncio.tasks._current_tasks``, checked at import to be what
-``current_task`` reads), else goes through ``_enter_task``/``_leave_task``;
-where neither is there, the coroutine starts in its task on the loop's next
-turn (correct, slower).
+How: on Python 3.11 the task is asyncio's own pure-Python ``Task``, made
+without scheduling its first step, which is then run at once (the step itself
+makes the task current, as the event loop would). Being the pure-Python class,
+it is a future and a task to everything that asks by behaviour
+(``asyncio.isfuture``, ``await``, ``asyncio.wait``), but not an instance of
+the C-accelerated ``asyncio.Task``. Elsewhere (or if those internals are not
+there) the coroutine starts in an ordinary task on the loop's next turn:
+correct, slower.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
+import sys
 import types
 from collections.abc import Callable, Coroutine, Generator
 from typing import Any, Final
 
+_PyTask: Final[Any] = getattr(asyncio.tasks, "_PyTask", None)
+_step: Final[Callable[[Any], None] | None] = getattr(_PyTask, "_Task__step", None)
+_register_task: Final[Callable[[Any], None] | None] = getattr(asyncio.tasks, "_register_task", None)
 _enter_task: Final[Callable[[Any, Any], None] | None] = getattr(asyncio.tasks, "_enter_task", None)
 _leave_task: Final[Callable[[Any, Any], None] | None] = getattr(asyncio.tasks, "_leave_task", None)
+#: Whether a first step can run inline in its own task (the internals this module uses are the 3.11 ones).
+INLINE: Final = sys.version_info[:2] == (3, 11) and None not in (_step, _register_task, _enter_task, _leave_task)
 
 
-def _current_tasks() -> dict[Any, Any] | None:
-    """asyncio's table of each loop's current task, if ``current_task`` reads it (a probe says), else None."""
-    table = getattr(asyncio.tasks, "_current_tasks", None)
-    if not isinstance(table, dict):
-        return None
-    key, probe = object(), object()
-    table[key] = probe
-    try:
-        return table if asyncio.current_task(key) is probe else None  # type: ignore[arg-type]
-    except Exception:  # an asyncio that keeps them elsewhere
-        return None
-    finally:
-        table.pop(key, None)
+class _Empty:
+    pass
 
 
-#: Swapping the current task is three operations on this table where it can be (a quarter of the calls' cost).
-_CURRENT: Final = _current_tasks()
-#: Whether the first step can run inline in its task (else the task starts it on the loop's next turn).
-INLINE: Final = _CURRENT is not None or (_enter_task is not None and _leave_task is not None)
+_TaskBase: Any = _PyTask if INLINE else _Empty
 
 
-class _Inline:
-    """How the inline first step ended: finished (with what) or waiting on ``yielded``."""
+class EagerTask(_TaskBase):  # type: ignore[misc]
+    """asyncio's pure-Python Task, made without scheduling its first step (:func:`run_eager` runs it)."""
 
-    __slots__ = ("finished", "yielded")
-
-    def __init__(self) -> None:
-        self.finished = False
-        self.yielded: Any = None
+    def __init__(self, coro: Coroutine[Any, Any, Any], loop: asyncio.AbstractEventLoop, context: Any) -> None:
+        # What Future.__init__ and Task.__init__ set, but the first step's scheduling and registration.
+        self._loop = loop
+        self._callbacks: list[Any] = []
+        self._name = "hookbus-handler"
+        self._num_cancels_requested = 0
+        self._must_cancel = False
+        self._fut_waiter = None
+        self._coro = coro
+        self._context = context
 
 
 def start_eager(coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any] | None:
@@ -82,116 +81,55 @@ def run_eager(coro: Coroutine[Any, Any, Any]) -> tuple[bool, Any]:
     finished inline, else ``(False, task)`` with the task that drives the rest
     (its result is the coroutine's value). The middleware's handlers use it.
 
-    A coroutine that finished inline after its task was cancelled raises
-    CancelledError here, as awaiting that task would.
+    A coroutine that ended inline with an exception, or cancelled, raises it
+    here (CancelledError for a cancel), as awaiting its task would.
     """
     loop = asyncio.get_running_loop()
     if not INLINE:
         return False, loop.create_task(coro)
     context = contextvars.copy_context()
-    inline = _Inline()
-    driver = _drive(coro, inline)
-    driver.send(None)  # up to its first turn, where the task's first step resumes it (or throws a cancel in)
-    task = loop.create_task(driver, context=context)
-    outer = _swap_in(loop, task)
+    task = EagerTask(coro, loop, context)
+    outer = asyncio.current_task(loop)
+    if outer is not None:
+        _leave_task(loop, outer)  # type: ignore[misc]  # the step makes its own task current, then none
     try:
-        inline.yielded = context.run(coro.send, None)
-    except StopIteration as stop:
-        inline.finished = True
-        if task.cancelling():  # cancelled while it ran: it ends cancelled, as its task does
-            raise asyncio.CancelledError from None
-        return True, stop.value
-    except BaseException:
-        inline.finished = True  # its task ends quietly; the exception is the caller's
-        raise
+        context.run(_step, task)  # type: ignore[arg-type]
     finally:
-        _swap_out(loop, task, outer)
+        if outer is not None:
+            _enter_task(loop, outer)  # type: ignore[misc]
+    if task.done():
+        return True, task.result()
+    _register_task(task)  # type: ignore[misc]  # it goes on: asyncio.all_tasks() lists it
     return False, task
 
 
-def _swap_in(loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> Any:
-    """Make ``task`` the loop's current task; return the one it replaces (None if none)."""
-    current = _CURRENT
-    if current is not None:
-        outer = current.get(loop)
-        current[loop] = task
-        return outer
-    outer = asyncio.current_task(loop)
-    if outer is not None:
-        _leave_task(loop, outer)  # type: ignore[misc]
-    _enter_task(loop, task)  # type: ignore[misc]
-    return outer
+async def run_bounded(coro: Coroutine[Any, Any, Any], timeout: float) -> Any:
+    """Await ``coro`` in the current task; TimeoutError past ``timeout`` seconds.
 
-
-def _swap_out(loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any], outer: Any) -> None:
-    """Undo :func:`_swap_in`: ``outer`` is the current task again (or none is)."""
-    current = _CURRENT
-    if current is not None:
-        if outer is None:
-            current.pop(loop, None)
-        else:
-            current[loop] = outer
-        return
-    _leave_task(loop, task)  # type: ignore[misc]
-    if outer is not None:
-        _enter_task(loop, outer)  # type: ignore[misc]
+    The timer is armed only if the coroutine waits: most handlers answer
+    without waiting, and a timer each would cost more than they do.
+    """
+    try:
+        yielded = coro.send(None)
+    except StopIteration as stop:
+        return stop.value
+    async with asyncio.timeout(timeout):
+        return await _resume(coro, yielded)
 
 
 @types.coroutine
-def _first_turn() -> Generator[None, None, None]:
-    """Where the task's first step finds its coroutine (already started, so a cancel thrown in is caught)."""
-    yield
-
-
-async def _drive(coro: Coroutine[Any, Any, Any], inline: _Inline) -> Any:
-    """Go on where the inline first step stopped, as an asyncio Task would; return the coroutine's value."""
-    try:
-        await _first_turn()
-    except asyncio.CancelledError as exc:
-        if inline.finished:
-            raise
-        yielded = inline.yielded
-        if yielded is None or not _is_future(yielded) or not yielded.cancel():
-            try:  # nothing to cancel it at: the cancel goes into the handler itself
+def _resume(coro: Coroutine[Any, Any, Any], yielded: Any) -> Generator[Any, Any, Any]:
+    """Go on with ``coro`` from where it yielded ``yielded``, in the awaiting task (``yield from`` by hand)."""
+    while True:
+        try:
+            sent = yield yielded  # the future it waits on goes up to the task, as its own await would
+        except BaseException as exc:  # a cancel (or any throw) from the task goes into the coroutine
+            try:
                 yielded = coro.throw(exc)
             except StopIteration as stop:
                 return stop.value
-            return await _continue(coro, yielded)
-        # Cancelled what the handler waits on, as a task's cancel does: it sees CancelledError there.
-    if inline.finished:
-        return None
-    return await _continue(coro, inline.yielded)
-
-
-def _is_future(value: Any) -> bool:
-    return getattr(value, "_asyncio_future_blocking", None) is not None
-
-
-async def _continue(coro: Coroutine[Any, Any, Any], yielded: Any) -> Any:
-    """Drive ``coro`` from a point where it yielded ``yielded``; return its value."""
-    while True:
+            continue
         try:
-            if yielded is None:  # a bare yield, as in asyncio.sleep(0)
-                await asyncio.sleep(0)
-            elif _is_future(yielded):
-                # The handler's yield set this flag for a Task to take; take it, as a Task does.
-                yielded._asyncio_future_blocking = False
-                await yielded
-            else:
-                yielded = coro.throw(RuntimeError(f"handler yielded a non-future: {yielded!r}"))
-                continue
-        except asyncio.CancelledError as exc:
-            if yielded is None or not yielded.cancelled():
-                # Our task was cancelled but the future it waited on was not:
-                # pass the cancellation into the handler ourselves.
-                try:
-                    yielded = coro.throw(exc)
-                except StopIteration as stop:
-                    return stop.value
-                continue
-        except BaseException:  # noqa: S110 - the handler reads the future's outcome itself below
-            pass
-        try:
-            yielded = coro.send(None)
+            yielded = coro.send(sent)
         except StopIteration as stop:
             return stop.value

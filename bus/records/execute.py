@@ -6,7 +6,6 @@ same on the bus and on an operator's desk.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from dataclasses import dataclass
@@ -14,6 +13,7 @@ from typing import Any
 
 from bus.core.decisions import Decision
 from bus.core.declaration import Declaration
+from bus.core.eager import run_bounded
 from bus.middleware.faults import Outcome, fault_decision
 from bus.middleware.handler.module import _check
 from bus.records.sandbox import RecordCtx, RecordHandler
@@ -36,8 +36,7 @@ async def run_record(handler: RecordHandler, decl: Declaration, payload: dict[st
     started = time.perf_counter()
     try:
         # Awaited in the calling request's task (started inline, bus.core.eager), as a Module's handler is.
-        async with asyncio.timeout(decl.timeout):
-            result = await handler(decl.stage, payload, ctx)
+        result = await run_bounded(handler(decl.stage, payload, ctx), decl.timeout)
         outcome, cause = _check(result)
     except TimeoutError:
         outcome, cause, result = Outcome.TIMEOUT, f"no answer within {decl.timeout:g}s", None

@@ -28,6 +28,7 @@ from bus.core import depth as _depth
 from bus.core import tracing as _tracing
 from bus.core.decisions import Cancel, Continue, Decision, Patch, reply_of
 from bus.core.declaration import DEFAULT_TIMEOUT, Declaration, declare
+from bus.core.eager import run_bounded
 from bus.core.errors import DeclarationError
 from bus.core.payloads import from_dict, is_typed, to_dict
 from bus.core.results import ChainRun
@@ -221,8 +222,7 @@ class Module:
                 coro = handler.func(stage, arg, ctx=_stage_ctx(decl, wire_ctx, bus, bag or {}, outputs))
             else:
                 coro = handler.func(stage, arg)
-            async with asyncio.timeout(decl.timeout):
-                result = await coro
+            result = await run_bounded(coro, decl.timeout)
             outcome, cause = _check(result)
         except TimeoutError:
             outcome, cause = Outcome.TIMEOUT, f"no answer within {decl.timeout:g}s"
