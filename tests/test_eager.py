@@ -322,3 +322,17 @@ async def test_run_bounded_lets_an_inner_timeout_be_the_coroutines_own() -> None
         return "finished"
 
     assert await run_bounded(bounded(), 5.0) == "own timeout"
+
+
+class Abort(BaseException):
+    """A BaseException of its own kind, as some libraries raise to unwind."""
+
+
+async def test_a_base_exception_of_its_own_kind_inline_comes_back_as_a_failed_task(swap: str) -> None:
+    async def aborts() -> None:
+        raise Abort("unwind")
+
+    finished, task = run_eager(aborts())
+    assert not finished
+    with pytest.raises(Abort):
+        await task

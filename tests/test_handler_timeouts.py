@@ -155,3 +155,40 @@ async def test_replies_that_wait_to_be_sent_hold_no_handler_slot(nats_url: str, 
         assert all(isinstance(decision, Patch) for decision in decisions), decisions
     finally:
         use_internals(None)
+
+
+class Abort(BaseException):
+    """A BaseException that is not an Exception, raised before the handler's first wait."""
+
+
+async def test_a_handler_raising_a_base_exception_inline_fails_its_call_not_the_reader(
+    kernel: Bus, nats_url: str, bus: Bus
+) -> None:
+    mod, stage = Module(unique("aborts")), f"custom.{unique('aborts')}"
+
+    @mod.stage(stage, fail_closed=True, timeout=3)
+    async def guard(stage: str, payload: dict[str, Any]) -> Continue:
+        if payload["n"] == 0:
+            raise Abort("unwind")
+        return Continue()
+
+    async with serving(mod, nats_url):
+        await wait_for_chain(kernel, stage, [f"{mod.name}.guard"])
+        decision = await kernel.intercept(stage, {"n": 0})
+        assert isinstance(decision, Cancel) and "fail-closed" in decision.reason, decision
+        assert await kernel.intercept(stage, {"n": 1}) == Continue()
+
+    subject = f"eva.custom.{unique('aborts')}"
+    got: list[int] = []
+
+    async def handler(event: Event) -> None:
+        if event.payload["n"] == 0:
+            raise Abort("unwind")
+        got.append(event.payload["n"])
+
+    await bus.subscribe(subject, handler)
+    await bus.flush()
+    await bus.emit(subject, {"n": 0})
+    await bus.emit(subject, {"n": 1})
+    await wait_until(lambda: got == [1], what="the event after the abort")
+    await wait_until(lambda: bus.stats.handler_errors[subject] == 1, what="the abort counted")

@@ -82,7 +82,10 @@ def run_eager(coro: Coroutine[Any, Any, Any]) -> tuple[bool, Any]:
     (its result is the coroutine's value). The middleware's handlers use it.
 
     A coroutine that ended inline with an exception, or cancelled, raises it
-    here (CancelledError for a cancel), as awaiting its task would.
+    here (CancelledError for a cancel), as awaiting its task would; one that
+    ended with a BaseException of another kind (not KeyboardInterrupt or
+    SystemExit) is returned as its finished task, so that callers report it
+    as a task's failure instead of letting it reach a connection's reader.
     """
     loop = asyncio.get_running_loop()
     if not INLINE:
@@ -94,11 +97,21 @@ def run_eager(coro: Coroutine[Any, Any, Any]) -> tuple[bool, Any]:
         _leave_task(loop, outer)  # type: ignore[misc]  # the step makes its own task current, then none
     try:
         context.run(_step, task)  # type: ignore[arg-type]
+    except (KeyboardInterrupt, SystemExit):  # the step re-raises these, as a task's does; the task is read
+        task.exception()
+        raise
     finally:
         if outer is not None:
             _enter_task(loop, outer)  # type: ignore[misc]
     if task.done():
-        return True, task.result()
+        if task.cancelled():
+            return True, task.result()  # raises CancelledError
+        failed = task.exception()
+        if failed is None:
+            return True, task.result()
+        if isinstance(failed, Exception):
+            raise failed
+        return False, task  # a BaseException of its own kind: the task keeps it, reported as a task's failure
     _register_task(task)  # type: ignore[misc]  # it goes on: asyncio.all_tasks() lists it
     return False, task
 
