@@ -58,3 +58,36 @@ async def test_an_instance_that_stops_answers_what_it_was_sent(nats_url: str) ->
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             await nc.close()
+
+
+async def test_requests_queued_behind_a_busy_handler_are_answered_before_the_stop_ends(nats_url: str) -> None:
+    module = Module(unique("queued"), concurrency=1)
+    started = asyncio.Event()
+
+    @module.stage("custom.queued")
+    async def slow(stage: str, payload: dict[str, Any]) -> Cancel:
+        started.set()
+        await asyncio.sleep(0.2)  # the scenario: a handler busy while two more requests queue behind it
+        return Cancel("guarded")
+
+    async with Bus(nats_url, name="module") as module_bus:
+        server = ModuleServer(module, module_bus)
+        ready = asyncio.Event()
+        serving = asyncio.ensure_future(server.run(ready))
+        await asyncio.wait_for(ready.wait(), 10)
+        nc = await nats.connect(nats_url)
+        try:
+            request = orjson.dumps({"stage": "custom.queued", "payload": {}, "ctx": {"depth": 0, "id": "r"}})
+            subject = request_subject(server.announcement)
+            asks = [asyncio.ensure_future(nc.request(subject, request, timeout=10)) for _ in range(3)]
+            await asyncio.wait_for(started.wait(), 10)
+            await nc.flush()  # all three reached the server, so they reach the module before its drain ends
+            serving.cancel()  # stops while one runs and two wait for its slot
+            await asyncio.gather(serving, return_exceptions=True)
+            await module_bus.close()  # as Module.serve closes its own Bus once the server has stopped
+            replies = await asyncio.gather(*asks)
+            assert [orjson.loads(reply.data)["decision"] for reply in replies] == ["cancel"] * 3
+        finally:
+            serving.cancel()
+            await asyncio.gather(serving, return_exceptions=True)
+            await nc.close()

@@ -111,12 +111,18 @@ class ModuleServer:
         # (the kernel would wait out the timeout and apply the fail mode: a guard not holding).
         with contextlib.suppress(*TRANSPORT_FAILURES, asyncio.TimeoutError):
             await asyncio.wait_for(sub.drain(), STOP_GRACE)
-        if self._tasks or self._sending:
-            _, pending = await asyncio.wait({*self._tasks, *self._sending}, timeout=STOP_GRACE)
-            for task in pending:
-                task.cancel()
-            if pending:
-                log.warning("module %s: %d requests still running at stop: cancelled", self.module.name, len(pending))
+        # Requests queued behind the running ones start as those end, and replies may wait to be sent:
+        # wait for all of it within the grace, then cancel what is left (and let it end).
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + STOP_GRACE
+        while (self._tasks or self._sending) and loop.time() < deadline:
+            await asyncio.wait({*self._tasks, *self._sending}, timeout=deadline - loop.time())
+        pending = {*self._tasks, *self._sending}
+        for task in pending:
+            task.cancel()
+        if pending:
+            log.warning("module %s: %d requests still running at stop: cancelled", self.module.name, len(pending))
+            await asyncio.wait(pending, timeout=1.0)
 
     def _on_msg(self, msg: RawMessage) -> None:
         """Each request as the reader hands it over (a direct subscription): answered inline if it can be."""
