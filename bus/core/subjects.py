@@ -18,6 +18,13 @@ from bus.core.errors import SubjectError
 
 TOKEN_RE = re.compile(r"[A-Za-z0-9_-]+")
 
+
+def is_qualname(name: str) -> bool:
+    """Whether ``name`` names one handler, ``module.handler`` (two tokens, one dot)."""
+    module, dot, handler = name.partition(".")
+    return bool(dot) and TOKEN_RE.fullmatch(module) is not None and TOKEN_RE.fullmatch(handler) is not None
+
+
 PRX_DOMAIN = "prx.lifecycle"
 EVA_DOMAIN = "eva"
 

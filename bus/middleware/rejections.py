@@ -17,7 +17,7 @@ import msgspec
 from bus.core.declaration import Declaration
 from bus.core.errors import MiddlewareError
 from bus.core.schema import RejectRecordMsg, decode
-from bus.core.subjects import TOKEN_RE
+from bus.core.subjects import is_qualname
 from bus.transport.kv import Bucket
 
 #: The key prefix of a rejection record in the trust bucket.
@@ -28,8 +28,7 @@ MAX_REJECTED: Final = 32
 
 def reject_key(qualname: str) -> str:
     """``reject.<module>.<handler>``; raises MiddlewareError for a name that is not module.handler."""
-    module, dot, handler = qualname.partition(".")
-    if not (dot and TOKEN_RE.fullmatch(module) and TOKEN_RE.fullmatch(handler)):
+    if not is_qualname(qualname):
         raise MiddlewareError(f"{qualname!r} is not module.handler")
     return REJECT_PREFIX + qualname
 
@@ -39,8 +38,7 @@ def rejected_handler(key: str) -> str | None:
     if not key.startswith(REJECT_PREFIX):
         return None
     name = key[len(REJECT_PREFIX) :]
-    module, dot, handler = name.partition(".")
-    return name if dot and TOKEN_RE.fullmatch(module) and TOKEN_RE.fullmatch(handler) else None
+    return name if is_qualname(name) else None
 
 
 def parse_rejected(data: bytes | None) -> frozenset[str]:

@@ -20,7 +20,7 @@ import msgspec
 
 from bus.core.errors import MiddlewareError
 from bus.core.schema import SwitchRecordMsg, decode
-from bus.core.subjects import TOKEN_RE
+from bus.core.subjects import TOKEN_RE, is_qualname
 from bus.transport.kv import Bucket
 
 #: The key prefix of a switch record in the trust bucket.
@@ -45,8 +45,7 @@ DEFAULT: Final = Switches()
 
 def switch_key(qualname: str) -> str:
     """``switch.<module>.<handler>``; raises MiddlewareError for a name that is not module.handler."""
-    module, dot, handler = qualname.partition(".")
-    if not (dot and TOKEN_RE.fullmatch(module) and TOKEN_RE.fullmatch(handler)):
+    if not is_qualname(qualname):
         raise MiddlewareError(f"{qualname!r} is not module.handler")
     return SWITCH_PREFIX + qualname
 
@@ -56,8 +55,7 @@ def switched_handler(key: str) -> str | None:
     if not key.startswith(SWITCH_PREFIX):
         return None
     name = key[len(SWITCH_PREFIX) :]
-    module, dot, handler = name.partition(".")
-    return name if dot and TOKEN_RE.fullmatch(module) and TOKEN_RE.fullmatch(handler) else None
+    return name if is_qualname(name) else None
 
 
 def parse_switches(data: bytes | None) -> Switches:

@@ -28,7 +28,7 @@ import msgspec
 from bus.core.declaration import Declaration
 from bus.core.errors import ConfigError
 from bus.core.schema import TrustApproval, TrustOrder, TrustRecord, decode
-from bus.core.subjects import TOKEN_RE
+from bus.core.subjects import is_qualname
 
 
 class TrustState(enum.StrEnum):
@@ -104,8 +104,7 @@ class Managed:
         """Raises ConfigError for a name that is not ``module.handler``."""
         chosen = frozenset(names or ())
         for name in sorted(chosen):
-            module, dot, handler = name.partition(".")
-            if not (dot and TOKEN_RE.fullmatch(module) and TOKEN_RE.fullmatch(handler)):
+            if not is_qualname(name):
                 raise ConfigError(
                     f"managed handler {name!r} is not module.handler: name each handler of a module, "
                     "a whole module would trust whatever its credentials announce"
