@@ -126,6 +126,7 @@ def swap(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str
 async def test_a_timeout_entered_before_the_first_wait_fires_in_the_handler_not_in_its_caller(swap: str) -> None:
     """asyncio.timeout cancels "the current task": inline, that must be the handler's own, not the caller's."""
     seen: list[str] = []
+    ended = asyncio.Event()
 
     async def bounded() -> None:
         try:
@@ -133,13 +134,15 @@ async def test_a_timeout_entered_before_the_first_wait_fires_in_the_handler_not_
                 await asyncio.Event().wait()  # the scenario: a wait that outlasts the handler's own timeout
         except TimeoutError:
             seen.append("timed out")
+        ended.set()
 
     task = start_eager(bounded())
     assert task is not None
-    await task
+    # The caller waits on something else, as a subscription's reader does: a timeout aimed at the
+    # caller would cancel this wait (CancelledError here) instead of the handler's.
+    await ended.wait()
     assert seen == ["timed out"]
-    assert asyncio.current_task() is not None and asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
-    await asyncio.sleep(0.02)  # past the timeout again: nothing left to cancel the caller with
+    await task
     assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
 
 
@@ -147,6 +150,8 @@ async def test_a_task_group_opened_inline_belongs_to_the_handler(swap: str) -> N
     async def child() -> None:
         await asyncio.sleep(0)  # the scenario: a child that waits, then fails
         raise KeyError("child")
+
+    ended = asyncio.Event()
 
     async def grouped() -> str:
         outcome = "group ended"
@@ -156,10 +161,12 @@ async def test_a_task_group_opened_inline_belongs_to_the_handler(swap: str) -> N
                 await asyncio.Event().wait()  # cancelled by the group when the child fails
         except* KeyError:
             outcome = "group failed"
+        ended.set()
         return outcome
 
     finished, task = run_eager(grouped())
     assert not finished
+    await ended.wait()  # a group cancelling the caller instead would raise CancelledError here
     assert await task == "group failed"
     assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
 
