@@ -24,7 +24,7 @@ from bus import Bus, Cancel, Continue, Module, NatsServer, Stage
 from bus.core.errors import RegistryError
 from bus.core.subjects import PRESENCE_BUCKET, counters_subject
 from bus.journal.entries import ensure_stream
-from bus.middleware.registry import MODULES_BUCKET, Announcement, announcement_of
+from bus.middleware.registry import MODULES_BUCKET, Announcement, announcement_of, request_subject
 from bus.testing import serving, wait_for_chain
 
 from .conftest import as_user as url
@@ -141,6 +141,48 @@ async def test_forged_replies_change_no_decision(server: NatsServer, state: None
         await sprayer
     assert decisions == [Cancel("only by hand", "guard.no_rm")] * 100
     assert len(attacker.denied) >= 1  # the server refuses every publish into an inbox (reported once per kind)
+
+
+async def test_a_flood_of_bad_requests_from_another_agent_leaves_a_fail_closed_guard_holding(
+    server: NatsServer, state: None, attacker: Attacker
+) -> None:
+    """Modules read requests in the connection's reader (a direct subscription): what agent-bob sends there
+    (garbage, depth claims, handlers it does not have, answers aimed at other subjects, and a flood of
+    well-formed asks) costs eva's calls no decision: the guard's cancel every time, never a continue."""
+    await attacker.connect(server, "agent-bob")
+    guard = guard_module()
+    subject = request_subject(announcement_of(guard))
+    bad = [
+        b"not json",
+        b"\xff\xfe",
+        b'{"stage": "tool.call"}',
+        b'{"stage": "tool.call", "payload": [], "ctx": {"depth": 0, "id": "x"}}',
+        b'{"stage": "tool.call", "payload": {}, "ctx": {"depth": -1, "id": "x"}}',
+        b'{"stage": "tool.call", "payload": {}, "ctx": {"depth": 99999, "id": "x"}}',
+        orjson.dumps({"stage": "tool.call", "payload": RM, "ctx": {"depth": 0, "id": "x"}, "handlers": ["nope"]}),
+    ]
+    asked = orjson.dumps({"stage": "tool.call", "payload": RM, "ctx": {"depth": 0, "id": "b"}})
+    await attacker.sniff("_INBOX.agent-bob.>")  # bob's own inbox: the module answers each of his asks there
+    async with guarded_eva(server, guard) as eva:
+
+        async def flood() -> None:
+            for i in range(2_000):
+                await attacker.nc.publish(subject, bad[i % len(bad)], reply=f"_INBOX.agent-bob.{i}")
+                await attacker.nc.publish(subject, asked, reply="hookbus.turn.eva")  # aimed elsewhere
+                await attacker.nc.publish(subject, asked, reply=f"_INBOX.agent-bob.ok{i}")
+                if i % 200 == 0:
+                    await asyncio.sleep(0)  # the scenario: the flood interleaves with eva's calls
+            await attacker.settle()
+
+        flooding = asyncio.create_task(flood())
+        decisions = []
+        while not flooding.done() or len(decisions) < 20:
+            decisions.append(await eva.intercept(Stage.TOOL_CALL, RM))
+        await flooding
+        decisions.append(await eva.intercept(Stage.TOOL_CALL, RM))  # and the module still answers after it
+        # The flood reached the module and was answered in full (an error for each bad one), none dropped.
+        await wait_until(lambda: len(attacker.received) == 4_000, 30, "an answer to each of bob's 4,000 asks")
+    assert set(decisions) == {Cancel("only by hand", "guard.no_rm")}, set(decisions)
 
 
 async def test_a_module_cannot_answer_or_announce_as_another(
