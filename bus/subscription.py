@@ -162,7 +162,9 @@ class Subscription:
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
+        if task.cancelled() and not self._stopped:  # cancelled itself: its fault (a stop cancels the rest)
+            self._failed(self._task_events.pop(task, None), asyncio.CancelledError("the handler cancelled its task"))
+        elif not task.cancelled() and task.exception() is not None:
             self._failed(self._task_events.pop(task, None), task.exception())
         else:
             self._task_events.pop(task, None)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import os
+import sys
 from typing import Any
 
 import pytest
@@ -114,13 +116,19 @@ async def test_failed_futures_raise_inside_the_handler() -> None:
     assert caught == ["nope"]
 
 
-@pytest.fixture(params=["inline", "task"])
+@pytest.fixture(params=eager.modes_available())
 def swap(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Both ways bus.core.eager starts a coroutine: its first step inline in its own task (Python 3.11),
-    or (where that cannot be had) an ordinary task started by the loop."""
-    if request.param == "task":
-        monkeypatch.setattr(eager, "INLINE", False)
+    """Every way bus.core.eager starts a coroutine on this Python: asyncio's eager start (3.12 and later),
+    the first step inline in its own task (3.11), and an ordinary task started by the loop (everywhere)."""
+    monkeypatch.setattr(eager, "MODE", request.param)
     return str(request.param)
+
+
+def test_the_best_mode_of_this_python_is_the_default() -> None:
+    """3.12 and later: asyncio's public eager start; 3.11: the inline step; no Python falls to tasks."""
+    expected = "eager" if sys.version_info >= (3, 12) else "inline"
+    assert eager.modes_available()[0] == expected
+    assert expected == eager.MODE or os.environ.get(eager.SWITCH_ENV) == "off"
 
 
 async def test_a_timeout_entered_before_the_first_wait_fires_in_the_handler_not_in_its_caller(swap: str) -> None:
@@ -313,9 +321,9 @@ async def test_run_bounded_times_out_a_wait_and_the_coroutine_sees_the_cancel() 
             seen.append("cancelled inside")
             raise
 
-    with pytest.raises(TimeoutError):
+    with pytest.raises(eager.HandlerTimedOut):
         await run_bounded(slow(), 0.01)
-    assert seen == ["cancelled inside"]
+    await wait_until_true(lambda: seen == ["cancelled inside"])  # its task is cancelled; the caller went on
     assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
 
 
@@ -335,11 +343,100 @@ class Abort(BaseException):
     """A BaseException of its own kind, as some libraries raise to unwind."""
 
 
-async def test_a_base_exception_of_its_own_kind_inline_comes_back_as_a_failed_task(swap: str) -> None:
-    async def aborts() -> None:
-        raise Abort("unwind")
+@pytest.mark.parametrize("raised", [Abort("unwind"), KeyboardInterrupt(), SystemExit(3)], ids=repr)
+async def test_a_base_exception_inline_comes_back_as_the_handlers_failure(swap: str, raised: BaseException) -> None:
+    """asyncio re-raises KeyboardInterrupt and SystemExit out of a task's step (and so out of the event loop):
+    from a handler, they and every other BaseException are its failure, a HandlerExit, never its caller's."""
 
-    finished, task = run_eager(aborts())
-    assert not finished
-    with pytest.raises(Abort):
+    async def aborts() -> None:
+        raise raised
+
+    if swap == "task":
+        finished, task = run_eager(aborts())
+        assert not finished
+        with pytest.raises(eager.HandlerExit) as caught:
+            await task
+    else:
+        with pytest.raises(eager.HandlerExit) as caught:
+            run_eager(aborts())
+    assert caught.value.raised is raised and type(raised).__name__ in str(caught.value)
+
+
+@pytest.mark.parametrize("raised", [Abort("unwind"), KeyboardInterrupt(), SystemExit(3)], ids=repr)
+async def test_a_base_exception_after_a_wait_fails_the_task_not_the_loop(swap: str, raised: BaseException) -> None:
+    async def aborts_later() -> None:
+        await asyncio.sleep(0)  # the scenario: raised from the task's later step, on the event loop
+        raise raised
+
+    task = start_eager(aborts_later())
+    assert task is not None
+    with pytest.raises(eager.HandlerExit):
         await task
+
+
+async def test_run_bounded_reads_every_self_cancel_as_the_handlers_own(swap: str) -> None:
+    async def raises_cancel() -> None:
+        raise asyncio.CancelledError
+
+    async def cancels_and_returns() -> str:
+        asyncio.current_task().cancel()  # type: ignore[union-attr]
+        return "returned"
+
+    async def cancels_then_waits() -> None:
+        asyncio.current_task().cancel()  # type: ignore[union-attr]
+        await asyncio.sleep(0)  # the scenario: the wait the self-cancel reaches
+
+    async def waits_then_cancels() -> None:
+        await asyncio.sleep(0)  # the scenario: a self-cancel after the first wait
+        raise asyncio.CancelledError
+
+    for handler in (raises_cancel, cancels_and_returns, cancels_then_waits, waits_then_cancels):
+        with pytest.raises(eager.HandlerCancelled):
+            await run_bounded(handler(), 5.0)
+    assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
+
+
+async def test_run_bounded_goes_on_past_a_handler_that_swallows_its_cancel(swap: str) -> None:
+    stubborn: list[str] = []
+    release = asyncio.Event()
+
+    async def swallows() -> None:
+        try:
+            await asyncio.Event().wait()  # the scenario: a wait past the bound
+        except asyncio.CancelledError:
+            stubborn.append("swallowed")
+        await release.wait()  # goes on as if nothing happened
+
+    with pytest.raises(eager.HandlerTimedOut):
+        await run_bounded(swallows(), 0.01)
+    await wait_until_true(lambda: stubborn == ["swallowed"])
+    assert len(eager._OUTLIVED) == 1  # held while it unwinds, then let go
+    release.set()
+    await wait_until_true(lambda: not eager._OUTLIVED)
+
+
+async def test_run_bounded_keeps_a_timeout_the_handler_left_uncaught_apart_from_its_own(swap: str) -> None:
+    async def own_timeout() -> None:
+        async with asyncio.timeout(0):
+            await asyncio.Event().wait()  # the scenario: the handler's own, spent bound, left uncaught
+
+    with pytest.raises(TimeoutError) as caught:
+        await run_bounded(own_timeout(), 5.0)
+    assert not isinstance(caught.value, eager.HandlerTimedOut)
+
+
+async def test_cancelling_the_caller_of_run_bounded_cancels_the_handler(swap: str) -> None:
+    cleaned: list[str] = []
+
+    async def forever() -> None:
+        try:
+            await asyncio.Event().wait()  # the scenario: waits until its caller stops
+        finally:
+            cleaned.append("handler unwound")
+
+    caller = asyncio.get_running_loop().create_task(run_bounded(forever(), 60.0))
+    await asyncio.sleep(0.01)  # the scenario: the caller is waiting on the handler
+    caller.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+    await wait_until_true(lambda: cleaned == ["handler unwound"])

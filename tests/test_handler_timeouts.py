@@ -11,6 +11,7 @@ and a context variable one handler set was seen by the next.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 from typing import Any
 
@@ -85,7 +86,7 @@ async def test_a_handler_cancelling_itself_inline_fails_its_request_not_the_modu
     async with serving(mod, nats_url):
         await wait_for_chain(kernel, stage, [f"{mod.name}.guard"])
         decision = await kernel.intercept(stage, {"n": 0})
-        assert isinstance(decision, Cancel) and "fail-closed and invalid" in decision.reason, decision
+        assert isinstance(decision, Cancel) and "fail-closed and failed" in decision.reason, decision
         assert await kernel.intercept(stage, {"n": 1}) == Continue()
 
 
@@ -192,3 +193,81 @@ async def test_a_handler_raising_a_base_exception_inline_fails_its_call_not_the_
     await bus.emit(subject, {"n": 1})
     await wait_until(lambda: got == [1], what="the event after the abort")
     await wait_until(lambda: bus.stats.handler_errors[subject] == 1, what="the abort counted")
+
+
+async def _fault(kind: str) -> None:
+    """Each way a handler can turn on its own task or its caller, before or after its first wait."""
+    me = asyncio.current_task()
+    assert me is not None
+    if kind.endswith("-late"):
+        await asyncio.sleep(0)  # the scenario: the same fault after the first wait, in the handler's task
+        kind = kind.removesuffix("-late")
+    if kind == "raise-cancelled":
+        raise asyncio.CancelledError
+    if kind == "cancel-and-return":
+        me.cancel()
+        return
+    if kind == "cancel-and-wait":
+        me.cancel()
+        await asyncio.sleep(1)  # the scenario: the wait the self-cancel reaches
+    if kind == "spent-timeout":
+        async with asyncio.timeout(0):  # left uncaught
+            await asyncio.sleep(1)  # the scenario: a wait whose bound is already spent
+    if kind == "keyboard-interrupt":
+        raise KeyboardInterrupt
+    if kind == "system-exit":
+        raise SystemExit(2)
+
+
+FAULTS = [
+    "raise-cancelled", "cancel-and-return", "cancel-and-wait", "spent-timeout", "keyboard-interrupt", "system-exit",
+]  # fmt: skip
+
+
+@pytest.mark.timeout(40)  # unanswered, the call would wait out the handler's 60 s bound: failed by this
+@pytest.mark.parametrize("fault", [*FAULTS, *(f"{kind}-late" for kind in FAULTS)])
+async def test_no_fault_of_one_handler_stops_its_module_or_waits_for_the_kernels_timeout(
+    kernel: Bus, nats_url: str, fault: str
+) -> None:
+    """A fail-closed guard module with one broken handler: the broken call is answered at once as that
+    handler's failure (never the kernel's timeout: the kernel's bound is a minute), and the module's other
+    handler, and the broken one's next call, keep answering."""
+    mod, stage = Module(unique("faults")), f"custom.{unique('faults')}"
+
+    @mod.stage(stage, fail_closed=True, timeout=60)
+    async def broken(stage: str, payload: dict[str, Any]) -> Continue:
+        if payload.get("fault"):
+            await _fault(payload["fault"])
+        return Continue()
+
+    @mod.stage(stage, fail_closed=True, timeout=60, after=[f"{mod.name}.broken"])
+    async def sound(stage: str, payload: dict[str, Any]) -> Patch:
+        return Patch({**payload, "checked": True})
+
+    async with serving(mod, nats_url):
+        await wait_for_chain(kernel, stage, [f"{mod.name}.broken", f"{mod.name}.sound"])
+        decision = await kernel.intercept(stage, {"fault": fault})
+        assert isinstance(decision, Cancel), decision
+        assert f"{mod.name}.broken is fail-closed and failed" in decision.reason, decision
+        for _ in range(3):
+            assert await kernel.intercept(stage, {"n": 1}) == Patch({"n": 1, "checked": True})
+
+
+async def test_a_handler_swallowing_its_cancel_is_timed_out_and_its_module_goes_on(kernel: Bus, nats_url: str) -> None:
+    mod, stage = Module(unique("swallows")), f"custom.{unique('swallows')}"
+    release = asyncio.Event()
+
+    @mod.stage(stage, fail_closed=True, timeout=0.2)
+    async def stubborn(stage: str, payload: dict[str, Any]) -> Continue:
+        if payload.get("stuck"):
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(30)  # the scenario: a wait past its bound, whose cancel it swallows
+            await release.wait()
+        return Continue()
+
+    async with serving(mod, nats_url):
+        await wait_for_chain(kernel, stage, [f"{mod.name}.stubborn"])
+        decision = await kernel.intercept(stage, {"stuck": True})
+        assert isinstance(decision, Cancel) and "fail-closed and timeout" in decision.reason, decision
+        assert await kernel.intercept(stage, {}) == Continue()
+        release.set()

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from bus import Bus, ConnectError, Credentials, NatsServer
-from bus.transport.connection import tls_context
 from bus.testing import EventRecorder
+from bus.transport.connection import tls_context
 
 from .conftest import require_binary, run_cli
 
@@ -105,7 +105,8 @@ async def test_a_client_certificate_from_the_script_is_accepted_by_a_verifying_s
         with pytest.raises(ConnectError):  # no client certificate: the server refuses
             async with Bus(url, credentials=Credentials(tls_ca=str(ca)), connect_timeout=2):
                 pass
-        mutual = Credentials(tls_ca=str(ca), tls_cert=str(tmp_path / "client.pem"), tls_key=str(tmp_path / "client-key.pem"))
+        client = {"tls_cert": str(tmp_path / "client.pem"), "tls_key": str(tmp_path / "client-key.pem")}
+        mutual = Credentials(tls_ca=str(ca), **client)
         async with Bus(url, credentials=mutual) as bus:
             await bus.emit("eva.custom.mutual", {})
             await bus.flush()

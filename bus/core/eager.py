@@ -4,51 +4,133 @@ Most handlers finish without waiting on anything (they count, filter, answer
 at once). Letting the event loop start each one in a task costs a turn of the
 loop per message and a task's scheduling; running its first step inline costs
 neither, and a handler that does wait continues in its task, so handlers of
-one subscription still overlap. This is what ``asyncio.eager_task_factory``
-does from Python 3.12 on; this module does it on 3.11.
+one subscription still overlap.
 
 The handler's task exists before its first step runs and is
 ``asyncio.current_task()`` throughout, with a context of its own:
 
 - ``asyncio.timeout``, ``TaskGroup`` and anyio's cancel scopes (httpx, the
   openai client) entered before the first wait cancel and find the handler's
-  task, never the caller's (a connection's reader, which handlers share);
+  task, never the caller's (a connection's reader, or the request that runs
+  several handlers in turn);
 - a context variable a handler sets stays in its own context;
-- cancels, done callbacks and exceptions behave as in any task.
+- cancels, done callbacks and exceptions behave as in any task;
+- nothing a handler raises or does to its own task reaches its caller: a
+  cancel of itself ends its own task (the caller reads it as that handler's
+  failure), and ``KeyboardInterrupt``, ``SystemExit`` or any other
+  BaseException it raises comes back as :class:`HandlerExit` (asyncio would
+  otherwise re-raise the first two out of the event loop, stopping every
+  handler of the process).
 
-How: on Python 3.11 the task is asyncio's own pure-Python ``Task``, made
-without scheduling its first step, which is then run at once (the step itself
-makes the task current, as the event loop would). Being the pure-Python class,
-it is a future and a task to everything that asks by behaviour
-(``asyncio.isfuture``, ``await``, ``asyncio.wait``), but not an instance of
-the C-accelerated ``asyncio.Task``. Elsewhere (or if those internals are not
-there) the coroutine starts in an ordinary task on the loop's next turn:
-correct, slower.
+How, by :data:`MODE` (chosen once at import, by version):
+
+- ``"eager"`` (Python 3.12 and later): the public ``asyncio.eager_task_factory``,
+  a C-accelerated ``asyncio.Task`` whose first step runs in its constructor.
+- ``"inline"`` (Python 3.11, where the internals below are there): asyncio's
+  own pure-Python ``Task``, made without scheduling its first step, which is
+  then run at once (the step itself makes the task current, as the event loop
+  would). It is a future and a task to everything that asks by behaviour
+  (``asyncio.isfuture``, ``await``, ``asyncio.wait``) but not an instance of the
+  C-accelerated ``asyncio.Task``. Used only on 3.11 and while the switch is on
+  (``HOOKBUS_ASYNCIO_INTERNALS=off`` turns it off).
+- ``"task"`` (anything else): the coroutine starts in an ordinary task on the
+  loop's next turn: correct, slower (a turn of the loop per handler).
+
+The tests run every mode the running version offers.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
+import os
 import sys
-import types
-from collections.abc import Callable, Coroutine, Generator
-from typing import Any, Final
+from collections.abc import Callable, Coroutine
+from typing import Any, Final, Literal
+
+#: Set to "off" (or "0", "false", "no") to use no private asyncio name (Python 3.11 then starts handlers in tasks).
+SWITCH_ENV: Final = "HOOKBUS_ASYNCIO_INTERNALS"
 
 _PyTask: Final[Any] = getattr(asyncio.tasks, "_PyTask", None)
 _step: Final[Callable[[Any], None] | None] = getattr(_PyTask, "_Task__step", None)
 _register_task: Final[Callable[[Any], None] | None] = getattr(asyncio.tasks, "_register_task", None)
 _enter_task: Final[Callable[[Any, Any], None] | None] = getattr(asyncio.tasks, "_enter_task", None)
 _leave_task: Final[Callable[[Any, Any], None] | None] = getattr(asyncio.tasks, "_leave_task", None)
-#: Whether a first step can run inline in its own task (the internals this module uses are the 3.11 ones).
-INLINE: Final = sys.version_info[:2] == (3, 11) and None not in (_step, _register_task, _enter_task, _leave_task)
+_eager_factory: Final[Callable[..., asyncio.Task[Any]] | None] = getattr(asyncio, "eager_task_factory", None)
+
+Mode = Literal["eager", "inline", "task"]
+
+
+def _switch_off() -> bool:
+    return os.environ.get(SWITCH_ENV, "").strip().lower() in ("off", "0", "false", "no")
+
+
+def modes_available() -> tuple[Mode, ...]:
+    """The modes this Python offers, best first ("task" always works)."""
+    offered: list[Mode] = []
+    if sys.version_info >= (3, 12) and _eager_factory is not None:
+        offered.append("eager")
+    if sys.version_info[:2] == (3, 11) and None not in (_step, _register_task, _enter_task, _leave_task):
+        offered.append("inline")
+    offered.append("task")
+    return tuple(offered)
+
+
+def _default_mode() -> Mode:
+    best = modes_available()[0]
+    return "task" if best == "inline" and _switch_off() else best
+
+
+#: How handlers start here (see the module's docstring); tests set it to each of :func:`modes_available`.
+MODE: Mode = _default_mode()
+
+
+class HandlerExit(Exception):  # it carries what the handler raised; its name says where
+    """A handler raised a BaseException that is not an Exception (KeyboardInterrupt, SystemExit, a
+    library's own unwinding class): kept as this handler's failure instead of stopping its caller."""
+
+    def __init__(self, raised: BaseException) -> None:
+        text = str(raised)
+        name = type(raised).__name__
+        super().__init__(f"raised {name}: {text}" if text else f"raised {name}")
+        self.raised = raised
+
+
+class HandlerCancelled(Exception):
+    """A handler ended by cancelling itself (``raise CancelledError``, ``current_task().cancel()``, an
+    ``asyncio.timeout`` of its own left to end the task): its failure, never a cancel of its caller."""
+
+    def __init__(self) -> None:
+        super().__init__("the handler cancelled its own task")
+
+
+class HandlerTimedOut(TimeoutError):
+    """A handler gave no answer within its bound (:func:`run_bounded`); a TimeoutError the handler
+    raises itself (an ``asyncio.timeout`` of its own left uncaught) is its failure, not this."""
+
+
+def fault_cause(exc: Exception) -> str:
+    """How a handler's fault reads in a reaction and the journal: what it raised, or what it did."""
+    if isinstance(exc, HandlerExit | HandlerCancelled):
+        return str(exc)
+    return f"raised {type(exc).__name__}: {exc}"
+
+
+async def _guarded(coro: Coroutine[Any, Any, Any]) -> Any:
+    """``coro``, with any BaseException but a cancel turned into :class:`HandlerExit`."""
+    try:
+        return await coro
+    except (Exception, asyncio.CancelledError, GeneratorExit):
+        raise
+    except BaseException as exc:
+        raise HandlerExit(exc) from exc
 
 
 class _Empty:
     pass
 
 
-_TaskBase: Any = _PyTask if INLINE else _Empty
+_TaskBase: Any = _PyTask if "inline" in modes_available() else _Empty
 
 
 class EagerTask(_TaskBase):  # type: ignore[misc]
@@ -81,15 +163,29 @@ def run_eager(coro: Coroutine[Any, Any, Any]) -> tuple[bool, Any]:
     finished inline, else ``(False, task)`` with the task that drives the rest
     (its result is the coroutine's value). The middleware's handlers use it.
 
-    A coroutine that ended inline with an exception, or cancelled, raises it
-    here (CancelledError for a cancel), as awaiting its task would; one that
-    ended with a BaseException of another kind (not KeyboardInterrupt or
-    SystemExit) is returned as its finished task, so that callers report it
-    as a task's failure instead of letting it reach a connection's reader.
+    A coroutine that ended inline with an exception raises it here (a
+    BaseException that is not an Exception as :class:`HandlerExit`); one that
+    ended cancelled raises CancelledError here, as awaiting its task would
+    (nobody but the coroutine itself can have cancelled it: read it as the
+    coroutine's own fault, see :func:`run_bounded`). A task that goes on fails
+    the same way: with an Exception, or cancelled.
     """
     loop = asyncio.get_running_loop()
-    if not INLINE:
-        return False, loop.create_task(coro)
+    mode = MODE
+    guarded = _guarded(coro)
+    if mode == "eager":
+        task: Any = _eager_factory(loop, guarded)  # type: ignore[misc]
+    elif mode == "inline":
+        task = _step_inline(guarded, loop)
+    else:
+        return False, loop.create_task(guarded)
+    if task.done():
+        return True, task.result()  # raises the exception, or CancelledError for a cancel
+    return False, task
+
+
+def _step_inline(coro: Coroutine[Any, Any, Any], loop: asyncio.AbstractEventLoop) -> Any:
+    """Python 3.11: the first step of ``coro`` in an :class:`EagerTask`, run here; registered if it goes on."""
     context = contextvars.copy_context()
     task = EagerTask(coro, loop, context)
     outer = asyncio.current_task(loop)
@@ -97,52 +193,60 @@ def run_eager(coro: Coroutine[Any, Any, Any]) -> tuple[bool, Any]:
         _leave_task(loop, outer)  # type: ignore[misc]  # the step makes its own task current, then none
     try:
         context.run(_step, task)  # type: ignore[arg-type]
-    except (KeyboardInterrupt, SystemExit):  # the step re-raises these, as a task's does; the task is read
-        task.exception()
-        raise
     finally:
         if outer is not None:
             _enter_task(loop, outer)  # type: ignore[misc]
-    if task.done():
-        if task.cancelled():
-            return True, task.result()  # raises CancelledError
-        failed = task.exception()
-        if failed is None:
-            return True, task.result()
-        if isinstance(failed, Exception):
-            raise failed
-        return False, task  # a BaseException of its own kind: the task keeps it, reported as a task's failure
-    _register_task(task)  # type: ignore[misc]  # it goes on: asyncio.all_tasks() lists it
-    return False, task
+    if not task.done():
+        _register_task(task)  # type: ignore[misc]  # it goes on: asyncio.all_tasks() lists it
+    return task
+
+
+#: Handler tasks that outlived their timeout (cancelled, not yet ended): held so that they are not
+#: collected while they unwind, and their outcome is read (no "exception was never retrieved").
+_OUTLIVED: set[asyncio.Task[Any]] = set()
+
+
+def _forget(task: asyncio.Task[Any]) -> None:
+    _OUTLIVED.discard(task)
+    if not task.cancelled():
+        task.exception()
 
 
 async def run_bounded(coro: Coroutine[Any, Any, Any], timeout: float) -> Any:
-    """Await ``coro`` in the current task; TimeoutError past ``timeout`` seconds.
+    """Run ``coro`` in a task of its own (inline until it waits); its value, or :class:`HandlerTimedOut`
+    past ``timeout`` seconds, or :class:`HandlerCancelled` if it cancelled itself.
 
-    The timer is armed only if the coroutine waits: most handlers answer
-    without waiting, and a timer each would cost more than they do.
+    The caller waits for the handler's task, never inside it: whatever the handler does to its own
+    task (a cancel, an uncaught timeout of its own, a cancel it swallows and goes on) stays with that
+    task. Past ``timeout`` the task is cancelled and the caller goes on at once, whether or not the
+    handler lets the cancel end it. A cancel of the caller (a module stopping) cancels the handler's
+    task too and goes on up. The timer is armed only if the handler waits: most answer without
+    waiting, and a timer each would cost more than they do.
     """
     try:
-        yielded = coro.send(None)
-    except StopIteration as stop:
-        return stop.value
-    async with asyncio.timeout(timeout):
-        return await _resume(coro, yielded)
+        finished, task = run_eager(coro)
+    except asyncio.CancelledError:
+        raise HandlerCancelled() from None
+    if finished:
+        return task
+    try:
+        done, _ = await asyncio.wait((task,), timeout=timeout)
+    except asyncio.CancelledError:
+        task.cancel()
+        _outlive(task)
+        raise
+    if not done:
+        task.cancel()
+        _outlive(task)
+        raise HandlerTimedOut
+    if task.cancelled():
+        raise HandlerCancelled()
+    return task.result()
 
 
-@types.coroutine
-def _resume(coro: Coroutine[Any, Any, Any], yielded: Any) -> Generator[Any, Any, Any]:
-    """Go on with ``coro`` from where it yielded ``yielded``, in the awaiting task (``yield from`` by hand)."""
-    while True:
-        try:
-            sent = yield yielded  # the future it waits on goes up to the task, as its own await would
-        except BaseException as exc:  # a cancel (or any throw) from the task goes into the coroutine
-            try:
-                yielded = coro.throw(exc)
-            except StopIteration as stop:
-                return stop.value
-            continue
-        try:
-            yielded = coro.send(sent)
-        except StopIteration as stop:
-            return stop.value
+def _outlive(task: asyncio.Task[Any]) -> None:
+    if task.done():
+        _forget(task)
+        return
+    _OUTLIVED.add(task)
+    task.add_done_callback(_forget)

@@ -13,7 +13,7 @@ from typing import Any
 
 from bus.core.decisions import Decision
 from bus.core.declaration import Declaration
-from bus.core.eager import run_bounded
+from bus.core.eager import HandlerTimedOut, fault_cause, run_bounded
 from bus.middleware.faults import Outcome, fault_decision
 from bus.middleware.handler.module import _check
 from bus.records.sandbox import RecordCtx, RecordHandler
@@ -32,17 +32,17 @@ class RecordRun:
 
 
 async def run_record(handler: RecordHandler, decl: Declaration, payload: dict[str, Any], ctx: RecordCtx) -> RecordRun:
-    """Call the record with its declared timeout (asyncio's: a record that never awaits cannot be interrupted)."""
+    """Call the record with its declared timeout (a record that never awaits cannot be interrupted)."""
     started = time.perf_counter()
     try:
-        # Awaited in the calling request's task (started inline, bus.core.eager), as a Module's handler is.
+        # In a task of its own, started inline (bus.core.eager), as a Module's handler is.
         result = await run_bounded(handler(decl.stage, payload, ctx), decl.timeout)
         outcome, cause = _check(result)
-    except TimeoutError:
+    except HandlerTimedOut:
         outcome, cause, result = Outcome.TIMEOUT, f"no answer within {decl.timeout:g}s", None
     except Exception as exc:  # raised inline or in its task
         log.warning("record %s raised on %s", decl.qualname, decl.stage, exc_info=True)
-        outcome, cause, result = Outcome.FAILED, f"raised {type(exc).__name__}: {exc}", None
+        outcome, cause, result = Outcome.FAILED, fault_cause(exc), None
     elapsed = (time.perf_counter() - started) * 1000
     if outcome is not Outcome.OK:
         return RecordRun(outcome, fault_decision(decl.fail_closed, decl.qualname, outcome, cause or ""), cause, elapsed)

@@ -28,7 +28,7 @@ from bus.core import depth as _depth
 from bus.core import tracing as _tracing
 from bus.core.decisions import Cancel, Continue, Decision, Patch, reply_of
 from bus.core.declaration import DEFAULT_TIMEOUT, Declaration, declare
-from bus.core.eager import run_bounded
+from bus.core.eager import HandlerTimedOut, fault_cause, run_bounded
 from bus.core.errors import DeclarationError
 from bus.core.payloads import from_dict, is_typed, to_dict
 from bus.core.results import ChainRun
@@ -216,19 +216,19 @@ class Module:
         )
         traced = span.__enter__()
         try:
-            # In the request's own task (bus.core.eager runs it inline until it waits): the handler is
-            # awaited there, so its task and context are the request's, whatever it enters.
+            # In a task of its own (bus.core.eager runs it inline until it waits): whatever it does to its
+            # task (a timeout, a TaskGroup, a cancel of itself) stays with it; the request only waits.
             if handler.wants_ctx:
                 coro = handler.func(stage, arg, ctx=_stage_ctx(decl, wire_ctx, bus, bag or {}, outputs))
             else:
                 coro = handler.func(stage, arg)
             result = await run_bounded(coro, decl.timeout)
             outcome, cause = _check(result)
-        except TimeoutError:
+        except HandlerTimedOut:
             outcome, cause = Outcome.TIMEOUT, f"no answer within {decl.timeout:g}s"
         except Exception as exc:
             log.warning("handler %s raised on %s", decl.qualname, stage, exc_info=True)
-            outcome, cause = Outcome.FAILED, f"raised {type(exc).__name__}: {exc}"
+            outcome, cause = Outcome.FAILED, fault_cause(exc)
         except BaseException:
             span.__exit__(None, None, None)  # cancelled: the span ends without an outcome
             raise

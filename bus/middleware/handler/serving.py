@@ -169,10 +169,12 @@ class ModuleServer:
     def _finished(self, inbox: str, nested: bool, task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)
         self._nested -= nested
-        if not task.cancelled():
+        if task.cancelled():  # cancelled at stop, past the grace: answered, so the kernel need not wait it out
+            reply = MiddlewareReply(error="request cancelled: the module is stopping")
+        else:
             failed = task.exception()
             reply = MiddlewareReply(error=f"request failed: {failed!r}") if failed is not None else task.result()
-            self._reply(inbox, reply)
+        self._reply(inbox, reply)
         for queue, deeper in ((self._waiting_nested, True), (self._waiting, False)):
             while queue and self._has_slot(deeper):
                 self._start(*queue.popleft(), deeper)
