@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from bus.cli.common import hint_stage
 from bus.cli.middleware import add_options, describe_chain, open_view
 from bus.cli.workspace import bus_name
 from bus.client import Bus
@@ -41,6 +42,7 @@ async def run(args: argparse.Namespace) -> int:
             chain = view.chains.get(stage)
             if chain is None:
                 print(f"{stage}  (no handler declared on {where}: intercepts continue without a network call)")
+                hint_stage(stage, view.chains, "hookbus chain")
                 continue
             print("\n".join(describe_chain(chain, view, args.agent)))
         if not args.stage:

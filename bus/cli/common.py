@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import signal
+import sys
+from collections.abc import Iterable
 from contextlib import AsyncExitStack
 
 from bus.cli.options import add_nats_url, connection_args, credentials_of, read_json_object
@@ -15,6 +17,8 @@ __all__ = [  # the connection flags and JSON arguments live in bus.cli.options (
     "add_nats_url",
     "connection_args",
     "credentials_of",
+    "hint_event",
+    "hint_stage",
     "read_json_object",
     "serve_metrics",
     "stop_on_signals",
@@ -56,3 +60,22 @@ def stop_on_signals() -> asyncio.Event:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     return stop
+
+
+def hint_stage(stage: str, declared: Iterable[str] = (), command: str = "hookbus") -> None:
+    """On stderr, when ``stage`` is neither built in nor declared and looks like one that is: the one it
+    probably misspells. Exit codes stay as they are (a free stage name is legitimate)."""
+    from bus.core.catalog import suggest_stage
+
+    meant = suggest_stage(stage, declared)
+    if meant is not None:
+        print(f"{command}: {stage!r} is no built-in or declared stage: did you mean {meant}?", file=sys.stderr)
+
+
+def hint_event(name: str, command: str = "hookbus") -> None:
+    """On stderr, when an event name or pattern with no wildcard names no known event and looks like one."""
+    from bus.core.catalog import pattern_hint
+
+    meant = pattern_hint(name)
+    if meant is not None:
+        print(f"{command}: {name!r} matches no known event: did you mean {meant}?", file=sys.stderr)

@@ -18,7 +18,7 @@ from bus.cli.options import add_nats_url, connection_args, credentials_of, parse
 from bus.core.catalog import check_emitted, check_strict
 from bus.core.depth import DEFAULT_MAX_DEPTH, DEPTH_ENV, depth_from_env, set_depth
 from bus.core.envelope import DEFAULT_MAX_BYTES, Encoder
-from bus.core.errors import ConfigError, HookbusError, PublishDenied
+from bus.core.errors import CatalogError, ConfigError, HookbusError, PublishDenied
 from bus.core.json_types import json_type
 from bus.core.subjects import subject_for
 from bus.transport import oneshot
@@ -50,7 +50,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--session", default=None, help="session id the event carries")
     parser.add_argument("--jsonl", action="store_true", help="read events from stdin, one JSON object per line")
     parser.add_argument("--any", action="store_true", help="send to a subject outside the catalogue too")
-    parser.add_argument("--strict", action="store_true", help="check a catalogued event's payload fields and types")
+    parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="refuse a catalogued event whose payload lacks a field or has a wrong type (default: a warning)",
+    )
     add_nats_url(parser)
 
 
@@ -83,8 +87,12 @@ def collect(args: argparse.Namespace) -> list[Event]:
         events = [(subject_for(args.subject), read_json_object(args.payload, "the payload"), args.session)]
     for subject, payload, _ in events:
         check_emitted(subject, free=args.any)
-        if args.strict:
+        try:
             check_strict(subject, payload)
+        except CatalogError as exc:
+            if args.strict:
+                raise
+            print(f"hookbus emit: warning: {exc} (sent as it is; --strict refuses it)", file=sys.stderr)
     return events
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from bus.cli.common import read_json_object
+from bus.cli.common import hint_event, read_json_object
 from bus.cli.workspace import add_workspace, existing
 from bus.transport.connection import URL_ENV
 
@@ -41,8 +41,10 @@ async def run(args: argparse.Namespace) -> int:
     from subscribers.shell_hooks.hook_test import describe, make_event, run_matching
     from subscribers.shell_hooks.shell import HookOutcome, ShellRunner
 
+    subject = subject_for(args.event)
+    hint_event(subject, "hookbus hooks test")
     payload = read_json_object(args.payload if args.payload is not None else "{}", "the payload")
-    event = make_event(subject_for(args.event), payload, args.session)
+    event = make_event(subject, payload, args.session)
     found = existing(args)
     workspace = found.path
     nats_url = args.nats_url or os.environ.get(URL_ENV)

@@ -7,7 +7,7 @@ import sys
 
 import orjson
 
-from bus.cli.common import read_json_object
+from bus.cli.common import hint_stage, read_json_object
 from bus.cli.middleware import add_drain_workspace, add_options, open_view
 from bus.core.decisions import Cancel, Patch
 from bus.core.stages import validate_stage
@@ -42,6 +42,8 @@ async def run(args: argparse.Namespace) -> int:
         ctx = {"session": args.session, "agent": args.agent, "user": args.user, "template": args.template}
         decision = await bus.intercept(stage, payload, ctx)
         chain = view.chains.get(stage)
+        if chain is None:
+            hint_stage(stage, view.chains, "hookbus intercept")
         for link in chain.waiting if chain else ():
             name = link.decl.qualname
             print(f"hookbus: {name} not called: {link.trust.value} (hookbus approve {name})", file=sys.stderr)

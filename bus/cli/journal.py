@@ -9,7 +9,15 @@ import sys
 from contextlib import AsyncExitStack
 from pathlib import Path
 
-from bus.cli.common import add_metrics_port, add_nats_url, connection_args, serve_metrics, stop_on_signals
+from bus.cli.common import (
+    add_metrics_port,
+    add_nats_url,
+    connection_args,
+    hint_event,
+    hint_stage,
+    serve_metrics,
+    stop_on_signals,
+)
 from bus.cli.options import SERVICE_CONNECT_S
 from bus.cli.workspace import add_workspace, existing
 from bus.cli.workspace import resolve as resolve_workspace
@@ -98,6 +106,8 @@ async def run_query(args: argparse.Namespace) -> int:
             return await print_timeline(args, store)
         finally:
             store.close()
+    if args.point:
+        _hint_point(args.point)
     filters = {k: getattr(args, k) for k in ("point", "who", "decision", "session", "kind")}
     for bound in ("since", "until"):
         value = getattr(args, bound)
@@ -139,6 +149,19 @@ def output_lines(entry: JournalEntry) -> list[str]:
         if text:
             lines.extend(f"    {stream} | {line}" for line in visible_lines(text))
     return lines
+
+
+def _hint_point(point: str) -> None:
+    """A --point that is neither a stage nor an event but looks like one: say which, on stderr."""
+    from bus.core.catalog import is_catalogued, pattern_hint, suggest_stage
+    from bus.core.stages import Stage
+
+    if is_catalogued(point) or point in Stage._value2member_map_:
+        return
+    if suggest_stage(point) is not None:
+        hint_stage(point, (), "hookbus journal")
+    elif pattern_hint(point) is not None:
+        hint_event(point, "hookbus journal")
 
 
 def check_decision(value: str) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from bus.cli.common import add_nats_url, connection_args
+from bus.cli.common import add_nats_url, connection_args, hint_event
 from bus.cli.tail_history import HistoryThenLive
 from bus.client import Bus
 from bus.core.envelope import Event
@@ -78,6 +78,7 @@ async def _full_line(event: Event, as_json: bool) -> str:
 
 
 async def run(args: argparse.Namespace) -> int:
+    hint_event(args.pattern, "hookbus tail")
     done = asyncio.Event()
     seen = 0
 

@@ -10,7 +10,7 @@ from typing import Any
 import msgspec
 import orjson
 
-from bus.cli.common import add_nats_url, connection_args, read_json_object
+from bus.cli.common import add_nats_url, connection_args, hint_event, read_json_object
 from bus.cli.parser import also_after
 from bus.cli.workspace import add_workspace, bus_name, existing
 from bus.client import Bus
@@ -91,10 +91,17 @@ def _test(args: argparse.Namespace, specs: Mapping[str, object], workspace: Path
 
     spec = specs.get(args.name)
     if not isinstance(spec, TriggerSpec):
+        from bus.core.catalog import closest
+
+        meant = closest(args.name, list(specs))
+        if meant is not None:
+            raise ConfigError(f"no trigger named {args.name!r} in {workspace}/triggers.yaml: did you mean {meant}?")
         raise ConfigError(
             f"no trigger named {args.name!r} in {workspace}/triggers.yaml (have: {', '.join(specs) or 'none'})"
         )
     subject = args.subject or spec.on
+    if args.subject:
+        hint_event(args.subject, "hookbus triggers test")
     try:
         validate_subject(subject)
     except ValueError:

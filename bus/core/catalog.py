@@ -162,6 +162,29 @@ def suggest_event(name: str) -> str | None:
     return by_form[found] if found is not None else None
 
 
+def suggest_stage(stage: str, declared: Iterable[str] = ()) -> str | None:
+    """For a stage neither built in nor among ``declared``: the one it most probably misspells, or None."""
+    from bus.core.stages import Stage  # the stages' module imports nothing of the catalogue's
+
+    known = {member.value for member in Stage} | set(declared)
+    if stage in known:
+        return None
+    return closest(stage, sorted(known))
+
+
+def pattern_hint(pattern: str) -> str | None:
+    """For ``hookbus tail`` and friends: a pattern with no wildcard that names no known event and looks
+    like one (``tool_cal``, ``prx.lifecycle.tool_cal``), the event it probably means; else None."""
+    if "*" in pattern or ">" in pattern or is_catalogued(pattern) or is_internal(pattern):
+        return None
+    if pattern in PRX_EVENTS:
+        return f"{PRX_DOMAIN}.{pattern}"
+    tokens = pattern.split(".")
+    if len(tokens) >= 3 and tokens[0] not in (PRX_DOMAIN.split(".")[0], EVA_DOMAIN):
+        return None  # another domain's subject (acme.build.done): free, not a typo of ours
+    return suggest_event(pattern)
+
+
 def name_problem(subject: str) -> str | None:
     """Why ``hookbus emit`` refuses ``subject`` without ``--any`` (naming what it probably meant), or None."""
     if is_catalogued(subject):
