@@ -142,3 +142,47 @@ def test_unknown_options_and_missing_arguments_are_named() -> None:
         "hookbus: error: --jsonl reads subjects from stdin: give no SUBJECT"
     )
     assert first_line("emit", "--no-such-flag").startswith("usage: hookbus emit ")
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("emit", "eva.custom.x", "{}"),
+        ("journal-sink", "--workspace", "WS"),
+        ("metrics",),
+        ("tail",),
+        ("agent", "--name", "eva", "--llm-url", "http://127.0.0.1:9/v1", "--model", "m"),
+    ],
+    ids=lambda c: c[0],
+)
+def test_a_refused_connection_fails_at_once_whatever_the_connect_budget(
+    closed_url: str, tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    """Nobody listening is a fact, not a delay: with a budget of ten minutes the command still ends in
+    one attempt (the process's own 30 s bound would fail this test if it retried)."""
+    args = [str(tmp_path) if arg == "WS" else arg for arg in command]
+    done = run_cli(*args, "--nats-url", closed_url, "--connect-timeout", "600")
+    assert done.returncode != 0
+    assert NO_SERVER.format(url=closed_url) in done.stderr, done.stderr
+
+
+async def test_a_bus_whose_server_refuses_fails_in_one_attempt(closed_url: str) -> None:
+    import asyncio
+
+    from bus import Bus, ConnectError
+
+    async def connect() -> None:
+        async with asyncio.timeout(30):  # a retry for the whole budget would end here instead
+            async with Bus(closed_url, connect_timeout=600):
+                pass
+
+    with pytest.raises(ConnectError, match="connection refused"):
+        await connect()
+
+
+def test_hookbus_up_says_why_it_joined_a_server_that_is_not_there(closed_url: str, tmp_path: Path) -> None:
+    line = first_line("up", "--workspace", str(tmp_path / "ws"), env={"NATS_URL": closed_url})
+    assert f"$NATS_URL (set in this shell's environment) names {closed_url}" in line
+    assert "unset NATS_URL to run the embedded server" in line
+    flag = first_line("up", "--workspace", str(tmp_path / "ws2"), "--nats-url", closed_url)
+    assert "--nats-url names" in flag and "drop --nats-url" in flag

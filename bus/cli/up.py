@@ -23,7 +23,7 @@ from bus.cli.worker_options import add_worker_options, worker_settings
 from bus.cli.workspace import add_workspace
 from bus.cli.workspace import resolve as resolve_workspace
 from bus.client import Bus
-from bus.core.errors import ConfigError, PortInUse, ServerError
+from bus.core.errors import ConfigError, ConnectError, PortInUse, ServerError
 from bus.core.filelock import WorkspaceLock
 from bus.core.private_files import private_dir
 from bus.core.quantities import parse_duration, parse_size
@@ -205,7 +205,12 @@ async def run(args: argparse.Namespace) -> int:
             await _start(server)
             nats_url = server.url
         connect = _connector(nats_url, args)
-        bus = await stack.enter_async_context(connect("hookbus-up"))
+        try:
+            bus = await stack.enter_async_context(connect("hookbus-up"))
+        except ConnectError as exc:
+            if server is None and exc.refused:
+                raise ConfigError(_joined_nothing(args, public_url_of(nats_url))) from None
+            raise
         await ensure_buckets(bus)  # agents and modules may read the middleware state, not create it
         from subscribers.shell_hooks.security import public_url  # workers load with the services, not with the CLI
 
@@ -226,6 +231,22 @@ async def run(args: argparse.Namespace) -> int:
         await _wait(stop, server)
     print("hookbus up: stopped", flush=True)
     return 0
+
+
+def _joined_nothing(args: argparse.Namespace, shown: str) -> str:
+    """Why ``hookbus up`` did not start its own server, when the one it was told to join is not there."""
+    told = "--nats-url" if args.nats_url else f"${URL_ENV} (set in this shell's environment)"
+    undo = "drop --nats-url" if args.nats_url else f"unset {URL_ENV}"
+    return (
+        f"{told} names {shown}, so hookbus up joins that server instead of starting its own, and nothing "
+        f"listens there: {undo} to run the embedded server, or start the server it names"
+    )
+
+
+def public_url_of(nats_url: str) -> str:
+    from subscribers.shell_hooks.security import public_url  # workers load with the services, not with the CLI
+
+    return public_url(nats_url)
 
 
 def _connector(nats_url: str, args: argparse.Namespace) -> Connector:

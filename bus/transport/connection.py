@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import ssl
@@ -85,6 +86,10 @@ def _transient(exc: BaseException) -> bool:
     if is_auth_failure(exc) or isinstance(exc, nats.errors.SecureConnRequiredError | ssl.SSLError):
         return False
     return isinstance(exc, OSError | TimeoutError | nats.errors.NoServersError | nats.errors.Error)
+
+
+def _is_refused(exc: BaseException) -> bool:
+    return isinstance(exc, ConnectionRefusedError) or getattr(exc, "errno", None) == errno.ECONNREFUSED
 
 
 def auth_options(
@@ -171,14 +176,20 @@ async def open_connection(
         "flush_timeout": 5.0,
         **(options or {}),
     }
+    failures: list[Exception] = []  # the last failure nats-py reported before its NoServersError
+
+    def worth_retrying(exc: BaseException) -> bool:
+        # Nobody listening (every server refused the connection) is a fact, not a delay: said at once,
+        # never after the whole budget. Timeouts and resets are retried within it.
+        return _transient(exc) and not (failures and _is_refused(failures[-1]))
+
     retrying = AsyncRetrying(
         stop=stop_after_delay(connect_budget),
         wait=wait_exponential(multiplier=0.05, max=1.0),
-        retry=retry_if_exception(_transient),
+        retry=retry_if_exception(worth_retrying),
         reraise=True,
     )
     reconnect_wait = settings.pop("reconnect_time_wait")
-    failures: list[Exception] = []  # the last failure nats-py reported before its NoServersError
 
     async def on_connect_error(exc: Exception) -> None:
         failures[:] = [exc]

@@ -33,7 +33,7 @@ _PLAIN_SCHEMES: Final = ("nats",)
 _NEEDS_SIGNING: Final = ("HOOKBUS_NATS_CREDS", "HOOKBUS_NATS_NKEY_SEED")
 #: Seconds for the server to answer the PING once everything is sent (nats-py's flush timeout).
 _REPLY_TIMEOUT: Final = 5.0
-#: A first connect retries a refused or unreachable server with these waits (as the full client).
+#: A first connect retries an unreachable server with these waits (as the full client); refused: at once.
 _FIRST_WAIT: Final = 0.05
 _MAX_WAIT: Final = 1.0
 _MAX_LINE: Final = 64 * 1024
@@ -169,12 +169,14 @@ def _connect(servers: list[str], budget: float) -> tuple[socket.socket, _Lines, 
     wait = _FIRST_WAIT
     while True:
         failure: OSError | None = None
+        refused = 0
         for url in servers:
             _, host, port, _, _ = _split(url)
             try:
                 sock = socket.create_connection((host, port), timeout=max(0.1, min(2.0, deadline - time.monotonic())))
             except OSError as exc:
                 failure = exc
+                refused += isinstance(exc, ConnectionRefusedError)
                 continue
             lines = _Lines(sock)
             try:
@@ -182,7 +184,8 @@ def _connect(servers: list[str], budget: float) -> tuple[socket.socket, _Lines, 
             except (OSError, ValueError) as exc:
                 sock.close()
                 failure = exc if isinstance(exc, OSError) else ConnectionError(str(exc))
-        if time.monotonic() + wait > deadline:
+        # Every server refused (nobody listens): a fact, said at once, not after the whole budget.
+        if refused == len(servers) or time.monotonic() + wait > deadline:
             cause = failure or OSError(errno.EHOSTUNREACH, "no server")
             raise ConnectError(servers, cause)
         time.sleep(wait)
