@@ -48,6 +48,20 @@ import sys
 from collections.abc import Callable, Coroutine
 from typing import Any, Final, Literal
 
+from bus.core.errors import HandlerCancelled, HandlerExit, HandlerTimedOut
+
+__all__ = [
+    "MODE",
+    "HandlerCancelled",
+    "HandlerExit",
+    "HandlerTimedOut",
+    "fault_cause",
+    "modes_available",
+    "run_bounded",
+    "run_eager",
+    "start_eager",
+]
+
 #: Set to "off" (or "0", "false", "no") to use no private asyncio name (Python 3.11 then starts handlers in tasks).
 SWITCH_ENV: Final = "HOOKBUS_ASYNCIO_INTERNALS"
 
@@ -83,30 +97,6 @@ def _default_mode() -> Mode:
 
 #: How handlers start here (see the module's docstring); tests set it to each of :func:`modes_available`.
 MODE: Mode = _default_mode()
-
-
-class HandlerExit(Exception):  # it carries what the handler raised; its name says where
-    """A handler raised a BaseException that is not an Exception (KeyboardInterrupt, SystemExit, a
-    library's own unwinding class): kept as this handler's failure instead of stopping its caller."""
-
-    def __init__(self, raised: BaseException) -> None:
-        text = str(raised)
-        name = type(raised).__name__
-        super().__init__(f"raised {name}: {text}" if text else f"raised {name}")
-        self.raised = raised
-
-
-class HandlerCancelled(Exception):
-    """A handler ended by cancelling itself (``raise CancelledError``, ``current_task().cancel()``, an
-    ``asyncio.timeout`` of its own left to end the task): its failure, never a cancel of its caller."""
-
-    def __init__(self) -> None:
-        super().__init__("the handler cancelled its own task")
-
-
-class HandlerTimedOut(TimeoutError):
-    """A handler gave no answer within its bound (:func:`run_bounded`); a TimeoutError the handler
-    raises itself (an ``asyncio.timeout`` of its own left uncaught) is its failure, not this."""
 
 
 def fault_cause(exc: Exception) -> str:
