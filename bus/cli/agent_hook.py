@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
-from bus.adapters.claude_code import ClaudeCodeDialect, HookAnswer, parse, plan
+from bus.adapters.claude_code import ClaudeCodeDialect, HookAnswer, parse
 from bus.cli.options import add_nats_url, credentials_of
 from bus.core.depth import DEFAULT_MAX_DEPTH, depth_from_env
 from bus.core.errors import (
@@ -224,7 +224,7 @@ async def run_full(args: argparse.Namespace, hook: AgentHookInput, raw: dict[str
 def fail_mode(args: argparse.Namespace, hook: AgentHookInput, servers: list[str], cause: str) -> HookAnswer:
     """No decision could be had: refuse a stage guarded fail-closed (as last seen, or --fail-closed), else go on."""
     dialect = dialect_of(args.flavor)
-    step = plan(hook, dialect.agent)
+    step = dialect.plan(hook)
     if step.stage is None:
         return HookAnswer(exit_code=1, stderr=f"hookbus: {hook.hook_event_name} not sent: {cause}")
     guards = recalled(args, servers).get(step.stage, [])

@@ -138,5 +138,20 @@ def install(args: argparse.Namespace) -> int:
     if path.exists():
         os.chmod(partial, path.stat().st_mode & 0o777)
     os.replace(partial, path)
+    if args.flavor == "codex":
+        _print_codex_trust(path, result["hooks"])
     print(f"hookbus: {args.command} hooks for {', '.join(ours)} written to {path}")
     return 0
+
+
+def _print_codex_trust(path: Path, hooks: dict[str, Any]) -> None:
+    """Codex runs a user or project hook only once its hash is trusted: the entries that trust hookbus's."""
+    from bus.adapters.codex import trust_entries
+
+    entries = trust_entries(str(path.resolve()), hooks, _is_ours)
+    print(
+        "Codex runs these hooks only once trusted (review them in Codex, or add to its config.toml):",
+        file=sys.stderr,
+    )
+    for key, digest in entries:
+        print(f'[hooks.state."{key}"]\ntrusted_hash = "{digest}"', file=sys.stderr)
