@@ -30,7 +30,7 @@ HTTP_PATH: Final = "/hooks/claude-code"
 TOKEN_VARIABLE: Final = "HOOKBUS_API_TOKEN"
 #: Seconds Claude Code gives the hook (its own unit for hook timeouts).
 DEFAULT_HOOK_TIMEOUT: Final = 30
-_OURS: Final = ("claude-hook", "codex-hook")
+_OURS: Final = ("claude-hook", "codex-hook", "gemini-hook")
 
 
 def configure_install(parser: argparse.ArgumentParser) -> None:
@@ -66,23 +66,28 @@ def _handler(args: argparse.Namespace, event: str) -> dict[str, Any]:
         if args.fail_closed and event in ("PreToolUse", "UserPromptSubmit"):
             hook["onFailure"] = "block"
         return hook
+    if args.flavor == "gemini":  # Gemini CLI counts a hook's timeout in milliseconds
+        return {"name": "hookbus", "type": "command", "command": _command(args), "timeout": args.hook_timeout * 1000}
     return {"type": "command", "command": _command(args), "timeout": args.hook_timeout}
 
 
 def hooks_config(args: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
     """The ``hooks`` object: one matcher group per event (tool events match every tool)."""
-    from bus.adapters import claude_code, codex
+    from bus.adapters import claude_code, codex, gemini
 
     events: tuple[str, ...]
-    if args.flavor == "codex":
+    tool_events: frozenset[str] = claude_code.TOOL_EVENTS
+    if args.flavor in ("codex", "gemini"):
         if args.http:
-            raise ConfigError("--http: Codex has no http hook type; install the command hook")
-        events = codex.INSTALLED_EVENTS
+            agent = "Codex" if args.flavor == "codex" else "Gemini CLI"
+            raise ConfigError(f"--http: {agent} has no http hook type; install the command hook")
+        events = codex.INSTALLED_EVENTS if args.flavor == "codex" else gemini.INSTALLED_EVENTS
+        tool_events = tool_events if args.flavor == "codex" else gemini.TOOL_EVENTS
     else:
         events = claude_code.INSTALLED_EVENTS
     config: dict[str, list[dict[str, Any]]] = {}
     for event in events:
-        group: dict[str, Any] = {"matcher": "*"} if event in claude_code.TOOL_EVENTS else {}
+        group: dict[str, Any] = {"matcher": "*"} if event in tool_events else {}
         group["hooks"] = [_handler(args, event)]
         config[event] = [group]
     return config

@@ -373,7 +373,7 @@ class AgentHookInput(msgspec.Struct, kw_only=True):
     llm_response: Any = None
 
 
-AdapterFlavor = Literal["claude-code", "codex"]
+AdapterFlavor = Literal["claude-code", "codex", "gemini"]
 
 
 class AdapterRequestMsg(msgspec.Struct, kw_only=True):
