@@ -320,3 +320,48 @@ async def test_a_langchain_v1_agent_through_the_middleware(nats_url: str, llm: F
         assert llm.requests[-1]["messages"][0]["content"] == "cooled"
         with pytest.raises(TurnFailed, match=r"llm\.request cancelled: not that topic"):
             await agent.ainvoke({"messages": [HumanMessage("forbidden things")]})
+
+
+async def test_a_handler_asking_for_rework_forever_cannot_loop_the_agent(
+    nats_url: str, llm: FakeLLM, kernel: Bus
+) -> None:
+    """A hostile assistant.message handler reworks every answer: after 2 reworks the last answer stands."""
+    from langchain.agents import create_agent
+
+    from bus.adapters.langchain_agents import MAX_REWORK_ROUNDS, HookbusMiddleware
+
+    guard = Module(unique("lcloop"))
+
+    @guard.stage("assistant.message")
+    async def again(stage: str, payload: dict[str, Any]) -> Decision:
+        return Patch({**payload, "rework": "again"})
+
+    async with serving(guard, nats_url):
+        await wait_for_chain(kernel, "assistant.message", [f"{guard.name}.again"])
+        agent = create_agent(ScriptedChat(base_url=llm.url), tools=[], middleware=[HookbusMiddleware(kernel)])
+        llm.script = [text(f"answer {n}") for n in range(MAX_REWORK_ROUNDS + 3)]
+        state = await agent.ainvoke({"messages": [HumanMessage("hi")]})
+    assert len(llm.requests) == MAX_REWORK_ROUNDS + 1
+    assert state["messages"][-1].content == f"answer {MAX_REWORK_ROUNDS}"
+
+
+async def test_the_middleware_on_a_sync_agent(nats_url: str, llm: FakeLLM) -> None:
+    from langchain.agents import create_agent
+
+    from bus.adapters.langchain_agents import HookbusMiddleware
+
+    guard, ran = _agent_guard(unique("lcsync")), []
+    async with serving(guard, nats_url):
+        sync = await asyncio.to_thread(SyncBus, nats_url, name="lc-mw-sync", trust_new=True)
+        try:
+            await asyncio.to_thread(sync.run, wait_for_chain(sync.bus, "tool.call", [f"{guard.name}.judge"]))
+            await asyncio.to_thread(sync.run, wait_for_chain(sync.bus, "assistant.message", [f"{guard.name}.answer"]))
+            agent = create_agent(
+                ScriptedChat(base_url=llm.url), tools=[_shell(ran)], middleware=[HookbusMiddleware(sync)]
+            )
+            llm.script = [tool_calls(("shell", {"command": "rm -rf /"})), text("SSN 123-45-6789")]
+            state = await asyncio.to_thread(agent.invoke, {"messages": [HumanMessage("clean up")]})
+        finally:
+            await asyncio.to_thread(sync.close)
+    assert ran == [] and state["messages"][-1].content == "SSN [redacted]"
+    assert _tool_answers(llm.requests[1]) == ["cancelled by middleware: only by hand"]
