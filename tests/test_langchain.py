@@ -8,14 +8,14 @@ the callback handlers put the run's lifecycle events on the bus.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 
 pytest.importorskip("langchain_core")  # the langchain extra; scripts/test installs it (CI fails below if missing)
 
 from langchain_core.messages import BaseMessage, HumanMessage, ToolMessage
-from langchain_core.tools import ToolException, tool
+from langchain_core.tools import InjectedToolCallId, ToolException, tool
 
 from bus import Bus, Cancel, Continue, Decision, DecisionError, Event, Module, Patch
 from bus.adapters.langchain import AsyncHookbusCallbackHandler, HookbusCallbackHandler, guard_tool
@@ -365,3 +365,42 @@ async def test_the_middleware_on_a_sync_agent(nats_url: str, llm: FakeLLM) -> No
             await asyncio.to_thread(sync.close)
     assert ran == [] and state["messages"][-1].content == "SSN [redacted]"
     assert _tool_answers(llm.requests[1]) == ["cancelled by middleware: only by hand"]
+
+
+async def test_streamed_agents_and_async_tools_with_injected_ids_are_guarded(
+    nats_url: str, llm: FakeLLM, kernel: Bus
+) -> None:
+    """``agent.astream`` goes through the same hooks; an async tool gets its injected call id, handlers do not."""
+    from langchain.agents import create_agent
+
+    from bus.adapters.langchain_agents import HookbusMiddleware
+
+    ids: list[str] = []
+
+    @tool
+    async def shell(command: str, call_id: Annotated[str, InjectedToolCallId]) -> str:
+        """Run a shell command."""
+        ids.append(call_id)
+        return f"ran {command}"
+
+    guard = _agent_guard(unique("lcstream"))
+    async with serving(guard, nats_url):
+        await wait_for_chain(kernel, "tool.call", [f"{guard.name}.judge"])
+        await wait_for_chain(kernel, "assistant.message", [f"{guard.name}.answer"])
+        agent = create_agent(ScriptedChat(base_url=llm.url), tools=[shell], middleware=[HookbusMiddleware(kernel)])
+        llm.script = [
+            tool_calls(("shell", {"command": "rm -rf /"}), ("shell", {"command": "ls"})),
+            text("SSN 123-45-6789"),
+        ]
+        updates = [chunk async for chunk in agent.astream({"messages": [HumanMessage("go")]}, stream_mode="updates")]
+        last = next(u for u in reversed(updates) if any("messages" in (v or {}) for v in u.values()))
+        final = next(v["messages"][-1] for v in last.values() if v and "messages" in v)
+        assert final.content == "SSN [redacted]"
+        assert ids == ["call_1"], "only the patched call ran, with its own injected id"
+        assert _tool_answers(llm.requests[1]) == ["cancelled by middleware: only by hand", "ran ls -la"]
+
+        guarded = guard_tool(shell, kernel)
+        answer = await guarded.ainvoke(
+            {"name": "shell", "args": {"command": "ls"}, "id": "call_x", "type": "tool_call"}
+        )
+        assert answer.content == "ran ls -la" and ids[-1] == "call_x"
