@@ -81,7 +81,7 @@ async def test_the_http_hook_denies_patches_and_emits(up: UpProcess, guarded: st
 
 
 async def test_hookbus_up_relays_the_hook_command(up: UpProcess, guarded: str, tmp_path: Path) -> None:
-    assert any(line.startswith("  agents   claude-hook and codex-hook relay") for line in up.lines)
+    assert any(line.startswith("  agents   claude-hook, codex-hook and gemini-hook relay") for line in up.lines)
     async with Bus(up.nats_url) as bus:  # the relay answers (a command without one would decide on its own)
         request = orjson.dumps({"input": bash("rm -rf /")})
         reply = orjson.loads(await bus.request_raw(adapter_subject("claude-code"), request, 10.0))

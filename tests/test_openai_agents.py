@@ -167,3 +167,140 @@ async def test_arguments_that_are_not_an_object_never_reach_the_tool(kernel: Bus
     assert answer == "invalid tool arguments for shell: an object is needed, not array"
     assert "not JSON" in await guarded.on_invoke_tool(None, "{oops")  # type: ignore[arg-type]
     assert ran == []
+
+
+def _tool_guard() -> Module:
+    """tool.call: no mail to rival.com, Tokyo is asked as Kyoto, add(666) refused;
+    tool.result: an SSN cancels, the secret word is redacted."""
+    guard = Module(unique("agtool"))
+
+    @guard.stage("tool.call")
+    async def judge(stage: str, payload: dict[str, Any]) -> Decision:
+        args = payload["input"]
+        if "rival.com" in str(args.get("to", "")):
+            return Cancel("no mail to competitors")
+        if args.get("city") == "Tokyo":
+            return Patch({**payload, "input": {"city": "Kyoto"}})
+        return Cancel("not the number of the beast") if args.get("a") == 666 else Continue()
+
+    @guard.stage("tool.result")
+    async def screen(stage: str, payload: dict[str, Any]) -> Decision:
+        if "123-45-6789" in payload["output"]:
+            return Cancel("an SSN in the output")
+        if payload["output"] in ("apple", "banana", "cherry"):
+            return Patch({**payload, "output": "[redacted]"})
+        return Continue()
+
+    return guard
+
+
+def _tool_messages(request: dict[str, Any]) -> list[str]:
+    return [m["content"] for m in request["messages"] if m["role"] == "tool"]
+
+
+async def _ready_tools(kernel: Bus, guard: Module) -> None:
+    await wait_for_chain(kernel, "tool.call", [f"{guard.name}.judge"])
+    await wait_for_chain(kernel, "tool.result", [f"{guard.name}.screen"])
+
+
+async def test_the_sdk_tool_guardrails_example_with_hookbus_guardrails_beside_its_own(
+    nats_url: str, llm: FakeLLM, model: OpenAIChatCompletionsModel, kernel: Bus
+) -> None:
+    """examples/basic/tool_guardrails.py: its own guardrails still decide; hookbus's decide too."""
+    import dataclasses
+
+    from agents import ToolOutputGuardrailTripwireTriggered
+
+    from bus.adapters.openai_agents import tool_input_guardrail, tool_output_guardrail
+
+    from .fixtures.openai_agents import tool_guardrails_example as example
+
+    guard = _tool_guard()
+    async with serving(guard, nats_url):
+        await _ready_tools(kernel, guard)
+        ours_in, ours_out = tool_input_guardrail(kernel), tool_output_guardrail(kernel, on_cancel="raise")
+        tools = [
+            dataclasses.replace(
+                tool,
+                tool_input_guardrails=[ours_in, *(tool.tool_input_guardrails or [])],
+                tool_output_guardrails=[ours_out, *(tool.tool_output_guardrails or [])],
+            )
+            for tool in example.agent.tools
+        ]
+        agent = example.agent.clone(model=model, tools=tools)
+        mail = {"subject": "hi", "body": "welcome"}
+        llm.script = [
+            tool_calls(
+                ("send_email", {"to": "ceo@rival.com", **mail}),
+                ("send_email", {"to": "john@example.com", "subject": "ACME", "body": "x"}),
+                ("send_email", {"to": "john@example.com", **mail}),
+            ),
+            text("sent one"),
+        ]
+        result = await Runner.run(agent, "Send a welcome email to john@example.com")
+        assert result.final_output == "sent one"
+        assert _tool_messages(llm.requests[1]) == [
+            "cancelled by middleware: no mail to competitors",  # hookbus's guard
+            "🚨 Tool call blocked: contains 'ACME'",  # the example's own, as without hookbus
+            "Email sent to john@example.com with subject 'hi'",
+        ]
+        llm.script = [tool_calls(("get_user_data", {"user_id": "user123"})), text("never")]
+        with pytest.raises(ToolOutputGuardrailTripwireTriggered):
+            await Runner.run(agent, "Get the data for user ID user123")
+
+
+async def test_the_sdk_tools_example_a_changed_argument_is_a_rejection_naming_it(
+    nats_url: str, llm: FakeLLM, model: OpenAIChatCompletionsModel, kernel: Bus
+) -> None:
+    """examples/basic/tools.py: a guardrail cannot change arguments, so the model is told what to call."""
+    import dataclasses
+
+    from bus.adapters.openai_agents import tool_input_guardrail
+
+    from .fixtures.openai_agents import tools_example as example
+
+    guard = _tool_guard()
+    async with serving(guard, nats_url):
+        await _ready_tools(kernel, guard)
+        tools = [
+            dataclasses.replace(t, tool_input_guardrails=[tool_input_guardrail(kernel)]) for t in example.agent.tools
+        ]
+        agent = example.agent.clone(model=model, tools=tools)
+        llm.script = [tool_calls(("get_weather", {"city": "Tokyo"}), ("get_weather", {"city": "Paris"})), text("sunny")]
+        result = await Runner.run(agent, "What's the weather in Tokyo?")
+    assert result.final_output == "sunny"
+    refused, ran = _tool_messages(llm.requests[1])
+    assert refused == 'refused by middleware: call get_weather with {"city":"Kyoto"}'
+    assert "Paris" in ran and "Sunny with wind." in ran
+
+
+async def test_mcp_server_tools_are_guarded_the_same_way(
+    nats_url: str, llm: FakeLLM, model: OpenAIChatCompletionsModel, kernel: Bus
+) -> None:
+    """An MCP server (a real stdio process: the SDK example's server) behind hookbus, every one of its tools."""
+    import sys
+    from pathlib import Path
+
+    from agents.mcp import MCPServerStdio
+
+    from bus.adapters.openai_agents import guard_mcp_server
+
+    script = Path(__file__).parent / "fixtures" / "openai_agents" / "mcp_server.py"
+    guard = _tool_guard()
+    async with (
+        serving(guard, nats_url),
+        MCPServerStdio(params={"command": sys.executable, "args": [str(script)]}) as server,
+    ):
+        await _ready_tools(kernel, guard)
+        agent = Agent(
+            name="mcp", instructions="Use the tools.", model=model, mcp_servers=[guard_mcp_server(server, kernel)]
+        )
+        llm.script = [
+            tool_calls(("add", {"a": 2, "b": 3}), ("add", {"a": 666, "b": 1}), ("get_secret_word", {})),
+            text("done"),
+        ]
+        result = await Runner.run(agent, "add and tell me the word")
+    assert result.final_output == "done"
+    answers = _tool_messages(llm.requests[1])
+    assert answers[1:] == ["cancelled by middleware: not the number of the beast", "[redacted]"]
+    assert answers[0] == [{"type": "text", "text": "5"}], "allowed: the tool's own answer"

@@ -130,6 +130,10 @@ class ClaudeCodeDialect:
     name: str = CLAUDE_CODE
     agent: str = CLAUDE_CODE
 
+    def plan(self, hook: AgentHookInput) -> Step:
+        """What ``hook`` asks of the bus in this agent's events (the table above; a dialect adds its own)."""
+        return plan(hook, self.agent)
+
     def deny(self, event: str, reason: str) -> HookAnswer:
         """Refuse the call or prompt of ``event`` with ``reason`` (shown to the model, or to the user for a prompt)."""
         if event == "PreToolUse":
@@ -205,7 +209,7 @@ async def answer(
     from bus.core.decisions import Cancel, Continue
 
     dialect = dialect or ClaudeCodeDialect()
-    step = plan(hook, dialect.agent)
+    step = dialect.plan(hook)
     decision: Decision = Continue()
     if step.stage is not None:
         ctx = {"session": hook.session_id, "agent": dialect.agent}

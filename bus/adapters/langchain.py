@@ -202,10 +202,11 @@ def _input_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
-def _for_inner(given: dict[str, Any], args: tuple[Any, ...]) -> str | dict[str, Any]:
-    if args and set(given) == {"input"}:
+def _for_inner(given: dict[str, Any], args: tuple[Any, ...], injected: dict[str, Any]) -> str | dict[str, Any]:
+    """The inner tool's input: the (judged) arguments, with the injected ones as LangChain gave them."""
+    if args and set(given) == {"input"} and not injected:
         return str(given["input"])
-    return given
+    return {**given, **injected}
 
 
 class _Cancelled(ToolException, HookbusError):
@@ -240,22 +241,97 @@ class _ErrorPolicy:
 
 
 class GuardedTool(BaseTool):
-    """A LangChain tool run behind ``tool.call``/``tool.result`` middleware (see :func:`guard_tool`)."""
+    """A LangChain tool run behind ``tool.call``/``tool.result`` middleware (see :func:`guard_tool`).
+
+    Injected arguments (``InjectedToolCallId``, ``InjectedState``, ``InjectedStore``, any
+    ``InjectedToolArg``) reach the inner tool as LangChain gave them and are never in the payload
+    handlers see, nor taken from a patch. A ``content_and_artifact`` tool keeps its artifact when
+    the guards let its output through; a hidden or rewritten output drops it (the artifact is the
+    raw result the guard judged).
+    """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     inner: BaseTool
     guard: ToolGuard
 
+    def _split(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        hidden = self.inner._injected_args_keys
+        injected = {key: kwargs.pop(key) for key in list(kwargs) if key in hidden}
+        return _input_of(args, kwargs), injected
+
+    def _call_id(self, injected: dict[str, Any]) -> str | None:
+        for key, value in injected.items():
+            if key in _call_id_keys(self.inner) and isinstance(value, str):
+                return value
+        return _ARTIFACT_CALL if self.response_format == "content_and_artifact" else None
+
     def _run(self, *args: Any, run_manager: CallbackManagerForToolRun | None = None, **kwargs: Any) -> Any:
         # The inner tool runs without this run's callbacks: its start and end are this tool's, reported once.
-        return self.guard.run(_input_of(args, kwargs), lambda given: self.inner.run(_for_inner(given, args)))
+        given, injected = self._split(args, kwargs)
+        call_id = self._call_id(injected)
+
+        def call(tool_input: dict[str, Any]) -> Any:
+            return _content(self.inner.run(_for_inner(tool_input, args, injected), tool_call_id=call_id))
+
+        return self._answer(self.guard.run(given, call))
 
     async def _arun(self, *args: Any, run_manager: AsyncCallbackManagerForToolRun | None = None, **kwargs: Any) -> Any:
-        async def call(given: dict[str, Any]) -> Any:
-            return await self.inner.arun(_for_inner(given, args))
+        given, injected = self._split(args, kwargs)
+        call_id = self._call_id(injected)
 
-        return await self.guard.arun(_input_of(args, kwargs), call)
+        async def call(tool_input: dict[str, Any]) -> Any:
+            return _content(await self.inner.arun(_for_inner(tool_input, args, injected), tool_call_id=call_id))
+
+        return self._answer(await self.guard.arun(given, call))
+
+    def _answer(self, answer: Any) -> Any:
+        if self.response_format != "content_and_artifact":
+            if isinstance(answer, _Artifacted):  # a tool answering with its own ToolMessage keeps it
+                return answer.message if answer.artifact is not None else answer.content
+            return answer
+        if isinstance(answer, _Artifacted):
+            return answer.content, answer.artifact
+        return answer, None  # hidden, rewritten or answered by a guard: no artifact of the tool's
+
+
+#: The tool call id a content_and_artifact tool is run with when the call named none (its artifact is kept).
+_ARTIFACT_CALL = "hookbus-guarded"
+
+
+class _Artifacted(str):
+    """A tool's content with its artifact: as text, the content ``tool.result`` judges (the artifact is not)."""
+
+    content: Any
+    artifact: Any
+    message: Any
+
+    def __new__(cls, content: Any, artifact: Any, message: Any = None) -> _Artifacted:
+        made = super().__new__(cls, output_text(content))
+        made.content, made.artifact, made.message = content, artifact, message
+        return made
+
+
+def _content(output: Any) -> Any:
+    """What the inner tool answered: a ToolMessage's content (and artifact), or the output itself."""
+    from langchain_core.messages import ToolMessage
+
+    if isinstance(output, ToolMessage):
+        if output.status == "error" and output.artifact is None:
+            return output.content
+        return _Artifacted(output.content, output.artifact, output)
+    return output
+
+
+def _call_id_keys(tool: BaseTool) -> frozenset[str]:
+    from langchain_core.tools import InjectedToolCallId
+    from langchain_core.tools.base import _is_injected_arg_type, get_all_basemodel_annotations
+
+    schema = tool.args_schema
+    if not isinstance(schema, type):
+        return frozenset()
+    annotations = get_all_basemodel_annotations(schema)
+    return frozenset(k for k, v in annotations.items() if _is_injected_arg_type(v, injected_type=InjectedToolCallId))
 
 
 def guard_tool(tool: BaseTool, bus: AnyBus, *, session_id: str | None = None, agent: str | None = None) -> GuardedTool:
@@ -270,6 +346,7 @@ def guard_tool(tool: BaseTool, bus: AnyBus, *, session_id: str | None = None, ag
         description=tool.description,
         args_schema=tool.args_schema,
         return_direct=tool.return_direct,
+        response_format=tool.response_format,
         handle_tool_error=_ErrorPolicy(tool.handle_tool_error),
         inner=tool,
         guard=ToolGuard(bus, tool.name, ctx, refuse=_refuse),

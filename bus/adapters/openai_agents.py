@@ -7,6 +7,15 @@ and tools. ``input_guardrail(bus)`` and ``output_guardrail(bus)`` ask the
 guardrail with the reason. ``guard_function_tool(tool, bus)`` puts a
 ``FunctionTool`` behind ``tool.call``/``tool.result`` as for LangChain.
 
+``tool_input_guardrail(bus)`` / ``tool_output_guardrail(bus)`` are the SDK's
+own tool guardrails (``FunctionTool(tool_input_guardrails=[...])``, and every
+tool of an MCP server: ``guard_mcp_server(server, bus)`` or the server's
+``tool_input_guardrails=``): ``tool.call`` and ``tool.result`` decide
+``allow``, ``reject_content`` (the model reads the reason, or a guard's
+``result``, instead of the tool's answer) or, with ``on_cancel="raise"``,
+``raise_exception``. A guardrail cannot change arguments: a patched ``input``
+is a rejection naming the arguments to call the tool with.
+
 A guardrail can only pass or trip: a patch of ``user.message`` or
 ``assistant.message`` is not applied here, it is reported in the guardrail's
 ``output_info`` (``{"patched": payload}``). Needs ``openai-agents``
@@ -29,12 +38,17 @@ from agents import (
     OutputGuardrail,
     RunContextWrapper,
     RunHooks,
+    ToolGuardrailFunctionOutput,
+    ToolInputGuardrail,
+    ToolInputGuardrailData,
+    ToolOutputGuardrail,
+    ToolOutputGuardrailData,
 )
 from agents.items import ModelResponse
 
 from bus.adapters.calls import AnyBus, aemit, aintercept
 from bus.adapters.lifecycle import Emitted, Lifecycle
-from bus.adapters.tool_guard import ToolGuard, output_text
+from bus.adapters.tool_guard import TOOL_CALL, TOOL_RESULT, ToolGuard, after, before, output_text
 from bus.core.decisions import Cancel, Decision, Patch
 from bus.core.json_types import json_type
 from bus.core.subjects import EVA_DOMAIN
@@ -43,8 +57,11 @@ __all__ = [
     "HookbusAgentHooks",
     "HookbusRunHooks",
     "guard_function_tool",
+    "guard_mcp_server",
     "input_guardrail",
     "output_guardrail",
+    "tool_input_guardrail",
+    "tool_output_guardrail",
 ]
 
 USER_MESSAGE: Final = "user.message"
@@ -228,3 +245,88 @@ def guard_function_tool(
         return await guard.arun(arguments, call)
 
     return dataclasses.replace(tool, on_invoke_tool=invoke)
+
+
+def _guardrail_arguments(context: Any) -> dict[str, Any]:
+    raw = getattr(context, "tool_arguments", None) or "{}"
+    try:
+        arguments = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return {"arguments": raw}
+    return arguments if isinstance(arguments, dict) else {"arguments": arguments}
+
+
+def _blocks_text(output: Any) -> str:
+    """A tool output as text; an MCP tool's text content blocks are their text (what the model reads)."""
+    if isinstance(output, str) and output.startswith("["):
+        try:  # the SDK hands an MCP tool's content blocks over as their JSON
+            output_blocks = orjson.loads(output)
+        except orjson.JSONDecodeError:
+            return output
+        return _blocks_text(output_blocks) if isinstance(output_blocks, list) else output
+    items = output if isinstance(output, list) else [output] if isinstance(output, dict) else []
+    blocks = [b if isinstance(b, dict) else getattr(b, "__dict__", {}) for b in items]
+    if blocks and all(block.get("type") == "text" for block in blocks):
+        return "\n".join(str(block.get("text", "")) for block in blocks)
+    return output_text(output)
+
+
+def _rejected(text: str, cancelled: bool, on_cancel: str) -> ToolGuardrailFunctionOutput:
+    if cancelled and on_cancel == "raise":
+        return ToolGuardrailFunctionOutput.raise_exception(output_info={"reason": text})
+    return ToolGuardrailFunctionOutput.reject_content(text, output_info={"reason": text})
+
+
+def tool_input_guardrail(
+    bus: AnyBus, *, session_id: str | None = None, agent: str | None = None, on_cancel: str = "reject"
+) -> ToolInputGuardrail[Any]:
+    """A tool input guardrail asking ``tool.call`` (``on_cancel``: ``"reject"`` the content, or ``"raise"``)."""
+    if on_cancel not in ("reject", "raise"):
+        raise ValueError(f"on_cancel must be 'reject' or 'raise', not {on_cancel!r}")
+
+    async def check(data: ToolInputGuardrailData) -> ToolGuardrailFunctionOutput:
+        context = data.context
+        arguments = _guardrail_arguments(context)
+        payload = {"name": context.tool_name, "input": arguments, "id": context.tool_call_id}
+        ctx = _ctx(session_id, agent or data.agent.name)
+        verdict = before(await aintercept(bus, TOOL_CALL, payload, ctx), arguments)
+        if verdict.answer is not None:
+            return _rejected(verdict.answer, verdict.cancelled, on_cancel)
+        if verdict.input != arguments:
+            changed = orjson.dumps(verdict.input).decode()
+            return _rejected(f"refused by middleware: call {context.tool_name} with {changed}", True, "reject")
+        return ToolGuardrailFunctionOutput.allow()
+
+    return ToolInputGuardrail(guardrail_function=check, name="hookbus_tool_call")
+
+
+def tool_output_guardrail(
+    bus: AnyBus, *, session_id: str | None = None, agent: str | None = None, on_cancel: str = "reject"
+) -> ToolOutputGuardrail[Any]:
+    """A tool output guardrail asking ``tool.result``: a cancel hides the output, a patch replaces it."""
+    if on_cancel not in ("reject", "raise"):
+        raise ValueError(f"on_cancel must be 'reject' or 'raise', not {on_cancel!r}")
+
+    async def check(data: ToolOutputGuardrailData) -> ToolGuardrailFunctionOutput:
+        context = data.context
+        text = _blocks_text(data.output)
+        payload = {"name": context.tool_name, "output": text, "is_error": False, "id": context.tool_call_id}
+        decision = await aintercept(bus, TOOL_RESULT, payload, _ctx(session_id, agent or data.agent.name))
+        if isinstance(decision, Cancel | Patch):
+            return _rejected(str(after(decision, text)), isinstance(decision, Cancel), on_cancel)
+        return ToolGuardrailFunctionOutput.allow()
+
+    return ToolOutputGuardrail(guardrail_function=check, name="hookbus_tool_result")
+
+
+def guard_mcp_server(server: Any, bus: AnyBus, *, session_id: str | None = None, agent: str | None = None) -> Any:
+    """Every tool of an MCP server (``Agent(mcp_servers=[...])``) behind the tool guardrails above; returns it."""
+    server.tool_input_guardrails = [
+        *(getattr(server, "tool_input_guardrails", None) or []),
+        tool_input_guardrail(bus, session_id=session_id, agent=agent),
+    ]
+    server.tool_output_guardrails = [
+        *(getattr(server, "tool_output_guardrails", None) or []),
+        tool_output_guardrail(bus, session_id=session_id, agent=agent),
+    ]
+    return server

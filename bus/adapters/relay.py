@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Final
 from bus.adapters.claude_code import ClaudeCodeDialect, answer, fail_closed_guards, parse
 from bus.adapters.codex import CodexDialect
 from bus.adapters.fair_slots import ANONYMOUS, FairSlots
+from bus.adapters.gemini import GeminiDialect
 from bus.core.depth import set_depth
 from bus.core.errors import AgentHookError, HookbusError
 from bus.core.ratelog import RateLimitedLog
@@ -46,7 +47,7 @@ PER_USER: Final = 8
 #: Requests waiting for a slot, per asker and in all; one more is answered with an error at once.
 WAITING_PER_USER: Final = 256
 WAITING_TOTAL: Final = 4096
-DIALECTS: Final = (ClaudeCodeDialect(), CodexDialect())
+DIALECTS: Final = (ClaudeCodeDialect(), CodexDialect(), GeminiDialect())
 
 
 async def reply_to(bus: Bus, dialect: ClaudeCodeDialect, data: bytes, asker: str | None = None) -> AdapterReplyMsg:
@@ -121,7 +122,7 @@ async def service(ctx: ServiceContext) -> AsyncIterator[None]:
     """The relay as a service of ``hookbus up``."""
     relay = Relay(ctx.bus)
     await relay.start()
-    ctx.lines.append(f"  agents   claude-hook and codex-hook relay on {ADAPTER_PREFIX}.<flavor>.<user>")
+    ctx.lines.append(f"  agents   claude-hook, codex-hook and gemini-hook relay on {ADAPTER_PREFIX}.<flavor>.<user>")
     try:
         yield
     finally:

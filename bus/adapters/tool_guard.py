@@ -59,7 +59,7 @@ def before(decision: Decision, tool_input: dict[str, Any]) -> Before:
 def output_text(output: Any) -> str:
     """The tool's output as the text ``tool.result`` judges (JSON for structured values)."""
     if isinstance(output, str):
-        return output
+        return str(output)  # a plain str: a framework's str subclass (content with its artifact) is not encodable
     try:
         return orjson.dumps(output, default=str).decode()
     except TypeError:

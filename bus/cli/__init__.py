@@ -110,7 +110,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from bus.cli import emit
 
         return emit.main(arguments[1:])
-    if arguments[:1] in (["claude-hook"], ["codex-hook"]):  # a hook per tool call too: the same one-shot path
+    # a hook per tool call too: the same one-shot path
+    if arguments[:1] in (["claude-hook"], ["codex-hook"], ["gemini-hook"]):
         from bus.cli import agent_hook
 
         return agent_hook.main(arguments[0], arguments[1:])

@@ -1,4 +1,4 @@
-"""``hookbus claude-hook`` / ``codex-hook``: a Claude Code or Codex command hook that puts the session on the bus.
+"""``hookbus claude-hook`` / ``codex-hook`` / ``gemini-hook``: an agent's command hook that puts its session on the bus.
 
 The agent runs it once per hook call with the hook input on stdin, so it has
 the one-shot path of ``hookbus emit``: ``bus.cli.main`` comes here before
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
-from bus.adapters.claude_code import ClaudeCodeDialect, HookAnswer, parse, plan
+from bus.adapters.claude_code import ClaudeCodeDialect, HookAnswer, parse
 from bus.cli.options import add_nats_url, credentials_of
 from bus.core.depth import DEFAULT_MAX_DEPTH, depth_from_env
 from bus.core.errors import (
@@ -45,7 +45,9 @@ from bus.transport.endpoints import credential_values, resolve_servers
 if TYPE_CHECKING:
     from bus.client import Bus
 
-COMMANDS: Final = {"claude-hook": "claude-code", "codex-hook": "codex"}
+COMMANDS: Final = {"claude-hook": "claude-code", "codex-hook": "codex", "gemini-hook": "gemini"}
+#: The agent each command serves, as its help names it.
+AGENTS: Final = {"claude-code": "Claude Code", "codex": "Codex", "gemini": "Gemini CLI"}
 #: Seconds to wait for the relay's answer (the chain's own timeouts are shorter; the agent's hook timeout longer).
 DEFAULT_TIMEOUT_S: Final = 30.0
 #: The state file remembering the fail-closed guards of each bus, under $XDG_STATE_HOME (or ~/.local/state).
@@ -59,11 +61,15 @@ def dialect_of(flavor: str) -> ClaudeCodeDialect:
         from bus.adapters.codex import CodexDialect
 
         return CodexDialect()
+    if flavor == "gemini":
+        from bus.adapters.gemini import GeminiDialect
+
+        return GeminiDialect()
     return ClaudeCodeDialect()
 
 
 def describe(command: str) -> str:
-    agent = "Claude Code" if command == "claude-hook" else "Codex"
+    agent = AGENTS[COMMANDS[command]]
     return (
         f"A {agent} command hook: reads the hook input on stdin, runs it through the bus (tool calls through "
         "the tool.call chain, results through tool.result, prompts through user.message; session events as "
@@ -89,7 +95,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     for command, flavor in COMMANDS.items():
-        agent = "Claude Code" if flavor == "claude-code" else "Codex"
+        agent = AGENTS[flavor]
         what = f"a {agent} command hook on the bus (install: print its hooks configuration)"
         parser = subparsers.add_parser(command, help=what, description=describe(command))
         parser.add_argument("install", nargs="?", choices=["install"], help="print or merge the hooks configuration")
@@ -224,7 +230,7 @@ async def run_full(args: argparse.Namespace, hook: AgentHookInput, raw: dict[str
 def fail_mode(args: argparse.Namespace, hook: AgentHookInput, servers: list[str], cause: str) -> HookAnswer:
     """No decision could be had: refuse a stage guarded fail-closed (as last seen, or --fail-closed), else go on."""
     dialect = dialect_of(args.flavor)
-    step = plan(hook, dialect.agent)
+    step = dialect.plan(hook)
     if step.stage is None:
         return HookAnswer(exit_code=1, stderr=f"hookbus: {hook.hook_event_name} not sent: {cause}")
     guards = recalled(args, servers).get(step.stage, [])

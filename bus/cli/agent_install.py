@@ -30,7 +30,7 @@ HTTP_PATH: Final = "/hooks/claude-code"
 TOKEN_VARIABLE: Final = "HOOKBUS_API_TOKEN"
 #: Seconds Claude Code gives the hook (its own unit for hook timeouts).
 DEFAULT_HOOK_TIMEOUT: Final = 30
-_OURS: Final = ("claude-hook", "codex-hook")
+_OURS: Final = ("claude-hook", "codex-hook", "gemini-hook")
 
 
 def configure_install(parser: argparse.ArgumentParser) -> None:
@@ -66,23 +66,28 @@ def _handler(args: argparse.Namespace, event: str) -> dict[str, Any]:
         if args.fail_closed and event in ("PreToolUse", "UserPromptSubmit"):
             hook["onFailure"] = "block"
         return hook
+    if args.flavor == "gemini":  # Gemini CLI counts a hook's timeout in milliseconds
+        return {"name": "hookbus", "type": "command", "command": _command(args), "timeout": args.hook_timeout * 1000}
     return {"type": "command", "command": _command(args), "timeout": args.hook_timeout}
 
 
 def hooks_config(args: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
     """The ``hooks`` object: one matcher group per event (tool events match every tool)."""
-    from bus.adapters import claude_code, codex
+    from bus.adapters import claude_code, codex, gemini
 
     events: tuple[str, ...]
-    if args.flavor == "codex":
+    tool_events: frozenset[str] = claude_code.TOOL_EVENTS
+    if args.flavor in ("codex", "gemini"):
         if args.http:
-            raise ConfigError("--http: Codex has no http hook type; install the command hook")
-        events = codex.INSTALLED_EVENTS
+            agent = "Codex" if args.flavor == "codex" else "Gemini CLI"
+            raise ConfigError(f"--http: {agent} has no http hook type; install the command hook")
+        events = codex.INSTALLED_EVENTS if args.flavor == "codex" else gemini.INSTALLED_EVENTS
+        tool_events = tool_events if args.flavor == "codex" else gemini.TOOL_EVENTS
     else:
         events = claude_code.INSTALLED_EVENTS
     config: dict[str, list[dict[str, Any]]] = {}
     for event in events:
-        group: dict[str, Any] = {"matcher": "*"} if event in claude_code.TOOL_EVENTS else {}
+        group: dict[str, Any] = {"matcher": "*"} if event in tool_events else {}
         group["hooks"] = [_handler(args, event)]
         config[event] = [group]
     return config
@@ -138,5 +143,20 @@ def install(args: argparse.Namespace) -> int:
     if path.exists():
         os.chmod(partial, path.stat().st_mode & 0o777)
     os.replace(partial, path)
+    if args.flavor == "codex":
+        _print_codex_trust(path, result["hooks"])
     print(f"hookbus: {args.command} hooks for {', '.join(ours)} written to {path}")
     return 0
+
+
+def _print_codex_trust(path: Path, hooks: dict[str, Any]) -> None:
+    """Codex runs a user or project hook only once its hash is trusted: the entries that trust hookbus's."""
+    from bus.adapters.codex import trust_entries
+
+    entries = trust_entries(str(path.resolve()), hooks, _is_ours)
+    print(
+        "Codex runs these hooks only once trusted (review them in Codex, or add to its config.toml):",
+        file=sys.stderr,
+    )
+    for key, digest in entries:
+        print(f'[hooks.state."{key}"]\ntrusted_hash = "{digest}"', file=sys.stderr)

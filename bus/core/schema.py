@@ -363,9 +363,17 @@ class AgentHookInput(msgspec.Struct, kw_only=True):
     stop_hook_active: bool | None = None
     turn_id: str | None = None
     model: str | None = None
+    # Codex's SubagentStart / StopFailure and Gemini CLI's model hooks; untyped so that an agent sending
+    # another shape for a field hookbus only reports never makes the whole input unreadable.
+    agent_id: Any = None
+    agent_type: Any = None
+    error: Any = None
+    error_details: Any = None
+    llm_request: Any = None
+    llm_response: Any = None
 
 
-AdapterFlavor = Literal["claude-code", "codex"]
+AdapterFlavor = Literal["claude-code", "codex", "gemini"]
 
 
 class AdapterRequestMsg(msgspec.Struct, kw_only=True):
