@@ -34,8 +34,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         ),
     )
     parser.add_argument("--name", required=True, help="the agent's name, as triggers.yaml names it")
-    parser.add_argument("--llm-url", required=True, help="base URL, e.g. http://127.0.0.1:11434/v1")
-    parser.add_argument("--model", required=True, help="the model name the endpoint serves, e.g. llama3.1:8b")
+    parser.add_argument(
+        "--llm-url",
+        required=True,
+        help="base URL, e.g. http://127.0.0.1:11434/v1; 'builtin:' starts the built-in model in this process",
+    )
+    parser.add_argument(
+        "--model", default=None, help="the model name the endpoint serves, e.g. llama3.1:8b (builtin: optional)"
+    )
     parser.add_argument("--api-key", default=None, help="default: $OPENAI_API_KEY")
     parser.add_argument("--provider", default="openai-compatible", help="provider label in events and metrics")
     parser.add_argument("--system", default=None, help="a system prompt")
@@ -83,6 +89,14 @@ async def run(args: argparse.Namespace) -> int:
         raise ConfigError("--attempts and --concurrency must be at least 1, --timeout positive")
     settings = runner_settings(args)
     book = budget_book(args)
+    stack = AsyncExitStack()
+    if args.llm_url == "builtin:":  # triggers.agent.builtin_model.BUILTIN_URL (loaded only when used)
+        from triggers.agent.builtin_model import MODEL, BuiltinModel
+
+        args.llm_url = (await stack.enter_async_context(BuiltinModel())).url
+        args.model = args.model or MODEL
+    elif not args.model:
+        raise ConfigError("--model is required (the model name the endpoint serves), unless --llm-url builtin:")
     client = ChatClient(
         args.llm_url,
         args.model,
@@ -99,7 +113,6 @@ async def run(args: argparse.Namespace) -> int:
         judge = ChatClient(args.llm_url, args.model, client_key(args), attempts=1, provider=args.provider)
         hook_turns = hook_turn.build_module(f"hook-turns-{args.name}", specs, judge)
     stop = stop_on_signals()
-    stack = AsyncExitStack()
     try:
         metrics = serve_metrics(stack, args.host, args.metrics_port)
         managed = [decl.qualname for decl in hook_turns.declarations] if hook_turns else []
