@@ -57,11 +57,14 @@ async def open_bucket(port: Port, bucket: str) -> Bucket:
     return await port.open_bucket(bucket, ttl_s=MODULES_MAX_AGE if bucket == MODULES_BUCKET else None)
 
 
-async def ensure_buckets(port: Port) -> None:
-    """Create the middleware buckets (handler records' too) and the claim check's object store if missing
+async def ensure_buckets(port: Port, *more: tuple[str, float | None]) -> None:
+    """Create the middleware buckets (handler records' too, and ``more``: name and max age) and the claim
+    check's store if missing, or bring ones an older hookbus made to refusing rollups and purges
     (``hookbus up``, as bus)."""
     for bucket in (MODULES_BUCKET, TRUST_BUCKET, GUARDS_BUCKET, RECORDS_BUCKET, RECORDS_APPROVED_BUCKET):
-        await open_bucket(port, bucket)
+        await port.ensure_bucket(bucket, ttl_s=MODULES_MAX_AGE if bucket == MODULES_BUCKET else None)
+    for bucket, ttl_s in more:
+        await port.ensure_bucket(bucket, ttl_s)
     await port.ensure_payloads_bucket()
 
 
@@ -211,6 +214,9 @@ LOAD_WITHIN_S: Final = 10.0
 class Watch:
     """Follows one bucket: calls ``on_change(key, value or None, revision)`` for each put or delete.
 
+    A key gone without its writer's delete marker (purged, or not delivered
+    again after a restart) comes with revision 0.
+
     :meth:`restart` opens a new watch (after a stall the kernel noticed) and
     reports as deleted the keys the new one no longer delivers; what the old
     one delivered stays known meanwhile.
@@ -270,7 +276,7 @@ class Watch:
                     self.keys.add(entry.key)
                     if fresh is not None:
                         fresh.add(entry.key)
-                self._on_change(entry.key, entry.value, entry.revision)
+                self._on_change(entry.key, entry.value, 0 if entry.purged else entry.revision)
         finally:
             await watcher.stop()
 

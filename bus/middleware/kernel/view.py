@@ -281,6 +281,11 @@ class View:
         self._rebuild()
 
     def _on_guard(self, key: str, data: bytes | None, revision: int) -> None:
+        if data is None and revision == 0 and key in self.guards:
+            # gone without a delete marker (purged, or missing from a new watch): what erased it is not the
+            # record's writer nor the operator, so the guard holds on (docs/security.md, Integrity)
+            log.error("guard record %s vanished from %s without a detach: still enforced", key, GUARDS_BUCKET)
+            return
         if data is None:
             self.guards.pop(key, None)
         else:
