@@ -13,17 +13,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import logging
+import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import nats.errors
 import nats.js.errors
+import orjson
 import pytest
 from nats.aio.client import Client
 
-from bus import Bus, Cancel, NatsServer, Stage
+from bus import Bus, Cancel, Continue, Module, NatsServer, Stage
+from bus.core.errors import MiddlewareError
 from bus.core.subjects import GUARDS_BUCKET, PAYLOADS_CHUNKS, PAYLOADS_METAS, PAYLOADS_STREAM, PRESENCE_BUCKET
-from bus.middleware.registry import MODULES_BUCKET, ensure_buckets
+from bus.journal.entries import ensure_stream
+from bus.middleware.registry import MAX_HANDLERS, MODULES_BUCKET, ensure_buckets
 from bus.presence import MAX_AGE_S as PRESENCE_MAX_AGE_S
 from bus.presence import component, presence
 from bus.testing import EventRecorder, serving, wait_for_chain
@@ -107,6 +112,14 @@ async def test_an_agent_cannot_erase_others_presence_with_a_rollup(server: NatsS
         assert await stream_messages(op, f"KV_{PRESENCE_BUCKET}") == 1
 
 
+async def test_an_agent_cannot_erase_the_journal_with_a_rollup(server: NatsServer) -> None:
+    async with Bus(url(server, "bus")) as bus_role:
+        await ensure_stream(bus_role)
+    async with raw(server, "agent-eva") as eva:
+        said = await rollup(eva, "hookbus.journal.middleware.agent-eva")
+    assert said.startswith("refused"), said
+
+
 async def claimed_by_eva(server: NatsServer, worker: Bus, recorder: EventRecorder, tag: str) -> Any:
     """eva emits a 1 MiB payload; the event the worker got (claimed or cut)."""
     before = len(recorder.events)
@@ -182,3 +195,55 @@ async def test_hookbus_up_hardens_buckets_an_older_version_made(server: NatsServ
             assert not config.allow_rollup_hdrs and config.deny_purge, stream
     async with raw(server, "module-audit") as audit:
         assert (await rollup(audit, f"$KV.{GUARDS_BUCKET}.audit.x")).startswith("refused")
+
+
+def announcement_of_many(module: str, instance: str, count: int, first: int = 0) -> bytes:
+    """An announcement of ``count`` fail-open handlers on tool.call (what a hostile module may put on its key)."""
+    handlers = [{"module": module, "name": f"h{i}", "stage": "tool.call"} for i in range(first, first + count)]
+    return orjson.dumps(
+        {"module": module, "instance": instance, "heartbeat": 60.0, "handlers": handlers, "at": time.time()}
+    )
+
+
+async def test_an_announcement_over_the_handler_cap_is_refused_whole_and_said_once(
+    server: NatsServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """module-audit announces 1,200 handlers on its own key, beat after beat, then 200 other ones on each of two
+    instances: the kernel refuses the 1,200 whole (logged once), and the second instance of 200 (its
+    module over the cap); the guard's chain is what it was and ``rm -rf /`` still cancelled."""
+    await hookbus_up_state(server)
+    guard = serving(guard_module(), url(server, "module-guard"))
+    async with guard, Bus(url(server, "agent-eva"), managed=["guard.no_rm"]) as eva:
+        await wait_for_chain(eva, "tool.call", ["guard.no_rm"])
+        view = await eva.middleware.start()
+        async with raw(server, "module-audit") as audit:
+            kv = await audit.jetstream().key_value(MODULES_BUCKET)
+            with caplog.at_level(logging.ERROR, logger="hookbus.middleware"):
+                for _ in range(3):  # heartbeats of the same over-cap announcement
+                    await kv.put("audit.big", announcement_of_many("audit", "big", 1200))
+                await kv.put("audit.a", announcement_of_many("audit", "a", 200))
+                await kv.put("audit.b", announcement_of_many("audit", "b", 200, first=200))
+                await view.wait_until(lambda: "audit.a" in view.instances, 10)
+                await wait_until(
+                    lambda: sum("entry audit.b refused" in r.getMessage() for r in caplog.records), what="b refused"
+                )
+        refused = [r.getMessage() for r in caplog.records if "entry audit.big refused" in r.getMessage()]
+        assert len(refused) == 1 and "1200 handlers, over the cap of 256" in refused[0], refused
+        assert "audit.big" not in view.instances and "audit.b" not in view.instances
+        waiting = view.chains["tool.call"].waiting
+        assert len(waiting) == 200  # audit.a's, unapproved: visible, never called
+        decision = await eva.intercept(Stage.TOOL_CALL, RM)
+        assert isinstance(decision, Cancel), decision
+
+
+def test_a_module_over_the_handler_cap_refuses_to_serve() -> None:
+    big = Module("big")
+    for i in range(MAX_HANDLERS + 1):
+
+        async def handler(stage: str, payload: dict[str, Any]) -> Continue:
+            return Continue()
+
+        handler.__name__ = f"h{i}"
+        big.stage(Stage.TOOL_CALL, name=f"h{i}")(handler)
+    with pytest.raises(MiddlewareError, match="over the cap of 256"):
+        asyncio.run(big.serve("nats://127.0.0.1:1"))
