@@ -28,7 +28,10 @@ from bus import Bus, Cancel, Continue, Module, NatsServer, Stage
 from bus.core.errors import MiddlewareError
 from bus.core.subjects import GUARDS_BUCKET, PAYLOADS_CHUNKS, PAYLOADS_METAS, PAYLOADS_STREAM, PRESENCE_BUCKET
 from bus.journal.entries import ensure_stream
+from bus.middleware.guards import GuardRecord
+from bus.middleware.kernel.view import View
 from bus.middleware.registry import MAX_HANDLERS, MODULES_BUCKET, ensure_buckets
+from bus.middleware.trust import Managed
 from bus.presence import MAX_AGE_S as PRESENCE_MAX_AGE_S
 from bus.presence import component, presence
 from bus.testing import EventRecorder, serving, wait_for_chain
@@ -247,3 +250,24 @@ def test_a_module_over_the_handler_cap_refuses_to_serve() -> None:
         big.stage(Stage.TOOL_CALL, name=f"h{i}")(handler)
     with pytest.raises(MiddlewareError, match="over the cap of 256"):
         asyncio.run(big.serve("nats://127.0.0.1:1"))
+
+
+async def test_a_kernel_keeps_a_guard_record_that_vanishes_without_a_delete() -> None:
+    """The view as its guards watch feeds it: a record gone by a purge (or missing from a restarted watch,
+    both revision 0) still holds its stage; only a delete marker on its key (its module's or the
+    operator's ``hookbus detach``) ends it."""
+    decl = guard_module().declarations[0]
+    record = GuardRecord(decl, decl.identity(), time.time(), time.time())
+    view = View(None, managed=Managed(frozenset({decl.qualname})), trust_new=False, aliases={})  # type: ignore[arg-type]
+    view._started = True  # fed directly, as the watch would
+
+    def holds() -> bool:
+        chain = view.chains.get("tool.call")
+        return chain is not None and [link.decl.qualname for link in chain.holds] == [decl.qualname]
+
+    view._on_guard(record.key, record.to_bytes(), 1)
+    assert holds()
+    view._on_guard(record.key, None, 0)  # purged: no delete marker
+    assert holds() and record.key in view.guards
+    view._on_guard(record.key, None, 2)  # the delete marker of a detach
+    assert not holds() and record.key not in view.guards
