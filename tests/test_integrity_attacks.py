@@ -26,7 +26,16 @@ from nats.aio.client import Client
 
 from bus import Bus, Cancel, Continue, Module, NatsServer, Stage
 from bus.core.errors import MiddlewareError
-from bus.core.subjects import GUARDS_BUCKET, PAYLOADS_CHUNKS, PAYLOADS_METAS, PAYLOADS_STREAM, PRESENCE_BUCKET
+from bus.core.subjects import (
+    GUARDS_BUCKET,
+    PAYLOADS_CHUNKS,
+    PAYLOADS_METAS,
+    PAYLOADS_STREAM,
+    PRESENCE_BUCKET,
+    RECORDS_APPROVED_BUCKET,
+    RECORDS_BUCKET,
+    TRUST_BUCKET,
+)
 from bus.journal.entries import ensure_stream
 from bus.middleware.guards import GuardRecord
 from bus.middleware.kernel.view import View
@@ -44,6 +53,15 @@ from .waiting import wait_until
 
 SUBJECT = "prx.lifecycle.tool_call"
 ROLLUP_ALL = {"Nats-Rollup": "all"}
+#: Every KV bucket hookbus creates.
+ALL_BUCKETS = (
+    MODULES_BUCKET,
+    TRUST_BUCKET,
+    GUARDS_BUCKET,
+    RECORDS_BUCKET,
+    RECORDS_APPROVED_BUCKET,
+    PRESENCE_BUCKET,
+)
 
 
 @pytest.fixture
@@ -193,7 +211,9 @@ async def test_hookbus_up_hardens_buckets_an_older_version_made(server: NatsServ
     await hookbus_up_state(server)
     async with raw(server, "operator") as op:
         js = op.jetstream()
-        for stream in (f"KV_{GUARDS_BUCKET}", f"KV_{MODULES_BUCKET}", PAYLOADS_STREAM):
+        streams = [info.config.name for info in await js.streams_info()]
+        assert set(streams) == {f"KV_{bucket}" for bucket in ALL_BUCKETS} | {PAYLOADS_STREAM}, streams
+        for stream in streams:  # the two made as before, and every other one hookbus up makes
             config = (await js.stream_info(stream)).config
             assert not config.allow_rollup_hdrs and config.deny_purge, stream
     async with raw(server, "module-audit") as audit:
