@@ -220,9 +220,11 @@ async def test_hookbus_up_hardens_buckets_an_older_version_made(server: NatsServ
         assert (await rollup(audit, f"$KV.{GUARDS_BUCKET}.audit.x")).startswith("refused")
 
 
-def announcement_of_many(module: str, instance: str, count: int, first: int = 0) -> bytes:
+def announcement_of_many(module: str, instance: str, count: int, first: int = 0, code: str = "") -> bytes:
     """An announcement of ``count`` fail-open handlers on tool.call (what a hostile module may put on its key)."""
-    handlers = [{"module": module, "name": f"h{i}", "stage": "tool.call"} for i in range(first, first + count)]
+    handlers = [
+        {"module": module, "name": f"h{i}", "stage": "tool.call", "code": code} for i in range(first, first + count)
+    ]
     return orjson.dumps(
         {"module": module, "instance": instance, "heartbeat": 60.0, "handlers": handlers, "at": time.time()}
     )
@@ -233,7 +235,8 @@ async def test_an_announcement_over_the_handler_cap_is_refused_whole_and_said_on
 ) -> None:
     """module-audit announces 1,200 handlers on its own key, beat after beat, then 200 other ones on each of two
     instances: the kernel refuses the 1,200 whole (logged once), and the second instance of 200 (its
-    module over the cap); the guard's chain is what it was and ``rm -rf /`` still cancelled."""
+    module over the cap), while a new version of a.s 200 (a rolling deploy) is taken; the guard.s chain
+    is what it was and ``rm -rf /`` still cancelled."""
     await hookbus_up_state(server)
     guard = serving(guard_module(), url(server, "module-guard"))
     async with guard, Bus(url(server, "agent-eva"), managed=["guard.no_rm"]) as eva:
@@ -250,6 +253,8 @@ async def test_an_announcement_over_the_handler_cap_is_refused_whole_and_said_on
                 await wait_until(
                     lambda: sum("entry audit.b refused" in r.getMessage() for r in caplog.records), what="b refused"
                 )
+                await kv.put("audit.c", announcement_of_many("audit", "c", 200, code="v2"))  # a rolling deploy of a
+                await view.wait_until(lambda: "audit.c" in view.instances, 10)  # new version: taken next to a
         refused = [r.getMessage() for r in caplog.records if "entry audit.big refused" in r.getMessage()]
         assert len(refused) == 1 and "1200 handlers, over the cap of 256" in refused[0], refused
         assert "audit.big" not in view.instances and "audit.b" not in view.instances

@@ -237,15 +237,20 @@ class View:
             self._rebuild()
 
     def _check_module_cap(self, key: str, ann: Announcement) -> None:
-        """Refuse ``ann`` if its module's live instances would declare more than MAX_HANDLERS handlers."""
-        declared = {(decl.qualname, identity) for decl, identity in zip(ann.declarations, ann.identities, strict=True)}
+        """Refuse ``ann`` if its module's live instances would declare more than MAX_HANDLERS handlers, or
+        more than two versions' worth of them (old and new side by side in a rolling deploy)."""
+        versions = set(zip((decl.qualname for decl in ann.declarations), ann.identities, strict=True))
         for other, (known, _) in self.instances.items():
             if other != key and known.module == ann.module:
-                declared.update(zip((decl.qualname for decl in known.declarations), known.identities, strict=True))
-                if len(declared) > MAX_HANDLERS:
+                versions.update(zip((decl.qualname for decl in known.declarations), known.identities, strict=True))
+                if len(versions) > 2 * MAX_HANDLERS:
                     break
-        if len(declared) > MAX_HANDLERS:
-            raise TooManyHandlers(f"module {ann.module} would declare over {MAX_HANDLERS} handlers with it")
+        names = {qualname for qualname, _ in versions}
+        if len(names) > MAX_HANDLERS or len(versions) > 2 * MAX_HANDLERS:
+            raise TooManyHandlers(
+                f"module {ann.module} would declare {len(names)} handlers ({len(versions)} versions) with it, "
+                f"over the cap of {MAX_HANDLERS} ({2 * MAX_HANDLERS} versions)"
+            )
 
     def _seen(self, ann: Announcement) -> float:
         """When the instance was last heard of: now, or for what was stored before the watch began,
