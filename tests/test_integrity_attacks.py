@@ -235,7 +235,7 @@ async def test_an_announcement_over_the_handler_cap_is_refused_whole_and_said_on
 ) -> None:
     """module-audit announces 1,200 handlers on its own key, beat after beat, then 200 other ones on each of two
     instances: the kernel refuses the 1,200 whole (logged once), and the second instance of 200 (its
-    module over the cap), while a new version of a.s 200 (a rolling deploy) is taken; the guard.s chain
+    module over the cap), while a new version of a's 200 (a rolling deploy) is taken; the guard's chain
     is what it was and ``rm -rf /`` still cancelled."""
     await hookbus_up_state(server)
     guard = serving(guard_module(), url(server, "module-guard"))
