@@ -329,6 +329,11 @@ class Bus:
         """Bind to a KV bucket, creating it on first use; RegistryError when JetStream is off or denies it."""
         return await self._connection().open_bucket(name, ttl_s)
 
+    async def ensure_bucket(self, name: str, ttl_s: float | None = None) -> Bucket:
+        """Open a KV bucket, creating it or bringing an older one to hookbus's config (``hookbus up``): no
+        rollup headers, no purges, so no writer erases what others put; RegistryError if refused."""
+        return await self._connection().ensure_bucket(name, ttl_s)
+
     async def ensure_stream(self, spec: StreamSpec) -> StreamState:
         """Create (or update) a JetStream stream; JournalError if the server refuses."""
         return await self._connection().ensure_stream(spec)

@@ -10,7 +10,6 @@ from typing import Any
 
 from bus.client import Bus
 from bus.middleware.kernel.view import View
-from bus.middleware.registry import version_of
 from bus.presence import Present, read_presence
 
 #: The sections, in order: presence component kind -> heading.
@@ -51,7 +50,7 @@ def module_rows(view: View) -> list[dict[str, Any]]:
     for ann, heard in view.instances.values():
         entry = modules.setdefault(ann.module, {"name": ann.module, "instances": [], "handlers": {}})
         entry["instances"].append(
-            {"instance": ann.instance, "version": version_of(ann.declarations), "last_seen_s": round(now - heard, 1)}
+            {"instance": ann.instance, "version": ann.version, "last_seen_s": round(now - heard, 1)}
         )
         for decl in ann.declarations:
             trust = view.trust_of(decl)

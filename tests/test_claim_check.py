@@ -164,6 +164,8 @@ async def test_hostile_references_are_refused_naming_what_is_wrong(bus: Bus) -> 
         ({**real, "size": 10**12}, rf"size 1000000000000 bytes is over the {DEFAULT_MAX_OBJECT_BYTES}-byte cap"),
         ({**real, "bucket": "hookbus_modules"}, r"bucket 'hookbus_modules' refused"),
         ({**real, "name": other}, r"is not in hookbus_payloads"),
+        ({**real, "name": "99999999"}, r"is not in hookbus_payloads"),
+        ({**real, "name": str(int(real["name"]) - 1)}, r"is not a meta of hookbus_payloads"),  # its last chunk
     ]
     recorder = EventRecorder(lambda event: event.id == "hostile")
     await bus.subscribe(SUBJECT, recorder)
@@ -283,8 +285,9 @@ async def _raw(server: NatsServer, user: str) -> Client:
 async def test_on_the_shipped_permissions_an_agent_cannot_purge_or_replace_anothers_payload(
     shipped: NatsServer,
 ) -> None:
-    """eva's payload is put and read under the shipped grants; bob may not purge the bucket, and what he
-    overwrites (an object store cannot forbid that) is refused by the reader, never taken for eva's."""
+    """eva's payload is put and read under the shipped grants; bob may not purge the bucket nor put on eva's
+    subjects, and a meta of his naming eva's chunks, or a reference to his own forgery with eva's size, is
+    refused by the reader, never taken for eva's."""
     async with Bus(url(shipped, "bus")) as bus_role:
         await bus_role.ensure_payloads_bucket()
     payload = big_payload("eva")
@@ -295,25 +298,33 @@ async def test_on_the_shipped_permissions_an_agent_cannot_purge_or_replace_anoth
         [event] = await recorder.wait_for(1)
         assert eva.stats.claimed == 1 and event.payload_ref is not None
         assert await event.full_payload() == payload
+        ref = event.payload_ref
         bob = await _raw(shipped, "agent-bob")
         try:
             js = bob.jetstream(timeout=2)
             with pytest.raises(nats_errors.TimeoutError):  # denied: the server drops it, no reply comes
                 await js.purge_stream(PAYLOADS_STREAM)
-            ref = event.payload_ref
+            with pytest.raises(nats_errors.TimeoutError):  # eva's chunks subject: not his to put on
+                await js.publish(f"{PAYLOADS_CHUNKS}.agent-eva", b"x")
+            eva_meta = await worker.nc.jetstream().get_msg(PAYLOADS_STREAM, seq=int(ref.name), direct=True)
+            stolen = await js.publish(f"{PAYLOADS_METAS}.agent-bob", eva_meta.data)  # eva's chunks, his meta
             forged = orjson.dumps({**payload, "tag": "bob"})[: ref.size].ljust(ref.size, b" ")
-            nuid = "bobsforgery"
-            for start in range(0, len(forged), CHUNK_BYTES):
-                await js.publish(f"{PAYLOADS_CHUNKS}.{nuid}", forged[start : start + CHUNK_BYTES])
-            meta = {"name": ref.name, "bucket": PAYLOADS_BUCKET, "nuid": nuid, "size": ref.size}
-            meta["chunks"] = -(-ref.size // CHUNK_BYTES)
-            await js.publish(f"{PAYLOADS_METAS}.{_b64(ref.name)}", orjson.dumps(meta), headers={"Nats-Rollup": "sub"})
+            seqs = [
+                (await js.publish(f"{PAYLOADS_CHUNKS}.agent-bob", forged[start : start + CHUNK_BYTES])).seq
+                for start in range(0, len(forged), CHUNK_BYTES)
+            ]
+            meta = orjson.loads(eva_meta.data)
+            own = await js.publish(f"{PAYLOADS_METAS}.agent-bob", orjson.dumps({**meta, "chunks": seqs}))
         finally:
             await bob.close()
-        await worker.publish_raw(SUBJECT, event.raw)  # eva's envelope again, read after bob's overwrite
-        [_, again] = await recorder.wait_for(2)
-        with pytest.raises(PayloadRefError, match=r"has SHA-256 [0-9a-f]{16}…, the reference says"):
-            await again.full_payload()
+        for name, reason in ((stolen.seq, "a chunk is not its publisher's"), (own.seq, "has SHA-256")):
+            envelope = orjson.loads(event.raw)
+            envelope["payload_ref"]["name"] = str(name)
+            count = len(recorder.events) + 1
+            await worker.publish_raw(SUBJECT, orjson.dumps(envelope))
+            again = (await recorder.wait_for(count))[-1]
+            with pytest.raises(PayloadRefError, match=reason):
+                await again.full_payload()
 
 
 def _b64(name: str) -> str:

@@ -124,11 +124,11 @@ _SINK = [
 
 
 #: Putting a whole payload in the claim check's object store (chunks, then the meta), and reading one back.
-_PAYLOADS_PUT = [f"{subjects.PAYLOADS_CHUNKS}.nuid", f"{subjects.PAYLOADS_METAS}.bmFtZQ=="]
-_PAYLOADS_GET = [
-    f"$JS.API.DIRECT.GET.{subjects.PAYLOADS_STREAM}",
-    f"$JS.API.DIRECT.GET.{subjects.PAYLOADS_STREAM}.{subjects.PAYLOADS_METAS}.bmFtZQ==",
-]
+def _payloads_put(user: str) -> list[str]:
+    return list(subjects.payload_subjects(user))
+
+
+_PAYLOADS_GET = [f"$JS.API.DIRECT.GET.{subjects.PAYLOADS_STREAM}"]
 
 
 def _journal(kinds: tuple[str, ...], origin: str) -> list[str]:
@@ -144,7 +144,7 @@ ROLES: dict[str, dict[str, list[str]]] = {
             *_EVENTS,
             module_subject("guard"),
             *_journal(("middleware",), "agent-eva"),
-            *_PAYLOADS_PUT,
+            *_payloads_put("agent-eva"),
             counters_subject("agent-eva"),
             *_READ_STATE,
             adapter_subject("claude-code", "agent-eva"),  # hookbus claude-hook asks hookbus up's relay, as itself
@@ -166,7 +166,7 @@ ROLES: dict[str, dict[str, list[str]]] = {
             turn_subject("eva"),
             TRIGGERS_STATUS,
             *_journal(("shell_hook", "subscriber", "trigger"), "worker"),
-            *_PAYLOADS_PUT,
+            *_payloads_put("worker"),
             *_PAYLOADS_GET,
             counters_subject("worker"),
         ],
@@ -182,14 +182,16 @@ ROLES: dict[str, dict[str, list[str]]] = {
             *_journal(("middleware",), "bus"),  # the agent-hook relay is a kernel
             module_subject("guard"),
             f"$KV.{MODULES_BUCKET}.claude-hooks.instance",  # claude-hooks.json's module
-            *_PAYLOADS_PUT,
+            *_payloads_put("bus"),
             *_PAYLOADS_GET,
             f"$JS.API.STREAM.INFO.{subjects.PAYLOADS_STREAM}",
             f"$JS.API.STREAM.CREATE.{subjects.PAYLOADS_STREAM}",
+            f"$JS.API.STREAM.UPDATE.{subjects.PAYLOADS_STREAM}",
             counters_subject("bus"),
             *_SINK,
             *_READ_STATE,
             *[f"$JS.API.STREAM.CREATE.KV_{bucket}" for bucket in (MODULES_BUCKET, TRUST_BUCKET, GUARDS_BUCKET)],
+            *[f"$JS.API.STREAM.UPDATE.KV_{bucket}" for bucket in (MODULES_BUCKET, TRUST_BUCKET, GUARDS_BUCKET)],
             f"$JS.API.STREAM.CREATE.{JOURNAL_STREAM}",
         ],
         # the fleet metrics: every journal entry and every counters report, as core subscriptions

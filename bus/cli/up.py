@@ -28,8 +28,10 @@ from bus.core.filelock import WorkspaceLock
 from bus.core.private_files import private_dir
 from bus.core.quantities import parse_duration, parse_size
 from bus.core.schema import PresenceComponent
+from bus.core.subjects import PRESENCE_BUCKET
 from bus.middleware.kernel.approvals import approvals_held
 from bus.middleware.registry import ensure_buckets
+from bus.presence import MAX_AGE_S as PRESENCE_MAX_AGE_S
 from bus.presence import component, presence
 from bus.service import Connector, Service, ServiceContext
 from bus.transport.connection import URL_ENV
@@ -211,7 +213,8 @@ async def run(args: argparse.Namespace) -> int:
             if server is None and exc.refused:
                 raise ConfigError(_joined_nothing(args, public_url_of(nats_url))) from None
             raise
-        await ensure_buckets(bus)  # agents and modules may read the middleware state, not create it
+        # agents and modules may read the middleware state, not create it
+        await ensure_buckets(bus, (PRESENCE_BUCKET, PRESENCE_MAX_AGE_S))
         from subscribers.shell_hooks.security import public_url  # workers load with the services, not with the CLI
 
         lines = [f"hookbus up: workspace {workspace}"]

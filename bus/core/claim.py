@@ -26,10 +26,11 @@ PAYLOADS_TTL_S: Final = 3600.0
 PAYLOADS_MAX_BYTES: Final = 1024 * 1024 * 1024
 
 
-def reference(body: bytes) -> PayloadRefMsg:
-    """The reference to ``body`` (a payload's JSON bytes): named by its SHA-256, so equal payloads share one object."""
+def reference(body: bytes, name: str | None = None) -> PayloadRefMsg:
+    """The reference to ``body`` (a payload's JSON bytes) kept as object ``name`` (the store names it;
+    without one, the SHA-256)."""
     digest = hashlib.sha256(body).hexdigest()
-    return PayloadRefMsg(bucket=PAYLOADS_BUCKET, name=digest, size=len(body), sha256=digest)
+    return PayloadRefMsg(bucket=PAYLOADS_BUCKET, name=name or digest, size=len(body), sha256=digest)
 
 
 def check_ref(subject: str, ref: PayloadRefMsg, max_object_bytes: int) -> None:

@@ -313,6 +313,10 @@ class ForeignAnnouncement(MiddlewareError, ValueError):
     """A registry entry that claims another module's name: an impersonation attempt, not a typo."""
 
 
+class TooManyHandlers(MiddlewareError, ValueError):
+    """An announcement over the handler cap (docs/protocol.md), or taking its module over it: refused whole."""
+
+
 class NoResponders(TransportError):
     """Nobody subscribes to the subject: the module is not running."""
 

@@ -252,11 +252,18 @@ def kv_key_subject(bucket: str, key: str = "") -> str:
 #: The JetStream object store holding whole payloads of events over the size limit (the claim check,
 #: docs/protocol.md): the envelope carries a reference to one of its objects and a preview.
 PAYLOADS_BUCKET = "hookbus_payloads"
-#: Its stream and subjects, in JetStream's object-store layout: ``<chunks>.<nuid>`` holds an object's
-#: chunks, ``<metas>.<base64url(name)>`` its meta (size, chunk count, digest).
+#: Its stream and subjects, per publisher: ``<chunks>.<user>`` holds the chunks of every object ``user`` put,
+#: ``<metas>.<user>`` their metas (size, digest, the chunks' sequences); an object is named by its meta's sequence.
 PAYLOADS_STREAM = "OBJ_hookbus_payloads"
 PAYLOADS_CHUNKS = "$O.hookbus_payloads.C"
 PAYLOADS_METAS = "$O.hookbus_payloads.M"
+
+
+def payload_subjects(publisher: str) -> tuple[str, str]:
+    """Where ``publisher`` (its NATS user's tokens) puts the chunks and the metas of its whole payloads."""
+    return f"{PAYLOADS_CHUNKS}.{publisher}", f"{PAYLOADS_METAS}.{publisher}"
+
+
 #: Where readers fetch an object's meta and chunks: JetStream's direct get on the stream.
 PAYLOADS_DIRECT_GET = "$JS.API.DIRECT.GET.OBJ_hookbus_payloads"
 #: Queue groups: shell-hook workers (unless told otherwise: the namespace of their per-key groups, see

@@ -34,7 +34,7 @@ import msgspec
 
 from bus.core.clock import random_hex
 from bus.core.declaration import Declaration, from_wire
-from bus.core.errors import ForeignAnnouncement, RegistryError
+from bus.core.errors import ForeignAnnouncement, MiddlewareError, RegistryError, TooManyHandlers
 from bus.core.schema import AnnouncementMsg, decode
 from bus.core.subjects import GUARDS_BUCKET, RECORDS_APPROVED_BUCKET, RECORDS_BUCKET, module_subject
 from bus.core.subjects import MODULES_BUCKET as MODULES_BUCKET
@@ -50,6 +50,15 @@ PROTOCOL: Final = 1
 LIVENESS_FACTOR: Final = 3
 #: The modules bucket forgets keys this old (long-dead instances that never deleted themselves).
 MODULES_MAX_AGE: Final = 300.0
+#: Handlers one announcement may declare, and one module over all its live instances (docs/protocol.md):
+#: an announcement over it is refused whole, so no module makes every kernel's view rebuild unbounded.
+MAX_HANDLERS: Final = 256
+
+
+def check_handler_count(module: str, count: int) -> None:
+    """What a module checks before it announces: over MAX_HANDLERS, every kernel would refuse it whole."""
+    if count > MAX_HANDLERS:
+        raise MiddlewareError(f"module {module} declares {count} handlers, over the cap of {MAX_HANDLERS}")
 
 
 async def open_bucket(port: Port, bucket: str) -> Bucket:
@@ -57,11 +66,14 @@ async def open_bucket(port: Port, bucket: str) -> Bucket:
     return await port.open_bucket(bucket, ttl_s=MODULES_MAX_AGE if bucket == MODULES_BUCKET else None)
 
 
-async def ensure_buckets(port: Port) -> None:
-    """Create the middleware buckets (handler records' too) and the claim check's object store if missing
+async def ensure_buckets(port: Port, *more: tuple[str, float | None]) -> None:
+    """Create the middleware buckets (handler records' too, and ``more``: name and max age) and the claim
+    check's store if missing, or bring ones an older hookbus made to refusing rollups and purges
     (``hookbus up``, as bus)."""
     for bucket in (MODULES_BUCKET, TRUST_BUCKET, GUARDS_BUCKET, RECORDS_BUCKET, RECORDS_APPROVED_BUCKET):
-        await open_bucket(port, bucket)
+        await port.ensure_bucket(bucket, ttl_s=MODULES_MAX_AGE if bucket == MODULES_BUCKET else None)
+    for bucket, ttl_s in more:
+        await port.ensure_bucket(bucket, ttl_s)
     await port.ensure_payloads_bucket()
 
 
@@ -77,6 +89,15 @@ class Announcement:
     declarations: tuple[Declaration, ...]
     #: Unix time of the announcement by the module's clock (compare=False: a heartbeat is no change).
     at: float = field(default=0.0, compare=False)
+    #: Each declaration's identity, in order, and their digest: computed once, when the announcement is made.
+    identities: tuple[str, ...] = field(default=(), compare=False, repr=False)
+    version: str = field(default="", compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if len(self.identities) != len(self.declarations):
+            object.__setattr__(self, "identities", tuple(decl.identity() for decl in self.declarations))
+        if not self.version:
+            object.__setattr__(self, "version", _digest(self.identities))
 
     @property
     def key(self) -> str:
@@ -141,6 +162,8 @@ def parse_announcement(data: bytes, key: str | None = None) -> Announcement:
 
 def _checked_announcement(data: bytes, key: str | None) -> Announcement:
     msg = decode(data, AnnouncementMsg, "announcement", ValueError)
+    if len(msg.handlers) > MAX_HANDLERS:
+        raise TooManyHandlers(f"it declares {len(msg.handlers)} handlers, over the cap of {MAX_HANDLERS}")
     module = msg.module
     subject = module_subject(module)  # SubjectError for a name that is no token
     if key is not None and key != f"{module}.{msg.instance}":
@@ -165,8 +188,11 @@ def _checked_announcement(data: bytes, key: str | None) -> Announcement:
 
 def version_of(declarations: Iterable[Declaration]) -> str:
     """A digest of a module's declared identities: instances with equal versions declare the same handlers."""
-    joined = ",".join(sorted(decl.identity() for decl in declarations))
-    return hashlib.sha256(joined.encode()).hexdigest()[:16]
+    return _digest(decl.identity() for decl in declarations)
+
+
+def _digest(identities: Iterable[str]) -> str:
+    return hashlib.sha256(",".join(sorted(identities)).encode()).hexdigest()[:16]
 
 
 def request_subject(ann: Announcement) -> str:
@@ -176,7 +202,7 @@ def request_subject(ann: Announcement) -> str:
     reaches only instances that declare exactly these identities (old and new
     versions side by side in a rolling deploy are never mixed up).
     """
-    return f"{ann.subject}.{version_of(ann.declarations)}"
+    return f"{ann.subject}.{ann.version}"
 
 
 class Announced(Protocol):
@@ -210,6 +236,9 @@ LOAD_WITHIN_S: Final = 10.0
 
 class Watch:
     """Follows one bucket: calls ``on_change(key, value or None, revision)`` for each put or delete.
+
+    A key gone without its writer's delete marker (purged, or not delivered
+    again after a restart) comes with revision 0.
 
     :meth:`restart` opens a new watch (after a stall the kernel noticed) and
     reports as deleted the keys the new one no longer delivers; what the old
@@ -270,7 +299,7 @@ class Watch:
                     self.keys.add(entry.key)
                     if fresh is not None:
                         fresh.add(entry.key)
-                self._on_change(entry.key, entry.value, entry.revision)
+                self._on_change(entry.key, entry.value, 0 if entry.purged else entry.revision)
         finally:
             await watcher.stop()
 

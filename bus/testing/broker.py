@@ -293,6 +293,10 @@ class InProcessClient:
             bucket = self.broker.buckets[name] = InProcessBucket(name)
         return bucket
 
+    async def ensure_bucket(self, name: str, ttl_s: float | None = None) -> Bucket:
+        """The broker's bucket ``name`` (an in-process bucket has no rollups nor purges to refuse)."""
+        return await self.open_bucket(name, ttl_s)
+
     async def ensure_stream(self, spec: StreamSpec) -> StreamState:
         raise JournalError(f"cannot create stream {spec.name}: the in-process broker keeps no JetStream streams")
 

@@ -9,16 +9,20 @@ middleware above names no nats-py type.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
 import nats.errors as nats_errors
 import nats.js.errors as js_errors
+from nats.js import api
 
 from bus.core.errors import RegistryError
 from bus.core.subjects import kv_key_subject, kv_stream
 from bus.transport.connection import jetstream_replicas
+
+log = logging.getLogger("hookbus.registry")
 
 #: What a bucket operation may raise from nats-py (and asyncio, for a timed-out request).
 _FAILURES = (nats_errors.Error, js_errors.Error, TimeoutError)
@@ -31,11 +35,13 @@ class KvEntry:
     key: str
     value: bytes | None
     revision: int
+    #: Erased by a purge (no delete marker of its writer's): what a kernel holding a guard ignores.
+    purged: bool = False
 
 
 def _entry(raw: Any) -> KvEntry:
     deleted = raw.operation in ("DEL", "PURGE") or not raw.value
-    return KvEntry(raw.key, None if deleted else raw.value, raw.revision or 0)
+    return KvEntry(raw.key, None if deleted else raw.value, raw.revision or 0, raw.operation == "PURGE")
 
 
 def _failed(bucket: str, what: str, exc: BaseException) -> RegistryError:
@@ -152,6 +158,36 @@ class Bucket:
         return await self.get(key) is not None  # None: deleted since (a delete marker reads as absent too)
 
 
+def bucket_config(name: str, ttl_s: float | None, replicas: int) -> api.StreamConfig:
+    """A bucket's stream as hookbus makes it: nats-py's KV layout (one value per key, deletes by marker),
+    but neither rollup headers nor purges, so a put on one's own key never erases another's."""
+    window = 120.0 if not ttl_s else min(120.0, ttl_s)
+    return api.StreamConfig(
+        name=kv_stream(name),
+        subjects=[kv_key_subject(name) + ">"],
+        retention=api.RetentionPolicy.LIMITS,
+        storage=api.StorageType.FILE,
+        max_age=ttl_s,
+        max_msgs_per_subject=1,
+        max_msgs=-1,
+        max_bytes=-1,
+        max_msg_size=-1,
+        max_consumers=-1,
+        discard=api.DiscardPolicy.NEW,
+        duplicate_window=window,
+        num_replicas=replicas,
+        allow_rollup_hdrs=False,
+        allow_msg_ttl=True,
+        deny_delete=True,
+        deny_purge=True,
+    )
+
+
+def hardened(config: Any) -> bool:
+    """Whether a bucket's stream refuses rollups and purges (older hookbus versions made it with both)."""
+    return not config.allow_rollup_hdrs and bool(config.deny_purge)
+
+
 async def open_bucket(nc: Any, name: str, ttl_s: float | None = None) -> Bucket:
     """Bind to a bucket, creating it on first use (keys expire after ``ttl_s``); RegistryError when JetStream is off."""
     js = nc.jetstream()
@@ -164,12 +200,41 @@ async def open_bucket(nc: Any, name: str, ttl_s: float | None = None) -> Bucket:
             f"JetStream is not available on this server ({type(exc).__name__}); run nats-server with -js"
         ) from None
     try:
-        kv = await js.create_key_value(bucket=name, history=1, ttl=ttl_s, replicas=jetstream_replicas(nc))
+        await js.add_stream(bucket_config(name, ttl_s, jetstream_replicas(nc)))
     except js_errors.BadRequestError:
-        kv = await js.key_value(name)  # created by someone else meanwhile
+        pass  # created by someone else meanwhile
     except nats_errors.TimeoutError:  # what a create the server denied looks like from here
         raise RegistryError(
             f"the {name} bucket does not exist and this user may not create it: "
             "start 'hookbus up' (the bus role creates it) or run a hookbus command as the operator"
         ) from None
-    return Bucket(name, kv, js)
+    except _FAILURES as exc:
+        raise _failed(name, "create", exc) from None
+    try:
+        return Bucket(name, await js.key_value(name), js)
+    except _FAILURES as exc:
+        raise _failed(name, "bind", exc) from None
+
+
+async def ensure_bucket(nc: Any, name: str, ttl_s: float | None = None) -> Bucket:
+    """What ``hookbus up`` does (as the bus role): open the bucket, and bring one an older hookbus made
+    (rollup headers allowed, purges not denied) to :func:`bucket_config`'s; RegistryError if refused."""
+    bucket = await open_bucket(nc, name, ttl_s)
+    js = nc.jetstream()
+    try:
+        info = await js.stream_info(kv_stream(name))
+        if hardened(info.config):
+            return bucket
+        config = info.config
+        config.allow_rollup_hdrs = False
+        config.deny_purge = True
+        config.deny_delete = True
+        await js.update_stream(config)
+    except _FAILURES as exc:
+        raise RegistryError(
+            f"the {name} bucket was made by an older hookbus and lets any writer erase it (rollup headers, "
+            f"purges), and this user may not update it ({type(exc).__name__}): run 'hookbus up' once as the "
+            f"operator, or 'nats stream edit {kv_stream(name)} --no-allow-rollup --deny-purge'"
+        ) from None
+    log.warning("bucket %s was made by an older hookbus: rollups and purges are now refused", name)
+    return bucket

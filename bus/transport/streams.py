@@ -60,6 +60,7 @@ async def ensure_stream(nc: Any, spec: StreamSpec) -> StreamState:
         max_bytes=spec.max_bytes,
         num_replicas=spec.replicas if spec.replicas is not None else jetstream_replicas(nc),
         duplicate_window=spec.duplicate_window_s,
+        allow_rollup_hdrs=False,  # no publisher erases what others journaled (purges are the operator's)
     )
     js = nc.jetstream()
     try:

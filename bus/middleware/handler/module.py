@@ -36,6 +36,7 @@ from bus.core.schema import MiddlewareReply, MiddlewareRequest, ReactionMsg, Req
 from bus.core.subjects import TOKEN_RE
 from bus.middleware.faults import Outcome, fault_decision
 from bus.middleware.handler.serving import ModuleServer
+from bus.middleware.registry import check_handler_count
 
 log = logging.getLogger("hookbus.module")
 
@@ -264,6 +265,7 @@ class Module:
         operator detaches it; ``detach_on_stop=True`` (a demo, a test) detaches
         it when this process stops cleanly.
         """
+        check_handler_count(self.name, len(self.declarations))
         if bus is not None:
             await ModuleServer(self, bus, detach_on_stop=detach_on_stop).run(ready)
             return

@@ -16,7 +16,7 @@ from bus.core.schema import MiddlewareReply, MiddlewareRequest, decode, encode
 from bus.core.subjects import is_reply_inbox
 from bus.core.tasks import TaskSet, stop_if_cancelled
 from bus.middleware.guards import GUARDS_BUCKET, mark_stopped, put_records, remove_records
-from bus.middleware.registry import MODULES_BUCKET, announcement_of, open_bucket, request_subject
+from bus.middleware.registry import MODULES_BUCKET, announcement_of, check_handler_count, open_bucket, request_subject
 from bus.transport.kv import Bucket
 from bus.transport.port import TRANSPORT_FAILURES, Port, RawMessage
 
@@ -56,6 +56,7 @@ class ModuleServer:
         self.bus = bus
         self.detach_on_stop = detach_on_stop
         self.announcement = announcement_of(module)
+        check_handler_count(module.name, len(self.announcement.declarations))
         self._tasks: TaskSet[Any] = TaskSet()  # requests being answered (each holds a slot)
         self._sending: TaskSet[None] = TaskSet()  # replies that had to wait to be sent (they hold no slot)
         self._nested = 0  # of the running tasks, those answering nested calls (depth > 0)

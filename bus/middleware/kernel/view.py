@@ -26,7 +26,7 @@ from typing import Any, Final
 
 from bus.core.catalog import closest
 from bus.core.declaration import Declaration
-from bus.core.errors import BrokenChain, ForeignAnnouncement, HookbusError, RegistryError
+from bus.core.errors import BrokenChain, ForeignAnnouncement, HookbusError, RegistryError, TooManyHandlers
 from bus.core.stages import Stage
 from bus.core.subjects import BROKEN_CLEARED, BROKEN_SET, MODULE_ATTACHED, MODULE_DETACHED
 from bus.core.tasks import TaskSet, stop_if_cancelled
@@ -35,6 +35,7 @@ from bus.middleware.guards import GUARDS_BUCKET, GuardRecord, parse_record
 from bus.middleware.kernel.chain import order_with_bag
 from bus.middleware.registry import (
     LIVENESS_FACTOR,
+    MAX_HANDLERS,
     MODULES_BUCKET,
     MODULES_MAX_AGE,
     TRUST_BUCKET,
@@ -210,6 +211,15 @@ class View:
             return
         try:
             ann = parse_announcement(data, key)
+            if known is None or known[0] != ann:
+                self._check_module_cap(key, ann)
+        except TooManyHandlers as exc:
+            if key not in self._denied_keys:  # it beats every heartbeat: say it once
+                self._denied_keys.add(key)
+                log.error("registry entry %s refused whole: %s", key, exc)
+            if self._forget(key, time.time()):
+                self._rebuild()
+            return
         except ForeignAnnouncement as exc:
             if key not in self._denied_keys:  # it beats every heartbeat: say it once
                 self._denied_keys.add(key)
@@ -225,6 +235,22 @@ class View:
         self._heard[key] = time.time() if self._started else (ann.at or time.time())
         if known is None or known[0] != ann:
             self._rebuild()
+
+    def _check_module_cap(self, key: str, ann: Announcement) -> None:
+        """Refuse ``ann`` if its module's live instances would declare more than MAX_HANDLERS handlers, or
+        more than two versions' worth of them (old and new side by side in a rolling deploy)."""
+        versions = set(zip((decl.qualname for decl in ann.declarations), ann.identities, strict=True))
+        for other, (known, _) in self.instances.items():
+            if other != key and known.module == ann.module:
+                versions.update(zip((decl.qualname for decl in known.declarations), known.identities, strict=True))
+                if len(versions) > 2 * MAX_HANDLERS:
+                    break
+        names = {qualname for qualname, _ in versions}
+        if len(names) > MAX_HANDLERS or len(versions) > 2 * MAX_HANDLERS:
+            raise TooManyHandlers(
+                f"module {ann.module} would declare {len(names)} handlers ({len(versions)} versions) with it, "
+                f"over the cap of {MAX_HANDLERS} ({2 * MAX_HANDLERS} versions)"
+            )
 
     def _seen(self, ann: Announcement) -> float:
         """When the instance was last heard of: now, or for what was stored before the watch began,
@@ -281,6 +307,11 @@ class View:
         self._rebuild()
 
     def _on_guard(self, key: str, data: bytes | None, revision: int) -> None:
+        if data is None and revision == 0 and key in self.guards:
+            # gone without a delete marker (purged, or missing from a new watch): what erased it is not the
+            # record's writer nor the operator, so the guard holds on (docs/security.md, Integrity)
+            log.error("guard record %s vanished from %s without a detach: still enforced", key, GUARDS_BUCKET)
+            return
         if data is None:
             self.guards.pop(key, None)
         else:
@@ -418,8 +449,8 @@ class View:
         """qualname -> identity -> (declaration, newest announcement declaring it)."""
         out: dict[str, dict[str, tuple[Declaration, Announcement]]] = {}
         for ann, _ in sorted(self.instances.values(), key=lambda pair: pair[1]):
-            for decl in ann.declarations:
-                out.setdefault(decl.qualname, {})[decl.identity()] = (decl, ann)
+            for decl, identity in zip(ann.declarations, ann.identities, strict=True):
+                out.setdefault(decl.qualname, {})[identity] = (decl, ann)
         return out
 
     def _place(
@@ -433,11 +464,13 @@ class View:
 
         A disabled handler neither runs nor holds: disabling is the operator's explicit act.
         """
-        newest = list(live.values())[-1] if live else None
+        newest = next(reversed(live.items())) if live else None
         enabled = self.switches.get(qualname, DEFAULT_SWITCHES).enabled
-        if newest is not None and self.managed.covers(newest[0]):
-            parts = self._parts(by_stage, newest[0].stage)
-            (parts.runs if enabled else parts.disabled).append(self._link(*newest, TrustState.MANAGED))
+        if newest is not None and self.managed.covers(newest[1][0]):
+            identity, (decl, ann) = newest
+            parts = self._parts(by_stage, decl.stage)
+            link = self._link(decl, ann, TrustState.MANAGED, identity)
+            (parts.runs if enabled else parts.disabled).append(link)
             return
         if newest is None and records and self.managed.covers(records[0].decl):
             rec = max(records, key=lambda r: r.at)
@@ -445,24 +478,27 @@ class View:
                 self._parts(by_stage, rec.decl.stage).holds.append(self._hold(rec, None, TrustState.MANAGED))
             return
         approved = self.approved.get(qualname)
-        others = [pair for identity, pair in live.items() if identity != approved]
+        others = [(identity, pair) for identity, pair in live.items() if identity != approved]
         if approved is not None and approved in live:
-            parts = self._parts(by_stage, live[approved][0].stage)
-            (parts.runs if enabled else parts.disabled).append(self._link(*live[approved], TrustState.TRUSTED))
+            decl, ann = live[approved]
+            parts = self._parts(by_stage, decl.stage)
+            link = self._link(decl, ann, TrustState.TRUSTED, approved)
+            (parts.runs if enabled else parts.disabled).append(link)
         elif enabled:
             attached = next((r for r in records if r.identity == approved), None)
             if attached is not None:  # an attached guard with no approved instance alive: it holds its stage
-                hold = self._hold(attached, others[-1][0] if others else None, TrustState.TRUSTED)
+                hold = self._hold(attached, others[-1][1][0] if others else None, TrustState.TRUSTED)
                 self._parts(by_stage, attached.decl.stage).holds.append(hold)
         if others:  # versions nobody approved: visible, never called, never ordered
-            decl, ann = others[-1]
-            if decl.identity() in self.rejected.get(qualname, ()):  # the operator said no to this version
-                self._parts(by_stage, decl.stage).rejected.append(self._link(decl, ann, TrustState.REJECTED))
+            identity, (decl, ann) = others[-1]
+            if identity in self.rejected.get(qualname, ()):  # the operator said no to this version
+                link = self._link(decl, ann, TrustState.REJECTED, identity)
+                self._parts(by_stage, decl.stage).rejected.append(link)
                 return
             state = TrustState.UNTRUSTED if approved is None else TrustState.MODIFIED
             if state is TrustState.UNTRUSTED and self.trust_new:
                 self._spawn(self._approve_new(decl))
-            self._parts(by_stage, decl.stage).waiting.append(self._link(decl, ann, state))
+            self._parts(by_stage, decl.stage).waiting.append(self._link(decl, ann, state, identity))
 
     @staticmethod
     def _parts(by_stage: dict[str, _Parts], stage: str) -> _Parts:
@@ -471,11 +507,12 @@ class View:
             parts = by_stage[stage] = _Parts()
         return parts
 
-    def _link(self, decl: Declaration, ann: Announcement, trust: TrustState) -> Link:
+    def _link(self, decl: Declaration, ann: Announcement, trust: TrustState, identity: str) -> Link:
+        """One handler's link: its identity and request subject as its announcement computed them once."""
         match = frozenset(self.aliases.get(name, name) for name in decl.match) if decl.match else None
         agents = self.switches.get(decl.qualname, DEFAULT_SWITCHES).agents
         scoped = agents is not None or bool(decl.when)
-        return Link(decl, request_subject(ann), ann.batch, trust, match, decl.identity(), agents=agents, scoped=scoped)
+        return Link(decl, request_subject(ann), ann.batch, trust, match, identity, agents=agents, scoped=scoped)
 
     def _hold(self, rec: GuardRecord, changed: Declaration | None, trust: TrustState) -> Link:
         decl = rec.decl
