@@ -223,4 +223,5 @@ async def test_the_tour_runs_as_written(tmp_path: Path) -> None:
     # The trigger's turn, answered by the built-in model: the prompt the trigger made is the one it quotes.
     assert re.search(r'"answer":"Built-in model hookbus-builtin here: \d+ messages read; the last from the user said '
                      r'\\"We spent 42 USD today', out), "the turn's answer"  # fmt: skip
+    assert out.count("module guard is gone") == 1, "one log line per fact, however many views hookbus up runs"
     assert "Traceback" not in out

@@ -61,6 +61,8 @@ from bus.transport.kv import Bucket
 from bus.transport.port import Port
 
 log = logging.getLogger("hookbus.middleware")
+#: Modules whose departure a view of this process has logged (several views share one log).
+_GONE_SAID: set[str] = set()
 
 #: Longest pause between liveness checks (shorter when a module beats faster).
 SWEEP_EVERY: Final = 0.5
@@ -581,8 +583,13 @@ class View:
         held = {link.decl.module for chain in self.chains.values() for link in chain.holds}
         for module in sorted(now - self._modules):
             self._emit(MODULE_ATTACHED, {"module": module})
+        for module in sorted(now):
+            _GONE_SAID.discard(module)  # back: its next departure is a new fact
         for module in sorted(self._modules - now):
             if module in held:
+                if module in _GONE_SAID:
+                    continue  # another view of this process said it (hookbus up runs several): one line per fact
+                _GONE_SAID.add(module)
                 log.error(
                     "module %s is gone: its fail-closed handlers cancel their stages until it is back "
                     "or detached (hookbus detach %s)",
