@@ -172,6 +172,21 @@ async def test_plugins_copied_unchanged_are_served(nats_url: str, workspace: Pat
             await server.stop()
 
 
+async def test_a_bash_guard_in_a_whole_settings_json_blocks_and_asks(nats_url: str, workspace: Path) -> None:
+    """sethdf/lifemaestro's .claude/ copied as it is: its settings.json (permissions and all) is the file."""
+    shutil.copytree(FIXTURES / "lifemaestro" / ".claude", workspace / ".claude")
+    shutil.copy(workspace / ".claude" / "settings.json", workspace / "claude-hooks.json")
+    config = json.loads((workspace / "claude-hooks.json").read_text())
+    wanted = {f"{MODULE}.PreToolUse", f"{MODULE}.PostToolUse"}
+    async with serving(nats_url, workspace, config, wanted) as kernel:
+        decision = await kernel.intercept("tool.call", bash("rm -rf ~"), CTX)
+        assert isinstance(decision, Cancel) and "BLOCKED" in decision.reason, decision
+        decision = await kernel.intercept("tool.call", bash("git push --force origin main"), CTX)
+        assert isinstance(decision, Cancel) and "CONFIRM" in decision.reason, "ask, and nobody to answer it"
+        decision = await kernel.intercept("tool.call", bash("ls -la"), CTX)
+        assert isinstance(decision, Continue), decision
+
+
 ASK = """
 import json, sys
 json.load(sys.stdin)

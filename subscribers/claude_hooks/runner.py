@@ -174,6 +174,11 @@ def read(command: Command, run: Run, event: str) -> Verdict:
         verdict.permission, verdict.reason = "deny", _reason(output.get("reason"), f"blocked by {run.command}")
     elif top == "approve":
         verdict.permission = "allow"
+    elif permission_of(top) is not None:  # the older top-level form: {"decision": "ask", "reason": ...}
+        verdict.permission, verdict.reason = (
+            permission_of(top),
+            _reason(output.get("reason"), f"{top} from {run.command}"),
+        )
     asked = permission_of(specific.get("permissionDecision"))
     if asked is not None:
         verdict.permission = strongest([verdict.permission, asked])
