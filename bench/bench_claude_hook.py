@@ -72,9 +72,9 @@ async def serve_guard(url: str) -> None:
     await guard().serve(url)
 
 
-def timed(args: list[str], env: dict[str, str], stdin: str | None = None) -> float:
+def timed(args: list[str], env: dict[str, str], stdin: str | None = None, cwd: Path = ROOT) -> float:
     started = time.perf_counter()
-    done = subprocess.run(args, env=env, cwd=ROOT, input=stdin, capture_output=True, text=True, check=False)
+    done = subprocess.run(args, env=env, cwd=cwd, input=stdin, capture_output=True, text=True, check=False)
     elapsed = time.perf_counter() - started
     if done.returncode != 0:
         raise SystemExit(f"{args} failed: {done.stderr}")
@@ -166,7 +166,7 @@ async def script_times(url: str, runs: int, state: Path) -> dict[str, list[float
             raise SystemExit(f"the script handlers did not run: {done.stdout} {done.stderr}")
         for _ in range(runs):
             times["scripts"].append(await asyncio.to_thread(timed, hook, env, json.dumps(benign)))
-            times["loop"].append(await asyncio.to_thread(timed, loop, loop_env, json.dumps(benign)))
+            times["loop"].append(await asyncio.to_thread(timed, loop, loop_env, json.dumps(benign), workspace))
         await server.stop()
     return times
 
