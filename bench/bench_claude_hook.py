@@ -11,7 +11,12 @@ over ``--runs`` of:
   against ``hookbus emit`` of one event (the process per hook hooks already
   pay) and against ``hookbus claude-hook`` without a relay (its own client);
 - the HTTP endpoint (one local request), against a raw ``Bus.intercept`` of
-  the same call in this process.
+  the same call in this process;
+- ``hookbus claude-hook`` with ten matching script handlers (claude-hooks.json
+  served in this process: the community guards of tests/fixtures/claude,
+  each twice), against the same ten scripts run one after the other by a
+  shell loop with the hook input on stdin (what a bare Claude Code setup
+  pays per call, without the bus). Every run is checked to have gone through.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from bench.common import median, print_table
 from bus import Bus, Cancel, Continue, Decision, Module, NatsServer
 from bus.adapters.relay import Relay
 from bus.testing import wait_for_chain
+from subscribers.claude_hooks.service import MODULE, ClaudeHooksServer
 from subscribers.http_api.agent_hooks import add_routes
 from subscribers.http_api.server import make_app, serve
 
@@ -66,9 +72,9 @@ async def serve_guard(url: str) -> None:
     await guard().serve(url)
 
 
-def timed(args: list[str], env: dict[str, str], stdin: str | None = None) -> float:
+def timed(args: list[str], env: dict[str, str], stdin: str | None = None, cwd: Path = ROOT) -> float:
     started = time.perf_counter()
-    done = subprocess.run(args, env=env, cwd=ROOT, input=stdin, capture_output=True, text=True, check=False)
+    done = subprocess.run(args, env=env, cwd=cwd, input=stdin, capture_output=True, text=True, check=False)
     elapsed = time.perf_counter() - started
     if done.returncode != 0:
         raise SystemExit(f"{args} failed: {done.stderr}")
@@ -118,6 +124,53 @@ async def http_times(url: str, runs: int) -> dict[str, list[float]]:
     return times
 
 
+FIXTURES = ROOT / "tests" / "fixtures" / "claude"
+#: The ten script handlers: the four node guards and the uv script, each twice (as their authors run them).
+SCRIPTS = [
+    *(f"node ~/.claude/hooks/{name}.js" for name in ("block-dangerous-commands", "protect-secrets", "git-safety",
+                                                     "protect-tests")),
+    "python3 $CLAUDE_PROJECT_DIR/.claude/hooks/pre_tool_use.py",
+] * 2  # fmt: skip
+
+
+async def script_times(url: str, runs: int, state: Path) -> dict[str, list[float]]:
+    """claude-hook with ten script handlers against a shell loop running the same ten scripts."""
+    import shutil
+
+    workspace, home = state / "ws", state / "home"
+    shutil.copytree(FIXTURES / "home", home, dirs_exist_ok=True)
+    shutil.copytree(FIXTURES / "project" / ".claude", workspace / ".claude", dirs_exist_ok=True)
+    groups = [{"matcher": "Bash", "hooks": [{"type": "command", "command": c}]} for c in SCRIPTS]
+    config = {"hookbus": {"home": str(home)}, "hooks": {"PreToolUse": groups}}
+    (workspace / "claude-hooks.json").write_text(json.dumps(config))
+    benign = {**INPUT, "cwd": str(workspace), "tool_input": {"command": "ls -la"}}
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("HOOKBUS_")}, "NATS_URL": url}
+    env["XDG_STATE_HOME"] = str(state)
+    loop_env = {**env, "HOME": str(home), "CLAUDE_PROJECT_DIR": str(workspace)}
+    commands = " ".join(
+        f"'{c.replace('~', str(home)).replace('$CLAUDE_PROJECT_DIR', str(workspace))}'" for c in SCRIPTS
+    )
+    loop = ["bash", "-c", f'input=$(cat); for c in {commands}; do echo "$input" | $c >/dev/null || exit 1; done']
+    hook = [sys.executable, "-m", "bus.cli", "claude-hook"]
+    times: dict[str, list[float]] = {"scripts": [], "loop": []}
+    async with Bus(url, name="bench-scripts") as bus, Bus(url, trust_new=True) as kernel:
+        server = ClaudeHooksServer(bus, workspace, url)
+        await server.start()
+        view = await kernel.middleware.start()
+        wanted = f"{MODULE}.PreToolUse"
+        await view.wait_until(lambda: wanted in {link.decl.qualname for link in view.chains["tool.call"].links}
+                              if "tool.call" in view.chains else False, 30)  # fmt: skip
+        forced = {**benign, "tool_input": {"command": "git push --force origin main"}}  # only git-safety denies it
+        done = subprocess.run(hook, env=env, input=json.dumps(forced), capture_output=True, text=True, check=False)
+        if "deny" not in done.stdout:
+            raise SystemExit(f"the script handlers did not run: {done.stdout} {done.stderr}")
+        for _ in range(runs):
+            times["scripts"].append(await asyncio.to_thread(timed, hook, env, json.dumps(benign)))
+            times["loop"].append(await asyncio.to_thread(timed, loop, loop_env, json.dumps(benign), workspace))
+        await server.stop()
+    return times
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=20)
@@ -135,6 +188,7 @@ def main() -> None:
             state = Path(f"/tmp/hookbus-bench-{os.getpid()}")
             commands = asyncio.run(command_times(server.url, args.runs, state))
             http = asyncio.run(http_times(server.url, args.runs))
+            scripts = asyncio.run(script_times(server.url, args.runs, state))
         finally:
             proc.terminate()
             proc.wait(10)
@@ -145,6 +199,10 @@ def main() -> None:
         ["claude-hook, own client", f"{own / emit:.2f}x hookbus emit", f"{own / raw:.0f}x raw intercept"],
         ["POST /hooks/claude-code", f"{post / emit:.3f}x hookbus emit", f"{post / raw:.2f}x raw intercept"],
     ]
+    ten, loop = median(scripts["scripts"]), median(scripts["loop"])
+    rows.append(
+        ["claude-hook, 10 script handlers", f"{ten / loop:.2f}x a shell loop of the 10", f"{ten / raw:.0f}x raw"]
+    )
     title = f"PreToolUse with one remote guard, median of {args.runs} runs"
     print_table(title, rows, ["path", "against a process per hook", "against the intercept itself"])
 

@@ -76,13 +76,13 @@ def claude_hooks() -> dict[str, Any]:
     def group(matcher: str | None, *hooks: dict[str, Any]) -> dict[str, Any]:
         return {**({"matcher": matcher} if matcher is not None else {}), "hooks": list(hooks)}
 
-    def hook(script: str, timeout: float = 10) -> dict[str, Any]:
-        return {"type": "command", "command": command(script), "timeout": timeout}
+    def hook(script: str, timeout: float = 10, **more: Any) -> dict[str, Any]:
+        return {"type": "command", "command": command(script), "timeout": timeout, **more}
 
     return {
         "hooks": {
             "PreToolUse": [
-                group("Bash", hook("block_rm"), hook("rewrite_ls"), hook("slow", timeout=0.5)),
+                group("Bash", hook("block_rm"), hook("rewrite_ls"), hook("slow", timeout=0.5, onFailure="continue")),
                 group("Write|Edit", hook("deny_writes")),
             ],
             "UserPromptSubmit": [group(None, hook("prompts"))],
@@ -141,7 +141,7 @@ async def test_claude_code_hook_scripts_decide_on_their_stages(kernel_with_hooks
     decision = await kernel.intercept("tool.call", {"name": "Bash", "input": {"command": "ls", "n": 1}}, CTX)
     assert isinstance(decision, Patch) and decision.payload["input"] == {"command": "ls -la", "n": 1}
     decision = await kernel.intercept("tool.call", {"name": "Bash", "input": {"command": "pwd"}}, CTX)
-    assert isinstance(decision, Continue), "the slow hook timed out: a non-blocking error, as in Claude Code"
+    assert isinstance(decision, Continue), "the slow hook timed out: its onFailure says continue"
 
     decision = await kernel.intercept("tool.call", {"name": "Write", "input": {"file_path": "/etc/x"}}, CTX)
     assert isinstance(decision, Cancel) and decision.reason == "writes to /etc/x need a review"
@@ -191,10 +191,9 @@ async def test_a_changed_claude_hooks_file_is_served_as_a_changed_handler(
     ("hooks", "named"),
     [
         ({"PreToolUse": [{"hooks": [{"type": "command", "command": "a.sh; rm x"}]}]}, "hooks.PreToolUse[0].hooks[0]"),
-        ({"PreToolUse": [{"hooks": [{"type": "command", "command": "$HOME/a.sh"}]}]}, "$HOME: only $CLAUDE_PROJECT"),
+        ({"PreToolUse": [{"hooks": [{"type": "command", "command": "$USER/a.sh"}]}]}, "$USER: only $CLAUDE_PROJECT"),
         ({"PreToolUse": [{"hooks": [{"type": "http", "url": "http://x"}]}]}, "hooks.PreToolUse[0].hooks[0].type"),
         ({"PreToolUse": [{"matcher": "(", "hooks": []}]}, "matcher: '(' is not a regular expression"),
-        ({"PreToolUze": []}, "hooks.PreToolUze is not a Claude Code hook event"),
         ({"PreToolUse": [{"hooks": [{"type": "command", "command": "a", "timeout": 0}]}]}, "timeout"),
     ],
 )

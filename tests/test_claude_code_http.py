@@ -13,7 +13,7 @@ import aiohttp
 import orjson
 import pytest
 
-from bus import Bus
+from bus import Bus, Decision, Module, Patch
 from bus.core.subjects import adapter_subject
 from bus.testing import EventRecorder, serving, wait_for_chain
 
@@ -89,3 +89,29 @@ async def test_hookbus_up_relays_the_hook_command(up: UpProcess, guarded: str, t
     assert reply["fail_closed"]["tool.call"] == [f"{guarded}.no_rm"]
     code, output, _ = await claude_hook(bash("rm -rf /"), env_for(up.nats_url, tmp_path))
     assert code == 0 and denial(output) == f"hookbus ({guarded}.no_rm): only by hand"
+
+
+def context_guard(name: str) -> Module:
+    """A prompt guard that only adds context, as a UserPromptSubmit hook printing a project rule does."""
+    module = Module(name)
+
+    @module.stage("user.message")
+    async def rules(stage: str, payload: dict[str, Any]) -> Decision:
+        return Patch({**payload, "content": f"{payload['content']}\n\nProject rule: answer in English."})
+
+    return module
+
+
+async def test_a_context_only_prompt_guard_lets_every_prompt_through(up: UpProcess, tmp_path: Path) -> None:
+    """Before: the appended prompt was written back as "blocked; send it as: ...", refusing every prompt."""
+    name = unique("ctxguard")
+    url, token = api(up)
+    prompt = hook_input("UserPromptSubmit", prompt="refactor the parser")
+    async with serving(context_guard(name), up.nats_url, detach_on_stop=True):
+        async with Bus(up.nats_url, trust_new=True) as kernel:
+            await wait_for_chain(kernel, "user.message", [f"{name}.rules"])
+        expected = {"hookEventName": "UserPromptSubmit", "additionalContext": "Project rule: answer in English."}
+        status, answer = await post(url, prompt, token)
+        assert status == 200 and answer == {"hookSpecificOutput": expected}
+        code, output, _ = await claude_hook(prompt, env_for(up.nats_url, tmp_path))
+        assert code == 0 and output == {"hookSpecificOutput": expected}

@@ -5,21 +5,32 @@ One mapping (docs/integrations.md) serves every path: ``hookbus claude-hook``
 endpoint ``POST /hooks/claude-code`` and ``hookbus codex-hook`` (whose
 :class:`~bus.adapters.codex.CodexDialect` writes decisions in Codex's form).
 
-=================  ==============================  ==================================
-hook event         intercept (stage, payload)      events (emitted unless cancelled)
-=================  ==============================  ==================================
-PreToolUse         tool.call {name, input, id}     prx.lifecycle.tool_call_start
-PostToolUse        tool.result {name, output ...}  prx.lifecycle.tool_call (always)
-UserPromptSubmit   user.message {agent, content}   (none)
-SessionStart       (none)                          prx.lifecycle.agent_start
-SessionEnd         (none)                          prx.lifecycle.agent_end
-Stop               (none)                          prx.lifecycle.turn_complete
-PreCompact         (none)                          eva.custom.pre_compact
-=================  ==============================  ==================================
+==================  ==============================  ==================================
+hook event          intercept (stage, payload)      events (emitted unless cancelled)
+==================  ==============================  ==================================
+PreToolUse          tool.call {name, input, id}     prx.lifecycle.tool_call_start
+PermissionRequest   tool.call {name, input, id}     (none)
+PostToolUse         tool.result {name, output ...}  prx.lifecycle.tool_call (always)
+PostToolUseFailure  tool.result {..., is_error}     prx.lifecycle.tool_call (always)
+UserPromptSubmit    user.message {agent, content}   (none)
+SessionStart        (none)                          prx.lifecycle.agent_start
+SessionEnd          (none)                          prx.lifecycle.agent_end
+Stop                (none)                          prx.lifecycle.turn_complete
+PreCompact          (none)                          eva.custom.pre_compact
+any other event     (none)                          eva.custom.claude.<event_name>
+==================  ==============================  ==================================
+
+The decision is written back in the event's own output form: a refusal as
+``permissionDecision: "deny"`` (PreToolUse), ``decision.behavior: "deny"``
+(PermissionRequest) or ``decision: "block"``; a changed input as
+``updatedInput``; a changed result as ``updatedToolOutput``; what a guard only
+added (a prompt's appended text, a result's remark, a call's ``context``) as
+``additionalContext``, the prompt or call going through with it.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
@@ -48,7 +59,17 @@ _LIFECYCLE: Final = {
 #: The hook events the hook command is installed for (install's configuration).
 INSTALLED_EVENTS: Final = ("PreToolUse", "PostToolUse", "UserPromptSubmit", *_LIFECYCLE)
 #: Events whose hooks Claude Code matches by tool name.
-TOOL_EVENTS: Final = frozenset({"PreToolUse", "PostToolUse"})
+TOOL_EVENTS: Final = frozenset({"PreToolUse", "PostToolUse", "PostToolUseFailure", "PermissionRequest"})
+#: The family of the events of Claude Code hooks without a stage or a lifecycle event of their own.
+CUSTOM_PREFIX: Final = "eva.custom.claude."
+_WORD = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+_NOT_TOKEN = re.compile(r"[^a-z0-9_]+")
+
+
+def custom_subject(event: str) -> str | None:
+    """``eva.custom.claude.<event_name>`` for ``event`` (``PostCompact`` -> ``post_compact``); None: no name left."""
+    name = _NOT_TOKEN.sub("_", _WORD.sub("_", event).lower()).strip("_")
+    return f"{CUSTOM_PREFIX}{name}" if name else None
 
 
 @dataclass(frozen=True)
@@ -105,7 +126,12 @@ def plan(hook: AgentHookInput, agent: str) -> Step:
         if event == "PreToolUse":
             start = {"tool": hook.tool_name, "arguments": hook.tool_input or {}, "agent": agent, **where}
             return Step(event, "tool.call", call, (("prx.lifecycle.tool_call_start", start),))
-        output, failed = _text(hook.tool_response), _failed(hook.tool_response)
+        if event == "PermissionRequest":
+            return Step(event, "tool.call", call)
+        if event == "PostToolUseFailure":
+            output, failed = _text(hook.error if hook.error is not None else hook.tool_response), True
+        else:
+            output, failed = _text(hook.tool_response), _failed(hook.tool_response)
         done = {"tool": hook.tool_name, "success": not failed, "output": output, "agent": agent, **where}
         result = {**call, "output": output, "is_error": failed}
         return Step(event, "tool.result", result, (("prx.lifecycle.tool_call", done),), always=True)
@@ -113,10 +139,12 @@ def plan(hook: AgentHookInput, agent: str) -> Step:
         if hook.prompt is None:
             raise AgentHookError("the hook input: UserPromptSubmit needs 'prompt'")
         return Step(event, "user.message", {"agent": agent, "content": hook.prompt, **where})
-    subject = _LIFECYCLE.get(event)
+    subject = _LIFECYCLE.get(event) or custom_subject(event)
     if subject is None:
         return Step(event)
     details = {"source": hook.source, "reason": hook.reason, "trigger": hook.trigger, "model": hook.model}
+    if subject.startswith(CUSTOM_PREFIX):
+        details |= {"event": event, "error": hook.error, "tool": hook.tool_name}
     payload: dict[str, Any] = {"agent": agent, "session": hook.session_id, **where}
     payload.update((key, value) for key, value in details.items() if value)
     if event == "SessionEnd":
@@ -139,11 +167,19 @@ class ClaudeCodeDialect:
         if event == "PreToolUse":
             specific = {"hookEventName": event, "permissionDecision": "deny", "permissionDecisionReason": reason}
             return HookAnswer(output={"hookSpecificOutput": specific})
+        if event == "PermissionRequest":
+            denied: dict[str, Any] = {"hookEventName": event, "decision": {"behavior": "deny", "message": reason}}
+            return HookAnswer(output={"hookSpecificOutput": denied})
         return HookAnswer(output={"decision": "block", "reason": reason})
 
     def updated_input(self, tool_input: dict[str, Any]) -> HookAnswer:
         """Run the tool with ``tool_input`` instead (the permission flow is left as it is)."""
         return HookAnswer(output={"hookSpecificOutput": {"hookEventName": "PreToolUse", "updatedInput": tool_input}})
+
+    def allowed_with(self, tool_input: dict[str, Any]) -> HookAnswer:
+        """A PermissionRequest allowed, the tool run with ``tool_input``."""
+        specific = {"hookEventName": "PermissionRequest", "decision": {"behavior": "allow", "updatedInput": tool_input}}
+        return HookAnswer(output={"hookSpecificOutput": specific})
 
     def context(self, event: str, text: str) -> HookAnswer:
         """Add ``text`` to what the model sees after ``event``."""
@@ -161,6 +197,17 @@ class ClaudeCodeDialect:
         assert isinstance(decision, Patch)
         return self._patched(step, decision.payload)
 
+    def _with_context(self, answer: HookAnswer, event: str, text: str | None) -> HookAnswer:
+        if not text:
+            return answer
+        if answer.output is None:
+            return self.context(event, text)
+        specific = answer.output.get("hookSpecificOutput")
+        if not isinstance(specific, dict) or event == "PermissionRequest":
+            return answer  # a PermissionRequest's answer has no context
+        return HookAnswer(answer.exit_code, {**answer.output, "hookSpecificOutput": {**specific,
+                          "additionalContext": text}}, answer.stderr)  # fmt: skip
+
     def _patched(self, step: Step, payload: dict[str, Any]) -> HookAnswer:
         if step.stage == "tool.call":
             result = payload.get("result")
@@ -169,15 +216,29 @@ class ClaudeCodeDialect:
             new_input = payload.get("input")
             if not isinstance(new_input, dict):
                 return self.deny(step.event, "hookbus: a guard's patch has no object 'input'; the call is refused")
-            return HookAnswer() if new_input == step.payload["input"] else self.updated_input(new_input)
+            context = payload.get("context") if isinstance(payload.get("context"), str) else None
+            changed = HookAnswer()
+            if new_input != step.payload["input"]:
+                permission = step.event == "PermissionRequest"
+                changed = self.allowed_with(new_input) if permission else self.updated_input(new_input)
+            return self._with_context(changed, step.event, context)
         if step.stage == "tool.result":
             output = payload.get("output")
-            if not isinstance(output, str) or output == step.payload["output"]:
-                return HookAnswer()
-            return self.context(step.event, f"[hookbus: the tool's output as the guards amended it]\n{output}")
+            remark = payload.get("remark") if isinstance(payload.get("remark"), str) else None
+            answer = HookAnswer()
+            if isinstance(output, str) and output != step.payload["output"]:
+                specific: dict[str, Any] = {"hookEventName": step.event, "updatedToolOutput": output}
+                if str(step.payload.get("name", "")).startswith("mcp__"):
+                    specific["updatedMCPToolOutput"] = output
+                answer = HookAnswer(output={"hookSpecificOutput": specific})
+            return self._with_context(answer, step.event, remark)
         content = payload.get("content")
-        if content == step.payload.get("content"):
+        before = step.payload.get("content")
+        if content == before:
             return HookAnswer()
+        if isinstance(content, str) and isinstance(before, str) and content.startswith(before):
+            # Only added to: context Claude Code adds to the prompt, which goes through.
+            return self.context(step.event, content[len(before) :].strip("\n"))
         # A prompt cannot be rewritten in place: refuse it and show the amended text to send instead.
         return self.deny(step.event, f"hookbus: a guard changed this prompt; send it as: {_text(content)}")
 

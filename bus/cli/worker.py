@@ -33,7 +33,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 async def run(args: argparse.Namespace) -> int:
     from bus.client import Bus
     from bus.presence import component, presence
-    from subscribers.claude_hooks.service import ClaudeHooksServer
+    from subscribers.claude_hooks.service import ClaudeHooksServer, ClaudePluginsServer
     from subscribers.plugins.worker import PluginWorker
     from subscribers.shell_hooks.worker import ShellWorker
 
@@ -47,6 +47,9 @@ async def run(args: argparse.Namespace) -> int:
         claude = ClaudeHooksServer(bus, workspace, args.nats_url)  # claude-hooks.json, served as module claude-hooks
         await claude.start()
         stack.push_async_callback(claude.stop)
+        claude_plugins = ClaudePluginsServer(bus, workspace, args.nats_url)  # claude-plugins/<name>/: Claude Code's
+        await claude_plugins.start()
+        stack.push_async_callback(claude_plugins.stop)
         hooks = f"{worker.hooks.path} ({len(worker.config.entries)} hooks, {len(plugins.plugins.running())} plugins)"
         url = serve_metrics(stack, args.host, args.metrics_port)
         metrics = f", metrics {url}" if url else ""

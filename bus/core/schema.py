@@ -356,6 +356,7 @@ class AgentHookInput(msgspec.Struct, kw_only=True):
     tool_input: dict[str, Any] | None = None
     tool_use_id: str | None = None
     tool_response: Any = None
+    error: Any = None
     prompt: str | None = None
     source: str | None = None
     reason: str | None = None

@@ -2,20 +2,31 @@
 
 Each command runs as shell hooks do (subscribers/shell_hooks/process.py): no
 shell, its own process group, an environment built from nothing (a safe
-``PATH``, ``CLAUDE_PROJECT_DIR``, ``HOOKBUS_DEPTH`` one above the call's,
-``NATS_URL`` without credentials), the workspace as its directory, its
-timeout enforced (TERM, then KILL after the grace), bounded output. The
-matching commands of one call run at once, as Claude Code runs them, and the
-decision is read as Claude Code reads it:
+``PATH``, ``HOME``, ``CLAUDE_PROJECT_DIR``, a plugin's ``CLAUDE_PLUGIN_ROOT``,
+``HOOKBUS_DEPTH`` one above the call's, ``NATS_URL`` without credentials), the
+workspace as its directory, its timeout enforced (TERM, then KILL after the
+grace), bounded output. The matching commands of one call run at once, as
+Claude Code runs them, and their answers are read as Claude Code reads them:
 
-- exit 2: the call is refused with stderr as the reason;
+- exit 2: ``deny``, stderr the reason;
 - exit 0 and a JSON object on stdout: ``hookSpecificOutput.permissionDecision``
-  ``deny`` (reason ``permissionDecisionReason``), ``decision: "block"``
-  (reason ``reason``) or ``continue: false`` (``stopReason``) refuse;
-  ``updatedInput`` patches the tool's input; ``additionalContext`` (or, for a
-  prompt, plain stdout) is added to the result or prompt;
-- any other exit, a timeout, a command that cannot start: a non-blocking
-  error, logged, and the call goes on (Claude Code's own reading).
+  (``allow|deny|ask|defer``, reason ``permissionDecisionReason``), a
+  PermissionRequest's ``decision.behavior`` (``allow|deny``, ``message``),
+  ``decision: "block"`` (``reason``), ``continue: false`` (``stopReason``);
+  ``updatedInput`` patches the tool's input; ``updatedToolOutput`` (or
+  ``updatedMCPToolOutput``) the result; ``additionalContext`` (or, for a
+  prompt, plain stdout) is added to the prompt or the result, never a refusal;
+  ``systemMessage`` is logged; ``suppressOutput`` and ``updatedPermissions``
+  have nothing to act on here;
+- the decisions of the commands combine deny > defer > ask > allow
+  (:func:`bus.adapters.hook_rules.strongest`); ``ask`` and ``defer`` wait for
+  someone hookbus cannot reach yet, so they are read through the asking
+  command's fail mode: fail-closed refuses, fail-open goes on (logged);
+- any other exit, a timeout, a command that cannot start: a fault of that
+  command, read through its fail mode (see :mod:`subscribers.claude_hooks.config`).
+
+Every refusal's reason names the command and, for a fault, its fail mode, so
+the journal says which.
 """
 
 from __future__ import annotations
@@ -30,9 +41,10 @@ from typing import Any, Final
 
 import orjson
 
+from bus.adapters.hook_rules import Permission, permission_of, strongest
 from bus.core.decisions import Cancel, Continue, Decision, Patch
 from bus.core.depth import DEPTH_ENV, child_depth
-from subscribers.claude_hooks.config import PROJECT_VARIABLE, Command
+from subscribers.claude_hooks.config import Command, Places
 from subscribers.shell_hooks.limits import DEFAULT_KILL_GRACE
 from subscribers.shell_hooks.process import spawn
 from subscribers.shell_hooks.security import nul_problem, public_url, safe_path
@@ -59,8 +71,11 @@ class Run:
     problem: str | None = None  # it could not run, or timed out
 
 
-def environment(project: Path, depth: int, nats_url: str | None) -> dict[str, str]:
-    env = {"PATH": safe_path(), PROJECT_VARIABLE: str(project), DEPTH_ENV: str(child_depth(depth))}
+def environment(places: Places | Path, depth: int, nats_url: str | None) -> dict[str, str]:
+    """The hook's environment, built from nothing: what Claude Code gives its hooks, and hookbus's own."""
+    if isinstance(places, Path):
+        places = Places(places, Path.home())
+    env = {"PATH": safe_path(), **places.variables(), DEPTH_ENV: str(child_depth(depth))}
     if nats_url:
         env["NATS_URL"] = public_url(nats_url)
     return env
@@ -74,7 +89,8 @@ async def run_command(command: Command, stdin: bytes, project: Path, env: dict[s
     try:
         proc = spawn(command.argv, env=env, cwd=project, stdin_data=stdin, output_limit=OUTPUT_LIMIT)
     except (OSError, ValueError) as exc:
-        return Run(command.text, None, problem=f"cannot start: {getattr(exc, 'strerror', None) or exc}")
+        why = getattr(exc, "strerror", None) or exc
+        return Run(command.text, None, problem=f"cannot start {command.argv[0]!r}: {why}")
     started = time.monotonic()
     try:
         code = await asyncio.wait_for(asyncio.shield(proc.wait()), command.timeout_s)
@@ -111,50 +127,137 @@ def _text(data: bytes) -> str:
     return data.decode(errors="replace").strip()
 
 
-def refusal(run: Run) -> str | None:
-    """Why ``run`` refuses the call, or None."""
+@dataclass
+class Verdict:
+    """What one command's run says, as Claude Code reads it."""
+
+    command: Command
+    permission: Permission | None = None
+    reason: str = ""
+    stop: str | None = None  # continue: false
+    fault: str | None = None  # it could not run, timed out, or exited other than 0 or 2
+    updated_input: dict[str, Any] | None = None
+    updated_output: Any = None
+    context: str | None = None
+    system_message: str | None = None
+
+
+def _reason(value: Any, fallback: str) -> str:
+    return str(value) if isinstance(value, str) and value else fallback
+
+
+def read(command: Command, run: Run, event: str) -> Verdict:
+    """``run`` of ``command`` on ``event`` as a verdict."""
+    verdict = Verdict(command)
+    if run.problem is not None:
+        verdict.fault = run.problem
+        return verdict
     if run.exit_code == BLOCK_EXIT:
-        return _text(run.stderr) or f"blocked by {run.command}"
-    output = _json(run.stdout) if run.exit_code == 0 else None
+        verdict.permission, verdict.reason = "deny", _text(run.stderr) or f"blocked by {run.command}"
+        return verdict
+    if run.exit_code != 0:
+        verdict.fault = f"exited {run.exit_code}: {_text(run.stderr)[-500:]}".rstrip(": ")
+        return verdict
+    output = _json(run.stdout)
     if output is None:
-        return None
+        if event == "UserPromptSubmit":
+            verdict.context = _text(run.stdout) or None  # a prompt hook's plain stdout is context
+        return verdict
     specific = output.get("hookSpecificOutput")
     specific = specific if isinstance(specific, dict) else {}
-    if specific.get("permissionDecision") == "deny":
-        return str(specific.get("permissionDecisionReason") or f"denied by {run.command}")
-    if output.get("decision") in ("block", "deny"):
-        return str(output.get("reason") or f"blocked by {run.command}")
     if output.get("continue") is False:
-        return str(output.get("stopReason") or f"stopped by {run.command}")
-    return None
+        verdict.stop = _reason(output.get("stopReason"), f"stopped by {run.command}")
+    if isinstance(output.get("systemMessage"), str):
+        verdict.system_message = output["systemMessage"]
+    top = output.get("decision")
+    if top in ("block", "deny"):
+        verdict.permission, verdict.reason = "deny", _reason(output.get("reason"), f"blocked by {run.command}")
+    elif top == "approve":
+        verdict.permission = "allow"
+    elif permission_of(top) is not None:  # the older top-level form: {"decision": "ask", "reason": ...}
+        verdict.permission, verdict.reason = (
+            permission_of(top),
+            _reason(output.get("reason"), f"{top} from {run.command}"),
+        )
+    asked = permission_of(specific.get("permissionDecision"))
+    if asked is not None:
+        verdict.permission = strongest([verdict.permission, asked])
+        if asked == verdict.permission:
+            verdict.reason = _reason(specific.get("permissionDecisionReason"), f"{asked} from {run.command}")
+    behavior = specific.get("decision")
+    if isinstance(behavior, dict):  # PermissionRequest: {behavior, message, updatedInput, updatedPermissions}
+        chosen = permission_of(behavior.get("behavior"))
+        if chosen is not None:
+            verdict.permission = strongest([verdict.permission, chosen])
+            if chosen == verdict.permission:
+                verdict.reason = _reason(behavior.get("message"), f"{chosen} from {run.command}")
+        if isinstance(behavior.get("updatedInput"), dict):
+            verdict.updated_input = behavior["updatedInput"]
+    if isinstance(specific.get("updatedInput"), dict):
+        verdict.updated_input = specific["updatedInput"]
+    for key in ("updatedToolOutput", "updatedMCPToolOutput"):
+        if key in specific:
+            verdict.updated_output = specific[key]
+    context = specific.get("additionalContext")
+    if isinstance(context, str) and context:
+        verdict.context = context
+    return verdict
 
 
-def _specific(run: Run, key: str) -> Any:
-    output = _json(run.stdout) if run.exit_code == 0 else None
-    specific = output.get("hookSpecificOutput") if output else None
-    return specific.get(key) if isinstance(specific, dict) else None
+def _cancel(verdict: Verdict, what: str) -> Cancel:
+    return Cancel(f"{verdict.command.text}: {what}")
 
 
-def decide(stage: str, payload: dict[str, Any], runs: list[Run]) -> Decision:
-    """The decision of the runs of one call, in configuration order: a refusal wins, then the patches."""
-    for run in runs:
-        if run.problem is not None or run.exit_code not in (0, BLOCK_EXIT):
-            why = run.problem or f"exited {run.exit_code}: {_text(run.stderr)[-500:]}"
-            log.warning("claude hook %r on %s: %s (a non-blocking error: the call goes on)", run.command, stage, why)
-        reason = refusal(run)
-        if reason is not None:
-            return Cancel(reason)
+def decide(
+    stage: str, payload: dict[str, Any], runs: list[Run], event: str = "", commands: list[Command] | None = None
+) -> Decision:
+    """The decision of the runs of one call (``commands[i]`` ran as ``runs[i]``), in configuration order."""
+    if commands is None:
+        commands = [Command(r.command, (r.command,), 0.0) for r in runs]
+    event = event or {"tool.call": "PreToolUse", "tool.result": "PostToolUse"}.get(stage, "UserPromptSubmit")
+    verdicts = [read(command, run, event) for command, run in zip(commands, runs, strict=True)]
+    decision = strongest(v.permission for v in verdicts)
+    if decision == "deny":  # a hook's own refusal is the reason shown, before any other's fault
+        return Cancel(next(v.reason for v in verdicts if v.permission == "deny"))
+    for verdict in verdicts:
+        if verdict.system_message:
+            log.info("claude hook %r on %s says: %s", verdict.command.text, stage, verdict.system_message)
+        if verdict.fault is None:
+            continue
+        if verdict.command.fail_closed:
+            return _cancel(verdict, f"the hook failed ({verdict.fault}); it is fail-closed, so the call is refused")
+        what = verdict.command.text
+        log.warning("claude hook %r on %s: %s (fail-open: the call goes on)", what, stage, verdict.fault)
+    for verdict in verdicts:
+        if verdict.stop is not None:
+            return _cancel(verdict, verdict.stop)
+    if decision in ("defer", "ask"):
+        waiting = [v for v in verdicts if v.permission == decision]
+        closed = [v for v in waiting if v.command.fail_closed]
+        if closed:
+            return _cancel(closed[0], f"{decision}s for a decision nobody here can give ({closed[0].reason}); "
+                           "it is fail-closed, so the call is refused")  # fmt: skip
+        for verdict in waiting:
+            log.warning("claude hook %r on %s: %s with nobody to answer (fail-open: the call goes on)",
+                        verdict.command.text, stage, decision)  # fmt: skip
+    return _patched(stage, payload, verdicts)
+
+
+def _patched(stage: str, payload: dict[str, Any], verdicts: list[Verdict]) -> Decision:
     patched = dict(payload)
-    for run in runs:
-        new_input = _specific(run, "updatedInput")
-        if stage == "tool.call" and isinstance(new_input, dict):
-            patched["input"] = new_input
-        context = _specific(run, "additionalContext")
-        if context is None and stage == "user.message" and run.exit_code == 0 and _json(run.stdout) is None:
-            context = _text(run.stdout) or None  # a prompt hook's plain stdout is context
-        if isinstance(context, str) and context:
-            if stage == "tool.result":
-                patched["remark"] = f"{patched['remark']}\n{context}" if "remark" in patched else context
-            elif stage == "user.message":
-                patched["content"] = f"{patched.get('content', '')}\n\n{context}"
+    contexts = [v.context for v in verdicts if v.context]
+    for verdict in verdicts:
+        if stage == "tool.call" and verdict.updated_input is not None:
+            patched["input"] = verdict.updated_input
+        if stage == "tool.result" and verdict.updated_output is not None:
+            output = verdict.updated_output
+            patched["output"] = output if isinstance(output, str) else orjson.dumps(output).decode()
+    if contexts:
+        text = "\n".join(contexts)
+        if stage == "tool.result":
+            patched["remark"] = f"{patched['remark']}\n{text}" if "remark" in patched else text
+        elif stage == "user.message":  # appended, never replacing: the prompt goes through with it
+            patched["content"] = f"{patched.get('content', '')}\n\n{text}"
+        else:
+            patched["context"] = f"{patched['context']}\n{text}" if isinstance(patched.get("context"), str) else text
     return Continue() if patched == payload else Patch(patched)

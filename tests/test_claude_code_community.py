@@ -1,0 +1,231 @@
+"""Community Claude Code hooks and plugins, copied unchanged (tests/fixtures/claude/README.md), under hookbus.
+
+Each is run as its author documents it: ``node ~/.claude/hooks/<name>.js``
+with the script under the hooks' HOME, ``uv run $CLAUDE_PROJECT_DIR/...``, a
+plugin folder under ``claude-plugins/``. Every denial the script makes under
+Claude Code is a Cancel here; what it lets through goes on. The fail-open
+causes each test here guards against (checked on the code before): ``~``
+taken literally and no ``HOME`` (node could not find the script, or threw,
+and the call went ahead), plugins refused, ``ask`` read as continue, a
+context-only prompt hook written back as a refusal.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bus import Bus, Cancel, Continue, Patch
+from bus.adapters.claude_code import ClaudeCodeDialect, custom_subject, plan
+from bus.adapters.claude_code import parse as parse_input
+from subscribers.claude_hooks.config import parse
+from subscribers.claude_hooks.service import MODULE, ClaudeHooksServer, ClaudePluginsServer
+
+from .conftest import nats_for_tests
+from .test_claude_code_handlers import approved
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "claude"
+CTX = {"session": "s-community", "agent": "eva"}
+NODE = shutil.which("node")
+needs_node = pytest.mark.skipif(NODE is None, reason="node is not installed")
+
+
+@pytest.fixture
+def nats_url() -> Any:
+    """A NATS server of each test's own: a stopped fail-closed module of one test cancels the next one's calls."""
+    with nats_for_tests() as url:
+        yield url
+
+
+def home_with_scripts(tmp_path: Path) -> Path:
+    """A HOME with the community scripts where their READMEs put them (~/.claude/hooks/)."""
+    home = tmp_path / "home"
+    shutil.copytree(FIXTURES / "home", home)
+    return home
+
+
+def node_hook(name: str, matcher: str, **more: Any) -> dict[str, Any]:
+    return {"matcher": matcher, "hooks": [{"type": "command", "command": f"node ~/.claude/hooks/{name}.js", **more}]}
+
+
+@asynccontextmanager
+async def serving(nats_url: str, workspace: Path, config: dict[str, Any], wanted: set[str]) -> AsyncIterator[Bus]:
+    (workspace / "claude-hooks.json").write_text(json.dumps(config))
+    async with Bus(nats_url, name="claude-hooks") as serve, Bus(nats_url, trust_new=True) as kernel:
+        server = ClaudeHooksServer(serve, workspace, nats_url)
+        await server.start()
+        try:
+            await approved(kernel, wanted)
+            yield kernel
+        finally:
+            await server.stop()
+
+
+def bash(command: str) -> dict[str, Any]:
+    return {"name": "Bash", "input": {"command": command}, "id": "toolu_1"}
+
+
+@needs_node
+async def test_node_guards_run_with_tilde_and_home_and_deny_as_under_claude_code(
+    nats_url: str, workspace: Path, tmp_path: Path
+) -> None:
+    home = home_with_scripts(tmp_path)
+    config = {
+        "hookbus": {"home": str(home)},
+        "hooks": {
+            "PreToolUse": [
+                node_hook("block-dangerous-commands", "Bash"),
+                node_hook("git-safety", "Bash"),
+                node_hook("protect-secrets", "Read|Edit|Write|Bash"),
+            ]
+        },
+    }
+    async with serving(nats_url, workspace, config, {f"{MODULE}.PreToolUse"}) as kernel:
+        decision = await kernel.intercept("tool.call", bash("rm -rf ~"), CTX)
+        assert isinstance(decision, Cancel) and "rm" in decision.reason, decision
+        decision = await kernel.intercept("tool.call", bash("git push --force origin main"), CTX)
+        assert isinstance(decision, Cancel), decision
+        read_env = {"name": "Read", "input": {"file_path": str(workspace / ".env")}, "id": "toolu_2"}
+        decision = await kernel.intercept("tool.call", read_env, CTX)
+        assert isinstance(decision, Cancel), decision
+        decision = await kernel.intercept("tool.call", bash("ls -la"), CTX)
+        assert isinstance(decision, Continue), decision
+    assert (home / ".claude" / "hooks-logs").is_dir(), "the scripts logged under the HOME hookbus gave them"
+
+
+@needs_node
+async def test_a_guard_that_cannot_start_refuses_the_call_unless_it_says_continue(
+    nats_url: str, workspace: Path, tmp_path: Path
+) -> None:
+    home = tmp_path / "empty-home"
+    home.mkdir()
+    config = {
+        "hookbus": {"home": str(home)},
+        "hooks": {
+            "PreToolUse": [node_hook("block-dangerous-commands", "Bash")],
+            "PostToolUse": [node_hook("block-dangerous-commands", "Bash")],
+        },
+    }
+    async with serving(nats_url, workspace, config, {f"{MODULE}.PreToolUse", f"{MODULE}.PostToolUse"}) as kernel:
+        decision = await kernel.intercept("tool.call", bash("rm -rf ~"), CTX)
+        assert isinstance(decision, Cancel) and "fail-closed" in decision.reason, decision
+        result = {**bash("ls"), "output": "x", "is_error": False}
+        decision = await kernel.intercept("tool.result", result, CTX)
+        assert isinstance(decision, Continue), "a PostToolUse hook is fail-open unless it says onFailure: block"
+    config["hooks"]["PreToolUse"] = [node_hook("block-dangerous-commands", "Bash", onFailure="continue")]
+    parsed = parse(json.dumps(config).encode(), workspace, "claude-hooks.json")
+    assert not parsed.fail_closed("PreToolUse") and parse(
+        json.dumps({"hooks": {"PreToolUse": [node_hook("x", "Bash")]}}).encode(), workspace, "f"
+    ).fail_closed("PreToolUse")
+
+
+@pytest.mark.skipif(shutil.which("uv") is None, reason="uv is not installed")
+async def test_a_uv_script_runs_as_its_settings_say(nats_url: str, workspace: Path, tmp_path: Path) -> None:
+    shutil.copytree(FIXTURES / "project" / ".claude", workspace / ".claude")
+    home = tmp_path / "home"
+    home.mkdir()
+    command = "uv run $CLAUDE_PROJECT_DIR/.claude/hooks/pre_tool_use.py"
+    config = {"hookbus": {"home": str(home)}, "hooks": {"PreToolUse": [{"matcher": "", "hooks": [
+        {"type": "command", "command": command, "timeout": 60}]}]}}  # fmt: skip
+    async with serving(nats_url, workspace, config, {f"{MODULE}.PreToolUse"}) as kernel:
+        decision = await kernel.intercept("tool.call", bash("rm -rf /tmp/x"), CTX)
+        assert isinstance(decision, Cancel) and "rm" in decision.reason.lower(), decision
+        decision = await kernel.intercept("tool.call", bash("echo hi"), CTX)
+        assert isinstance(decision, Continue), decision
+
+
+def test_a_whole_settings_json_is_read_for_its_hooks_and_unknown_events_are_logged(workspace: Path) -> None:
+    settings = json.loads((FIXTURES / "project" / ".claude" / "settings.json").read_text())
+    settings["hooks"]["SomeFutureEvent"] = [{"hooks": [{"type": "command", "command": "true"}]}]
+    hooks = parse(json.dumps(settings).encode(), workspace, "settings.json")
+    assert set(hooks.events) >= {"PreToolUse", "PostToolUse", "UserPromptSubmit"}
+    assert "SomeFutureEvent" in hooks.unknown and "Stop" in hooks.unstaged
+    assert hooks.events["PreToolUse"][0].commands[0].argv[2] == f"{workspace}/.claude/hooks/pre_tool_use.py"
+
+
+@needs_node
+async def test_plugins_copied_unchanged_are_served(nats_url: str, workspace: Path, tmp_path: Path) -> None:
+    plugins = workspace / "claude-plugins"
+    for name in ("hookify", "block-dangerous-commands"):
+        shutil.copytree(FIXTURES / "plugins" / name, plugins / name)
+    (workspace / ".claude").mkdir()
+    shutil.copy(FIXTURES / "plugins/hookify/examples/dangerous-rm.local.md", workspace / ".claude/hookify.rm.local.md")
+    wanted = {"claude-plugin-hookify.PreToolUse", "claude-plugin-block-dangerous-commands.PreToolUse"}
+    async with Bus(nats_url, name="claude-plugins") as serve, Bus(nats_url, trust_new=True) as kernel:
+        server = ClaudePluginsServer(serve, workspace, nats_url)
+        await server.start()
+        try:
+            await approved(kernel, wanted)
+            decision = await kernel.intercept("tool.call", bash("rm -rf build"), CTX)
+            assert isinstance(decision, Cancel), decision
+            decision = await kernel.intercept("tool.call", bash("ls"), CTX)
+            assert isinstance(decision, Continue), decision
+            decision = await kernel.intercept("user.message", {"agent": "eva", "content": "hello"}, CTX)
+            assert not isinstance(decision, Cancel), "hookify's prompt hook lets a plain prompt through"
+        finally:
+            await server.stop()
+
+
+async def test_a_bash_guard_in_a_whole_settings_json_blocks_and_asks(nats_url: str, workspace: Path) -> None:
+    """sethdf/lifemaestro's .claude/ copied as it is: its settings.json (permissions and all) is the file."""
+    shutil.copytree(FIXTURES / "lifemaestro" / ".claude", workspace / ".claude")
+    shutil.copy(workspace / ".claude" / "settings.json", workspace / "claude-hooks.json")
+    config = json.loads((workspace / "claude-hooks.json").read_text())
+    wanted = {f"{MODULE}.PreToolUse", f"{MODULE}.PostToolUse"}
+    async with serving(nats_url, workspace, config, wanted) as kernel:
+        decision = await kernel.intercept("tool.call", bash("rm -rf ~"), CTX)
+        assert isinstance(decision, Cancel) and "BLOCKED" in decision.reason, decision
+        decision = await kernel.intercept("tool.call", bash("git push --force origin main"), CTX)
+        assert isinstance(decision, Cancel) and "CONFIRM" in decision.reason, "ask, and nobody to answer it"
+        decision = await kernel.intercept("tool.call", bash("ls -la"), CTX)
+        assert isinstance(decision, Continue), decision
+
+
+ASK = """
+import json, sys
+json.load(sys.stdin)
+print(json.dumps({"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "ask",
+                                         "permissionDecisionReason": "confirm this"}}))
+"""
+
+
+async def test_ask_from_a_script_is_its_fail_mode_never_continue(nats_url: str, workspace: Path) -> None:
+    (workspace / "ask.py").write_text(ASK)
+    import sys
+
+    config = {"hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [
+        {"type": "command", "command": f"{sys.executable} $CLAUDE_PROJECT_DIR/ask.py"}]}]}}  # fmt: skip
+    async with serving(nats_url, workspace, config, {f"{MODULE}.PreToolUse"}) as kernel:
+        decision = await kernel.intercept("tool.call", bash("ls"), CTX)
+        assert isinstance(decision, Cancel) and "confirm this" in decision.reason, decision
+
+
+def test_a_context_only_answer_lets_the_prompt_through_with_its_context() -> None:
+    hook = parse_input(json.dumps({"hook_event_name": "UserPromptSubmit", "prompt": "hello", "session_id": "s"}))
+    step = plan(hook, "claude-code")
+    answer = ClaudeCodeDialect().answer(step, Patch({**step.payload, "content": "hello\n\nProject rule: English."}))
+    assert answer.output == {
+        "hookSpecificOutput": {"hookEventName": "UserPromptSubmit", "additionalContext": "Project rule: English."}
+    }
+    rewritten = ClaudeCodeDialect().answer(step, Patch({**step.payload, "content": "h***o"}))
+    assert rewritten.output is not None and rewritten.output.get("decision") == "block"
+
+
+def test_permission_requests_and_new_events_map() -> None:
+    raw = {"hook_event_name": "PermissionRequest", "tool_name": "Bash", "tool_input": {"command": "ls"}}
+    step = plan(parse_input(json.dumps(raw)), "claude-code")
+    assert step.stage == "tool.call"
+    denied = ClaudeCodeDialect().answer(step, Cancel("no"))
+    assert denied.output is not None and denied.output["hookSpecificOutput"]["decision"]["behavior"] == "deny"
+    failure = {"hook_event_name": "PostToolUseFailure", "tool_name": "Bash", "tool_input": {}, "error": "boom"}
+    step = plan(parse_input(json.dumps(failure)), "claude-code")
+    assert step.stage == "tool.result" and step.payload["is_error"] and step.payload["output"] == "boom"
+    assert custom_subject("PostCompact") == "eva.custom.claude.post_compact"
+    step = plan(parse_input(json.dumps({"hook_event_name": "TaskCreated", "session_id": "s"})), "claude-code")
+    assert step.events[0][0] == "eva.custom.claude.task_created"
