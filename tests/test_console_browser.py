@@ -154,6 +154,7 @@ async def test_an_emitted_event_appears_live_and_shows_its_envelope(console: Con
     console.type("live-session", "browser-live")
     console.find("live-apply").click()
     console.wait(lambda: console.text_of("live-state").startswith("live"), "the live stream connected")
+    assert console.text_of("live-state") in ("live: every event", "live: events matching prx.>"), "in words"
     assert "sampled" in console.text_of("page-live"), "the page says the display is sampled above its rate"
     async with Bus(up.nats_url) as bus:
         await bus.emit("prx.lifecycle.tool_call", {"tool": "shell", "marker": "seen-live"}, session_id="browser-live")
@@ -189,6 +190,7 @@ async def test_a_cancelled_call_is_found_in_the_journal(console: Console, up: Up
 
     text = console.wait(found, "the cancelled call in the journal")
     assert "cancel" in text and "denied by the process" in text and "jguard.h" in text
+    assert re.search(r"\b\d+(\.\d{1,3})? ms\b", text), f"the duration formatted, not a raw float: {text}"
     console.shot("journal")
     console.type("j-decision", "")
     console.type("j-who", "")

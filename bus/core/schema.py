@@ -356,7 +356,7 @@ class AgentHookInput(msgspec.Struct, kw_only=True):
     tool_input: dict[str, Any] | None = None
     tool_use_id: str | None = None
     tool_response: Any = None
-    error: Any = None
+    error: Any = None  # Claude Code's PostToolUseFailure, Codex's StopFailure: untyped, as the fields below
     prompt: str | None = None
     source: str | None = None
     reason: str | None = None
@@ -368,7 +368,6 @@ class AgentHookInput(msgspec.Struct, kw_only=True):
     # another shape for a field hookbus only reports never makes the whole input unreadable.
     agent_id: Any = None
     agent_type: Any = None
-    error: Any = None
     error_details: Any = None
     llm_request: Any = None
     llm_response: Any = None

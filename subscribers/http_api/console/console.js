@@ -28,6 +28,14 @@ function el(tag, text, cls) {
   return node;
 }
 
+// A duration in milliseconds as people read it: 0.049 ms, 12.3 ms, 1,234 ms.
+function milliseconds(value) {
+  if (value === null || value === undefined || typeof value !== "number") return value;
+  if (value < 1) return value.toFixed(3) + " ms";
+  if (value < 100) return value.toFixed(1) + " ms";
+  return Math.round(value).toLocaleString("en") + " ms";
+}
+
 function row(cells) {
   const tr = document.createElement("tr");
   for (const cell of cells) {
@@ -147,7 +155,8 @@ function onMessage(block) {
   const body = JSON.parse(data);
   if (name === "hello") {
     $("live-rate").textContent = body.rate;
-    say("live-state", "live: " + body.pattern);
+    say("live-state", body.pattern === ">" || body.pattern === "" ? "live: every event"
+      : "live: events matching " + body.pattern);
   } else if (name === "events") {
     addEvents(body);
   } else if (name === "sampled") {
@@ -162,7 +171,7 @@ function addEvents(events) {
   const fragment = document.createDocumentFragment();
   for (const event of events) {
     byId.set(event.id, event);
-    const tr = row([event.timestamp, event.subject, event.session_id, event.depth, event.source]);
+    const tr = row([event.timestamp, event.subject, event.session_id, event.depth, event.publisher || event.source]);
     tr.dataset.id = event.id;
     tr.className = "live-event";
     tr.addEventListener("click", () => showEnvelope(event.id));
@@ -224,7 +233,7 @@ async function searchJournal(event) {
     const data = await api("GET", "/api/journal?" + journalParams());
     const rows = $("j-rows");
     rows.replaceChildren(...data.entries.map((e) => {
-      const tr = row([e.received, e.kind, e.point, e.who, e.decision, e.duration_ms, e.session, e.cause]);
+      const tr = row([e.received, e.kind, e.point, e.who, e.decision, milliseconds(e.duration_ms), e.session, e.cause]);
       tr.className = "decision-" + e.decision;
       return tr;
     }));
