@@ -27,7 +27,7 @@ from bus.adapters.claude_code import parse as parse_input
 from subscribers.claude_hooks.config import parse
 from subscribers.claude_hooks.service import MODULE, ClaudeHooksServer, ClaudePluginsServer
 
-from .conftest import nats_for_tests
+from .conftest import nats_for_tests, require_binary
 from .test_claude_code_handlers import approved
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "claude"
@@ -125,8 +125,8 @@ async def test_a_guard_that_cannot_start_refuses_the_call_unless_it_says_continu
     ).fail_closed("PreToolUse")
 
 
-@pytest.mark.skipif(shutil.which("uv") is None, reason="uv is not installed")
 async def test_a_uv_script_runs_as_its_settings_say(nats_url: str, workspace: Path, tmp_path: Path) -> None:
+    require_binary("uv")  # the test extra installs it; a laptop without it skips, CI fails
     shutil.copytree(FIXTURES / "project" / ".claude", workspace / ".claude")
     home = tmp_path / "home"
     home.mkdir()
