@@ -29,6 +29,7 @@ call past its limit is refused, not queued.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import struct
 import threading
@@ -41,11 +42,13 @@ import wasmtime
 import wasmtime.component as wc
 
 from bus.core.errors import PluginError, PluginTrap
+from subscribers.plugins.host_imports import LocalServices, PluginServices, link
 from subscribers.plugins.manifest import Manifest
 
-#: The export PRX's WIT interface declares, and the interface name it may sit in.
+#: The export PRX's WIT interface declares, and the interface names it may sit in: PRX's hook world exports
+#: ``prx:plugin/hook-exports@0.1.0``; ``hooks`` is the name earlier hookbus documentation gave it.
 EXPORT: Final = "on-event"
-INTERFACE: Final = "hooks"
+INTERFACES: Final = ("hook-exports", "hooks")
 #: An Err message longer than this is cut (it goes to the log and the journal).
 MAX_ERROR_BYTES: Final = 4096
 _PAGE: Final = 65536
@@ -80,6 +83,9 @@ class PluginCode:
         config = wasmtime.Config()
         config.epoch_interruption = True
         config.wasm_component_model = True
+        config.consume_fuel = manifest.fuel is not None
+        with contextlib.suppress(wasmtime.WasmtimeError):  # compiled code kept on disk: a big component loads once
+            config.cache = True
         self.engine = wasmtime.Engine(config)
         self.component = _is_component(wasm)
         self._lock = threading.Lock()
@@ -89,12 +95,16 @@ class PluginCode:
         self._wake = threading.Event()
         self._deadline = 0.0
         self._cut_short = False
+        #: kv and events for PRX's host interfaces (the worker's: the bus), and the handled event's depth.
+        self.services: PluginServices = LocalServices()
+        self.depth = 0
         try:
             if self.component:
                 self._component = wc.Component(self.engine, wasm)
                 self._entry = _Entry(_find_export(self._component, self.engine, manifest.name))
                 self._clinker = wc.Linker(self.engine)
                 self._clinker.add_wasip2()
+                link(self._clinker, manifest, self)
             else:
                 self._module = wasmtime.Module(self.engine, wasm)
                 _check_core_exports(self._module, manifest.name)
@@ -124,7 +134,11 @@ class PluginCode:
         self._wake.set()
         self.engine.increment_epoch()
 
-    def call(self, event: str, payload_json: str, deadline: float | None = None) -> str | None:
+    def time_left(self) -> float:
+        """Seconds until the running call's deadline (host functions wait at most this long)."""
+        return max(0.0, self._deadline - time.monotonic())
+
+    def call(self, event: str, payload_json: str, deadline: float | None = None, depth: int = 0) -> str | None:
         """Run ``on-event``; None for Ok, the message for Err. Raises PluginTrap when it does not return.
 
         ``deadline`` (``time.monotonic()``; default: the time limit from now)
@@ -133,6 +147,7 @@ class PluginCode:
         if not self._lock.acquire(blocking=False):
             raise PluginTrap("not run: its last call is still inside a host call, past its time limit")
         try:
+            self.depth = depth
             return self._call(event, payload_json, deadline)
         finally:
             self._lock.release()
@@ -145,6 +160,8 @@ class PluginCode:
         self._deadline = deadline if deadline is not None else time.monotonic() + self.manifest.timeout_ms / 1000
         live = self._live or self._start()
         live.store.set_epoch_deadline(1)
+        if self.manifest.fuel is not None:
+            live.store.set_fuel(self.manifest.fuel)
         if time.monotonic() >= self._deadline:  # the caller's interrupt may have come before the line above
             self.interrupt()
         try:
@@ -176,6 +193,8 @@ class PluginCode:
             memories=MAX_MEMORIES,
         )
         store.set_epoch_deadline(1)
+        if self.manifest.fuel is not None:
+            store.set_fuel(self.manifest.fuel)
         store.set_wasi(self._wasi())
         try:
             if self.component:
@@ -281,6 +300,8 @@ class PluginCode:
     def _trap(self, exc: wasmtime.Trap, live: _Live | None) -> PluginTrap:
         if exc.trap_code == wasmtime.TrapCode.INTERRUPT or self._cut_short:
             return self._interrupted()
+        if exc.trap_code == wasmtime.TrapCode.OUT_OF_FUEL:
+            return PluginTrap(f"stopped: out of fuel (its max_fuel of {self.manifest.fuel:,} per event)")
         reason = f"trapped: {_first_line(exc)}"
         if live is not None and live.memory is not None:
             used, limit = live.memory.data_len(live.store), self.manifest.memory_bytes
@@ -374,12 +395,12 @@ def _find_export(component: wc.Component, engine: wasmtime.Engine, name: str) ->
         return index
     for export in component.type.exports(engine):
         iface = export.rsplit("/", 1)[-1].split("@", 1)[0]
-        if iface == INTERFACE:
+        if iface in INTERFACES:
             outer = component.get_export_index(export)
             inner = component.get_export_index(EXPORT, outer) if outer is not None else None
             if inner is not None:
                 return inner
-    raise PluginError(name, f"the component exports no {EXPORT} (top level or in a '{INTERFACE}' interface)")
+    raise PluginError(name, f"the component exports no {EXPORT} (top level or in PRX's hook-exports interface)")
 
 
 def _check_core_exports(module: wasmtime.Module, name: str) -> None:

@@ -32,6 +32,7 @@ from bus.core.subjects import key_queue, matches
 from bus.core.tasks import TaskSet
 from bus.core.visible import visible
 from bus.journal.entries import JournalEntry, publish_entry
+from subscribers.plugins.bus_services import BusServices
 from subscribers.plugins.manifest import PLUGINS_DIR
 from subscribers.plugins.plugin_set import PluginSet
 from subscribers.plugins.threads import DaemonThreads
@@ -83,7 +84,8 @@ async def call_plugin(
     loop = asyncio.get_running_loop()
     limit_s = manifest.timeout_ms / 1000
     deadline = loop.call_later(limit_s, code.interrupt)
-    call = loop.run_in_executor(threads or _THREADS, code.call, event.event, payload, time.monotonic() + limit_s)
+    until = time.monotonic() + limit_s
+    call = loop.run_in_executor(threads or _THREADS, code.call, event.event, payload, until, event.depth)
     try:
         error = await _wait_bounded(call, manifest.timeout_ms, stopping)
     except PluginTrap as trap:
@@ -192,6 +194,8 @@ class PluginWorker:
         if code is None:
             return
         pattern = next((p for p in code.manifest.patterns if matches(p, event.subject)), event.subject)
+        if not isinstance(code.services, BusServices):  # a new or reloaded plugin: kv and events on the bus
+            code.services = BusServices(self.bus, asyncio.get_running_loop(), name, code.manifest.kv_bytes)
         result = await call_plugin(code, event, pattern, self._threads, self._stop_event)
         self.stats.count(result)
         metrics.count_result(result)
