@@ -16,13 +16,13 @@ import concurrent.futures
 from collections.abc import Coroutine
 from typing import Any, Final, TypeVar
 
-from nats.js import api
-from nats.js import errors as js_errors
+import orjson
 
 from bus.client import Bus
 from bus.core.depth import handling
 from bus.core.errors import HookbusError
-from bus.core.subjects import validate_subject
+from bus.core.subjects import kv_key_subject, kv_stream, validate_subject
+from bus.transport.kv import Bucket
 
 T = TypeVar("T")
 BUCKET_PREFIX: Final = "hookbus_plugin_"
@@ -42,7 +42,7 @@ class BusServices:
         self.loop = loop
         self.plugin = plugin
         self.kv_bytes = kv_bytes
-        self._kv: Any = None
+        self._kv: Bucket | None = None
 
     def _run(self, coro: Coroutine[Any, Any, T], timeout_s: float) -> T:
         future = asyncio.run_coroutine_threadsafe(coro, self.loop)
@@ -52,43 +52,48 @@ class BusServices:
             future.cancel()
             raise
 
-    async def _bucket(self) -> Any:
+    async def _bucket(self) -> Bucket:
+        """The plugin's bucket, its stream created first as this module wants it (the façade binds to it)."""
         if self._kv is None:
-            js = self.bus.nc.jetstream()
             name = bucket_name(self.plugin)
-            try:
-                self._kv = await js.key_value(name)
-            except js_errors.BucketNotFoundError:
-                stream = api.StreamConfig(
-                    name=f"KV_{name}",
-                    subjects=[f"$KV.{name}.>"],
-                    allow_direct=True,
-                    allow_rollup_hdrs=False,
-                    deny_purge=True,
-                    deny_delete=True,
-                    discard=api.DiscardPolicy.NEW,
-                    max_bytes=self.kv_bytes,
-                    max_msgs_per_subject=1,
-                    max_consumers=-1,
-                    max_msgs=-1,
-                )
-                await js.add_stream(stream)
-                self._kv = await js.key_value(name)
+            await self._request(f"$JS.API.STREAM.CREATE.{kv_stream(name)}", self._stream_config(name))
+            self._kv = await self.bus.open_bucket(name)
         return self._kv
+
+    def _stream_config(self, name: str) -> dict[str, Any]:
+        return {
+            "name": kv_stream(name),
+            "subjects": [f"{kv_key_subject(name)}>"],
+            "retention": "limits",
+            "storage": "file",
+            "num_replicas": 1,
+            "max_msgs_per_subject": 1,
+            "max_bytes": self.kv_bytes,
+            "max_msgs": -1,
+            "max_consumers": -1,
+            "discard": "new",
+            "allow_direct": True,
+            "allow_rollup_hdrs": False,
+            "deny_purge": True,
+            "deny_delete": True,
+        }
+
+    async def _request(self, subject: str, body: dict[str, Any]) -> dict[str, Any]:
+        """One JetStream API request; its answer (an ``error`` member when refused: an existing stream is fine)."""
+        msg = await self.bus.nc.request(subject, orjson.dumps(body), timeout=5)
+        answer: dict[str, Any] = orjson.loads(msg.data)
+        return answer
 
     def _call(self, coro: Coroutine[Any, Any, T], timeout_s: float, failed: T) -> T:
         try:
             return self._run(coro, timeout_s)
-        except (concurrent.futures.TimeoutError, js_errors.Error, HookbusError, OSError, ValueError):
+        except Exception:  # a host function answers, whatever the bus did (the plugin sees its empty answer)
             return failed
 
     def kv_get(self, key: str, timeout_s: float) -> bytes | None:
         async def get() -> bytes | None:
-            try:
-                entry = await (await self._bucket()).get(_key(key))
-            except js_errors.KeyNotFoundError:
-                return None
-            return bytes(entry.value) if entry.value else None
+            entry = await (await self._bucket()).get(_key(key))
+            return entry.value if entry is not None else None
 
         return self._call(get(), timeout_s, None) if _key(key) else None
 
@@ -97,25 +102,20 @@ class BusServices:
             return f"invalid key {key[:40]!r} (letters, digits, - _ / = . and at most {MAX_KEY_CHARS} characters)"
 
         async def put() -> str | None:
-            try:
-                await (await self._bucket()).put(_key(key), value)
-            except js_errors.APIError as exc:
-                return f"kv: {exc.description or exc}"  # e.g. the bucket is at its size cap
+            await (await self._bucket()).put(_key(key), value)
             return None
 
         try:
             return self._run(put(), timeout_s)
         except concurrent.futures.TimeoutError:
             return "kv: no answer within the plugin's time limit"
-        except (js_errors.Error, HookbusError, OSError) as exc:
+        except Exception as exc:  # e.g. the bucket is at its size cap: the plugin's Err
             return f"kv: {exc}"
 
     def kv_delete(self, key: str, timeout_s: float) -> bool | str:
         async def delete() -> bool | str:
             bucket = await self._bucket()
-            try:
-                await bucket.get(_key(key))
-            except js_errors.KeyNotFoundError:
+            if await bucket.get(_key(key)) is None:
                 return False
             await bucket.delete(_key(key))
             return True
@@ -124,11 +124,13 @@ class BusServices:
 
     def kv_keys(self, prefix: str, timeout_s: float) -> list[str]:
         async def keys() -> list[str]:
-            try:
-                found = await (await self._bucket()).keys()
-            except js_errors.NoKeysError:
-                return []
-            return sorted(key.replace("/", ":") for key in found if key.replace("/", ":").startswith(prefix))
+            name = bucket_name(self.plugin)
+            bucket = await self._bucket()
+            info = await self._request(f"$JS.API.STREAM.INFO.{kv_stream(name)}", {"subjects_filter": ">"})
+            head = kv_key_subject(name)
+            stored = [subject[len(head) :] for subject in (info.get("state", {}).get("subjects") or {})]
+            present = [key for key in stored if await bucket.get(key) is not None]  # not deleted
+            return sorted(key.replace("/", ":") for key in present if key.replace("/", ":").startswith(prefix))
 
         return self._call(keys(), timeout_s, [])
 
