@@ -343,3 +343,29 @@ async def test_a_plugin_cannot_hold_more_than_one_memory(workspace: Path) -> Non
     assert result.outcome is HookOutcome.FAILED, f"five 60 MiB memories under a 64 MiB limit: {result}"
     assert result.reason is not None and result.reason.startswith("cannot be instantiated:")
     assert "memor" in result.reason
+
+
+# --- local runs pass payloads whole up to the claim-check cap (the bus's 64 KiB limit is the bus's) ---
+
+BIG = orjson.dumps({"blob": "x" * 3_000_000}).decode()
+
+
+def test_hookbus_plugins_test_passes_a_3_mb_payload_whole(workspace: Path) -> None:
+    log = recorder_plugin(workspace, '["tool_call"]')
+    tested = run_cli("plugins", "test", "audit", "tool_call", "-", "--workspace", str(workspace), input=BIG)
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+    [(name, envelope)] = logged(log)
+    assert name == "tool_call" and len(envelope["payload"]["blob"]) == 3_000_000
+    assert not envelope.get("truncated")
+
+
+def test_hookbus_hooks_test_passes_a_3_mb_payload_whole(workspace: Path) -> None:
+    out = workspace / "size"
+    script = workspace / "size.sh"
+    script.write_text(f'#!/bin/sh\nwc -c < "$ZERO_HOOK_PAYLOAD_FILE" > {out}\n')
+    script.chmod(0o755)
+    hooks = {"hooks": {"tool_call": [{"command": str(script)}]}}
+    (workspace / "hooks.json").write_bytes(orjson.dumps(hooks))
+    tested = run_cli("hooks", "test", "tool_call", "-", "--workspace", str(workspace), input=BIG)
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+    assert int(out.read_text()) > 3_000_000, "the hook read the whole payload"
