@@ -52,12 +52,28 @@ def _inputs() -> list[Path]:
     return sorted(p for root in (PRX, GLUE) for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
 
 
-def build_logger_hook(tool: str) -> Path:
-    """plugin.wasm of PRX's logger-hook example (cached); raises CalledProcessError with the tool's output."""
+#: A hook-world component of hookbus's tests (not PRX's): on-event sleeps a minute (WASI preview 2 clocks).
+SLEEPER_APP = """import time
+
+import wit_world.exports
+
+
+class HookExports(wit_world.exports.HookExports):
+    def on_event(self, event: str, payload_json: str) -> None:
+        time.sleep(60)
+"""
+
+
+def build_logger_hook(tool: str, app: str | None = None) -> Path:
+    """plugin.wasm of PRX's logger-hook example (cached), or of ``app`` as the entry module instead of the glue's.
+
+    Raises CalledProcessError with the tool's output.
+    """
     digest = hashlib.sha256(subprocess.run([tool, "--version"], capture_output=True, check=True).stdout)
     for path in _inputs():
         digest.update(path.relative_to(FIXTURES).as_posix().encode() + b"\0" + path.read_bytes())
-    out = CACHE / f"logger-hook-{digest.hexdigest()[:16]}.wasm"
+    digest.update((app or "").encode())
+    out = CACHE / f"{'app' if app else 'logger-hook'}-{digest.hexdigest()[:16]}.wasm"
     if out.exists():
         return out
     CACHE.mkdir(parents=True, exist_ok=True)
@@ -69,6 +85,8 @@ def build_logger_hook(tool: str) -> Path:
         shutil.copytree(PRX / "pdk" / "python" / "prx_pdk", work / "prx_pdk")
         shutil.copy(EXAMPLE / "plugin.py", work / "plugin.py")
         shutil.copy(GLUE / "app.py", work / "app.py")
+        if app is not None:
+            (work / "app.py").write_text(app)
         shutil.copytree(GLUE / "prx", work / "prx")
         command = [tool, "--wit-path", str(wit), "--world", "hook", "componentize", "app", "-o", "plugin.wasm"]
         subprocess.run(command, cwd=work, capture_output=True, check=True, timeout=600)
