@@ -369,3 +369,16 @@ def test_hookbus_hooks_test_passes_a_3_mb_payload_whole(workspace: Path) -> None
     tested = run_cli("hooks", "test", "tool_call", "-", "--workspace", str(workspace), input=BIG)
     assert tested.returncode == 0, tested.stdout + tested.stderr
     assert int(out.read_text()) > 3_000_000, "the hook read the whole payload"
+
+
+def test_hookbus_test_module_passes_a_3_mb_payload_whole(tmp_path: Path) -> None:
+    module = tmp_path / "sizer.py"
+    module.write_text(
+        "from typing import Any\nfrom bus import Cancel, Decision, Module\nmodule = Module('sizer')\n\n\n"
+        "@module.stage('pre_tool_use', priority=10)\n"
+        "async def sizer(stage: str, payload: dict[str, Any]) -> Decision:\n"
+        "    return Cancel(f\"size {len(payload.get('blob', ''))}\")\n"
+    )
+    tested = run_cli("test-module", str(module), "pre_tool_use", "-", input=BIG)
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+    assert '"reason":"size 3000000"' in tested.stdout, tested.stdout[:500]
