@@ -124,3 +124,13 @@ MEMORIES_HOG = """(module
     (drop (memory.grow $c (i32.const 959))) (drop (memory.grow $d (i32.const 959)))
     (drop (memory.grow $e (i32.const 959)))
     (i64.const 0)))"""
+
+#: A component whose on-event never returns.
+LOOP_COMPONENT = """(component
+  (core module $m
+    (memory (export "memory") 1)
+    (func (export "realloc") (param i32 i32 i32 i32) (result i32) (i32.const 1024))
+    (func (export "on-event") (param i32 i32 i32 i32) (result i32) (loop $spin (br $spin)) (i32.const 0)))
+  (core instance $i (instantiate $m))
+  (func (export "on-event") (param "event" string) (param "payload-json" string) (result (result (error string)))
+    (canon lift (core func $i "on-event") (memory (core memory $i "memory")) (realloc (core func $i "realloc")))))"""

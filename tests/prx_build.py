@@ -64,6 +64,23 @@ class HookExports(wit_world.exports.HookExports):
 """
 
 
+#: A hook-world component of hookbus's tests: publishes 150 events, then logs a line with a newline and an escape.
+FLOODER_APP = """import wit_world.exports
+from wit_world.imports import events, log
+
+
+class HookExports(wit_world.exports.HookExports):
+    def on_event(self, event: str, payload_json: str) -> None:
+        refused = 0
+        for n in range(150):
+            try:
+                events.publish("flood", "{}")
+            except Exception:
+                refused += 1
+        log.log(log.Level.WARN, f"refused {refused}\\n\\x1b[31mplugin other: forged")
+"""
+
+
 def build_logger_hook(tool: str, app: str | None = None) -> Path:
     """plugin.wasm of PRX's logger-hook example (cached), or of ``app`` as the entry module instead of the glue's.
 

@@ -38,6 +38,7 @@ from .conftest import run_cli
 from .plugin_support import (
     FIFO_READER,
     LOOP,
+    LOOP_COMPONENT,
     MEMORIES_HOG,
     MEMORY_HOG,
     RECORDER,
@@ -382,3 +383,10 @@ def test_hookbus_test_module_passes_a_3_mb_payload_whole(tmp_path: Path) -> None
     tested = run_cli("test-module", str(module), "pre_tool_use", "-", input=BIG)
     assert tested.returncode == 0, tested.stdout + tested.stderr
     assert '"reason":"size 3000000"' in tested.stdout, tested.stdout[:500]
+
+
+async def test_a_component_that_loops_is_reported_as_timed_out(workspace: Path) -> None:
+    folder = write_plugin(workspace, "spinc", LOOP_COMPONENT, "[resources]\ntimeout_ms = 100\n")
+    result = await call_plugin(load_code(load_manifest(folder)), make_event("prx.lifecycle.x", {}, None), "x")
+    assert result.outcome is HookOutcome.TIMEOUT, result
+    assert result.reason == "stopped at its time limit of 100 ms"

@@ -35,7 +35,7 @@ from subscribers.shell_hooks.shell import HookOutcome
 
 from .conftest import run_cli
 from .plugin_support import err_component
-from .prx_build import EXAMPLE, PRX, SLEEPER_APP, build_logger_hook, componentize_py
+from .prx_build import EXAMPLE, FLOODER_APP, PRX, SLEEPER_APP, build_logger_hook, componentize_py
 from .waiting import wait_until
 
 
@@ -158,3 +158,27 @@ async def test_a_component_sleeping_in_a_wasi_host_call_is_reported_at_its_limit
     assert result.reason == "stopped at its time limit of 500 ms (left inside a host call)"
     refused = await call_plugin(code, event, "tool_call")
     assert refused.reason == "not run: its last call is still inside a host call, past its time limit"
+
+
+async def test_a_plugin_cannot_flood_the_bus_or_forge_log_lines(
+    bus: Bus, workspace: Path, logger_hook_wasm: Path, caplog: Any
+) -> None:
+    tool = componentize_py()
+    assert tool is not None
+    folder = prx_plugin(workspace, EXAMPLE / "plugin.toml", "logger-hook")
+    shutil.copy(build_logger_hook(tool, FLOODER_APP), folder / "plugin.wasm")
+    flood = EventRecorder()
+    await bus.subscribe("eva.plugin.logger-hook.flood", flood)
+    plugins = PluginWorker(bus, workspace, WorkerSettings(queue=None, poll_interval_s=0.05))
+    await plugins.start()
+    try:
+        await bus.emit("prx.lifecycle.tool_call", {})
+        await wait_until(lambda: plugins.stats.runs >= 1, timeout=60, what="the run")
+    finally:
+        await plugins.stop()
+    said = [r.getMessage() for r in caplog.records if r.name == "hookbus.plugins" and "refused" in r.getMessage()]
+    assert said and "refused 50" in said[0], said
+    assert "\n" not in said[0] and "\x1b" not in said[0], "one visible line"
+    await bus.flush()
+    first = [e for e in await flood.wait_for(100) if e.depth == 1]  # its own events bring it more runs, deeper
+    assert len(first) == 100, "the first call published 100 of its 150"

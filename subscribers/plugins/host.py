@@ -98,6 +98,7 @@ class PluginCode:
         #: kv and events for PRX's host interfaces (the worker's: the bus), and the handled event's depth.
         self.services: PluginServices = LocalServices()
         self.depth = 0
+        self.calls = 0
         try:
             if self.component:
                 self._component = wc.Component(self.engine, wasm)
@@ -148,6 +149,7 @@ class PluginCode:
             raise PluginTrap("not run: its last call is still inside a host call, past its time limit")
         try:
             self.depth = depth
+            self.calls += 1
             return self._call(event, payload_json, deadline)
         finally:
             self._lock.release()
@@ -174,6 +176,8 @@ class PluginCode:
             raise self._trap(exc, live) from None
         except wasmtime.WasmtimeError as exc:
             self._live = None
+            if "wasm trap: interrupt" in str(exc):  # a component's epoch trap comes back as an error
+                raise self._interrupted() from None
             raise PluginTrap(_first_line(exc)) from None
         finally:
             if self._cut_short:  # its wait ended at the deadline or the stop: the call is stopped, whatever it returned

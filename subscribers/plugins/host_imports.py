@@ -1,12 +1,14 @@
 """PRX's host interfaces for components (``prx:host/log``, ``config``, ``kv``, ``events`` @0.1.0), hookbus meanings.
 
-- ``log``: a record on the ``hookbus.plugins`` logger, as ``plugin <name>: ...``.
+- ``log``: a record on the ``hookbus.plugins`` logger, as ``plugin <name>: ...``
+  (control characters made visible, cut at 4096 characters).
 - ``config``: the manifest's ``[config]`` table.
 - ``kv``: the plugin's own store (:class:`PluginServices`; the worker's is a
   JetStream KV bucket per plugin with a size cap), only with the ``kv``
   permission.
 - ``events``: ``publish`` emits ``eva.plugin.<name>.<topic>`` on the bus at the
-  depth of the event being handled + 1, with the ``events`` permission;
+  depth of the event being handled + 1, with the ``events`` permission, at
+  most 100 per call;
   ``subscribe`` is refused (a plugin's events are its manifest's patterns).
 
 A host function never raises into the plugin: a refusal is the interface's
@@ -22,6 +24,7 @@ from typing import Any, Final, Protocol
 import orjson
 import wasmtime.component as wc
 
+from bus.core.visible import visible
 from subscribers.plugins.manifest import Manifest
 
 log = logging.getLogger("hookbus.plugins")
@@ -34,8 +37,9 @@ _LEVELS: Final = {
     "warn": logging.WARNING,
     "error": logging.ERROR,
 }
-#: PRX's limit on one published payload.
+#: PRX's limit on one published payload, and hookbus's on how many events one call may publish.
 MAX_PUBLISH_BYTES: Final = 64 * 1024
+MAX_PUBLISHES_PER_CALL: Final = 100
 MAX_LOG_CHARS: Final = 4096
 
 
@@ -54,6 +58,8 @@ class Caller(Protocol):
 
     services: PluginServices
     depth: int
+    #: Counts the calls: a new value starts a new call's publish budget.
+    calls: int
 
     def time_left(self) -> float: ...
 
@@ -96,7 +102,7 @@ def link(linker: wc.Linker, manifest: Manifest, code: Caller) -> None:
     with root.add_instance(f"prx:host/log@{VERSION}") as iface:
 
         def log_(_store: Any, level: str, message: str) -> None:
-            text = message if len(message) <= MAX_LOG_CHARS else message[:MAX_LOG_CHARS] + "…"
+            text = visible(message if len(message) <= MAX_LOG_CHARS else message[:MAX_LOG_CHARS] + "…")
             log.log(_LEVELS.get(level, logging.INFO), "plugin %s: %s", name, text)
 
         iface.add_func("log", log_)
@@ -112,10 +118,16 @@ def link(linker: wc.Linker, manifest: Manifest, code: Caller) -> None:
         iface.add_func("delete", lambda _s, key: services().kv_delete(key, left()) if kv_ok else refused)
         iface.add_func("list-keys", lambda _s, prefix: services().kv_keys(prefix, left()) if kv_ok else [])
     events_ok = "events" in granted
+    budget = {"call": -1, "left": 0}
 
     def publish(_store: Any, topic: str, payload: str) -> str | None:
         if not events_ok:
             return "the events permission is not granted (plugin.toml [permissions])"
+        if budget["call"] != code.calls:
+            budget["call"], budget["left"] = code.calls, MAX_PUBLISHES_PER_CALL
+        if budget["left"] <= 0:
+            return f"at most {MAX_PUBLISHES_PER_CALL} events per call"
+        budget["left"] -= 1
         if len(payload.encode()) > MAX_PUBLISH_BYTES:
             return f"the payload is over {MAX_PUBLISH_BYTES} bytes"
         try:
