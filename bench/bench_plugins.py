@@ -2,6 +2,13 @@
 
     python bench/bench_plugins.py [--events 300] [--isolated 60] [--rounds 3]
 
+Also, where componentize-py is installed: PRX's Python PDK example
+(logger-hook: log, count the event in kv, publish an audit event) built into a
+component as tests/fixtures/prx/README.md says, against a shell hook doing
+the same work in a Python script (read the payload, log, count in a file,
+print the audit event). kv and events are the local ones of ``hookbus plugins
+test`` in both: the figure is dispatch and the plugin's own work.
+
 Per event, one after another, in the same run: a plugin call as the worker
 makes it (payload read, a thread, the time limit armed, on-event on the live
 instance) for a core module and a component that return Ok; a shell hook
@@ -54,6 +61,33 @@ COMPONENT_OK = """(component
     (canon lift (core func $i "on-event") (memory (core memory $i "memory")) (realloc (core func $i "realloc")))))"""
 
 
+SAME_WORK = """import json, os, sys, time
+envelope = json.load(open(os.environ["ZERO_HOOK_PAYLOAD_FILE"]))
+event = envelope["event"]
+print(f"logger-hook: received event '{event}'", file=sys.stderr)
+path = os.path.join(os.path.dirname(__file__), "counts.json")
+counts = json.load(open(path)) if os.path.exists(path) else {}
+counts[event] = counts.get(event, 0) + 1
+json.dump(counts, open(path, "w"))
+audit = {"event": event, "count": counts[event], "payload_keys": list(envelope), "ts_ms": int(time.time() * 1000)}
+print(json.dumps(audit))
+"""
+
+
+def prx_component(workspace: Path) -> object | None:
+    """PRX's logger-hook example as a loaded component, or None without componentize-py."""
+    from tests.prx_build import EXAMPLE, build_logger_hook, componentize_py
+
+    tool = componentize_py()
+    if tool is None:
+        return None
+    folder = workspace / "plugins" / "logger-hook"
+    folder.mkdir(parents=True)
+    shutil.copy(EXAMPLE / "plugin.toml", folder / "plugin.toml")
+    shutil.copy(build_logger_hook(tool), folder / "plugin.wasm")
+    return load_code(load_manifest(folder))
+
+
 def plugin(workspace: Path, name: str, wat: str) -> Path:
     folder = workspace / "plugins" / name
     folder.mkdir(parents=True)
@@ -97,6 +131,18 @@ async def measure(workspace: Path, events: int, isolated: int) -> dict[str, floa
         "plugin, component": await per_event_us(lambda: wasm(component), events),
         "shell hook /bin/true": await per_event_us(lambda: shell(plain_entry), events),
     }
+    prx = prx_component(workspace)
+    if prx is not None:
+        script = workspace / "logger_hook.py"
+        script.write_text(SAME_WORK)
+        (workspace / HOOKS_FILE).write_bytes(
+            orjson.dumps({"hooks": {"tool_call": [{"command": sys.executable, "args": [str(script)]}]}})
+        )
+        [python_entry] = load(workspace / HOOKS_FILE).entries
+        figures["PRX-PDK component (logger-hook)"] = await per_event_us(lambda: wasm(prx), events)
+        figures["shell hook, the same work in Python"] = await per_event_us(
+            lambda: shell(python_entry), events // 5 or 1
+        )
     if shutil.which("bwrap") and shutil.which("prlimit"):
         figures["shell hook /bin/true, isolated"] = await per_event_us(lambda: shell(isolated_entry), isolated)
     return figures
@@ -123,6 +169,9 @@ def main() -> None:
     for name in ("plugin, core module", "plugin, component"):
         ratio = shell / figures[name]
         rows.append((f"shell spawn / {name}", f"{ratio:.1f}x", verdict(ratio, 10.0)))
+    if "PRX-PDK component (logger-hook)" in figures:
+        ratio = figures["shell hook, the same work in Python"] / figures["PRX-PDK component (logger-hook)"]
+        rows.append(("shell spawn of the same work / PRX-PDK component", f"{ratio:.1f}x", verdict(ratio, 10.0)))
     if "shell hook /bin/true, isolated" in figures:
         cost = figures["shell hook /bin/true, isolated"] / shell
         rows.append(("isolated / plain spawn", f"{cost:.1f}x", "(the cost of isolation)"))

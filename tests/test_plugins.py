@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -34,7 +35,18 @@ from subscribers.shell_hooks.settings import WorkerSettings
 from subscribers.shell_hooks.shell import HookOutcome
 
 from .conftest import run_cli
-from .plugin_support import LOOP, MEMORY_HOG, RECORDER, err_component, write_plugin
+from .plugin_support import (
+    FIFO_READER,
+    LOOP,
+    LOOP_COMPONENT,
+    MEMORIES_HOG,
+    MEMORY_HOG,
+    RECORDER,
+    TABLE_HOG,
+    err_component,
+    sleeper,
+    write_plugin,
+)
 from .waiting import wait_until
 
 GRANT = """
@@ -263,3 +275,118 @@ async def test_plugins_spinning_to_their_time_limits_leave_the_loops_default_thr
         await asyncio.wait_for(asyncio.to_thread(lambda: None), 10)  # not after the plugins' 30 s
     finally:
         await asyncio.wait_for(worker.stop(), 10)
+
+
+# --- bounded in every way: time inside host calls, memory beyond one linear memory, a stop that never waits ---
+
+
+async def test_a_plugin_sleeping_in_poll_oneoff_is_stopped_at_its_time_limit(workspace: Path) -> None:
+    """Epoch interruption never reaches a host call: the sleep is the host's, and waits at most until the deadline."""
+    folder = write_plugin(workspace, "sleepy", sleeper(12), "[resources]\ntimeout_ms = 500\n")
+    code = load_code(load_manifest(folder))
+    result = await asyncio.wait_for(call_plugin(code, make_event("prx.lifecycle.tool_call", {}, None), "tc"), 8)
+    assert result.outcome is HookOutcome.TIMEOUT, result
+    assert result.reason == "stopped at its time limit of 500 ms"
+    short = write_plugin(workspace, "nap", sleeper(0.01))  # a sleep within the limit still sleeps and returns
+    nap = await call_plugin(load_code(load_manifest(short)), make_event("prx.lifecycle.tool_call", {}, None), "tc")
+    assert nap.outcome is HookOutcome.OK, nap
+
+
+async def test_a_plugin_blocked_in_a_host_call_is_reported_at_its_limit_and_left_behind(workspace: Path) -> None:
+    """A host call that no cap reaches (a read of a FIFO in its grant): the result still comes at the limit."""
+    folder = write_plugin(
+        workspace, "piped", FIFO_READER, GRANT.replace("/audit", "/d") + "[resources]\ntimeout_ms = 300\n"
+    )
+    (folder / "audit").mkdir()
+    fifo = folder / "audit" / "fifo"
+    os.mkfifo(fifo)
+    code = load_code(load_manifest(folder))
+    event = make_event("prx.lifecycle.tool_call", {}, None)
+    result = await asyncio.wait_for(call_plugin(code, event, "tc"), 10)
+    assert result.outcome is HookOutcome.TIMEOUT, result
+    assert result.reason == "stopped at its time limit of 300 ms (left inside a host call)"
+    refused = await asyncio.wait_for(call_plugin(code, event, "tc"), 10)
+    assert refused.reason == "not run: its last call is still inside a host call, past its time limit"
+    writer = os.open(fifo, os.O_WRONLY)  # the reader wakes: the left-behind call traps at its passed deadline
+    os.close(writer)
+    await wait_until(lambda: not code._lock.locked(), what="the left-behind call to end")
+    again = await asyncio.wait_for(call_plugin(code, event, "tc"), 10)
+    assert again.outcome is HookOutcome.TIMEOUT and again.reason is not None
+    assert "left inside a host call" in again.reason, "it runs again (and blocks again on the empty FIFO)"
+
+
+async def test_stopping_the_worker_wakes_a_sleeping_plugin_and_never_joins_its_thread(
+    bus: Bus, workspace: Path, journal: list[JournalEntry]
+) -> None:
+    """Ctrl-C of ``hookbus up``: the interpreter joins a ThreadPoolExecutor's threads at exit, a sleeping one too."""
+    write_plugin(workspace, "sleepy", sleeper(3600))  # the default time limit: 30 s
+    worker = await PluginWorker(bus, workspace, WorkerSettings(queue=None)).start()
+    code = worker.plugins.running()["sleepy"]
+    await bus.emit("prx.lifecycle.tool_call", {})
+    await wait_until(code._lock.locked, what="the plugin's call")
+    await asyncio.wait_for(worker.stop(), 10)
+    await wait_until(lambda: not code._lock.locked(), timeout=5, what="the sleep to end with the stop")
+    await wait_until(lambda: journal, what="the run's journal entry")
+    assert journal[0].cause == "stopped: the worker is stopping"
+    plugin_threads = [t for t in threading.enumerate() if t.name.startswith("hookbus-plugin")]
+    assert plugin_threads and all(thread.daemon for thread in plugin_threads), "an exit never waits for them"
+
+
+async def test_a_plugin_cannot_grow_a_table_past_its_bound(workspace: Path) -> None:
+    folder = write_plugin(workspace, "tables", TABLE_HOG, "[resources]\nmemory_mb = 64\n")
+    result = await call_plugin(load_code(load_manifest(folder)), make_event("prx.lifecycle.x", {}, None), "x")
+    assert result.outcome is HookOutcome.OK, f"table.grow by 40M elements (~300 MiB) must be refused: {result}"
+
+
+async def test_a_plugin_cannot_hold_more_than_one_memory(workspace: Path) -> None:
+    folder = write_plugin(workspace, "memories", MEMORIES_HOG, "[resources]\nmemory_mb = 64\n")
+    result = await call_plugin(load_code(load_manifest(folder)), make_event("prx.lifecycle.x", {}, None), "x")
+    assert result.outcome is HookOutcome.FAILED, f"five 60 MiB memories under a 64 MiB limit: {result}"
+    assert result.reason is not None and result.reason.startswith("cannot be instantiated:")
+    assert "memor" in result.reason
+
+
+# --- local runs pass payloads whole up to the claim-check cap (the bus's 64 KiB limit is the bus's) ---
+
+BIG = orjson.dumps({"blob": "x" * 3_000_000}).decode()
+
+
+def test_hookbus_plugins_test_passes_a_3_mb_payload_whole(workspace: Path) -> None:
+    log = recorder_plugin(workspace, '["tool_call"]')
+    tested = run_cli("plugins", "test", "audit", "tool_call", "-", "--workspace", str(workspace), input=BIG)
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+    [(name, envelope)] = logged(log)
+    assert name == "tool_call" and len(envelope["payload"]["blob"]) == 3_000_000
+    assert not envelope.get("truncated")
+
+
+def test_hookbus_hooks_test_passes_a_3_mb_payload_whole(workspace: Path) -> None:
+    out = workspace / "size"
+    script = workspace / "size.sh"
+    script.write_text(f'#!/bin/sh\nwc -c < "$ZERO_HOOK_PAYLOAD_FILE" > {out}\n')
+    script.chmod(0o755)
+    hooks = {"hooks": {"tool_call": [{"command": str(script)}]}}
+    (workspace / "hooks.json").write_bytes(orjson.dumps(hooks))
+    tested = run_cli("hooks", "test", "tool_call", "-", "--workspace", str(workspace), input=BIG)
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+    assert int(out.read_text()) > 3_000_000, "the hook read the whole payload"
+
+
+def test_hookbus_test_module_passes_a_3_mb_payload_whole(tmp_path: Path) -> None:
+    module = tmp_path / "sizer.py"
+    module.write_text(
+        "from typing import Any\nfrom bus import Cancel, Decision, Module\nmodule = Module('sizer')\n\n\n"
+        "@module.stage('pre_tool_use', priority=10)\n"
+        "async def sizer(stage: str, payload: dict[str, Any]) -> Decision:\n"
+        "    return Cancel(f\"size {len(payload.get('blob', ''))}\")\n"
+    )
+    tested = run_cli("test-module", str(module), "pre_tool_use", "-", input=BIG)
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+    assert '"reason":"size 3000000"' in tested.stdout, tested.stdout[:500]
+
+
+async def test_a_component_that_loops_is_reported_as_timed_out(workspace: Path) -> None:
+    folder = write_plugin(workspace, "spinc", LOOP_COMPONENT, "[resources]\ntimeout_ms = 100\n")
+    result = await call_plugin(load_code(load_manifest(folder)), make_event("prx.lifecycle.x", {}, None), "x")
+    assert result.outcome is HookOutcome.TIMEOUT, result
+    assert result.reason == "stopped at its time limit of 100 ms"

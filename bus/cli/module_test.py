@@ -66,8 +66,13 @@ async def run_once(
     module: Module, stage: str, payload: dict[str, Any], ctx: dict[str, str]
 ) -> tuple[Decision, list[dict[str, Any]]]:
     """One intercept of ``stage`` against ``module`` alone, its handlers approved in declaration order."""
+    from bus.core.claim import DEFAULT_MAX_OBJECT_BYTES
     from bus.core.subjects import JOURNAL_PREFIX
     from bus.testing import TestBus
+    from bus.testing.broker import InProcessBroker
+
+    #: No bus here: a payload up to the claim-check cap reaches the handlers whole (the 64 KiB limit is the bus's).
+    local_max = DEFAULT_MAX_OBJECT_BYTES + 64 * 1024
 
     entries: list[dict[str, Any]] = []
 
@@ -77,7 +82,7 @@ async def run_once(
             entry.pop(noise, None)
         entries.append(entry)
 
-    async with TestBus(trust_new=False) as bus:
+    async with TestBus(trust_new=False, broker=InProcessBroker(local_max), max_bytes=local_max) as bus:
         await bus.subscribe_raw(f"{JOURNAL_PREFIX}.>", keep)
         await bus.serve(module)
         view = await bus.middleware.start()

@@ -1,8 +1,9 @@
 """``hookbus plugins``: list the WASM plugins of a workspace; ``hookbus plugins test NAME EVENT [JSON]`` runs one once.
 
 The list shows each plugin under <workspace>/plugins: version, kind (component
-or core module), the event patterns it receives, its limits and grants, and
-why its newest version is refused, if it is. ``test`` loads the plugin as the
+or core module), the event patterns it receives, its limits, grants and PRX
+host interfaces, what of its manifest has no meaning here, and why its newest
+version is refused, if it is. ``test`` loads the plugin as the
 worker would and calls its on-event with the event built by the bus's own
 codec; it exits 1 when the plugin returns Err, traps or runs out of time.
 """
@@ -52,7 +53,12 @@ async def run_list(args: argparse.Namespace) -> int:
         m = code.manifest
         grants = ", ".join(f"{g.guest}={g.host}{' (rw)' if g.writable else ''}" for g in m.preopens) or "none"
         print(f"{name} {m.version} ({code.kind}, {m.wasm.name}): {', '.join(m.patterns) or 'no events'}")
-        print(f"  memory {m.memory_bytes // (1024 * 1024)} MiB, timeout {m.timeout_ms} ms, directories {grants}")
+        fuel = f", fuel {m.fuel:,}" if m.fuel is not None else ""
+        print(f"  memory {m.memory_bytes // (1024 * 1024)} MiB, timeout {m.timeout_ms} ms{fuel}, directories {grants}")
+        config = f", config {', '.join(key for key, _ in m.config)}" if m.config else ""
+        print(f"  host interfaces {', '.join(sorted(m.interfaces))}{config}")
+        if m.ignored:
+            print(f"  ignored (no meaning on this host): {'; '.join(m.ignored)}")
         if state.error:
             print(f"  newest version refused (the one above runs): {state.error}")
     return 1 if any(state.code is None or state.error for state in plugins.plugins.values()) else 0
@@ -78,6 +84,8 @@ async def run_test(args: argparse.Namespace) -> int:
     if pattern is None:
         print(f"note: {args.name} is not subscribed to {event.subject} ({', '.join(patterns) or 'no events'})")
     result = await call_plugin(code, event, pattern or event.subject)
+    for topic, body in getattr(code.services, "published", []):
+        print(f"  published {topic}: {body}")
     status = "Ok" if result.outcome is HookOutcome.OK else result.reason
     print(f"plugin {args.name} ({code.kind}) on {event.subject}: {result.outcome.value}: {status}")
     print(f"  in {result.duration * 1000:.1f} ms")

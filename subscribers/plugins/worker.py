@@ -21,9 +21,9 @@ import contextlib
 import logging
 import time
 import uuid
-from concurrent.futures import Executor, ThreadPoolExecutor
+from concurrent.futures import Executor
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from bus.client import Bus, Subscription
 from bus.core.envelope import Event
@@ -32,8 +32,10 @@ from bus.core.subjects import key_queue, matches
 from bus.core.tasks import TaskSet
 from bus.core.visible import visible
 from bus.journal.entries import JournalEntry, publish_entry
+from subscribers.plugins.bus_services import BusServices
 from subscribers.plugins.manifest import PLUGINS_DIR
 from subscribers.plugins.plugin_set import PluginSet
+from subscribers.plugins.threads import DaemonThreads
 from subscribers.shell_hooks import metrics
 from subscribers.shell_hooks.settings import WorkerSettings
 from subscribers.shell_hooks.shell import HookOutcome, HookResult, hook_payload
@@ -47,29 +49,45 @@ log = logging.getLogger("hookbus.plugins")
 
 #: The hook id a plugin's runs are counted and journaled under.
 HOOK_PREFIX: Final = "plugin:"
-#: Threads for plugin calls: each plugin runs one call at a time, so up to this many plugins run at once.
-MAX_THREADS: Final = 16
+#: How long past its time limit (or the worker's stop) a call may take to end before it is left behind:
+#: wasm code traps at its next loop or call at once; a host call that waits (WASI preview 2's clocks) may not.
+GRACE_S: Final = 1.0
+#: The threads of calls no worker passes its own (``hookbus plugins test``): daemons, never joined at exit.
+_THREADS: Final = DaemonThreads("hookbus-plugin")
 
 
 def plugin_hook_id(name: str) -> str:
     return f"{HOOK_PREFIX}{name}"
 
 
-async def call_plugin(code: PluginCode, event: Event, pattern: str, threads: Executor | None = None) -> HookResult:
+async def call_plugin(
+    code: PluginCode,
+    event: Event,
+    pattern: str,
+    threads: Executor | None = None,
+    stopping: asyncio.Event | None = None,
+) -> HookResult:
     """Run one event through ``code`` in a thread of ``threads``, interrupted at the plugin's time limit; never raises.
 
     A worker passes threads of its own: plugins spinning to their time limits
     must not hold the loop's default threads (the journal sink's writes, shell
-    hooks' waits and file reloads of ``hookbus up`` use those).
+    hooks' waits and file reloads of ``hookbus up`` use those). The result
+    comes at the time limit (or ``GRACE_S`` after ``stopping`` is set) at the
+    latest: a call still inside a host call by then is left behind in its
+    daemon thread (it traps when the host call returns) and reported as
+    stopped; the plugin's next events are refused until it has ended.
     """
     manifest = code.manifest
     hook_id = plugin_hook_id(manifest.name)
     started = time.monotonic()
     payload = (await hook_payload(event)).decode(errors="replace")
     loop = asyncio.get_running_loop()
-    deadline = loop.call_later(manifest.timeout_ms / 1000, code.interrupt)
+    limit_s = manifest.timeout_ms / 1000
+    deadline = loop.call_later(limit_s, code.interrupt)
+    until = time.monotonic() + limit_s
+    call = loop.run_in_executor(threads or _THREADS, code.call, event.event, payload, until, event.depth)
     try:
-        error = await loop.run_in_executor(threads, code.call, event.event, payload)
+        error = await _wait_bounded(call, manifest.timeout_ms, stopping)
     except PluginTrap as trap:
         outcome = HookOutcome.TIMEOUT if trap.timed_out else HookOutcome.FAILED
         return HookResult(hook_id, pattern, outcome, 0, time.monotonic() - started, reason=trap.reason)
@@ -79,6 +97,28 @@ async def call_plugin(code: PluginCode, event: Event, pattern: str, threads: Exe
     if error is None:
         return HookResult(hook_id, pattern, HookOutcome.OK, 0, duration)
     return HookResult(hook_id, pattern, HookOutcome.FAILED, 0, duration, reason=f"Err: {error}")
+
+
+async def _wait_bounded(
+    call: asyncio.Future[str | None], timeout_ms: int, stopping: asyncio.Event | None
+) -> str | None:
+    """The call's result, or PluginTrap ``GRACE_S`` past the time limit or past ``stopping`` being set."""
+    stop = asyncio.ensure_future(stopping.wait()) if stopping is not None else None
+    waiting: set[asyncio.Future[Any]] = {call, stop} if stop is not None else {call}
+    try:
+        limit_s = timeout_ms / 1000 + GRACE_S
+        done, _ = await asyncio.wait(waiting, timeout=limit_s, return_when=asyncio.FIRST_COMPLETED)
+        if call not in done and stop is not None and stop in done:
+            done, _ = await asyncio.wait({call}, timeout=GRACE_S)
+            if call not in done:
+                raise PluginTrap("stopped: the worker is stopping (left inside a host call)")
+        if call not in done:
+            reason = f"stopped at its time limit of {timeout_ms} ms (left inside a host call)"
+            raise PluginTrap(reason, timed_out=True)
+        return call.result()
+    finally:
+        if stop is not None:
+            stop.cancel()
 
 
 def journal_entry(result: HookResult, event: Event) -> JournalEntry:
@@ -103,7 +143,8 @@ class PluginWorker:
         self._started = False
         self._stopping = False
         #: The plugins' calls (one per plugin at a time), apart from the loop's default threads.
-        self._threads = ThreadPoolExecutor(MAX_THREADS, thread_name_prefix="hookbus-plugin")
+        self._threads = DaemonThreads("hookbus-plugin")
+        self._stop_event = asyncio.Event()
 
     def queue_of(self, name: str) -> str:
         """The queue group every pattern of plugin ``name`` subscribes in."""
@@ -153,7 +194,9 @@ class PluginWorker:
         if code is None:
             return
         pattern = next((p for p in code.manifest.patterns if matches(p, event.subject)), event.subject)
-        result = await call_plugin(code, event, pattern, self._threads)
+        if not isinstance(code.services, BusServices):  # a new or reloaded plugin: kv and events on the bus
+            code.services = BusServices(self.bus, asyncio.get_running_loop(), name, code.manifest.kv_bytes)
+        result = await call_plugin(code, event, pattern, self._threads, self._stop_event)
         self.stats.count(result)
         metrics.count_result(result)
         if result.outcome is not HookOutcome.OK:
@@ -175,6 +218,7 @@ class PluginWorker:
             lanes, self._lanes = list(self._lanes.values()), {}
         for code in self.plugins.running().values():
             code.shut_down()
+        self._stop_event.set()
         await asyncio.gather(*(lane.close(self.settings.drain_timeout_s) for lane in lanes))
         tasks = set(self._tasks)
         if tasks:

@@ -10,8 +10,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
+from bus.core.claim import DEFAULT_MAX_OBJECT_BYTES
 from bus.core.depth import depth_from_env
 from bus.core.envelope import Encoder, Event, decode
 from bus.core.visible import visible_lines
@@ -19,11 +20,16 @@ from subscribers.shell_hooks.hooks_config import HookEntry
 from subscribers.shell_hooks.hooks_file import HOOKS_FILE, load
 from subscribers.shell_hooks.shell import HookOutcome, HookResult, ShellRunner
 
+#: A local run (no bus) passes payloads whole up to the claim-check cap, as a hook gets them from the bus
+#: when the object store holds the payload; the bus's own message limit does not apply here.
+LOCAL_MAX_BYTES: Final = DEFAULT_MAX_OBJECT_BYTES + 64 * 1024
+
 
 def make_event(subject: str, payload: Mapping[str, Any], session_id: str | None) -> Event:
-    """An event on ``subject`` as a subscriber would receive it (depth from ``$HOOKBUS_DEPTH``)."""
-    data, _ = Encoder(source="hookbus-hooks-test").encode(subject, payload, session_id, depth_from_env())
-    return decode(subject, data)
+    """An event on ``subject`` as a subscriber would receive it (depth from ``$HOOKBUS_DEPTH``), whole up to 4 MiB."""
+    encoder = Encoder(LOCAL_MAX_BYTES, source="hookbus-hooks-test")
+    data, _ = encoder.encode(subject, payload, session_id, depth_from_env())
+    return decode(subject, data, max_bytes=LOCAL_MAX_BYTES)
 
 
 async def run_matching(workspace: Path, event: Event, runner: ShellRunner) -> list[tuple[HookEntry, HookResult]]:
