@@ -28,8 +28,7 @@ from bus.core.errors import BusClosedError, ConfigError, NotSent, PayloadRefErro
 from bus.core.ratelog import RateLimitedLog
 from bus.core.schema import PayloadRefMsg
 from bus.core.stats import COLLECTOR, BusStats
-from bus.core.subjects import INTERNAL_PREFIXES, TOKEN_RE, normalise_pattern, publisher_token, vouched_pattern
-from bus.core.subjects import vouched_subject as _vouched_subject
+from bus.core.subjects import TOKEN_RE, normalise_pattern, publisher_token, vouched_pattern, wire_subject
 from bus.core.tasks import TaskSet
 from bus.counters import CountersReporter
 from bus.middleware.kernel.intercept import Interceptor, MiddlewareOptions
@@ -301,8 +300,7 @@ class Bus:
 
     def _wire_subject(self, subject: str) -> str:
         """The subject an event of ``subject`` goes out on: vouched when this Bus has a user (internal ones never)."""
-        user = self.publisher
-        wire = subject if user is None or subject.startswith(INTERNAL_PREFIXES) else _vouched_subject(user, subject)
+        wire = wire_subject(self.publisher, subject)
         if len(self._wire) >= 4096:  # as many subjects as the encoder remembers
             self._wire.clear()
         self._wire[subject] = wire

@@ -8,6 +8,7 @@ his events start, suppress or charge must be decided by who published them.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -25,7 +26,7 @@ from triggers.engine.engine import TriggerEngine
 
 from . import fake_llm
 from .conftest import as_user as url
-from .conftest import shipped_server
+from .conftest import run_cli, shipped_server
 from .test_attacks import Attacker
 from .test_triggers import Agent
 from .waiting import wait_until
@@ -93,6 +94,26 @@ async def test_events_carry_the_user_that_published_them(server: NatsServer, wor
         3: ("eva.spend.day", None),  # the plain subject (PRX publishers, scripts): nobody vouches
     }
     assert "publisher" not in by_total[1].to_dict()  # never part of the envelope a hook reads
+
+
+async def test_hookbus_emit_is_vouched_as_its_user(server: NatsServer, worker: Bus) -> None:
+    seen: list[Event] = []
+    await worker.subscribe("eva.custom.*", seen.append)
+    done = await asyncio.to_thread(
+        run_cli, "emit", "eva.custom.deploy", '{"n": 1}', "--nats-url", url(server, "agent-eva")
+    )
+    assert done.returncode == 0, done.stderr
+    via_env = await asyncio.to_thread(
+        run_cli,
+        "emit",
+        "eva.custom.deploy",
+        '{"n": 2}',
+        env={"NATS_URL": f"nats://127.0.0.1:{server.port}", "HOOKBUS_NATS_USER": "agent-bob",
+             "HOOKBUS_NATS_PASSWORD": "change-me-agent-bob"},
+    )  # fmt: skip
+    assert via_env.returncode == 0, via_env.stderr
+    await wait_until(lambda: len(seen) == 2, what="both emitted events")
+    assert sorted((e.payload["n"], e.publisher) for e in seen) == [(1, "agent-eva"), (2, "agent-bob")]
 
 
 async def test_a_forged_spend_report_neither_starts_a_turn_nor_burns_evas_cooldown(

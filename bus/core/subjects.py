@@ -175,9 +175,9 @@ _VOUCHED_ROOT = VOUCHED_PREFIX + "."
 _split: dict[str, tuple[str, str] | None] = {}
 
 
-def vouched_subject(user: str, subject: str) -> str:
-    """The subject ``user`` publishes the event of ``subject`` on: ``hookbus.from.<user>.<subject>``."""
-    return f"{_VOUCHED_ROOT}{user}.{subject}"
+def wire_subject(user: str | None, subject: str) -> str:
+    """The subject an event of ``subject`` goes out on: vouched as ``user``, or plain without one (internal: plain)."""
+    return subject if user is None or subject.startswith(INTERNAL_PREFIXES) else f"{_VOUCHED_ROOT}{user}.{subject}"
 
 
 def is_vouched(subject: str) -> bool:
