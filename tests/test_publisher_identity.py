@@ -17,6 +17,7 @@ import pytest
 from bus import Bus, NatsServer
 from bus.core.config_schema import BudgetLayer, BudgetsFile, ModelPrice
 from bus.core.envelope import Event
+from bus.core.subjects import split_vouched, vouched_pattern, wire_subject
 from bus.middleware.registry import ensure_buckets
 from triggers.agent.budgets import BudgetBook
 from triggers.agent.llm import ChatClient
@@ -192,3 +193,25 @@ def test_publishers_in_triggers_yaml() -> None:
     assert not named.accepts(None, vouching=False) and named.accepts("worker", vouching=False)
     with pytest.raises(Exception, match="publishers"):
         spend_trigger(publishers=["agent.eva"])
+
+
+def test_vouched_subjects_are_checked_as_if_the_sender_were_hostile() -> None:
+    assert split_vouched("hookbus.from.agent-eva.eva.spend.day") == ("agent-eva", "eva.spend.day")
+    assert split_vouched("hookbus.from.agent-eva") is None  # no event subject
+    assert split_vouched("hookbus.from.agent$eva.eva.x") is None  # not one token
+    assert split_vouched("hookbus.from.agent-eva.hookbus.mw.guard") is None  # plumbing is never an event
+    assert split_vouched("hookbus.from.agent-eva.eva.ü") is None
+    assert vouched_pattern("eva.>") == "hookbus.from.*.eva.>" and vouched_pattern(">") == "hookbus.from.*.>"
+    assert vouched_pattern("hookbus.>") is None and vouched_pattern("_INBOX.x.>") is None
+    assert wire_subject(None, "eva.x") == "eva.x" and wire_subject("worker", "hookbus.mw.x") == "hookbus.mw.x"
+
+
+async def test_a_malformed_vouched_subject_is_dropped_and_counted(server: NatsServer) -> None:
+    async with Bus(url(server, "operator")) as op:
+        seen: list[Event] = []
+        await op.subscribe("hookbus.from.>", seen.append)  # names the vouched subjects itself
+        await op.publish_raw("hookbus.from.agent-eva.hookbus.mw.guard", forged(1))
+        await op.emit("eva.spend.day", {"total": 2})  # vouched as operator: arrives
+        await wait_until(lambda: len(seen) == 1, what="the valid event")
+        assert (seen[0].subject, seen[0].publisher) == ("eva.spend.day", "operator")
+        assert op.stats.dropped["malformed"] == 1
