@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -215,3 +216,15 @@ async def test_a_malformed_vouched_subject_is_dropped_and_counted(server: NatsSe
         await wait_until(lambda: len(seen) == 1, what="the valid event")
         assert (seen[0].subject, seen[0].publisher) == ("eva.spend.day", "operator")
         assert op.stats.dropped["malformed"] == 1
+
+
+def test_triggers_test_says_whose_events_fire(workspace: Path) -> None:
+    (workspace / "triggers.yaml").write_text(
+        "triggers:\n  - {name: spend, on: eva.spend.day, prompt: 'spent {payload.total}', agent: eva}\n"
+    )
+    ws = ["--workspace", str(workspace)]
+    own = run_cli("triggers", *ws, "test", "spend", '{"total": 12}')
+    assert own.returncode == 0 and "would fire" in own.stdout, own.stderr
+    other = run_cli("triggers", *ws, "test", "spend", '{"total": 12}', "--publisher", "agent-bob")
+    assert other.returncode == 1
+    assert "would NOT fire: published by agent-bob, not one this trigger accepts" in other.stdout
