@@ -1,10 +1,13 @@
 """Bus core benchmark: emit and delivery against raw nats-py, memory under a flood.
 
-    python bench/bench_core.py [--events 200000] [--rounds 5]
+    python bench/bench_core.py [--events 200000] [--rounds 5] [--user NAME]
 
 Prints ratios (hookbus / raw nats-py, same server, same run) and RSS figures.
 Each ratio is given twice: by wall-clock time, and by this process's CPU time
 (what emit or delivery costs the caller, steadier on a shared, loaded machine).
+With ``--user NAME`` the Bus publishes vouched as NAME
+(``hookbus.from.NAME.<subject>``, docs/protocol.md#publisher-identity) and raw
+nats-py publishes and subscribes on that same subject.
 """
 
 from __future__ import annotations
@@ -24,12 +27,25 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import median, print_table, rss_mib, start_up, verdict
 from bus import Bus, NatsServer
+from bus.core.subjects import wire_subject
 
 SUBJECT = "prx.lifecycle.tool_call"
 #: Ratios to raw nats-py the core must keep (issue #12): emit at least 0.95, delivery at least 0.85.
 EMIT_TARGET = 0.95
 DELIVERY_TARGET = 0.85
 PAYLOAD = {"tool": "shell", "success": True, "output": "total 0\n" * 30}
+#: The user the Bus publishes as (--user), None: no user, plain subjects.
+USER: str | None = None
+
+
+def _bus(url: str) -> Bus:
+    return Bus(url, name="bench", nats_options={"inbox_prefix": f"_INBOX.{USER}"} if USER else None)
+
+
+def _wire(subject: str) -> str:
+    """The subject raw nats-py uses: the one hookbus sends on."""
+    return wire_subject(USER, subject)
+
 
 PUBLISHER = r"""
 import asyncio, sys, nats
@@ -59,14 +75,14 @@ async def emit_round(url: str, events: int, bus_first: bool) -> tuple[tuple[floa
     Rounds alternate which goes first: the second runs while the server still
     digests the first's burst, which would otherwise always handicap one side.
     """
-    async with Bus(url, name="bench") as bus:
+    async with _bus(url) as bus:
         raw = await nats.connect(url)
         data, _ = bus._encoder.encode(SUBJECT, PAYLOAD, "s1", 0)
 
         async def raw_loop() -> tuple[float, float]:
             start = _clocks()
             for _ in range(events):
-                await raw.publish(SUBJECT, data)
+                await raw.publish(_wire(SUBJECT), data)
             await raw.flush()
             return _since(start)
 
@@ -89,7 +105,7 @@ async def emit_round(url: str, events: int, bus_first: bool) -> tuple[tuple[floa
 
 async def _publish_from_child(url: str, datafile: Path, events: int) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
-        sys.executable, "-c", PUBLISHER, url, str(datafile), str(events), SUBJECT
+        sys.executable, "-c", PUBLISHER, url, str(datafile), str(events), _wire(SUBJECT)
     )
 
 
@@ -114,11 +130,11 @@ async def deliver_round(url: str, events: int, datafile: Path, kind: str) -> tup
             orjson.loads(msg.data)
             count()
 
-        await nc.subscribe("prx.lifecycle.*", cb=cb, pending_msgs_limit=events)
+        await nc.subscribe(_wire("prx.lifecycle.*"), cb=cb, pending_msgs_limit=events)
         await nc.flush()
         closer = nc.close
     else:
-        bus = await Bus(url, name="bench").start()
+        bus = await _bus(url).start()
         await bus.subscribe("prx.lifecycle.*", lambda event: count(), pending_msgs=events)
         await bus.flush()
         closer = bus.close
@@ -201,7 +217,10 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--events", type=int, default=200_000)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--user", help="publish vouched as this NATS user (hookbus.from.<user>.<subject>)")
     args = parser.parse_args()
+    global USER
+    USER = args.user
     with NatsServer(http_port=0) as server:
         async with Bus(server.url) as probe:
             data, _ = probe._encoder.encode(SUBJECT, PAYLOAD, "s1", 0)

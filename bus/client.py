@@ -28,7 +28,7 @@ from bus.core.errors import BusClosedError, ConfigError, NotSent, PayloadRefErro
 from bus.core.ratelog import RateLimitedLog
 from bus.core.schema import PayloadRefMsg
 from bus.core.stats import COLLECTOR, BusStats
-from bus.core.subjects import TOKEN_RE, normalise_pattern
+from bus.core.subjects import TOKEN_RE, normalise_pattern, publisher_token, vouched_pattern, wire_subject
 from bus.core.tasks import TaskSet
 from bus.counters import CountersReporter
 from bus.middleware.kernel.intercept import Interceptor, MiddlewareOptions
@@ -133,6 +133,12 @@ class Bus:
         #: Journal subjects end with it and the shipped permissions let each user publish only
         #: its own, so a sink knows who wrote an entry without trusting the entry.
         self.journal_origin: str | None = str(self._nats_options["inbox_prefix"]).partition(".")[2] or None
+        #: The NATS user this Bus's events are vouched as (docs/protocol.md, Publisher identity): with one,
+        #: ``emit`` publishes on ``hookbus.from.<user>.<subject>``, which the shipped permissions let only that
+        #: user publish; None (no user, or one that is not a subject token): on the plain subject, unvouched.
+        self.publisher: str | None = publisher_token(self.journal_origin)
+        #: Subject emitted to -> subject published on (the vouched one); bounded like the encoder's heads.
+        self._wire: dict[str, str] = {}
         self._conn: Connection | None = None
         self._subs: set[Subscription] = set()
         self._turn_servers: list[TurnServer] = []
@@ -277,8 +283,9 @@ class Bus:
         conn = self._conn
         if conn is None:
             raise BusClosedError(f"emit on a Bus that is {self._state.value}")
+        wire = self._wire.get(subject) or self._wire_subject(subject)
         try:
-            waiting = conn.push(subject, data)
+            waiting = conn.push(wire, data)
             if waiting is not None:
                 await waiting
         except NotSent as exc:
@@ -290,6 +297,14 @@ class Bus:
         else:
             emitted.add(subject)
         return True
+
+    def _wire_subject(self, subject: str) -> str:
+        """The subject an event of ``subject`` goes out on: vouched when this Bus has a user (internal ones never)."""
+        wire = wire_subject(self.publisher, subject)
+        if len(self._wire) >= 4096:  # as many subjects as the encoder remembers
+            self._wire.clear()
+        self._wire[subject] = wire
+        return wire
 
     async def publish_raw(self, subject: str, data: bytes, reply: str = "") -> None:
         """Publish bytes as they are (plumbing, tools and tests; no envelope, no checks)."""
@@ -476,6 +491,9 @@ class Bus:
             pending_bytes=pending_bytes,
         )
         sub._nats = await conn.subscribe_direct(nats_pattern, sub._on_msg, queue=queue or "")
+        mirror = vouched_pattern(nats_pattern)
+        if mirror is not None:
+            sub._vouched_nats = await conn.subscribe_direct(mirror, sub._on_vouched_msg, queue=queue or "")
         self._subs.add(sub)
         await self._settle_subscription()
         return sub

@@ -7,6 +7,10 @@ happens here. Handlers start inline (bus.core.eager); at most ``concurrency``
 of them wait at once, and while they do, later messages wait in the
 subscription's own backlog, bounded by ``pending_msgs`` and ``pending_bytes``.
 What does not fit is dropped and counted as a slow consumer.
+
+Each subscription also gets the vouched form of its pattern
+(``hookbus.from.*.<pattern>``, bus.core.subjects): those events are handed on
+under their plain subject with ``event.publisher`` set from the user token.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from bus.core.eager import start_eager
 from bus.core.envelope import Event, decode
 from bus.core.errors import EnvelopeError
 from bus.core.ratelog import RateLimitedLog
-from bus.core.subjects import INTERNAL_PREFIXES, hides_internal
+from bus.core.subjects import INTERNAL_PREFIXES, VOUCHED_PREFIX, hides_internal, split_vouched
 from bus.core.tasks import TaskSet
 from bus.journal.entries import JournalEntry, publish_entry
 from bus.transport.port import TRANSPORT_FAILURES, Port, RawMessage, RawSubscription
@@ -35,6 +39,8 @@ _reset_depth = _depth._current.reset
 #: An event handler: called with each decoded event; may be sync or async. One of the handler family:
 #: EventHandler (events), StageHandler (middleware stages), TurnHandler (agent turns).
 EventHandler = Callable[[Event], Awaitable[None] | None]
+#: The start of every vouched event subject (checked inline: this runs per message).
+_VOUCHED_ROOT: Final = VOUCHED_PREFIX + "."
 #: How long close() waits for in-flight handlers before cancelling them.
 DEFAULT_CLOSE_TIMEOUT: Final = 5.0
 
@@ -80,6 +86,8 @@ class Subscription:
         self._slow_log = RateLimitedLog(log)
         self._stopped = False
         self._nats: RawSubscription | None = None
+        #: The subscription to the vouched form of ``pattern`` (bus.core.subjects.vouched_pattern), if any.
+        self._vouched_nats: RawSubscription | None = None
         self._hides_internal = hides_internal(pattern)
         self._max_bytes = bus.max_bytes
         self._max_depth = bus.max_depth
@@ -103,6 +111,13 @@ class Subscription:
         """Each message as the connection reads it: delivered now, or held while every slot is taken."""
         if self._hides_internal and msg.subject.startswith(INTERNAL_PREFIXES):
             return  # plumbing, not an event: only a pattern naming it gets it
+        if self._backlog or len(self._tasks) >= self.concurrency:
+            self._hold(msg)
+        else:
+            self._deliver(msg)
+
+    def _on_vouched_msg(self, msg: RawMessage) -> None:
+        """Each message of the vouched pattern: under ``hookbus.``, so never skipped as internal."""
         if self._backlog or len(self._tasks) >= self.concurrency:
             self._hold(msg)
         else:
@@ -132,12 +147,22 @@ class Subscription:
 
     def _deliver(self, msg: RawMessage) -> None:
         subject = msg.subject
+        publisher = None
+        if subject.startswith(_VOUCHED_ROOT):
+            vouched = split_vouched(subject)
+            if vouched is None:
+                self.bus.stats.dropped.add("malformed")
+                self._malformed_log.warning("%s: not a vouched event subject (subscription %r)", subject, self.pattern)
+                return
+            publisher, subject = vouched
         try:
             event = decode(subject, msg.data, self._max_bytes, self._max_depth)
         except EnvelopeError as exc:
             self.bus.stats.dropped.add(exc.drop)
             self._malformed_log.warning("%s (subscription %r); message skipped", exc, self.pattern)
             return
+        if publisher is not None:
+            event.publisher = publisher
         if event.payload_ref is not None:  # a claimed event: its handlers may fetch the whole payload
             event.loader = self._load_payload
         tasks = self._tasks
@@ -192,10 +217,12 @@ class Subscription:
     async def unsubscribe(self, timeout: float = DEFAULT_CLOSE_TIMEOUT) -> None:
         """Stop receiving; let in-flight handlers finish within ``timeout``, then cancel them."""
         self._stopped = True
-        sub, self._nats = self._nats, None
-        if sub is not None:
-            with contextlib.suppress(*TRANSPORT_FAILURES):  # connection gone: nothing more will arrive
-                await sub.unsubscribe()
+        subs = (self._nats, self._vouched_nats)
+        self._nats = self._vouched_nats = None
+        for sub in subs:
+            if sub is not None:
+                with contextlib.suppress(*TRANSPORT_FAILURES):  # connection gone: nothing more will arrive
+                    await sub.unsubscribe()
         self._backlog.clear()  # received, never started: dropped as nats-py drops its pending messages
         self._backlog_bytes = 0
         self._on_unsubscribe(self)

@@ -50,8 +50,7 @@ class Agent:
         return self
 
     async def turn(self, session: str, user: str | None = None) -> dict[str, Any]:
-        event = {"payload": {"user": user}} if user else None
-        request = TurnRequest(agent=self.name, prompt="go", session_id=session, event=event)
+        request = TurnRequest(agent=self.name, prompt="go", session_id=session, publisher=user)
         try:
             return {"status": "completed", "answer": await self.runner.handle(request)}
         except TurnFailed as exc:

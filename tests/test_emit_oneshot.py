@@ -191,9 +191,9 @@ async def test_one_shot_names_a_refused_publish_and_bad_credentials(shipped: Nat
     sink = f"nats://sink:change-me-sink@127.0.0.1:{shipped.port}"
     denied = await asyncio.to_thread(emit, "emit", "eva.custom.deploy", "{}", env=env_for(sink))
     assert denied.returncode == 1
-    assert denied.stderr.splitlines() == [
-        "hookbus: error: the NATS server denied publishing to 'eva.custom.deploy' "
-        '(Permissions Violation for Publish to "eva.custom.deploy")'
+    assert denied.stderr.splitlines() == [  # sent vouched as its user (docs/protocol.md#publisher-identity)
+        "hookbus: error: the NATS server denied publishing to 'hookbus.from.sink.eva.custom.deploy' "
+        '(Permissions Violation for Publish to "hookbus.from.sink.eva.custom.deploy")'
     ]
     wrong = f"nats://agent-eva:wrong@127.0.0.1:{shipped.port}"
     refused = await asyncio.to_thread(emit, "emit", "eva.custom.deploy", "{}", env=env_for(wrong))
@@ -212,7 +212,7 @@ async def test_the_full_client_names_a_refused_publish_too(shipped: NatsServer) 
         "hookbus: error: the NATS server denied publishing to 'eva.custom.deploy' "
         "(a permissions violation, logged above)"
     )
-    assert 'permissions violation for publish to "eva.custom.deploy"' in denied.stderr.lower()
+    assert 'permissions violation for publish to "hookbus.from.sink.eva.custom.deploy"' in denied.stderr.lower()
 
 
 def test_a_tls_setting_goes_through_the_full_client(tmp_path: Path) -> None:

@@ -20,9 +20,9 @@ from bus.core.depth import DEFAULT_MAX_DEPTH, DEPTH_ENV, depth_from_env, set_dep
 from bus.core.envelope import DEFAULT_MAX_BYTES, Encoder
 from bus.core.errors import CatalogError, ConfigError, HookbusError, PublishDenied
 from bus.core.json_types import json_type
-from bus.core.subjects import subject_for
+from bus.core.subjects import publisher_token, subject_for, wire_subject
 from bus.transport import oneshot
-from bus.transport.endpoints import credential_values, resolve_servers
+from bus.transport.endpoints import credential_values, publishing_user, resolve_servers
 
 #: The client name the server shows for emit's connections.
 NAME: Final = "hookbus-emit"
@@ -123,6 +123,8 @@ def emit_now(args: argparse.Namespace) -> int:
     servers = resolve_servers(args.nats_url)
     settings = credential_values(overrides=credentials_of(args).overrides())
     fits = all(len(data) <= DEFAULT_MAX_BYTES for _, data in messages)
+    user = publisher_token(publishing_user(servers, settings))  # vouched as the full client would be
+    messages = [(wire_subject(user, subject), data) for subject, data in messages]
     if fits and oneshot.supported(servers, settings):
         sent = oneshot.publish(
             servers,

@@ -38,6 +38,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     test.add_argument("--subject", help="the event's subject (default: the trigger's 'on', if it is a subject)")
     test.add_argument("--session", default=None, help="session id of the event")
     test.add_argument("--depth", type=int, default=0, help="recursion depth of the event (default: 0)")
+    test.add_argument(
+        "--publisher", default=None, help="the NATS user that published it (default: the target agent's own)"
+    )
     also_after(parser, "--workspace", listing, test)
     parser.set_defaults(func=run, action="list", nats_url=None, connect_timeout=2.0, json=False)
 
@@ -87,7 +90,7 @@ async def _running_status(args: argparse.Namespace) -> tuple[list[dict[str, Any]
 
 def _test(args: argparse.Namespace, specs: Mapping[str, object], workspace: Path) -> int:
     from bus.core.envelope import Encoder, decode
-    from triggers.engine.config import TriggerSpec
+    from triggers.engine.config import TriggerSpec, agent_user
 
     spec = specs.get(args.name)
     if not isinstance(spec, TriggerSpec):
@@ -120,6 +123,10 @@ def _test(args: argparse.Namespace, specs: Mapping[str, object], workspace: Path
         return 1
     if not spec.enabled:
         print("would NOT fire: the trigger is disabled")
+        return 1
+    publisher = args.publisher or agent_user(spec.agent)
+    if not spec.accepts(publisher, vouching=True):
+        print(f"would NOT fire: published by {publisher}, not one this trigger accepts")
         return 1
     print(f"would fire: a turn on agent {spec.agent!r} at depth {event.depth + 1}")
     if spec.dedupe:

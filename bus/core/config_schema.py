@@ -61,6 +61,9 @@ class Trigger(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     dedupe_window_s: Seconds = 3600.0
     turn_timeout_s: Seconds = 600.0
     enabled: bool = True
+    #: The NATS users whose events may fire it, as their subjects vouch (docs/triggers.md); ``"*"`` accepts any
+    #: publisher, vouched or not. Unset: the target agent's own user, ``agent-<agent>``.
+    publishers: list[Annotated[str, msgspec.Meta(pattern=r"^([A-Za-z0-9_-]+|\*)$")]] | None = None
 
 
 #: A shell hook's timeout when neither its action nor the file gives one (PRX's documented default).

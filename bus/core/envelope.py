@@ -115,6 +115,10 @@ class Event:
     payload_ref: PayloadRefMsg | None = None
     #: The emitter's W3C trace context when it traces (bus.core.tracing); only a valid one is kept.
     traceparent: str | None = None
+    #: The NATS user that published it, as the subject it arrived on vouches (``hookbus.from.<user>.<subject>``,
+    #: which the permissions let only that user publish); None when it came on the plain subject. Set by the
+    #: receiver, never taken from the body, and not part of :meth:`to_dict` (docs/protocol.md, Publisher identity).
+    publisher: str | None = None
     #: What fetches a claimed payload (set by the subscription that received it); None: nothing can.
     loader: PayloadLoader | None = field(default=None, compare=False, repr=False)
     _whole: asyncio.Future[dict[str, Any]] | None = field(default=None, init=False, compare=False, repr=False)

@@ -113,6 +113,8 @@ class TurnRequestMsg(msgspec.Struct, kw_only=True):
     event: dict[str, Any] | None = None
     session_id: str | None = None
     timestamp: str | None = None
+    #: The vouched publisher of ``event`` (docs/protocol.md, Publisher identity); None: unvouched or no event.
+    publisher: str | None = None
 
 
 class TurnResultMsg(msgspec.Struct):

@@ -166,6 +166,58 @@ def matches(pattern: str, subject: str) -> bool:
     return len(ptoks) == len(stoks)
 
 
+#: Events a Bus that knows its NATS user publishes go out on ``hookbus.from.<user>.<subject>``; the shipped
+#: permissions let each user publish only under its own user token, so the subject vouches for the publisher
+#: (docs/protocol.md, Publisher identity). Receivers hand the event on under ``<subject>``.
+VOUCHED_PREFIX = "hookbus.from"
+_VOUCHED_ROOT = VOUCHED_PREFIX + "."
+#: Split vouched subjects remembered (bounded; cleared when full), as (user, subject).
+_split: dict[str, tuple[str, str] | None] = {}
+
+
+def wire_subject(user: str | None, subject: str) -> str:
+    """The subject an event of ``subject`` goes out on: vouched as ``user``, or plain without one (internal: plain)."""
+    return subject if user is None or subject.startswith(INTERNAL_PREFIXES) else f"{_VOUCHED_ROOT}{user}.{subject}"
+
+
+def is_vouched(subject: str) -> bool:
+    """Whether a received subject is in the vouched form (then :func:`split_vouched` says by whom)."""
+    return subject.startswith(_VOUCHED_ROOT)
+
+
+def split_vouched(subject: str) -> tuple[str, str] | None:
+    """``(user, event subject)`` of a vouched subject, or None when it is malformed.
+
+    The user is one token; the event subject must itself be valid and not
+    internal (an event cannot be vouched into hookbus's own plumbing).
+    """
+    if subject in _split:
+        return _split[subject]
+    user, dot, rest = subject[len(_VOUCHED_ROOT) :].partition(".")
+    ok = subject.startswith(_VOUCHED_ROOT) and dot and TOKEN_RE.fullmatch(user) and _SUBJECT_RE.fullmatch(rest)
+    found = (user, rest) if ok and not rest.startswith(INTERNAL_PREFIXES) else None
+    if len(_split) >= _RECEIVED_CACHE_SIZE:
+        _split.clear()
+    _split[subject] = found
+    return found
+
+
+def vouched_pattern(pattern: str) -> str | None:
+    """The pattern of the vouched events a subscription on ``pattern`` also gets, or None (internal patterns).
+
+    ``eva.>`` -> ``hookbus.from.*.eva.>``; ``>`` -> ``hookbus.from.*.>``; ``hookbus.>`` names the vouched
+    subjects itself, and ``_INBOX``/``$`` subjects are never events: None.
+    """
+    if pattern.startswith(INTERNAL_PREFIXES) or pattern in ("hookbus", "_INBOX"):
+        return None
+    return f"{_VOUCHED_ROOT}*.{pattern}"
+
+
+def publisher_token(origin: str | None) -> str | None:
+    """The user a Bus's events are vouched as: its inbox user (``origin``) when that is one token, else None."""
+    return origin if origin is not None and TOKEN_RE.fullmatch(origin) else None
+
+
 #: Subjects that are NATS's or hookbus's own plumbing, not events: reply inboxes, JetStream,
 #: KV, object store and system traffic (every ``$`` subject), and hookbus's middleware
 #: requests, registry, turns and journal (``hookbus.``). Only a pattern that names them gets them.

@@ -8,9 +8,10 @@ does not load nats-py.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Final
+from urllib.parse import urlsplit
 
 from bus.core.errors import ConnectError
 
@@ -29,6 +30,15 @@ AUTH_ENV: Final = {
     "HOOKBUS_NATS_INBOX": "inbox_prefix",
 }
 TLS_ENV: Final = ("HOOKBUS_NATS_TLS_CA", "HOOKBUS_NATS_TLS_CERT", "HOOKBUS_NATS_TLS_KEY")
+
+
+def publishing_user(servers: Sequence[str], settings: Mapping[str, str]) -> str | None:
+    """The user of the inbox prefix a Bus would take from these settings (bus.transport.connection.with_private_inbox):
+    what a one-shot publisher's events are vouched as (docs/protocol.md#publisher-identity)."""
+    prefix = settings.get("HOOKBUS_NATS_INBOX")
+    if prefix:
+        return prefix.partition(".")[2] or None
+    return settings.get("HOOKBUS_NATS_USER") or next((urlsplit(url).username for url in servers if "@" in url), None)
 
 
 def resolve_servers(servers: str | list[str] | None) -> list[str]:

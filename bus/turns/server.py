@@ -50,6 +50,9 @@ class TurnRequest:
     session_id: str | None = None
     id: str = field(default_factory=_ids.new_id)
     timestamp: str = ""
+    #: The vouched NATS user that published ``event`` (its ``Event.publisher``), set by the trigger engine;
+    #: only workers and the bus may publish turn requests, so the agent may key on it (budgets' user layer).
+    publisher: str | None = None
 
     def __post_init__(self) -> None:
         if not TOKEN_RE.fullmatch(self.agent):
@@ -81,6 +84,7 @@ def decode_turn_request(data: bytes) -> TurnRequest:
         session_id=msg.session_id,
         id=msg.id,
         timestamp=msg.timestamp or "",
+        publisher=msg.publisher,
     )
 
 

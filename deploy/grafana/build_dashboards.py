@@ -142,7 +142,7 @@ HOOKS = [
         "Trigger suppressions by reason",
         "ops",
         ((rate("hookbus_fleet_trigger_suppressed_total", "reason"), "{{reason}}"),),
-        "filter, depth (recursion limit), debounce, dedupe, cooldown, in_flight, disabled.",
+        "publisher, filter, depth (recursion limit), debounce, dedupe, cooldown, in_flight, disabled.",
     ),
 ]
 

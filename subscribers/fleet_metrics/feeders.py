@@ -15,6 +15,7 @@ from typing import Final
 
 from bus.core.envelope import decode as decode_event
 from bus.core.errors import EnvelopeError, JournalError
+from bus.core.subjects import is_vouched, split_vouched
 from bus.journal.entries import JournalEntry, decode_entry
 from bus.transport.port import RawMessage
 from subscribers.fleet_metrics.metrics import FleetMetrics
@@ -36,6 +37,12 @@ def event_counter(fleet: FleetMetrics, max_bytes: int, max_depth: int) -> Callab
 
     async def count_event(msg: RawMessage) -> None:
         subject = msg.subject
+        if is_vouched(subject):  # counted under the event's own subject
+            vouched = split_vouched(subject)
+            if vouched is None:
+                refused.add(("malformed",))
+                return
+            subject = vouched[1]
         try:
             source = decode_event(subject, msg.data, max_bytes, max_depth).source
         except EnvelopeError as exc:

@@ -12,7 +12,14 @@ from typing import Final
 
 from prometheus_client.registry import REGISTRY, CollectorRegistry
 
-from bus.core.subjects import COUNTERS_PREFIX, EVA_DOMAIN, FLEET_METRICS_QUEUE, JOURNAL_PREFIX, PRX_DOMAIN
+from bus.core.subjects import (
+    COUNTERS_PREFIX,
+    EVA_DOMAIN,
+    FLEET_METRICS_QUEUE,
+    JOURNAL_PREFIX,
+    PRX_DOMAIN,
+    vouched_pattern,
+)
 from bus.metrics import register_once
 from bus.transport.port import Port, RawMessage, RawSubscription, unsubscribe_all
 from subscribers.fleet_metrics.feeders import count_entry, event_counter
@@ -24,7 +31,9 @@ QUEUE: Final = FLEET_METRICS_QUEUE
 #: Messages a subscription holds before NATS-side drops: a 100k-event burst waits, it is not lost.
 PENDING_MSGS: Final = 500_000
 #: The event subjects counted: hookbus's two domains (the permissions of the bus user, too).
-EVENT_PATTERNS: Final = (f"{PRX_DOMAIN}.>", f"{EVA_DOMAIN}.>")
+_PLAIN: Final = (f"{PRX_DOMAIN}.>", f"{EVA_DOMAIN}.>")
+#: The event subjects, plain and vouched (hookbus.from.<user>.<subject>, docs/protocol.md#publisher-identity).
+EVENT_PATTERNS: Final = _PLAIN + tuple(mirror for mirror in map(vouched_pattern, _PLAIN) if mirror is not None)
 
 
 class FleetReceiver:

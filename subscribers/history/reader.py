@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from bus.client import Bus
 from bus.core.envelope import Event, decode
 from bus.core.errors import ConfigError, EnvelopeError
-from bus.core.subjects import HISTORY_STREAM, matches, normalise_pattern
+from bus.core.subjects import HISTORY_STREAM, is_vouched, matches, normalise_pattern, split_vouched
 
 
 @dataclass
@@ -40,13 +40,22 @@ async def recorded_events(
     nats_pattern = normalise_pattern(pattern)
     start = datetime.now(UTC) - timedelta(seconds=since_s)
     async for message in bus.read_since(HISTORY_STREAM, start):
-        if not matches(nats_pattern, message.subject):
+        subject, publisher = message.subject, None
+        if is_vouched(subject):  # recorded as published by a user (docs/protocol.md#publisher-identity)
+            vouched = split_vouched(subject)
+            if vouched is None:
+                if skipped is not None:
+                    skipped.count += 1
+                continue
+            publisher, subject = vouched
+        if not matches(nats_pattern, subject):
             continue
         try:
-            event = decode(message.subject, message.data, bus.max_bytes, bus.max_depth)
+            event = decode(subject, message.data, bus.max_bytes, bus.max_depth)
         except EnvelopeError:
             if skipped is not None:
                 skipped.count += 1
             continue
+        event.publisher = publisher
         if session is None or event.session_id == session:
             yield event

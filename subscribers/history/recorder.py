@@ -15,7 +15,7 @@ from typing import Final
 
 from bus.client import Bus
 from bus.core.errors import ConfigError, JournalError, SubjectError
-from bus.core.subjects import HISTORY_STREAM, hides_internal, is_internal, normalise_pattern
+from bus.core.subjects import HISTORY_STREAM, hides_internal, is_internal, normalise_pattern, vouched_pattern
 from bus.service import ServiceContext
 from bus.transport.streams import StreamSpec, StreamState
 
@@ -54,10 +54,15 @@ def checked_patterns(patterns: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(out)
 
 
+def recorded_subjects(patterns: tuple[str, ...]) -> tuple[str, ...]:
+    """``patterns`` and their vouched forms (``hookbus.from.*.<pattern>``): events as hookbus publishes them."""
+    return patterns + tuple(mirror for mirror in map(vouched_pattern, patterns) if mirror is not None)
+
+
 def stream_spec(settings: HistorySettings) -> StreamSpec:
     return StreamSpec(
         name=HISTORY_STREAM,
-        subjects=checked_patterns(settings.patterns),
+        subjects=recorded_subjects(checked_patterns(settings.patterns)),
         max_age_s=settings.max_age_s,
         max_bytes=settings.max_bytes,
         duplicate_window_s=min(120.0, settings.max_age_s),

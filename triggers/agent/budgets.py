@@ -3,7 +3,8 @@
 The runner charges every model call (the provider's ``usage``, else an
 approximate count) to each layer's key: the session (the turn's session, else
 the turn), the group (the runner's group, by default the agent) and the user
-(the triggering event's ``payload.user``, when there is one). Crossing a
+(the NATS user that published the triggering event, as its subject vouches:
+``TurnRequest.publisher``; never a payload field, which any publisher writes). Crossing a
 layer's ``warn_at`` and reaching its ``max`` each yield one
 ``eva.budget.threshold`` per key, level and UTC day; a key at its ``max``
 cancels ``llm.request`` until the day ends. Spending is kept in the process

@@ -183,14 +183,9 @@ class TurnRunner:
             await self.bus.emit("eva.spend.day", {"agent": self.agent, **report})
 
     def _budget_keys(self, request: TurnRequest) -> dict[str, str | None]:
-        payload = (request.event or {}).get("payload")
-        user = payload.get("user") if isinstance(payload, dict) else None
+        """Each layer's key; the user is the vouched publisher of the turn's event, never a payload field."""
         group = self.settings.group or self.agent
-        return {
-            "session": request.session_id or request.id,
-            "group": group,
-            "user": user if isinstance(user, str) else None,
-        }
+        return {"session": request.session_id or request.id, "group": group, "user": request.publisher}
 
     async def _check_budget(self, turn: _Turn) -> None:
         """An exhausted layer cancels llm.request (journaled as the budget's cancel) before any handler is asked."""

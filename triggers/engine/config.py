@@ -15,6 +15,7 @@
         dedupe_window_s: 86400         # ... within this window
         turn_timeout_s: 600            # a turn not reported done by then no longer counts as in flight
         enabled: true
+        publishers: [agent-eva]        # NATS users whose (vouched) events fire it; "*": anyone. Default: agent-<agent>
 
 Every problem is a ConfigError naming the file, the trigger and the field; the fields and
 their bounds are declared in bus.core.config_schema.Trigger.
@@ -56,7 +57,26 @@ class TriggerSpec:
     dedupe_window_s: float = 3600.0
     turn_timeout_s: float = 600.0
     enabled: bool = True
+    #: The vouched publishers accepted (bus.core.envelope.Event.publisher); None: the default (see :meth:`accepts`).
+    publishers: frozenset[str] | None = None
     source: dict[str, Any] = field(default_factory=dict, compare=True, hash=False)
+
+    def accepts(self, publisher: str | None, vouching: bool) -> bool:
+        """Whether an event ``publisher`` published (None: unvouched) may fire this trigger.
+
+        Named publishers are always enforced; ``"*"`` accepts anyone. Unset, the
+        target agent's own user ``agent-<agent>`` is accepted, and anyone when
+        the engine's own connection has no user (``vouching`` False: a server
+        without users, where nothing can be vouched).
+        """
+        if self.publishers is None:
+            return not vouching or publisher == agent_user(self.agent)
+        return "*" in self.publishers or (publisher is not None and publisher in self.publishers)
+
+
+def agent_user(agent: str) -> str:
+    """The NATS user of agent ``agent`` in the shipped permissions (it serves ``hookbus.turn.<agent>``)."""
+    return f"agent-{agent}"
 
 
 def load(path: Path) -> dict[str, TriggerSpec]:
@@ -100,5 +120,6 @@ def parse_one(item: Any, where: str) -> TriggerSpec:
         dedupe_window_s=entry.dedupe_window_s,
         turn_timeout_s=entry.turn_timeout_s,
         enabled=entry.enabled,
+        publishers=frozenset(entry.publishers) if entry.publishers is not None else None,
         source=dict(item),
     )

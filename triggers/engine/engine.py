@@ -1,9 +1,13 @@
 """The trigger engine: events in, turn requests out, with the guards in between.
 
-For each event on a trigger's pattern: the filter, then the recursion depth
-(the turn would run at event depth + 1; at the limit it is not started), then
-debounce (wait for quiet, keep the last event), then dedupe, cooldown and the
-in-flight limit. Every firing and every suppression goes to the journal with
+For each event on a trigger's pattern: its publisher (the NATS user its
+subject vouches for, one the trigger accepts: by default the target agent's
+own), the filter, then the recursion depth (the turn would run at event
+depth + 1; at the limit it is not started), then debounce (wait for quiet,
+keep the last event), then dedupe, cooldown and the in-flight limit. Debounce,
+dedupe and cooldown are kept per publisher, so one publisher's events never
+suppress another's; the in-flight limit bounds the agent's load and is the
+trigger's. Every firing and every suppression goes to the journal with
 its reason, and to metrics. Replicas share each trigger's events through a
 queue group of that trigger's own, so each event is judged, and each turn
 started, once per trigger it matches; the guards' state is each replica's own.
@@ -56,12 +60,14 @@ MAX_DEDUPE_KEYS: Final = 10_000
 MAX_KEY_CHARS: Final = 256
 #: Characters of a refusal kept in a journal cause.
 MAX_NOTE_CHARS: Final = 300
+#: Publishers whose guards one trigger remembers before the least recently seen is forgotten.
+MAX_PUBLISHERS: Final = 1024
 
 FIRED = PromCounter("hookbus_trigger_fired", "Turns started by a trigger.", ["trigger"], registry=None)
 SUPPRESSED = PromCounter(
     "hookbus_trigger_suppressed",
     "Trigger events that did not start a turn, by reason "
-    "(filter, depth, debounce, dedupe, cooldown, in_flight, disabled).",
+    "(publisher, filter, depth, debounce, dedupe, cooldown, in_flight, disabled).",
     ["trigger", "reason"],
     registry=None,
 )
@@ -110,17 +116,42 @@ def _remembered(key: str) -> str:
 
 
 @dataclass
+class PublisherGuards:
+    """One publisher's debounce, dedupe and cooldown state for one trigger."""
+
+    last_fired_at: float = float("-inf")
+    seen_keys: dict[str, float] = field(default_factory=dict)  # dedupe key -> expiry
+    debounce: asyncio.TimerHandle | None = None
+
+
+@dataclass
 class TriggerState:
     """What the engine remembers about one trigger."""
 
     fired: int = 0
     suppressed: Counter[str] = field(default_factory=Counter)
     last_fired: str | None = None
-    last_fired_at: float = float("-inf")
     in_flight: dict[str, float] = field(default_factory=dict)  # request id -> deadline
-    seen_keys: dict[str, float] = field(default_factory=dict)  # dedupe key -> expiry
-    debounce: asyncio.TimerHandle | None = None
     reads_payload: bool = False
+    #: Per vouched publisher (None: unvouched events), least recently seen first.
+    guards: dict[str | None, PublisherGuards] = field(default_factory=dict)
+
+    def of(self, publisher: str | None) -> PublisherGuards:
+        """``publisher``'s guards (made on first sight; the least recently seen forgotten past MAX_PUBLISHERS)."""
+        guards = self.guards.pop(publisher, None)
+        if guards is None:
+            guards = PublisherGuards()
+            if len(self.guards) >= MAX_PUBLISHERS:
+                oldest = self.guards.pop(next(iter(self.guards)))
+                if oldest.debounce is not None:
+                    oldest.debounce.cancel()
+        self.guards[publisher] = guards
+        return guards
+
+    @property
+    def debounce(self) -> asyncio.TimerHandle | None:
+        """A debounce timer still pending, any publisher's, or None."""
+        return next((g.debounce for g in self.guards.values() if g.debounce is not None), None)
 
 
 class TriggerEngine:
@@ -169,6 +200,8 @@ class TriggerEngine:
         """The reason this event cannot fire ``spec`` before any guard state: disabled, filter, depth."""
         if not spec.enabled:
             return "disabled"
+        if not spec.accepts(event.publisher, self.bus.publisher is not None):
+            return "publisher"
         for condition in spec.conditions:
             if not condition.holds(event):
                 return "filter"
@@ -192,25 +225,27 @@ class TriggerEngine:
         seen = await self.seen(spec, event)
         reason = self.judge(spec, seen.view)
         if reason is not None:
-            cause = (
-                f"turn would run at depth {event.depth + 1}, the limit is {self.bus.max_depth}"
-                if reason == "depth"
-                else None
-            )
-            await self._suppress(spec, seen, reason, cause)
+            await self._suppress(spec, seen, reason, self._cause(reason, event))
             return
         if spec.debounce_s <= 0:
             await self._fire_guarded(spec, seen)
             return
-        state = self.state[spec.name]
-        if state.debounce is not None:
-            state.debounce.cancel()
+        guards = self.state[spec.name].of(event.publisher)
+        if guards.debounce is not None:
+            guards.debounce.cancel()
             await self._suppress(spec, seen, "debounce", "replaced by a later event")
         loop = asyncio.get_running_loop()
-        state.debounce = loop.call_later(spec.debounce_s, self._debounced, spec, seen)
+        guards.debounce = loop.call_later(spec.debounce_s, self._debounced, spec, seen, guards)
 
-    def _debounced(self, spec: TriggerSpec, seen: Seen) -> None:
-        self.state[spec.name].debounce = None
+    def _cause(self, reason: str, event: Event) -> str | None:
+        if reason == "depth":
+            return f"turn would run at depth {event.depth + 1}, the limit is {self.bus.max_depth}"
+        if reason == "publisher":
+            return f"published by {event.publisher or 'an unvouched publisher'}, not one this trigger accepts"
+        return None
+
+    def _debounced(self, spec: TriggerSpec, seen: Seen, guards: PublisherGuards) -> None:
+        guards.debounce = None
         self._tasks.start(self._fire_guarded(spec, seen))
 
     async def _fire_guarded(self, spec: TriggerSpec, seen: Seen) -> None:
@@ -218,12 +253,13 @@ class TriggerEngine:
         if state is None:  # removed by a reload meanwhile
             return
         now = time.monotonic()
+        guards = state.of(seen.event.publisher)
         key = _remembered(spec.dedupe.render(seen.view)) if spec.dedupe else None
-        if key is not None and state.seen_keys.get(key, 0.0) > now:
+        if key is not None and guards.seen_keys.get(key, 0.0) > now:
             await self._suppress(spec, seen, "dedupe", f"key {key!r} already fired")
             return
-        if now - state.last_fired_at < spec.cooldown_s:
-            await self._suppress(spec, seen, "cooldown", f"fired {now - state.last_fired_at:.1f}s ago")
+        if now - guards.last_fired_at < spec.cooldown_s:
+            await self._suppress(spec, seen, "cooldown", f"fired {now - guards.last_fired_at:.1f}s ago")
             return
         for request_id, deadline in list(state.in_flight.items()):
             if deadline <= now:
@@ -232,12 +268,13 @@ class TriggerEngine:
             await self._suppress(spec, seen, "in_flight", f"{len(state.in_flight)} turns still running")
             return
         if key is not None:
-            if len(state.seen_keys) >= MAX_DEDUPE_KEYS:
-                state.seen_keys.pop(next(iter(state.seen_keys)))
-            state.seen_keys[key] = now + spec.dedupe_window_s
-        await self._fire(spec, seen, state, now)
+            if len(guards.seen_keys) >= MAX_DEDUPE_KEYS:
+                guards.seen_keys.pop(next(iter(guards.seen_keys)))
+            guards.seen_keys[key] = now + spec.dedupe_window_s
+        guards.last_fired_at = now
+        await self._fire(spec, seen, state)
 
-    async def _fire(self, spec: TriggerSpec, seen: Seen, state: TriggerState, now: float) -> None:
+    async def _fire(self, spec: TriggerSpec, seen: Seen, state: TriggerState) -> None:
         event = seen.event
         request = TurnRequest(
             agent=spec.agent,
@@ -246,10 +283,10 @@ class TriggerEngine:
             trigger=spec.name,
             event=dict(event.to_dict()),  # the envelope as received: preview and reference, never the whole
             session_id=event.session_id,
+            publisher=event.publisher,
         )
         request = fit_request(request, self.bus.max_bytes)  # the agent refuses a request over the limit
-        state.in_flight[request.id] = now + spec.turn_timeout_s
-        state.last_fired_at = now
+        state.in_flight[request.id] = time.monotonic() + spec.turn_timeout_s
         state.last_fired = now_timestamp()
         state.fired += 1
         FIRED.labels(spec.name).inc()
@@ -322,8 +359,9 @@ class TriggerEngine:
 
     async def stop(self) -> None:
         for state in self.state.values():
-            if state.debounce is not None:
-                state.debounce.cancel()
+            for guards in state.guards.values():
+                if guards.debounce is not None:
+                    guards.debounce.cancel()
         for sub in self._subs.values():
             await sub.unsubscribe()
         self._subs.clear()
