@@ -169,8 +169,11 @@ class LiveFeed:
 
 
 def shown(event: Event) -> dict[str, Any]:
-    """An event as the page gets it: the envelope and subject; a large payload as a cut preview, flagged."""
+    """An event as the page gets it: the envelope, subject and vouched publisher; a large payload as a cut
+    preview, flagged."""
     out: dict[str, Any] = {"subject": event.subject, **event.to_dict()}
+    if event.publisher is not None:  # vouched by the subject it came on, never the body's claim
+        out["publisher"] = event.publisher
     if event.payload_ref is not None:
         out["payload_whole_on_demand"] = True
     if len(event.raw) > PREVIEW_BYTES:
