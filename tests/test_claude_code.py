@@ -302,15 +302,19 @@ def test_install_prints_the_hooks_and_merges_into_settings(tmp_path: Path) -> No
     mine = {"type": "command", "command": "python3 .claude/hooks/check.py", "timeout": 5}
     settings.write_text(json.dumps({"model": "opus", "hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [mine]}]}}))
     for _ in range(2):  # a second install replaces the first
-        done = run_cli("claude-hook", "install", "--settings", str(settings), "--http", "http://127.0.0.1:8477")
+        done = run_cli(
+            "claude-hook", "install", "--settings", str(settings), "--http", "http://127.0.0.1:8477",
+            "--agent", "eva", "--workspace", str(tmp_path / "ws"),
+        )  # fmt: skip
         assert done.returncode == 0, done.stderr
+        assert f"HOOKBUS_HOOK_TOKEN=$(cat {tmp_path / 'ws' / 'hook-tokens' / 'eva'})" in done.stderr
     merged = json.loads(settings.read_text())
     assert merged["model"] == "opus"
     assert merged["hooks"]["PreToolUse"][0] == {"matcher": "Bash", "hooks": [mine]}
     [ours] = merged["hooks"]["PreToolUse"][1]["hooks"]
     assert ours["type"] == "http" and ours["url"] == "http://127.0.0.1:8477/hooks/claude-code"
-    assert ours["headers"] == {"Authorization": "Bearer $HOOKBUS_API_TOKEN"}
-    assert ours["allowedEnvVars"] == ["HOOKBUS_API_TOKEN"]
+    assert ours["headers"] == {"Authorization": "Bearer $HOOKBUS_HOOK_TOKEN"}
+    assert ours["allowedEnvVars"] == ["HOOKBUS_HOOK_TOKEN"]
     assert len(merged["hooks"]["Stop"]) == 1
 
     settings.write_text('{"hooks": []}')

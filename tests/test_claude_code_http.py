@@ -42,10 +42,12 @@ async def guarded(up: UpProcess) -> AsyncIterator[str]:
 
 
 def api(up: UpProcess) -> tuple[str, str]:
-    """The endpoint's URL and the bearer token of ``up``'s workspace."""
+    """The endpoint's URL and agent eva's hook-only token in ``up``'s workspace."""
+    from subscribers.http_api.token import hook_token
+
     base = re.search(r"api\s+(http://\S+)/api/hooks", "\n".join(up.lines)).group(1)  # type: ignore[union-attr]
     workspace = Path(re.search(r"workspace (\S+)", up.lines[0]).group(1))  # type: ignore[union-attr]
-    return f"{base}/hooks/claude-code", (workspace / "api-token").read_text().strip()
+    return f"{base}/hooks/claude-code", hook_token(workspace, "eva")[0]
 
 
 async def post(url: str, body: Any, token: str | None) -> tuple[int, Any]:
@@ -115,3 +117,27 @@ async def test_a_context_only_prompt_guard_lets_every_prompt_through(up: UpProce
         assert status == 200 and answer == {"hookSpecificOutput": expected}
         code, output, _ = await claude_hook(prompt, env_for(up.nats_url, tmp_path))
         assert code == 0 and output == {"hookSpecificOutput": expected}
+
+
+async def test_the_hook_token_opens_no_admin_route_and_the_admin_token_not_the_hook(
+    up: UpProcess, guarded: str
+) -> None:
+    """The guarded session holds its hook token: with it, it must not disable its guard nor add a shell hook."""
+    url, hook = api(up)
+    base = url.removesuffix("/hooks/claude-code")
+    workspace = Path(re.search(r"workspace (\S+)", up.lines[0]).group(1))  # type: ignore[union-attr]
+    admin = (workspace / "api-token").read_text().strip()
+    shell_hook = {"event": "tool_call", "command": "/bin/sh", "args": ["-c", "id > /tmp/hookbus-pwned"]}
+    async with aiohttp.ClientSession() as session:
+        for method, path, body in (
+            ("POST", "/api/middleware/disable", {"name": f"{guarded}.no_rm"}),
+            ("POST", "/api/hooks", shell_hook),
+            ("GET", "/api/hooks", None),
+        ):
+            request = session.request(method, base + path, json=body, headers={"Authorization": f"Bearer {hook}"})
+            async with request as response:
+                assert response.status == 401, (path, response.status)
+    status, answer = await post(url, bash("rm -rf /"), admin)
+    assert status == 401, "the admin token is refused on the hook route"
+    status, answer = await post(url, bash("rm -rf /"), hook)
+    assert status == 200 and denial(answer) == f"hookbus ({guarded}.no_rm): only by hand"

@@ -25,7 +25,7 @@ from subscribers.shell_hooks.hooks_file import HOOKS_FILE, load
 from subscribers.shell_hooks.shell import HookOutcome, HookResult, ShellRunner
 
 from .conftest import StartWorker, hookbus_cmd, require_binary, run_cli
-from .hooks_support import script, wait_for_file, write_hooks
+from .hooks_support import script, write_hooks
 from .waiting import wait_until
 
 pytestmark = pytest.mark.usefixtures("needs_bwrap")
@@ -136,45 +136,107 @@ def test_worker_environment_other_processes_and_workspace_secrets_are_invisible(
     assert "ws-4417" in reports["plain"] and "token-secret-9902" in reports["plain"], "the escape works unisolated"
 
 
-async def test_the_file_system_is_read_only_but_for_the_working_directory(workspace: Path) -> None:
+async def test_an_isolated_hook_works_in_a_private_scratch_directory(workspace: Path) -> None:
     (workspace / "sub").mkdir()
-    script(workspace, "write.sh", 'echo kept > kept\necho leak > ../leak || echo "refused ../leak"\necho done\n')
-    (result,) = await run_hooks(workspace, {"command": "./write.sh", "cwd": "sub", "isolation": True})
-    assert "done" in out(result), result
-    assert (workspace / "sub" / "kept").read_text() == "kept\n"
-    assert not (workspace / "leak").exists()
-    assert "refused ../leak" in out(result)
-
-
-async def test_a_hook_in_the_workspace_itself_cannot_plant_a_plugin_nor_rewrite_what_hookbus_loads(
-    workspace: Path,
-) -> None:
-    """A plugin written into plugins/ would run in the worker, unsandboxed, with the grants its manifest asks."""
-    (workspace / "triggers.yaml").write_text("triggers: []\n")
-    plant = (
-        "mkdir -p plugins/evil && echo planted > plugins/evil/plugin.toml || echo 'refused plugin'\n"
-        "echo '- {name: x}' >> triggers.yaml || echo 'refused triggers'\necho mine > mine\necho done\n"
+    write = (
+        'echo kept > kept && cat kept && pwd\necho leak > ../leak || echo "refused ../leak"\n'
+        'echo leak > /work-leak 2>/dev/null || echo "refused /"\necho done\n'
     )
-    script(workspace, "plant.sh", plant)
-    (result,) = await run_hooks(workspace, {"command": "./plant.sh", "isolation": True})
-    assert "done" in out(result) and (workspace / "mine").read_text() == "mine\n", result
-    assert not (workspace / "plugins" / "evil").exists() and "refused plugin" in out(result)
-    assert (workspace / "triggers.yaml").read_text() == "triggers: []\n" and "refused triggers" in out(result)
+    script(workspace, "write.sh", write)
+    (result,) = await run_hooks(workspace, {"command": "./write.sh", "cwd": "sub", "isolation": True})
+    assert "kept\n/tmp/hookbus-scratch\n" in out(result) and "done" in out(result), result
+    assert "refused /" in out(result)
+    assert not (workspace / "sub" / "kept").exists() and not (workspace / "kept").exists()
+    assert not (workspace / "leak").exists() and not (workspace / "sub" / "leak").exists()
 
 
-def test_the_protected_workspace_names_are_the_ones_hookbus_uses() -> None:
+#: Every file or directory hookbus loads or stores in a workspace, spelled by the constants that name them.
+def workspace_state() -> set[str]:
     from bus.cli.up import HISTORY_FILE
     from subscribers.claude_hooks.config import FILE
     from subscribers.http_api.token import TOKEN_FILE
     from subscribers.journal.store import DB_NAME, JSONL_DIR
     from subscribers.plugins.manifest import PLUGINS_DIR
-    from subscribers.shell_hooks.isolation import WORKSPACE_STATE
     from triggers.agent import budgets, hook_turn
     from triggers.engine import config
 
     names = {HOOKS_FILE, FILE, TOKEN_FILE, DB_NAME, JSONL_DIR, PLUGINS_DIR, budgets.BUDGETS_FILE, HISTORY_FILE}
-    names |= {config.FILE_NAME, hook_turn.FILE_NAME}
-    assert names <= set(WORKSPACE_STATE)
+    return names | {config.FILE_NAME, hook_turn.FILE_NAME, "jetstream", "drain", ".hookbus", f"{DB_NAME}-wal"}
+
+
+async def test_an_isolated_hook_can_create_no_state_file_present_or_missing(workspace: Path) -> None:
+    """A trigger, plugin or budget file it could plant would load in the worker, outside any sandbox."""
+    names = sorted(workspace_state())
+    (workspace / "triggers.yaml").write_text("triggers: []\n")
+    plant = "".join(
+        f'for d in "$WS" "$WS/sub"; do echo planted >> "$d/{name}" 2>/dev/null && echo "wrote {name}"; done\n'
+        for name in names
+    )
+    plant += 'mkdir -p "$WS/plugins/evil" 2>/dev/null && echo "wrote plugin"\necho done\n'
+    script(workspace, "plant.sh", plant)
+    (workspace / "sub").mkdir()
+    attack = {"command": "./plant.sh", "env": {"WS": str(workspace)}, "isolation": True}
+    as_cwd_sub = {**attack, "cwd": "sub"}
+    results = await run_hooks(workspace, attack, as_cwd_sub)
+    for result in results:
+        assert "done" in out(result) and "wrote" not in out(result), result
+    assert (workspace / "triggers.yaml").read_text() == "triggers: []\n"
+    assert sorted(p.name for p in workspace.iterdir()) == ["hooks.json", "plant.sh", "sub", "triggers.yaml"]
+    assert not list((workspace / "sub").iterdir())
+    (plain,) = await run_hooks(workspace, {"command": "./plant.sh", "env": {"WS": str(workspace)}})
+    assert "wrote triggers.yaml" in out(plain), "the same hook run plain plants them"
+
+
+async def test_an_isolated_hook_cannot_rewrite_the_script_a_plain_hook_runs(workspace: Path, tmp_path: Path) -> None:
+    """Rewritten, the plain hook would run the attacker's code unsandboxed and read api-token."""
+    (workspace / "api-token").write_text("token-secret-7321\n")
+    (workspace / "api-token").chmod(0o600)
+    elsewhere = tmp_path / "trusted-hooks"
+    elsewhere.mkdir()
+    for where in (workspace, elsewhere):
+        (where / "plain.sh").write_text("#!/bin/sh\necho plain\n")
+        (where / "plain.sh").chmod(0o755)
+    evil = f"#!/bin/sh\ncat {workspace}/api-token\n"
+    rewrite = "".join(
+        f"printf '%s' '{evil}' > {path} 2>/dev/null && echo rewrote\n"
+        f"rm {path} 2>/dev/null && echo removed\n"
+        f"mv {path} {path}.old 2>/dev/null && echo moved\n"
+        for path in (workspace / "plain.sh", elsewhere / "plain.sh", workspace / "hooks.json")
+    )
+    script(workspace, "rewrite.sh", rewrite + "echo done\n")
+    attack = {"command": "./rewrite.sh", "isolation": True}
+    in_elsewhere = {**attack, "cwd": str(elsewhere)}
+    results = await run_hooks(
+        workspace, attack, in_elsewhere, {"command": "./plain.sh"}, {"command": str(elsewhere / "plain.sh")}
+    )
+    for attacker in results[:2]:
+        assert out(attacker).split() == ["done"], attacker
+    for plain in results[2:]:
+        assert out(plain) == "plain\n", plain
+    (unisolated,) = await run_hooks(workspace, {"command": "./rewrite.sh", "cwd": str(elsewhere)})
+    assert "rewrote" in out(unisolated), "the same hook run plain rewrites them"
+
+
+async def test_an_isolated_hook_sees_no_store_journal_drain_nor_secret(workspace: Path) -> None:
+    secrets = {
+        "jetstream/jetstream/$G/streams/KV_hookbus_payloads/msgs/1.blk": "eva-payload-secret",
+        "journal/2026-12-01.jsonl": "bob-journal-secret",
+        "journal.db": "journal-db-secret",
+        "drain/0001.json": "drained-secret",
+        ".hookbus/drain/0002.json": "dot-drain-secret",
+        "api-token": "api-token-secret",
+        "claude-hooks.json": "claude-config-secret",
+        "triggers.yaml": "triggers-secret",
+        "sub/notes.txt": "sub-file-secret",
+    }
+    for name, text in secrets.items():
+        (workspace / name).parent.mkdir(parents=True, exist_ok=True)
+        (workspace / name).write_text(text + "\n")
+    script(workspace, "read.sh", f"grep -rh 'secre[t]' {workspace} {workspace}/sub 2>/dev/null\necho done\n")
+    (isolated,) = await run_hooks(workspace, {"command": "./read.sh", "cwd": "sub", "isolation": True})
+    assert out(isolated) == "done\n", isolated
+    (plain,) = await run_hooks(workspace, {"command": "./read.sh", "cwd": "sub"})
+    assert all(text in out(plain) for text in secrets.values()), "the same hook run plain reads them all"
 
 
 async def test_a_fork_bomb_is_stopped_by_the_process_limit(workspace: Path) -> None:
@@ -231,17 +293,26 @@ def test_isolation_asked_and_unavailable_refuses_the_hook(workspace: Path) -> No
 async def test_the_file_default_isolates_hooks_run_by_the_worker(
     bus: Bus, workspace: Path, start_worker: StartWorker
 ) -> None:
-    script(workspace, "who.sh", "cat /proc/1/comm > init-was\n")
+    from bus.journal.entries import decode_entry
+
+    entries: list[Any] = []
+
+    async def take(msg: Any) -> None:
+        entries.append(decode_entry(msg.data))
+
+    await bus.nc.subscribe("hookbus.journal.shell_hook", cb=take)
+    script(workspace, "who.sh", "cat /proc/1/comm\n")
     (workspace / HOOKS_FILE).write_text(
-        '{"isolation": {"network": false}, "hooks": {"tool_call": [{"command": "./who.sh"}],'
-        ' "agent_end": [{"command": "./who.sh", "isolation": false}]}}'
+        '{"isolation": {"network": false}, "hooks": {"tool_call": [{"id": "iso", "command": "./who.sh"}],'
+        ' "agent_end": [{"id": "plain", "command": "./who.sh", "isolation": false}]}}'
     )
     await start_worker()
     await bus.emit(EVENT, {"tool": "x"})
-    assert (await wait_for_file(workspace / "init-was")).strip() == "bwrap"
-    (workspace / "init-was").unlink()
     await bus.emit("prx.lifecycle.agent_end", {"success": True})
-    assert (await wait_for_file(workspace / "init-was")).strip() != "bwrap"
+    await wait_until(lambda: len(entries) == 2, what="both runs journaled")
+    by_hook = {entry.who: entry for entry in entries}
+    assert (by_hook["iso"].stdout or "").strip() == "bwrap", by_hook["iso"]
+    assert (by_hook["plain"].stdout or "").strip() not in ("", "bwrap"), by_hook["plain"]
 
 
 def test_hookbus_isolate_runs_any_command_in_the_same_sandbox(tmp_path: Path) -> None:

@@ -26,8 +26,8 @@ from bus.core.json_types import json_type
 
 #: The endpoint path ``hookbus up`` serves Claude Code's http hooks on.
 HTTP_PATH: Final = "/hooks/claude-code"
-#: The variable the http hook's Authorization header reads the token from.
-TOKEN_VARIABLE: Final = "HOOKBUS_API_TOKEN"
+#: The variable the http hook's Authorization header reads its agent's hook-only token from (never the admin one).
+TOKEN_VARIABLE: Final = "HOOKBUS_HOOK_TOKEN"
 #: Seconds Claude Code gives the hook (its own unit for hook timeouts).
 DEFAULT_HOOK_TIMEOUT: Final = 30
 _OURS: Final = ("claude-hook", "codex-hook", "gemini-hook")
@@ -37,6 +37,19 @@ def configure_install(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("install")
     group.add_argument("--settings", type=Path, default=None, help="merge into this settings (or hooks.json) file")
     group.add_argument("--http", metavar="URL", default=None, help="http hooks to hookbus up at URL (Claude Code)")
+    group.add_argument(
+        "--agent",
+        metavar="NAME",
+        default=None,
+        help="with --http: the agent whose hook-only token the hook sends (made in the workspace's hook-tokens/)",
+    )
+    group.add_argument(
+        "--workspace",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="with --http: hookbus up's workspace, where hook tokens are kept (default: ./.hookbus)",
+    )
     group.add_argument(
         "--hook-timeout", type=int, default=DEFAULT_HOOK_TIMEOUT, help="the agent's timeout per hook, in seconds"
     )
@@ -126,6 +139,8 @@ def merged(settings: dict[str, Any], ours: dict[str, list[dict[str, Any]]], wher
 def install(args: argparse.Namespace) -> int:
     """Print the configuration, or merge it into ``--settings``."""
     ours = hooks_config(args)
+    if args.http:
+        _hook_token(args)
     if args.settings is None:
         print(orjson.dumps({"hooks": ours}, option=orjson.OPT_INDENT_2).decode())
         return 0
@@ -160,3 +175,18 @@ def _print_codex_trust(path: Path, hooks: dict[str, Any]) -> None:
     )
     for key, digest in entries:
         print(f'[hooks.state."{key}"]\ntrusted_hash = "{digest}"', file=sys.stderr)
+
+
+def _hook_token(args: argparse.Namespace) -> None:
+    """Make the agent's hook-only token (refused by every admin route) and say how the session gets it."""
+    from bus.cli.workspace import resolve
+    from subscribers.http_api.token import hook_token
+
+    if not args.agent:
+        raise ConfigError("--http needs --agent NAME: the hook sends that agent's hook-only token")
+    _token, path = hook_token(resolve(args).path, args.agent)
+    print(
+        f"hookbus: give the session {TOKEN_VARIABLE}=$(cat {shlex.quote(str(path))}) "
+        f"(agent {args.agent}'s hook token: the hook route only, no admin route)",
+        file=sys.stderr,
+    )

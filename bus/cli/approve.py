@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from bus.cli.middleware import add_options, open_view
 from bus.cli.workspace import bus_name
 from bus.core.errors import MiddlewareError
+from bus.core.subjects import RECORDS_MODULE
 from bus.operator import approve_journaled, local_actor
 
 if TYPE_CHECKING:
@@ -21,13 +22,21 @@ if TYPE_CHECKING:
     Decide = Callable[[Bus, View, str, str], Awaitable[list[Declaration]]]
 
 
+#: What approving a handler record grants, said wherever one is approved.
+RECORD_GRANT = (
+    "Approving a handler record runs its code in the record runner with the runner's credentials "
+    "(its NATS user) and beside the other records that runner serves."
+)
+
+
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "approve",
         help="approve a middleware handler as it is declared now",
         description=(
             "Approve NAME (module.handler, or a module for all its waiting handlers) as it is declared now. "
-            "The approval lives on the bus (JetStream KV), so any machine reaching NATS can approve."
+            "The approval lives on the bus (JetStream KV), so any machine reaching NATS can approve. "
+            f"{RECORD_GRANT}"
         ),
     )
     parser.add_argument("name", help="module.handler, or a module for all its waiting handlers")
@@ -48,4 +57,6 @@ async def decide(args: argparse.Namespace, act: Decide, verb: str, done: str) ->
             raise MiddlewareError(f"{exc} on {bus_name(bus.servers)}") from None
         for decl in decided:
             print(f"{done} {decl.qualname} (stage {decl.stage}, identity {decl.identity()[:12]})")
+            if verb == "approve" and decl.module == RECORDS_MODULE:
+                print(f"  {RECORD_GRANT}")
     return 0

@@ -2,9 +2,10 @@
 
 The same function fences it in (subscribers/shell_hooks/isolation.py): its
 own namespaces, no network unless ``--network``, a private /proc, the file
-system read-only but the current directory, ``--hide`` directories
-invisible, secrets in the current directory masked, and memory, CPU-time and
-process limits. For processes the bus starts on a user's behalf outside the
+system read-only but the current directory (a private scratch directory
+instead when it is inside a hidden one), ``--hide`` directories invisible,
+secrets in the current directory masked, and memory, CPU-time and process
+limits. For processes the bus starts on a user's behalf outside the
 shell-hook worker, for example ``hookbus isolate --network --hide WORKSPACE
 -- hookbus runner ...`` for the runner of stored handler records (it needs
 the network to reach NATS). Exits with the command's status; exits 2 without

@@ -34,8 +34,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--managed",
         action="append",
         default=[],
-        metavar="NAME",
-        help="a record the operator ships: served without approval (repeatable)",
+        metavar="NAME=IDENTITY",
+        help="a record the operator ships, pinned by identity (12+ hex digits, as 'hookbus records show' prints): "
+        "that version is served without approval, any other waits (repeatable)",
     )
     parser.add_argument("--max-failures", type=int, default=5, help="faults in a row that disable a record")
     add_nats_url(parser, connect_s=SERVICE_CONNECT_S)
@@ -52,7 +53,7 @@ async def run(args: argparse.Namespace) -> int:
         settings = RunnerSettings(
             module=args.module,
             imports=frozenset(args.allow_import) if args.allow_import is not None else DEFAULT_IMPORTS,
-            managed=frozenset(args.managed),
+            managed=_pins(args.managed),
             max_failures=args.max_failures,
         )
     except ValueError as exc:
@@ -68,3 +69,17 @@ async def run(args: argparse.Namespace) -> int:
         await stop.wait()
     print("hookbus runner: stopped", flush=True)
     return 0
+
+
+def _pins(given: list[str]) -> dict[str, str]:
+    from bus.core.errors import ConfigError
+
+    pins = {}
+    for item in given:
+        name, sep, identity = item.partition("=")
+        if not sep or not name:
+            raise ConfigError(
+                f"--managed {item}: give NAME=IDENTITY (a name alone would serve whatever a draft of it says)"
+            )
+        pins[name] = identity.lower()
+    return pins

@@ -4,19 +4,35 @@ The source must define ``async def handle(stage, payload, ctx)`` returning
 ``Continue()``, ``Cancel(reason)`` or ``Patch(payload)`` (the names are in
 scope, with ``sleep``). It sees a reduced ``__builtins__`` (no ``open``,
 ``exec``, ``eval``, ``compile``, ``input``, ``breakpoint``, ``globals``,
-``vars``) and may import only the modules the runner allows.
+``vars``, ``getattr``, ``setattr``, ``delattr``) and may import only the
+modules the runner allows, each seen as the public, non-module names it
+holds (``shlex.os``, ``json.codecs`` are not there).
 
-This is a guard against mistakes, not a security boundary: Python inside one
-process can reach around any such restriction (through object attributes,
-frames, ``gc``). Only approved records are compiled; for code nobody should
-trust, run the runner under process isolation (docs/records.md).
+Before anything runs, the source is refused if it names an attribute that
+leads out of the namespace: any starting with ``_`` (``__globals__``,
+``__code__``, ``__builtins__``, ``__subclasses__``, ``__class__``, a module's
+private names), a frame or code object's (``gi_frame``, ``cr_frame``,
+``f_globals``, ``tb_frame``, ``co_code`` ...), or ``format``/``format_map``
+(a format string reaches attributes by name: ``"{0.__globals__}"``), in an
+expression, a ``match`` class pattern or an import; and any ``__dunder__``
+name (``__builtins__``, ``__import__``).
+
+Python inside one process still offers more ways around than any such
+list closes: only approved records are compiled, and the runner runs them
+with its own credentials, so approving a record grants it what the runner
+holds (its NATS user and the other records it serves). For code nobody
+should trust, run the runner under process isolation (docs/records.md).
 """
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import builtins
 import inspect
+import re
+import sys
+import types
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -30,8 +46,19 @@ DEFAULT_IMPORTS: Final = frozenset(
 )
 #: Builtins a record never gets: they open files, run other code or reach the caller's namespaces.
 _WITHHELD: Final = frozenset(
-    {"open", "exec", "eval", "compile", "input", "breakpoint", "globals", "vars", "help", "exit", "quit", "memoryview"}
+    {
+        "open", "exec", "eval", "compile", "input", "breakpoint", "globals", "vars", "help", "exit", "quit",
+        "memoryview", "getattr", "setattr", "delattr", "type",
+    }
+)  # fmt: skip
+#: Attribute names a record may not write: they lead to globals, frames, code, classes' innards or the
+#: modules a module imported (a format string's fields are attribute lookups too).
+_FORBIDDEN_ATTRIBUTE: Final = re.compile(
+    r"^(_|gi_|cr_|ag_|f_|tb_|co_)|^(format|format_map|vformat|get_field|get_value|mro)$"
 )
+#: Names of allowed modules a record never sees: they get or set attributes named by a string (functools'
+#: wrappers copy ``__globals__`` and ``__dict__`` between objects; a Formatter reads fields by name).
+_MODULE_WITHHELD: Final = {"functools": frozenset({"update_wrapper", "wraps"}), "string": frozenset({"Formatter"})}
 
 #: A compiled record: ``await handle(stage, payload, ctx)`` gives its decision.
 RecordHandler = Callable[[str, dict[str, Any], "RecordCtx"], Coroutine[Any, Any, Decision]]
@@ -66,6 +93,52 @@ class RecordCtx:
 _CTX_FIELDS: Final = frozenset(RecordCtx.__dataclass_fields__)
 
 
+def check_source(name: str, tree: ast.Module) -> None:
+    """Refuse a record whose source names an attribute or a dunder name that leads out (RecordError)."""
+
+    def refuse(node: ast.AST, what: str) -> None:
+        line = getattr(node, "lineno", "?")
+        raise RecordError(name, f"does not load: line {line}: {what} is not allowed in a record")
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _FORBIDDEN_ATTRIBUTE.search(node.attr):
+            refuse(node, f"attribute {node.attr!r}")
+        elif isinstance(node, ast.Attribute) and not isinstance(node.ctx, ast.Load):
+            refuse(node, f"setting or deleting attribute {node.attr!r} (objects are shared with other records)")
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and node.name.startswith("__"):
+            refuse(node, f"defining {node.name!r}")
+        elif isinstance(node, ast.ClassDef) and node.keywords:
+            refuse(node, "a class keyword (metaclass)")
+        elif isinstance(node, ast.MatchClass):
+            for attr in node.kwd_attrs:
+                if _FORBIDDEN_ATTRIBUTE.search(attr):
+                    refuse(node, f"attribute {attr!r}")
+        elif isinstance(node, ast.Name) and node.id.startswith("__"):
+            refuse(node, f"name {node.id!r}")
+        elif isinstance(node, ast.alias) and any(part.startswith("_") for part in node.name.split(".")):
+            refuse(node, f"import of {node.name!r}")
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("_"):
+            refuse(node, f"import of {node.module!r}")
+
+
+#: What a record sees of a module it may import: its public names but the modules among them.
+_SEEN: dict[str, types.SimpleNamespace] = {}
+
+
+def _public(module: types.ModuleType) -> types.SimpleNamespace:
+    seen = _SEEN.get(module.__name__)
+    if seen is None:
+        names = getattr(module, "__all__", None) or [n for n in vars(module) if not n.startswith("_")]
+        withheld = _MODULE_WITHHELD.get(module.__name__, frozenset())
+        public = {
+            n: getattr(module, n) for n in names if hasattr(module, n) and not n.startswith("_") and n not in withheld
+        }
+        seen = _SEEN[module.__name__] = types.SimpleNamespace(
+            **{n: v for n, v in public.items() if not isinstance(v, types.ModuleType)}
+        )
+    return seen
+
+
 def _importer(allowed: frozenset[str], record: str) -> Callable[..., Any]:
     def guarded_import(
         name: str,
@@ -76,7 +149,8 @@ def _importer(allowed: frozenset[str], record: str) -> Callable[..., Any]:
     ) -> Any:
         if level != 0 or name.split(".")[0] not in allowed:
             raise ImportError(f"record {record} may not import {name!r} (allowed: {', '.join(sorted(allowed))})")
-        return builtins.__import__(name, globals, locals, fromlist, level)
+        builtins.__import__(name, globals, locals, fromlist, level)
+        return _public(sys.modules[name if fromlist else name.split(".")[0]])
 
     return guarded_import
 
@@ -100,7 +174,12 @@ def compile_record(name: str, source: str, allowed: Iterable[str] = DEFAULT_IMPO
         "sleep": asyncio.sleep,
     }
     try:
-        code = compile(source, f"<record {name}>", "exec")
+        tree = ast.parse(source, f"<record {name}>")
+    except SyntaxError as exc:
+        raise RecordError(name, f"does not load: SyntaxError: {exc}") from None
+    check_source(name, tree)
+    try:
+        code = compile(tree, f"<record {name}>", "exec")
         exec(code, namespace)  # noqa: S102 - the point: an approved record's body, in its restricted namespace
     except Exception as exc:
         raise RecordError(name, f"does not load: {type(exc).__name__}: {exc}") from None

@@ -21,6 +21,8 @@ from bus.adapters.claude_code import answer, parse
 from bus.core.errors import AgentHookError, HookbusError
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from bus.client import Bus
 
 log = logging.getLogger("hookbus.api")
@@ -66,7 +68,11 @@ async def claude_code_hook(request: web.Request) -> web.Response:
     return _json(done.output or {})
 
 
-def add_routes(app: web.Application, bus: Bus) -> None:
-    """Serve the agent hooks on ``app`` (whose guard checks the bearer token) with ``bus``."""
+def add_routes(app: web.Application, bus: Bus, tokens: Path) -> None:
+    """Serve the agent hooks on ``app`` with ``bus``; its guard takes only the hook tokens kept in ``tokens``."""
+    from subscribers.http_api.server import HOOK_ROUTES, HOOK_TOKENS
+
     app[_BUS] = bus
+    app[HOOK_TOKENS] = tokens
+    app[HOOK_ROUTES] = frozenset({PATH})
     app.router.add_post(PATH, claude_code_hook)

@@ -39,7 +39,7 @@ from bus.core.errors import ConfigError, HookConfigError, HookNotFound
 from bus.journal.entries import JournalEntry, publish_entry
 from subscribers.http_api import bag_api, console_api, console_files, handlers_api, middleware_metrics
 from subscribers.http_api.console_api import CONSOLE, Console
-from subscribers.http_api.token import token_matches
+from subscribers.http_api.token import hook_agent, token_matches
 from subscribers.shell_hooks import metrics
 from subscribers.shell_hooks.hooks_store import HooksStore
 from subscribers.shell_hooks.prx_api import is_prx_body
@@ -54,6 +54,9 @@ _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 _STORE: Final = web.AppKey("store", HooksStore)
 _TOKEN: Final = web.AppKey("token", str)
+#: Routes that take an agent's hook-only token (and refuse the admin token), and where those tokens are.
+HOOK_ROUTES: Final = web.AppKey("hook_routes", frozenset)
+HOOK_TOKENS: Final = web.AppKey("hook_tokens", Path)
 _ON_WRITE: Final = web.AppKey("on_write", object)
 #: The header the console sends so that its writes are journaled as its own.
 ACTOR_HEADER: Final = "X-Hookbus-Actor"
@@ -71,6 +74,14 @@ def _error(status: int, message: str) -> web.Response:
 async def _guard(request: web.Request, handler: _Handler) -> web.StreamResponse:
     """Authenticate (but the console's own files), and turn hookbus errors into JSON error responses."""
     if request.method == "GET" and console_files.is_public(request.path) and CONSOLE in request.app:
+        return await handler(request)
+    if request.path in request.app.get(HOOK_ROUTES, frozenset()):  # an agent's hook token, never the admin's
+        agent = hook_agent(request.app[HOOK_TOKENS], request.headers.get("Authorization"))
+        if agent is None:
+            response = _error(401, "missing or wrong hook token (hookbus claude-hook install --http --agent NAME)")
+            response.headers["WWW-Authenticate"] = "Bearer"
+            return response
+        request["hook_agent"] = agent
         return await handler(request)
     if not token_matches(request.headers.get("Authorization"), request.app[_TOKEN]):
         response = _error(401, "missing or wrong bearer token")

@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -45,6 +45,8 @@ START_WITHIN_S: Final = 15.0
 _FAULTS: Final = frozenset({Outcome.FAILED, Outcome.TIMEOUT, Outcome.INVALID})
 #: Drafts announced as waiting at most (a flood of drafts must not make an announcement over the bus limit).
 MAX_WAITING_ANNOUNCED: Final = 200
+#: The fewest hex digits of an identity that pin a managed record (what ``hookbus records show`` prints).
+MIN_PIN: Final = 12
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,8 +55,9 @@ class RunnerSettings:
 
     module: str = RECORDS_MODULE
     imports: frozenset[str] = DEFAULT_IMPORTS
-    #: Record names (``name``) the operator ships: served without approval (as ``--managed records.NAME``).
-    managed: frozenset[str] = frozenset()
+    #: Records the operator ships, pinned by identity (name -> identity, or its first 12+ hex digits): that
+    #: version is served without approval (``--managed NAME=IDENTITY``); any other version of the name waits.
+    managed: Mapping[str, str] = field(default_factory=dict)
     max_failures: int = 5
     heartbeat: float = 1.0
     concurrency: int = 64
@@ -62,6 +65,14 @@ class RunnerSettings:
     def __post_init__(self) -> None:
         if self.max_failures < 1:
             raise ValueError(f"max_failures must be at least 1, not {self.max_failures}")
+        for name, pinned in self.managed.items():
+            if len(pinned) < MIN_PIN or any(c not in "0123456789abcdef" for c in pinned):
+                raise ValueError(f"managed record {name}: pin it by identity, {MIN_PIN}+ hex digits, not {pinned!r}")
+
+    def pins(self, record: Record) -> bool:
+        """Whether ``record`` is the very version the operator pinned with ``--managed``."""
+        pinned = self.managed.get(record.name)
+        return pinned is not None and record.identity(self.module).startswith(pinned)
 
 
 @dataclass
@@ -192,7 +203,7 @@ class RecordsRunner:
             stop_if_cancelled()  # a cancel during a store request can be swallowed (Python 3.11)
 
     def _runs(self, record: Record, approved: str | None) -> bool:
-        return record.name in self.settings.managed or record.identity(self.settings.module) == approved
+        return self.settings.pins(record) or record.identity(self.settings.module) == approved
 
     async def _plan(self) -> None:
         serve: list[Entry] = []
@@ -313,7 +324,7 @@ class RecordsRunner:
         """A draft called at its instance: run it only if approved now (the trust store asked again)."""
         record = entry.record
         identity = entry.identity
-        known = record.name in self.settings.managed or self.state.trust.get(entry.decl.qualname) == identity
+        known = self.settings.pins(record) or self.state.trust.get(entry.decl.qualname) == identity
         if not known and await self.store.trusted(record.name) != identity:
             raise LookupError(f"{entry.decl.qualname} is waiting for approval")
         self._dirty.set()

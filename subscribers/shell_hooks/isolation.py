@@ -9,10 +9,16 @@
   and everything it started dies when it ends (the namespace's init exits
   with it) or when the worker kills the sandbox;
 - the whole file system read-only, ``/tmp``, ``/run`` and ``/dev/shm``
-  empty, the workspace hidden, and only the working directory writable and
-  the command and the payload file visible (read-only) again; the
-  workspace's secrets inside the working directory (``api-token``,
-  hooks.json, credential files, owner-only files) replaced by an empty file;
+  empty, the workspace hidden (an empty read-only directory: its
+  configuration, stores, journal, drain and secrets out of sight, and no
+  name there, present or missing, can be written), and the command and the
+  payload file visible (read-only) again. The working directory is a
+  private scratch directory (:data:`SCRATCH`, empty, gone with the run)
+  unless the caller asks for a host directory to be writable
+  (``hookbus isolate`` in a directory that is not hidden), whose secrets
+  (``api-token``, hooks.json, credential files, owner-only files) are then
+  replaced by an empty file. Nothing on the host is writable from a shell
+  hook's sandbox, so no script another hook runs can be rewritten there;
 - limits: address space and CPU time as rlimits set in the child before
   bubblewrap starts (everything inside inherits them), and the number of
   processes as a pids cgroup (v1 or v2, wherever this process may create
@@ -47,16 +53,9 @@ from bus.core.errors import IsolationUnavailable
 SECRET_NAMES: Final = frozenset({"api-token", "hooks.json", "credentials", "credentials.json", ".netrc", ".env"})
 #: ... and by suffix (NATS credentials and keys, TLS keys).
 SECRET_SUFFIXES: Final = (".creds", ".nk", ".seed", ".key", ".pem", ".p12")
-#: What hookbus keeps in a workspace: the configuration it loads and the state it stores. An isolated
-#: process working in the workspace itself finds them read-only: a plugin, trigger or store it could write
-#: would act in the worker, outside any sandbox. ``plugins`` is made (empty) when missing, so none can be
-#: created there (tests/test_isolation.py checks the names against the constants that spell them).
-WORKSPACE_STATE: Final = (
-    "hooks.json", "claude-hooks.json", "triggers.yaml", "budgets.yaml", "hook_turns.yaml", "history.yaml",
-    "api-token", "plugins", "journal.db", "journal.db-wal", "journal.db-shm", "journal", "jetstream", "drain",
-    ".hookbus",
-)  # fmt: skip
-_MADE_IF_MISSING: Final = "plugins"
+#: The private working directory of a sandbox without a writable host directory: inside its own empty
+#: ``/tmp``, so whatever is written there is gone with the run and reaches no file on the host.
+SCRATCH: Final = Path("/tmp/hookbus-scratch")  # noqa: S108 - inside the sandbox's private /tmp, not a host file
 #: Where pids cgroups may be made: cgroup v1's pids hierarchy, then cgroup v2 (hybrid and unified layouts).
 CGROUP_ROOTS: Final = (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup/unified"), Path("/sys/fs/cgroup"))
 _CGROUP_DIR: Final = "hookbus"
@@ -101,15 +100,18 @@ def sandbox(
     argv: Sequence[str],
     isolation: Isolation,
     *,
-    cwd: Path,
+    cwd: Path | None = None,
     hidden: Sequence[Path] = (),
     readable: Sequence[Path] = (),
 ) -> Sandbox:
-    """``argv`` run isolated in ``cwd`` (writable); ``hidden`` directories are not visible (the workspace).
+    """``argv`` run isolated; ``hidden`` directories are not visible (the workspace).
 
-    ``readable`` files or directories (the command, the payload file) are
-    visible again, read-only, even inside a hidden directory. Raises
-    IsolationUnavailable naming what this machine lacks.
+    It runs in ``cwd``, writable, when one is given outside every hidden
+    directory; otherwise in :data:`SCRATCH`, private and empty (a shell hook
+    always: nothing of the host is writable from it). ``readable`` files or
+    directories inside a hidden one (the command, the payload file) are
+    visible again, read-only. Raises IsolationUnavailable naming what this
+    machine lacks.
     """
     bwrap = _bwrap()
     cgroup = _new_cgroup(isolation.max_procs)
@@ -124,7 +126,9 @@ def sandbox(
         if prlimit is None:
             raise IsolationUnavailable("isolation: no pids cgroup can be made here and prlimit (util-linux) is missing")
         nproc = [prlimit, f"--nproc={isolation.max_procs}", "--"]
-    box = [bwrap, *_namespaces(isolation), *_file_system(cwd, hidden, readable), "--chdir", str(cwd)]
+    writable = cwd if cwd is not None and not _inside(cwd, hidden) else None
+    workdir = writable or SCRATCH
+    box = [bwrap, *_namespaces(isolation), *_file_system(writable, hidden, readable), "--chdir", str(workdir)]
     rlimits = (
         (resource.RLIMIT_AS, isolation.memory_mb * _MIB),
         (resource.RLIMIT_CPU, isolation.cpu_s),
@@ -148,31 +152,32 @@ def _namespaces(isolation: Isolation) -> list[str]:
     return [*args, "--cap-drop", "ALL", "--die-with-parent", "--new-session"]
 
 
-def _file_system(cwd: Path, hidden: Sequence[Path], readable: Sequence[Path]) -> list[str]:
-    shown = [path for path in hidden if path == cwd or cwd in path.parents]  # the cwd is shown whole ...
-    hidden = [path for path in hidden if path not in shown]
+def _inside(path: Path, directories: Sequence[Path]) -> bool:
+    return any(path == directory or directory in path.parents for directory in directories)
+
+
+#: Directories the sandbox gets empty and private (scratch space gone with the run).
+_PRIVATE: Final = (Path("/tmp"), Path("/run"), Path("/dev/shm"))  # noqa: S108 - mounts inside the sandbox
+
+
+def _file_system(writable: Path | None, hidden: Sequence[Path], readable: Sequence[Path]) -> list[str]:
     args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-    for empty in ("/tmp", "/run", "/dev/shm"):  # noqa: S108 - empty mounts inside the sandbox, not files made here
-        args += ["--tmpfs", empty]
+    for empty in _PRIVATE:
+        args += ["--tmpfs", str(empty)]
     for path in hidden:
         args += ["--tmpfs", str(path)]
-    for path in readable:
-        args += ["--ro-bind", str(path), str(path)]
-    args += ["--bind", str(cwd), str(cwd)]
-    for state in (path for workspace in shown for path in _state_of(workspace)):  # ... but what hookbus keeps
-        args += ["--ro-bind", str(state), str(state)]
-    for secret in secrets_in(cwd):
-        args += ["--ro-bind", "/dev/null", str(secret)]
+    for path in readable:  # what is outside the hidden and private directories is visible (read-only) already
+        if _inside(path, [*hidden, *_PRIVATE]):
+            args += ["--ro-bind", str(path), str(path)]
+    if writable is None:
+        args += ["--dir", str(SCRATCH)]
+    else:
+        args += ["--bind", str(writable), str(writable)]
+        for secret in secrets_in(writable):
+            args += ["--ro-bind", "/dev/null", str(secret)]
     for path in hidden:  # empty and read-only: nothing written there outlives the run or reaches the workspace
         args += ["--remount-ro", str(path)]
     return args
-
-
-def _state_of(workspace: Path) -> list[Path]:
-    """The WORKSPACE_STATE entries of ``workspace`` that exist (``plugins`` made empty if missing)."""
-    with contextlib.suppress(OSError):
-        (workspace / _MADE_IF_MISSING).mkdir(exist_ok=True)
-    return [workspace / name for name in WORKSPACE_STATE if os.path.lexists(workspace / name)]
 
 
 def secrets_in(directory: Path) -> list[Path]:
@@ -284,6 +289,7 @@ def run_isolated(argv: Sequence[str], isolation: Isolation, cwd: Path, hidden: S
     command = shutil.which(argv[0]) or argv[0]
     readable = [Path(command)] if os.sep in command else []
     box = sandbox([command, *argv[1:]], isolation, cwd=cwd.resolve(), hidden=hidden, readable=readable)
+    # cwd inside a hidden directory: the command runs in the private scratch directory instead
     try:
         return subprocess.run(box.argv, cwd=cwd, preexec_fn=box.preexec, check=False).returncode
     finally:

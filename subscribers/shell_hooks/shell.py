@@ -163,7 +163,8 @@ class ShellRunner:
         if isolation is not None:
             readable = [Path(payload_file), *([Path(command)] if os.sep in command else [])]  # Path drops "./"
             try:
-                box = sandbox(argv, isolation, cwd=cwd, hidden=[self.workspace], readable=readable)
+                # cwd not given: a private scratch directory; the workspace (cwd or not) is hidden
+                box = sandbox(argv, isolation, hidden=[self.workspace], readable=readable)
             except (IsolationUnavailable, OSError) as exc:  # never run bare what was to run isolated
                 return HookResult(entry.id, entry.event, HookOutcome.REFUSED, reason=f"not run: {exc}")
             argv = box.argv
