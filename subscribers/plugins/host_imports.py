@@ -106,7 +106,7 @@ def link(linker: wc.Linker, manifest: Manifest, code: Caller) -> None:
 
         def log_(_store: Any, level: str, message: str) -> None:
             line = code.logged.add(str(level), message)
-            if line is not None:  # past the call's bound: counted, and said once after the call
+            if line is not None:  # None: past the call's bound (counted; the worker says how many, once)
                 log.log(_LEVELS[line[0]], "plugin %s: %s", name, line[1])
 
         iface.add_func("log", log_)
