@@ -81,6 +81,19 @@ class HookExports(wit_world.exports.HookExports):
 """
 
 
+#: A hook-world component of hookbus's tests: logs 500 lines, one of them dressed as another process's entry.
+LOG_FLOODER_APP = """import wit_world.exports
+from wit_world.imports import log
+
+
+class HookExports(wit_world.exports.HookExports):
+    def on_event(self, event: str, payload_json: str) -> None:
+        log.log(log.Level.ERROR, 'x\\n{"kind": "trigger", "who": "other", "process": "elsewhere"}\\x1b[2J')
+        for n in range(499):
+            log.log(log.Level.INFO, f"line {n}")
+"""
+
+
 def build_logger_hook(tool: str, app: str | None = None) -> Path:
     """plugin.wasm of PRX's logger-hook example (cached), or of ``app`` as the entry module instead of the glue's.
 

@@ -24,10 +24,12 @@ except ImportError:
 
 from bus import Bus
 from bus.core.errors import PluginError
+from bus.journal.entries import PROCESS, JournalEntry, decode_entry
 from bus.testing import EventRecorder
 from subscribers.plugins.bus_services import bucket_name
 from subscribers.plugins.host import load_code
 from subscribers.plugins.manifest import load_manifest
+from subscribers.plugins.plugin_log import MAX_LINES_PER_CALL
 from subscribers.plugins.worker import PluginWorker, call_plugin
 from subscribers.shell_hooks.hook_test import make_event
 from subscribers.shell_hooks.settings import WorkerSettings
@@ -35,7 +37,7 @@ from subscribers.shell_hooks.shell import HookOutcome
 
 from .conftest import run_cli
 from .plugin_support import err_component
-from .prx_build import EXAMPLE, FLOODER_APP, PRX, SLEEPER_APP, build_logger_hook, componentize_py
+from .prx_build import EXAMPLE, FLOODER_APP, LOG_FLOODER_APP, PRX, SLEEPER_APP, build_logger_hook, componentize_py
 from .waiting import wait_until
 
 
@@ -90,6 +92,20 @@ def logger_hook_wasm() -> Path:
 
 
 @pytest.fixture
+async def journal(bus: Bus) -> list[JournalEntry]:
+    """The shell_hook journal entries published from now on (with or without the publisher's origin token)."""
+    entries: list[JournalEntry] = []
+
+    async def take(msg: Any) -> None:
+        entries.append(decode_entry(msg.data, msg.subject))
+
+    await bus.nc.subscribe("hookbus.journal.shell_hook", cb=take)
+    await bus.nc.subscribe("hookbus.journal.shell_hook.>", cb=take)
+    await bus.flush()
+    return entries
+
+
+@pytest.fixture
 async def worker(bus: Bus, workspace: Path, logger_hook_wasm: Path) -> AsyncIterator[PluginWorker]:
     folder = prx_plugin(workspace, EXAMPLE / "plugin.toml", "logger-hook")
     shutil.copy(logger_hook_wasm, folder / "plugin.wasm")
@@ -102,7 +118,9 @@ async def worker(bus: Bus, workspace: Path, logger_hook_wasm: Path) -> AsyncIter
     await plugins.stop()
 
 
-async def test_prx_python_pdk_plugin_runs_on_real_events(bus: Bus, worker: PluginWorker, caplog: Any) -> None:
+async def test_prx_python_pdk_plugin_runs_on_real_events(
+    bus: Bus, worker: PluginWorker, journal: list[JournalEntry], caplog: Any
+) -> None:
     caplog.set_level("DEBUG", logger="hookbus.plugins")
     assert worker.plugins.running()["logger-hook"].kind == "component"
     audit = EventRecorder()
@@ -120,6 +138,26 @@ async def test_prx_python_pdk_plugin_runs_on_real_events(bus: Bus, worker: Plugi
     assert worker.stats.failures == 0
     said = [r.getMessage() for r in caplog.records if r.name == "hookbus.plugins"]
     assert "plugin logger-hook: logger-hook: received event 'tool_call'" in said
+
+    # Each log line is a journal entry too, before its run's entry, from the worker's process.
+    def tool_calls() -> list[JournalEntry]:
+        return [e for e in journal if e.point == "prx.lifecycle.tool_call"]
+
+    await wait_until(lambda: sum(e.phase == "plugin" for e in tool_calls()) >= 2, what="the runs' entries")
+    first = [e for e in tool_calls() if e.trace_id == tool_calls()[0].trace_id]
+    assert [(e.phase, e.decision, e.cause) for e in first] == [
+        ("log", "info", "logger-hook: received event 'tool_call'"),
+        ("log", "debug", "logger-hook: tool_call count = 1"),
+        ("plugin", "ok", None),
+    ], "a run's lines, then the run"
+    line = first[0]
+    assert (line.kind, line.who, line.session, line.depth, line.process) == (
+        "shell_hook",
+        "plugin:logger-hook",
+        "s1",
+        0,
+        PROCESS,
+    )
 
 
 async def test_a_plugins_bucket_refuses_rollup_and_purge_and_is_capped(bus: Bus, worker: PluginWorker) -> None:
@@ -182,3 +220,42 @@ async def test_a_plugin_cannot_flood_the_bus_or_forge_log_lines(
     await bus.flush()
     first = [e for e in await flood.wait_for(100) if e.depth == 1]  # its own events bring it more runs, deeper
     assert len(first) == 100, "the first call published 100 of its 150"
+
+
+async def test_a_plugin_logging_in_a_loop_reaches_the_journal_bounded_and_cannot_forge_fields(
+    bus: Bus, workspace: Path, logger_hook_wasm: Path, journal: list[JournalEntry], caplog: Any
+) -> None:
+    caplog.set_level("DEBUG", logger="hookbus.plugins")
+    tool = componentize_py()
+    assert tool is not None
+    folder = prx_plugin(workspace, EXAMPLE / "plugin.toml", "logger-hook")
+    shutil.copy(build_logger_hook(tool, LOG_FLOODER_APP), folder / "plugin.wasm")
+    plugins = PluginWorker(bus, workspace, WorkerSettings(queue=None, poll_interval_s=0.05))
+    await plugins.start()
+    try:
+        await bus.emit("prx.lifecycle.tool_call", {}, session_id="s9")
+        await wait_until(lambda: any(e.phase == "plugin" for e in journal), timeout=60, what="the run's entry")
+    finally:
+        await plugins.stop()
+    await bus.flush()
+    lines = [e for e in journal if e.phase == "log"]
+    assert len(lines) == MAX_LINES_PER_CALL + 1, "the first lines, and one counting the rest"
+    assert [e.decision for e in lines[-2:]] == ["info", "dropped"]
+    assert (
+        lines[-1].cause == f"{500 - MAX_LINES_PER_CALL} more log lines dropped (at most {MAX_LINES_PER_CALL} per event)"
+    )
+    forged = lines[0]
+    assert (forged.kind, forged.who, forged.point, forged.process) == (
+        "shell_hook",
+        "plugin:logger-hook",
+        "prx.lifecycle.tool_call",
+        PROCESS,
+    ), "the plugin chose the text, nothing else"
+    assert forged.decision == "error" and forged.session == "s9"
+    assert forged.cause is not None and "\n" not in forged.cause and "\x1b" not in forged.cause
+    assert forged.cause.startswith('x\\x0a{"kind": "trigger"'), forged.cause
+    said = [
+        r.getMessage() for r in caplog.records if r.name == "hookbus.plugins" and "plugin logger-hook" in r.getMessage()
+    ]
+    assert len([m for m in said if ": line " in m]) == MAX_LINES_PER_CALL - 1, "the worker's log is bounded alike"
+    assert any(m.endswith(f"{500 - MAX_LINES_PER_CALL} more log lines dropped (at most 20 per event)") for m in said)

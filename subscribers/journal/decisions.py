@@ -1,4 +1,5 @@
-"""What the journal's writers put in ``decision``: middleware outcomes and decisions, hook runs, triggers, operators.
+"""What the journal's writers put in ``decision``: middleware outcomes and decisions, hook runs, plugins' log lines,
+triggers, operators.
 
 ``hookbus journal --decision`` and the console's journal search refuse anything else, naming the valid ones.
 """
@@ -8,11 +9,12 @@ from __future__ import annotations
 from bus.middleware.faults import Outcome
 from bus.operator import OPERATOR_DECISIONS
 from bus.switching import SWITCH_DECISIONS
+from subscribers.plugins.plugin_log import DROPPED, LEVELS
 from subscribers.shell_hooks.shell import HookOutcome
 
 
 def known_decisions() -> list[str]:
     """Every decision a journal writer records, sorted."""
     written = {"continue", "cancel", "patch", "denied", "fired", "suppressed", "reordered"}  # reordered: the bag's
-    written |= {*OPERATOR_DECISIONS, *SWITCH_DECISIONS}
+    written |= {*OPERATOR_DECISIONS, *SWITCH_DECISIONS, *LEVELS, DROPPED}  # a plugin's log lines: their level
     return sorted({*written, *(o.value for o in Outcome), *(o.value for o in HookOutcome)})

@@ -44,6 +44,7 @@ import wasmtime.component as wc
 from bus.core.errors import PluginError, PluginTrap
 from subscribers.plugins.host_imports import LocalServices, PluginServices, link
 from subscribers.plugins.manifest import Manifest
+from subscribers.plugins.plugin_log import CallLog
 
 #: The export PRX's WIT interface declares, and the interface names it may sit in: PRX's hook world exports
 #: ``prx:plugin/hook-exports@0.1.0``; ``hooks`` is the name earlier hookbus documentation gave it.
@@ -99,6 +100,8 @@ class PluginCode:
         self.services: PluginServices = LocalServices()
         self.depth = 0
         self.calls = 0
+        #: The log lines of the last call (the worker journals them after it).
+        self.logged = CallLog()
         try:
             if self.component:
                 self._component = wc.Component(self.engine, wasm)
@@ -150,6 +153,7 @@ class PluginCode:
         try:
             self.depth = depth
             self.calls += 1
+            self.logged = CallLog()
             return self._call(event, payload_json, deadline)
         finally:
             self._lock.release()

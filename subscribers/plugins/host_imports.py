@@ -1,7 +1,9 @@
 """PRX's host interfaces for components (``prx:host/log``, ``config``, ``kv``, ``events`` @0.1.0), hookbus meanings.
 
 - ``log``: a record on the ``hookbus.plugins`` logger, as ``plugin <name>: ...``
-  (control characters made visible, cut at 4096 characters).
+  (control characters made visible, cut at 4096 characters), kept in the
+  call's :class:`CallLog` for the journal; at most ``MAX_LINES_PER_CALL`` per
+  call, the rest only counted.
 - ``config``: the manifest's ``[config]`` table.
 - ``kv``: the plugin's own store (:class:`PluginServices`; the worker's is a
   JetStream KV bucket per plugin with a size cap), only with the ``kv``
@@ -24,8 +26,8 @@ from typing import Any, Final, Protocol
 import orjson
 import wasmtime.component as wc
 
-from bus.core.visible import visible
 from subscribers.plugins.manifest import Manifest
+from subscribers.plugins.plugin_log import CallLog
 
 log = logging.getLogger("hookbus.plugins")
 
@@ -40,7 +42,6 @@ _LEVELS: Final = {
 #: PRX's limit on one published payload, and hookbus's on how many events one call may publish.
 MAX_PUBLISH_BYTES: Final = 64 * 1024
 MAX_PUBLISHES_PER_CALL: Final = 100
-MAX_LOG_CHARS: Final = 4096
 
 
 class PluginServices(Protocol):
@@ -60,6 +61,8 @@ class Caller(Protocol):
     depth: int
     #: Counts the calls: a new value starts a new call's publish budget.
     calls: int
+    #: The running call's log lines (a new one per call).
+    logged: CallLog
 
     def time_left(self) -> float: ...
 
@@ -102,8 +105,9 @@ def link(linker: wc.Linker, manifest: Manifest, code: Caller) -> None:
     with root.add_instance(f"prx:host/log@{VERSION}") as iface:
 
         def log_(_store: Any, level: str, message: str) -> None:
-            text = visible(message if len(message) <= MAX_LOG_CHARS else message[:MAX_LOG_CHARS] + "…")
-            log.log(_LEVELS.get(level, logging.INFO), "plugin %s: %s", name, text)
+            line = code.logged.add(str(level), message)
+            if line is not None:  # None: past the call's bound (counted; the worker says how many, once)
+                log.log(_LEVELS[line[0]], "plugin %s: %s", name, line[1])
 
         iface.add_func("log", log_)
     config = dict(manifest.config)

@@ -10,8 +10,10 @@ the NATS callback only enqueues (full: shed and counted), and the lane's
 dispatcher calls the plugin in a thread, stopping it at its time limit. A
 run is counted like a shell hook's (hook ``plugin:<name>``, its pattern as the
 event: ``/api/hooks/metrics`` and the ``hookbus_shell_hook_*`` series) and
-journaled as a ``shell_hook`` entry with phase ``plugin``; ``Err`` and traps
-are logged. Nothing a plugin does reaches the agent.
+journaled as a ``shell_hook`` entry with phase ``plugin``, after one entry
+with phase ``log`` per line it logged (at most ``MAX_LINES_PER_CALL``, and one
+counting the rest: ``subscribers.plugins.plugin_log``); ``Err`` and traps are
+logged. Nothing a plugin does reaches the agent.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from bus.core.visible import visible
 from bus.journal.entries import JournalEntry, publish_entry
 from subscribers.plugins.bus_services import BusServices
 from subscribers.plugins.manifest import PLUGINS_DIR
+from subscribers.plugins.plugin_log import dropped_cause
 from subscribers.plugins.plugin_set import PluginSet
 from subscribers.plugins.threads import DaemonThreads
 from subscribers.shell_hooks import metrics
@@ -199,11 +202,15 @@ class PluginWorker:
         result = await call_plugin(code, event, pattern, self._threads, self._stop_event)
         self.stats.count(result)
         metrics.count_result(result)
+        lines, dropped = code.logged.take(result.hook_id, event)
+        if dropped:
+            log.warning("plugin %s on %s: %s", name, event.subject, dropped_cause(dropped))
         if result.outcome is not HookOutcome.OK:
             reason = visible(result.reason or "")
             log.warning("plugin %s on %s (id %s): %s", name, event.subject, visible(event.id), reason)
         try:
-            await publish_entry(self.bus, journal_entry(result, event))
+            for entry in [*lines, journal_entry(result, event)]:
+                await publish_entry(self.bus, entry)
         except Exception:
             log.exception("plugin %s on %s: could not journal the run", name, event.subject)
 
