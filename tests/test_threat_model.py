@@ -9,7 +9,6 @@ from pathlib import Path
 
 from bus.core import subjects
 from subscribers.plugins.bus_services import BUCKET_PREFIX
-from subscribers.shell_hooks.isolation import WORKSPACE_STATE
 
 ROOT = Path(__file__).resolve().parent.parent
 SECURITY = ROOT / "docs" / "security.md"
@@ -55,7 +54,19 @@ def test_every_http_route_has_a_row() -> None:
     assert missing == []
 
 
+#: What hookbus reads from and writes to a workspace (each name written in the product, checked below).
+WORKSPACE_STATE = (
+    "hooks.json", "claude-hooks.json", "claude-plugins", "triggers.yaml", "budgets.yaml", "hook_turns.yaml",
+    "history.yaml", "api-token", "hook-tokens", "plugins", "journal.db", "journal", "jetstream", "drain",
+)  # fmt: skip
+
+
 def test_every_workspace_state_name_has_a_row() -> None:
     table = _table()
-    missing = [name for name in WORKSPACE_STATE if name not in table]
+    product = "".join(
+        path.read_text() for top in ("bus", "subscribers", "triggers") for path in (ROOT / top).rglob("*.py")
+    )
+    unused = [name for name in WORKSPACE_STATE if f'"{name}"' not in product]
+    assert unused == [], "a name the product no longer uses: update the list and the table"
+    missing = [name for name in WORKSPACE_STATE if f"`{name}" not in table]
     assert missing == []
