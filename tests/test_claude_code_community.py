@@ -7,7 +7,8 @@ Claude Code is a Cancel here; what it lets through goes on. The fail-open
 causes each test here guards against (checked on the code before): ``~``
 taken literally and no ``HOME`` (node could not find the script, or threw,
 and the call went ahead), plugins refused, ``ask`` read as continue, a
-context-only prompt hook written back as a refusal.
+context-only prompt hook written back as a refusal, a bash guard's exit 2 or
+older ``{"decision": "block"}`` taken for a pass.
 """
 
 from __future__ import annotations
@@ -316,3 +317,40 @@ async def test_a_permission_request_allowed_with_updated_input_runs_the_new_inpu
         decision = await kernel.intercept("tool.call", bash("git push --force origin feature"), CTX)
         assert isinstance(decision, Patch), decision
         assert decision.payload["input"] == {"command": "git push --force-with-lease origin feature"}, decision
+
+
+async def test_a_bash_prompt_hook_that_only_records_lets_the_prompt_through(
+    nats_url: str, workspace: Path, tmp_path: Path
+) -> None:
+    """openshift-eng/ai-helpers: ``/home/USERNAME/.claude/session-prompt-hook.sh`` on UserPromptSubmit, no output."""
+    require_binary("jq")
+    home = tmp_path / "home"
+    shutil.copytree(FIXTURES / "ai-helpers-home", home)
+    session = f"s-community-{tmp_path.name}"
+    recorded = Path(f"/tmp/prompts-{session}.txt")  # where the script writes, as it does under Claude Code
+    recorded.unlink(missing_ok=True)
+    config = {"hookbus": {"home": str(home)}, "hooks": {"UserPromptSubmit": [{"hooks": [
+        {"type": "command", "command": f"{home}/.claude/session-prompt-hook.sh"}]}]}}  # fmt: skip
+    try:
+        async with serving(nats_url, workspace, config, {f"{MODULE}.UserPromptSubmit"}) as kernel:
+            prompt = {"agent": "eva", "content": "fix the\nflaky test"}
+            decision = await kernel.intercept("user.message", prompt, {**CTX, "session": session})
+            assert isinstance(decision, Continue), decision
+        assert recorded.read_text() == "fix the flaky test \n", "the script saw the prompt and the session"
+    finally:
+        recorded.unlink(missing_ok=True)
+
+
+async def test_a_prompt_hook_that_never_reads_stdin_and_says_a_system_message_passes_the_prompt(
+    nats_url: str, workspace: Path, tmp_path: Path
+) -> None:
+    """ryanshepps/claude: its whole settings.json, ``$HOME/.claude/hooks/run-commands-yourself.sh``."""
+    home = tmp_path / "home"
+    shutil.copytree(FIXTURES / "ryanshepps-home", home)
+    config = json.loads((home / ".claude" / "settings.json").read_text())
+    config["hookbus"] = {"home": str(home), "onFailure": "block"}  # a broken pipe read as a failure would refuse
+    async with serving(nats_url, workspace, config, {f"{MODULE}.UserPromptSubmit"}) as kernel:
+        big = {"agent": "eva", "content": "x" * 300_000}  # more than a pipe holds, and the script reads none of it
+        for prompt in ({"agent": "eva", "content": "run the tests"}, big):
+            decision = await kernel.intercept("user.message", prompt, CTX)
+            assert isinstance(decision, Continue), "a systemMessage is shown to the user, never added to the prompt"
