@@ -26,6 +26,7 @@ import pytest
 from bus import Bus, Cancel, Continue, Patch
 from bus.adapters.claude_code import ClaudeCodeDialect, custom_subject, plan
 from bus.adapters.claude_code import parse as parse_input
+from bus.core.errors import ConfigError
 from subscribers.claude_hooks.config import parse
 from subscribers.claude_hooks.service import MODULE, ClaudeHooksServer, ClaudePluginsServer
 
@@ -354,3 +355,17 @@ async def test_a_prompt_hook_that_never_reads_stdin_and_says_a_system_message_pa
         for prompt in ({"agent": "eva", "content": "run the tests"}, big):
             decision = await kernel.intercept("user.message", prompt, CTX)
             assert isinstance(decision, Continue), "a systemMessage is shown to the user, never added to the prompt"
+
+
+def test_a_hooks_file_with_its_events_at_the_top_level_is_refused_as_claude_code_refuses_it(
+    workspace: Path,
+) -> None:
+    """ramirlm/ramir-cc-marketplace's plugin hooks.json: Claude Code fails to load it; served as no hooks, its guards
+    (block-rm-commands.sh and the others) would silently not run."""
+    plugin = FIXTURES / "flat-plugin" / "personal-workspace-setup"
+    data = (plugin / "hooks" / "hooks.json").read_bytes()
+    with pytest.raises(
+        ConfigError, match=r'Notification, PreToolUse, SessionStart, Stop must be under a top-level "hooks"'
+    ):
+        parse(data, workspace, "hooks.json", plugin)
+    assert parse(b'{"permissions": {}}', workspace, "settings.json").events == {}, "a file of no hooks is no error"
