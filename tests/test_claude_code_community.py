@@ -7,13 +7,15 @@ Claude Code is a Cancel here; what it lets through goes on. The fail-open
 causes each test here guards against (checked on the code before): ``~``
 taken literally and no ``HOME`` (node could not find the script, or threw,
 and the call went ahead), plugins refused, ``ask`` read as continue, a
-context-only prompt hook written back as a refusal.
+context-only prompt hook written back as a refusal, a bash guard's exit 2 or
+older ``{"decision": "block"}`` taken for a pass.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -24,6 +26,7 @@ import pytest
 from bus import Bus, Cancel, Continue, Patch
 from bus.adapters.claude_code import ClaudeCodeDialect, custom_subject, plan
 from bus.adapters.claude_code import parse as parse_input
+from bus.core.errors import ConfigError
 from subscribers.claude_hooks.config import parse
 from subscribers.claude_hooks.service import MODULE, ClaudeHooksServer, ClaudePluginsServer
 
@@ -197,8 +200,6 @@ print(json.dumps({"hookSpecificOutput": {"hookEventName": "PreToolUse", "permiss
 
 async def test_ask_from_a_script_is_its_fail_mode_never_continue(nats_url: str, workspace: Path) -> None:
     (workspace / "ask.py").write_text(ASK)
-    import sys
-
     config = {"hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [
         {"type": "command", "command": f"{sys.executable} $CLAUDE_PROJECT_DIR/ask.py"}]}]}}  # fmt: skip
     async with serving(nats_url, workspace, config, {f"{MODULE}.PreToolUse"}) as kernel:
@@ -229,3 +230,142 @@ def test_permission_requests_and_new_events_map() -> None:
     assert custom_subject("PostCompact") == "eva.custom.claude.post_compact"
     step = plan(parse_input(json.dumps({"hook_event_name": "TaskCreated", "session_id": "s"})), "claude-code")
     assert step.events[0][0] == "eva.custom.claude.task_created"
+
+
+def project_settings(workspace: Path, fixture: str, events: tuple[str, ...] = ("PreToolUse",)) -> dict[str, Any]:
+    """A project's ``.claude/`` copied into the workspace; its settings.json's hooks of ``events`` as the file."""
+    shutil.copytree(FIXTURES / fixture / ".claude", workspace / ".claude")
+    settings = json.loads((workspace / ".claude" / "settings.json").read_text())
+    return {"hooks": {event: settings["hooks"][event] for event in events}}
+
+
+async def test_a_bash_guard_reading_one_line_of_stdin_blocks_by_exit_2(nats_url: str, workspace: Path) -> None:
+    """npelloux/living-architecture: ``$CLAUDE_PROJECT_DIR/.claude/hooks/...sh``, ``read -r input``, exit 2."""
+    require_binary("jq")
+    config = project_settings(workspace, "living-architecture")
+    async with serving(nats_url, workspace, config, {f"{MODULE}.PreToolUse"}) as kernel:
+        decision = await kernel.intercept("tool.call", bash("git commit --no-verify -m x"), CTX)
+        assert isinstance(decision, Cancel) and "bypasses safety checks" in decision.reason, decision
+        decision = await kernel.intercept("tool.call", bash("git reset --hard HEAD~1"), CTX)
+        assert isinstance(decision, Cancel), decision
+        decision = await kernel.intercept("tool.call", bash("git status"), CTX)
+        assert isinstance(decision, Continue), decision
+
+
+async def test_a_bash_guard_answering_the_older_decision_block_refuses(nats_url: str, workspace: Path) -> None:
+    """brandonbryant12/content-studio: ``.claude/hooks/block-env-edit.sh`` prints ``{"decision":"block"}``, exit 0."""
+    require_binary("jq")
+    config = project_settings(workspace, "content-studio")
+    async with serving(nats_url, workspace, config, {f"{MODULE}.PreToolUse"}) as kernel:
+        edit = {"name": "Edit", "input": {"file_path": str(workspace / ".env.local"), "old_string": "a",
+                                         "new_string": "b"}, "id": "toolu_3"}  # fmt: skip
+        decision = await kernel.intercept("tool.call", edit, CTX)
+        assert isinstance(decision, Cancel) and "Cannot modify .env files" in decision.reason, decision
+        write = {"name": "Write", "input": {"file_path": str(workspace / "src/app.ts"), "content": "x"}, "id": "t4"}
+        decision = await kernel.intercept("tool.call", write, CTX)
+        assert isinstance(decision, Continue), decision
+        decision = await kernel.intercept("tool.call", bash("cat .env"), CTX)
+        assert isinstance(decision, Continue), "its matcher is Edit|Write: a Bash call does not run it"
+
+
+async def test_a_bash_guard_run_by_a_relative_path_blocks_with_its_stderr(nats_url: str, workspace: Path) -> None:
+    """iankiku/claude-code-team: ``.claude/hooks/validate-command.sh`` (its settings.local.json), exit 2."""
+    require_binary("jq")
+    shutil.copytree(FIXTURES / "claude-code-team" / ".claude", workspace / ".claude")
+    config = {"hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [
+        {"type": "command", "command": ".claude/hooks/validate-command.sh"}]}]}}  # fmt: skip
+    async with serving(nats_url, workspace, config, {f"{MODULE}.PreToolUse"}) as kernel:
+        for command in ("git push --force origin main", "rm -rf /", "psql -c 'DROP TABLE users'"):
+            decision = await kernel.intercept("tool.call", bash(command), CTX)
+            assert isinstance(decision, Cancel) and "Destructive command" in decision.reason, (command, decision)
+        decision = await kernel.intercept("tool.call", bash("git push origin feature"), CTX)
+        assert isinstance(decision, Continue), decision
+
+
+REWRITE_OUTPUT = """
+import json, sys
+hook = json.load(sys.stdin)
+assert hook["hook_event_name"] == "PostToolUse" and hook["tool_response"] == "secret=hunter2"
+print(json.dumps({"hookSpecificOutput": {"hookEventName": "PostToolUse", "updatedToolOutput": "secret=[redacted]"}}))
+"""
+
+ALLOW_REWRITTEN = """
+import json, sys
+hook = json.load(sys.stdin)
+command = hook["tool_input"]["command"]
+print(json.dumps({"hookSpecificOutput": {"hookEventName": "PermissionRequest", "decision": {
+    "behavior": "allow", "updatedInput": {"command": command.replace("--force", "--force-with-lease")}}}}))
+"""
+
+
+async def test_updated_tool_output_from_a_post_tool_use_hook_changes_the_result(nats_url: str, workspace: Path) -> None:
+    (workspace / "redact.py").write_text(REWRITE_OUTPUT)
+    config = {"hooks": {"PostToolUse": [{"matcher": "Bash", "hooks": [
+        {"type": "command", "command": f"{sys.executable} $CLAUDE_PROJECT_DIR/redact.py"}]}]}}  # fmt: skip
+    async with serving(nats_url, workspace, config, {f"{MODULE}.PostToolUse"}) as kernel:
+        result = {**bash("cat config"), "output": "secret=hunter2", "is_error": False}
+        decision = await kernel.intercept("tool.result", result, CTX)
+        assert isinstance(decision, Patch) and decision.payload["output"] == "secret=[redacted]", decision
+
+
+async def test_a_permission_request_allowed_with_updated_input_runs_the_new_input(
+    nats_url: str, workspace: Path
+) -> None:
+    (workspace / "allow.py").write_text(ALLOW_REWRITTEN)
+    config = {"hooks": {"PermissionRequest": [{"matcher": "Bash", "hooks": [
+        {"type": "command", "command": f"{sys.executable} $CLAUDE_PROJECT_DIR/allow.py"}]}]}}  # fmt: skip
+    async with serving(nats_url, workspace, config, {f"{MODULE}.PermissionRequest"}) as kernel:
+        decision = await kernel.intercept("tool.call", bash("git push --force origin feature"), CTX)
+        assert isinstance(decision, Patch), decision
+        assert decision.payload["input"] == {"command": "git push --force-with-lease origin feature"}, decision
+
+
+async def test_a_bash_prompt_hook_that_only_records_lets_the_prompt_through(
+    nats_url: str, workspace: Path, tmp_path: Path
+) -> None:
+    """openshift-eng/ai-helpers: ``/home/USERNAME/.claude/session-prompt-hook.sh`` on UserPromptSubmit, no output."""
+    require_binary("jq")
+    home = tmp_path / "home"
+    shutil.copytree(FIXTURES / "ai-helpers-home", home)
+    session = f"s-community-{tmp_path.name}"
+    recorded = Path(f"/tmp/prompts-{session}.txt")  # where the script writes, as it does under Claude Code
+    recorded.unlink(missing_ok=True)
+    config = {"hookbus": {"home": str(home)}, "hooks": {"UserPromptSubmit": [{"hooks": [
+        {"type": "command", "command": f"{home}/.claude/session-prompt-hook.sh"}]}]}}  # fmt: skip
+    try:
+        async with serving(nats_url, workspace, config, {f"{MODULE}.UserPromptSubmit"}) as kernel:
+            prompt = {"agent": "eva", "content": "fix the\nflaky test"}
+            decision = await kernel.intercept("user.message", prompt, {**CTX, "session": session})
+            assert isinstance(decision, Continue), decision
+        assert recorded.read_text() == "fix the flaky test \n", "the script saw the prompt and the session"
+    finally:
+        recorded.unlink(missing_ok=True)
+
+
+async def test_a_prompt_hook_that_never_reads_stdin_and_says_a_system_message_passes_the_prompt(
+    nats_url: str, workspace: Path, tmp_path: Path
+) -> None:
+    """ryanshepps/claude: its whole settings.json, ``$HOME/.claude/hooks/run-commands-yourself.sh``."""
+    home = tmp_path / "home"
+    shutil.copytree(FIXTURES / "ryanshepps-home", home)
+    config = json.loads((home / ".claude" / "settings.json").read_text())
+    config["hookbus"] = {"home": str(home), "onFailure": "block"}  # a broken pipe read as a failure would refuse
+    async with serving(nats_url, workspace, config, {f"{MODULE}.UserPromptSubmit"}) as kernel:
+        big = {"agent": "eva", "content": "x" * 300_000}  # more than a pipe holds, and the script reads none of it
+        for prompt in ({"agent": "eva", "content": "run the tests"}, big):
+            decision = await kernel.intercept("user.message", prompt, CTX)
+            assert isinstance(decision, Continue), "a systemMessage is shown to the user, never added to the prompt"
+
+
+def test_a_hooks_file_with_its_events_at_the_top_level_is_refused_as_claude_code_refuses_it(
+    workspace: Path,
+) -> None:
+    """ramirlm/ramir-cc-marketplace's plugin hooks.json: Claude Code fails to load it; served as no hooks, its guards
+    (block-rm-commands.sh and the others) would silently not run."""
+    plugin = FIXTURES / "flat-plugin" / "personal-workspace-setup"
+    data = (plugin / "hooks" / "hooks.json").read_bytes()
+    with pytest.raises(
+        ConfigError, match=r'Notification, PreToolUse, SessionStart, Stop must be under a top-level "hooks"'
+    ):
+        parse(data, workspace, "hooks.json", plugin)
+    assert parse(b'{"permissions": {}}', workspace, "settings.json").events == {}, "a file of no hooks is no error"

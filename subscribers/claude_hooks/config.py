@@ -196,6 +196,9 @@ def parse(data: bytes, project: Path, where: str, plugin_root: Path | None = Non
         raise ConfigError(f"{where} is not valid JSON ({exc})") from None
     if not isinstance(doc, dict):
         raise ConfigError(f"{where}: must be a JSON object, not {type(doc).__name__}")
+    misplaced = sorted(key for key in doc if key in STAGES or key in UNSTAGED) if "hooks" not in doc else []
+    if misplaced:  # Claude Code refuses such a plugin ("expected record" at hooks): never serve it as no hooks
+        raise ConfigError(f'{where}: {", ".join(misplaced)} must be under a top-level "hooks" object')
     known = {key: doc[key] for key in ("hooks", "hookbus") if key in doc}  # a settings.json's other keys: not ours
     config = convert(known, ClaudeHooksFile, where, ConfigError)
     places = Places(project, _home(config.hookbus.home, project), plugin_root)
