@@ -16,6 +16,7 @@ import pytest
 from nats.aio.client import Client
 
 from bus import Bus, NatsServer
+from bus.middleware.kernel.metrics import MIDDLEWARE
 from bus.testing import nats_for_tests
 from subscribers.shell_hooks.settings import WorkerSettings
 from subscribers.shell_hooks.worker import ShellWorker
@@ -23,6 +24,13 @@ from subscribers.shell_hooks.worker import ShellWorker
 from .fake_llm import FakeLLM
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_middleware_metrics() -> None:
+    """Each test starts with the process's middleware series empty: their handler label cap (256 per
+    process) is meant for one deployment's handlers, and a worker of this suite names far more."""
+    MIDDLEWARE.reset()
 
 
 def require_binary(name: str) -> str:

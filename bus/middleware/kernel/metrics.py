@@ -40,6 +40,15 @@ class MiddlewareStats(Collector):
         self.latency: dict[tuple[str, str], _Series] = {}
         self._handler = LabelCap()
 
+    def reset(self) -> None:
+        """Start over: no series, and the handler label cap empty (a test suite starts each test so, since
+        the cap is per process and a suite names more handlers than one process of a deployment)."""
+        self.calls.clear()
+        self.decisions.clear()
+        self.fail_closed.clear()
+        self.latency.clear()
+        self._handler = LabelCap()
+
     def observe(
         self, handler: str, stage: str, outcome: str, decision: str, seconds: float | None, count: int = 1
     ) -> None:
