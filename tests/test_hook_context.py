@@ -28,7 +28,8 @@ SHOW_CTX = """
 async def handle(stage, payload, ctx):
     ctx.outputs["ctx.seen"] = ctx.agent
     ctx.outputs["not.declared"] = "dropped"
-    seen = {k: getattr(ctx, k) for k in ("agent", "session", "user", "template", "process", "depth", "request_id")}
+    seen = {"agent": ctx.agent, "session": ctx.session, "user": ctx.user, "template": ctx.template,
+            "process": ctx.process, "depth": ctx.depth, "request_id": ctx.request_id}  # no getattr in a record
     return Patch({**payload, "seen": seen, "inputs": dict(ctx.inputs), "deadline_set": ctx.deadline > 0})
 """
 

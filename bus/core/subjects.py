@@ -318,6 +318,9 @@ def payload_subjects(publisher: str) -> tuple[str, str]:
 
 #: Where readers fetch an object's meta and chunks: JetStream's direct get on the stream.
 PAYLOADS_DIRECT_GET = "$JS.API.DIRECT.GET.OBJ_hookbus_payloads"
+#: JetStream API subjects a plugin's host services ask directly (its bucket's stream, made with a size cap).
+JS_API_STREAM_CREATE = "$JS.API.STREAM.CREATE."
+JS_API_STREAM_INFO = "$JS.API.STREAM.INFO."
 #: Queue groups: shell-hook workers (unless told otherwise: the namespace of their per-key groups, see
 #: key_queue), and the agent-metrics subscriber.
 SHELL_QUEUE = "hookbus-shell"

@@ -21,7 +21,7 @@ import orjson
 from bus.client import Bus
 from bus.core.depth import handling
 from bus.core.errors import HookbusError
-from bus.core.subjects import kv_key_subject, kv_stream, validate_subject
+from bus.core.subjects import JS_API_STREAM_CREATE, JS_API_STREAM_INFO, kv_key_subject, kv_stream, validate_subject
 from bus.transport.kv import Bucket
 
 T = TypeVar("T")
@@ -56,7 +56,7 @@ class BusServices:
         """The plugin's bucket, its stream created first as this module wants it (the façade binds to it)."""
         if self._kv is None:
             name = bucket_name(self.plugin)
-            await self._request(f"$JS.API.STREAM.CREATE.{kv_stream(name)}", self._stream_config(name))
+            await self._request(JS_API_STREAM_CREATE + kv_stream(name), self._stream_config(name))
             self._kv = await self.bus.open_bucket(name)
         return self._kv
 
@@ -126,7 +126,7 @@ class BusServices:
         async def keys() -> list[str]:
             name = bucket_name(self.plugin)
             bucket = await self._bucket()
-            info = await self._request(f"$JS.API.STREAM.INFO.{kv_stream(name)}", {"subjects_filter": ">"})
+            info = await self._request(JS_API_STREAM_INFO + kv_stream(name), {"subjects_filter": ">"})
             head = kv_key_subject(name)
             stored = [subject[len(head) :] for subject in (info.get("state", {}).get("subjects") or {})]
             present = [key for key in stored if await bucket.get(key) is not None]  # not deleted
