@@ -42,6 +42,7 @@ The tests run every mode the running version offers.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import os
 import sys
@@ -137,6 +138,19 @@ class EagerTask(_TaskBase):  # type: ignore[misc]
         self._coro = coro
         self._context = context
 
+    def _Task__step(self, exc: BaseException | None = None) -> None:  # the step the loop calls (its mangled name)
+        """asyncio's step, then what :func:`_guarded` does in the other modes, without a coroutine more per
+        handler: a BaseException that is not an Exception becomes :class:`HandlerExit` (the step re-raises
+        KeyboardInterrupt and SystemExit after keeping them: caught here, they never reach the loop)."""
+        with contextlib.suppress(KeyboardInterrupt, SystemExit):  # kept as the task's exception: converted below
+            _step(self, exc)  # type: ignore[misc,call-arg]
+        raised: BaseException | None = getattr(self, "_exception", None) if self._state == "FINISHED" else None
+        if raised is not None and not isinstance(raised, Exception):
+            converted = HandlerExit(raised)
+            converted.__cause__ = raised
+            self._exception = converted
+            self._exception_tb = None
+
 
 def start_eager(coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any] | None:
     """Run ``coro`` until it first waits; then its task drives the rest.
@@ -162,13 +176,12 @@ def run_eager(coro: Coroutine[Any, Any, Any]) -> tuple[bool, Any]:
     """
     loop = asyncio.get_running_loop()
     mode = MODE
-    guarded = _guarded(coro)
-    if mode == "eager":
-        task: Any = _eager_factory(loop, guarded)  # type: ignore[misc]
-    elif mode == "inline":
-        task = _step_inline(guarded, loop)
+    if mode == "inline":  # its task converts what _guarded would (no coroutine more per handler)
+        task: Any = _step_inline(coro, loop)
+    elif mode == "eager":
+        task = _eager_factory(loop, _guarded(coro))  # type: ignore[misc]
     else:
-        return False, loop.create_task(guarded)
+        return False, loop.create_task(_guarded(coro))
     if task.done():
         return True, task.result()  # raises the exception, or CancelledError for a cancel
     return False, task
@@ -182,7 +195,7 @@ def _step_inline(coro: Coroutine[Any, Any, Any], loop: asyncio.AbstractEventLoop
     if outer is not None:
         _leave_task(loop, outer)  # type: ignore[misc]  # the step makes its own task current, then none
     try:
-        context.run(_step, task)  # type: ignore[arg-type]
+        context.run(task._Task__step)
     finally:
         if outer is not None:
             _enter_task(loop, outer)  # type: ignore[misc]
