@@ -61,8 +61,10 @@ from bus.transport.kv import Bucket
 from bus.transport.port import Port
 
 log = logging.getLogger("hookbus.middleware")
-#: Modules whose departure a view of this process has logged (several views share one log).
-_GONE_SAID: set[str] = set()
+#: When a view of this process last logged a module's departure (several views share one log, and each
+#: sees it at its own moment): said again only after this many seconds.
+_GONE_SAID: dict[str, float] = {}
+_GONE_SAID_FOR_S: Final = 60.0
 
 #: Longest pause between liveness checks (shorter when a module beats faster).
 SWEEP_EVERY: Final = 0.5
@@ -583,13 +585,13 @@ class View:
         held = {link.decl.module for chain in self.chains.values() for link in chain.holds}
         for module in sorted(now - self._modules):
             self._emit(MODULE_ATTACHED, {"module": module})
-        for module in sorted(now):
-            _GONE_SAID.discard(module)  # back: its next departure is a new fact
         for module in sorted(self._modules - now):
             if module in held:
-                if module in _GONE_SAID:
+                said = _GONE_SAID.get(module)
+                clock = time.monotonic()
+                if said is not None and clock - said < _GONE_SAID_FOR_S:
                     continue  # another view of this process said it (hookbus up runs several): one line per fact
-                _GONE_SAID.add(module)
+                _GONE_SAID[module] = clock
                 log.error(
                     "module %s is gone: its fail-closed handlers cancel their stages until it is back "
                     "or detached (hookbus detach %s)",
