@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from typing import Any
 
@@ -10,7 +9,7 @@ from bus import Bus, Cancel, Continue, Module, Patch, Stage
 from bus.testing import EventRecorder, serving, wait_for_chain
 
 from . import fake_llm
-from .turn_support import turn
+from .turn_support import spend_turn, turn
 
 
 async def run_turn(
@@ -96,37 +95,8 @@ async def test_middleware_patches_the_request_and_vetoes_a_tool(
 
 
 async def test_trigger_and_agent_end_to_end(workspace: Any, llm: fake_llm.FakeLLM) -> None:
-    import os
-    import subprocess
-
-    from .conftest import hookbus_cmd
-    from .test_cli import UpProcess
-
-    (workspace / "triggers.yaml").write_text(
-        "triggers:\n  - {name: spend, on: eva.spend.day, prompt: 'spent {payload.total}', agent: eva}\n"
-    )
     llm.default = fake_llm.text("too much")
-    up = UpProcess(workspace)
-    env = {**os.environ, "NATS_URL": up.nats_url, "OPENAI_API_KEY": "sk-test"}
-    agent = subprocess.Popen(
-        [*hookbus_cmd(), "agent", "--name", "eva", "--llm-url", llm.url, "--model", "m1"],
-        env=env,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert agent.stdout is not None
-        line = await asyncio.to_thread(agent.stdout.readline)
-        assert "agent eva: serving turns" in line
-        async with Bus(up.nats_url) as bus:
-            rec = EventRecorder()
-            await bus.subscribe("eva.turn.completed", rec)
-            await bus.flush()
-            await bus.emit("eva.spend.day", {"total": 42})
-            [done] = await rec.wait_for(1, timeout=30)
-        assert done.payload["answer"] == "too much" and done.payload["trigger"] == "spend" and done.depth == 1
-        assert llm.requests[0]["messages"][0]["content"] == "spent 42"
-    finally:
-        agent.terminate()
-        agent.communicate(timeout=20)
-        up.close()
+    line, done = await spend_turn(workspace, "--llm-url", llm.url, "--model", "m1")
+    assert "agent eva: serving turns" in line
+    assert done.payload["answer"] == "too much" and done.payload["trigger"] == "spend" and done.depth == 1
+    assert llm.requests[0]["messages"][0]["content"] == "spent 42"

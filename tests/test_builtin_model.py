@@ -3,19 +3,16 @@ tests; a trigger's turn on ``hookbus agent --llm-url builtin:`` answers with no 
 
 from __future__ import annotations
 
-import asyncio
-import os
 import subprocess
 from typing import Any
 
 import aiohttp
 import orjson
 
-from bus import Bus
-from bus.testing import EventRecorder
 from triggers.agent.builtin_model import BuiltinModel, answer_for
 
 from .conftest import hookbus_cmd
+from .turn_support import spend_turn
 
 
 async def test_the_same_conversation_gets_the_same_answer_whole_and_streamed() -> None:
@@ -47,31 +44,9 @@ async def test_the_same_conversation_gets_the_same_answer_whole_and_streamed() -
 
 
 async def test_a_triggered_turn_answers_with_the_builtin_model(workspace: Any) -> None:
-    from .test_cli import UpProcess
-
-    (workspace / "triggers.yaml").write_text(
-        "triggers:\n  - {name: spend, on: eva.spend.day, prompt: 'spent {payload.total}', agent: eva}\n"
-    )
-    up = UpProcess(workspace)
-    env = {**os.environ, "NATS_URL": up.nats_url}
-    agent = subprocess.Popen(
-        [*hookbus_cmd(), "agent", "--name", "eva", "--llm-url", "builtin:"], env=env, stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert agent.stdout is not None
-        line = await asyncio.to_thread(agent.stdout.readline)
-        assert "agent eva: serving turns with hookbus-builtin at http://127.0.0.1:" in line
-        async with Bus(up.nats_url) as bus:
-            rec = EventRecorder()
-            await bus.subscribe("eva.turn.completed", rec)
-            await bus.flush()
-            await bus.emit("eva.spend.day", {"total": 42})
-            [done] = await rec.wait_for(1, timeout=30)
-        assert 'the last from the user said "spent 42"' in done.payload["answer"], done.payload
-    finally:
-        agent.terminate()
-        agent.communicate(timeout=20)
-        up.close()
+    line, done = await spend_turn(workspace, "--llm-url", "builtin:")
+    assert "agent eva: serving turns with hookbus-builtin at http://127.0.0.1:" in line
+    assert 'the last from the user said "spent 42"' in done.payload["answer"], done.payload
 
 
 def test_hookbus_llm_serves_until_stopped() -> None:

@@ -52,3 +52,36 @@ async def turn(
     await wait_until(lambda: any(e.subject.startswith("eva.turn.") for e in rec.events), what="eva.turn.*")
     await runner.client.close()
     return results[0], rec, tokens
+
+
+async def spend_turn(workspace: Any, *agent_args: str) -> tuple[str, Any]:
+    """``hookbus agent --name eva AGENT_ARGS`` against a real ``hookbus up`` whose trigger turns
+    ``eva.spend.day`` into a turn on eva: its first line and the ``eva.turn.completed`` event."""
+    import asyncio
+    import os
+    import subprocess
+
+    from .conftest import hookbus_cmd
+    from .test_cli import UpProcess
+
+    (workspace / "triggers.yaml").write_text(
+        "triggers:\n  - {name: spend, on: eva.spend.day, prompt: 'spent {payload.total}', agent: eva}\n"
+    )
+    up = UpProcess(workspace)
+    env = {**os.environ, "NATS_URL": up.nats_url, "OPENAI_API_KEY": "sk-test"}
+    command = [*hookbus_cmd(), "agent", "--name", "eva", *agent_args]
+    agent = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert agent.stdout is not None
+        line = await asyncio.to_thread(agent.stdout.readline)
+        async with Bus(up.nats_url) as bus:
+            rec = EventRecorder()
+            await bus.subscribe("eva.turn.completed", rec)
+            await bus.flush()
+            await bus.emit("eva.spend.day", {"total": 42})
+            [done] = await rec.wait_for(1, timeout=30)
+        return line, done
+    finally:
+        agent.terminate()
+        agent.communicate(timeout=20)
+        up.close()
