@@ -179,8 +179,14 @@ async def test_a_changed_claude_hooks_file_is_served_as_a_changed_handler(
     await view.wait_until(lambda: waiting() is not None, 15)  # a changed command: a changed handler
     decision = await kernel.intercept("tool.call", {"name": "Read", "input": {"file_path": "/a"}}, CTX)
     assert isinstance(decision, Continue), "not run before an operator approves the change"
-    await view.approve(waiting().decl)
-    await view.wait_until(lambda: bool(view.chains["tool.call"].links), 15)
+    changed = waiting()
+    await view.approve(changed.decl)
+
+    def served() -> set[str]:
+        chain = view.chains.get("tool.call")
+        return {link.identity for link in chain.links if link.decl.qualname == changed.decl.qualname} if chain else set()
+
+    await view.wait_until(lambda: served() == {changed.identity}, 15)  # the old version serves until then
     decision = await kernel.intercept("tool.call", {"name": "Bash", "input": {"command": "rm -rf /"}}, CTX)
     assert isinstance(decision, Continue), "the Bash group is gone"
     decision = await kernel.intercept("tool.call", {"name": "Read", "input": {"file_path": "/a"}}, CTX)
