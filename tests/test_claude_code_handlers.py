@@ -184,7 +184,9 @@ async def test_a_changed_claude_hooks_file_is_served_as_a_changed_handler(
 
     def served() -> set[str]:
         chain = view.chains.get("tool.call")
-        return {link.identity for link in chain.links if link.decl.qualname == changed.decl.qualname} if chain else set()
+        return (
+            {link.identity for link in chain.links if link.decl.qualname == changed.decl.qualname} if chain else set()
+        )
 
     await view.wait_until(lambda: served() == {changed.identity}, 15)  # the old version serves until then
     decision = await kernel.intercept("tool.call", {"name": "Bash", "input": {"command": "rm -rf /"}}, CTX)
