@@ -329,12 +329,12 @@ class Bus:
         (:func:`bus.core.eager.run_eager`)."""
         return await self._connection().subscribe_direct(subject, cb, queue=queue)
 
-    async def request_raw(self, subject: str, data: bytes, timeout_s: float) -> bytes:
+    async def request_raw(self, subject: str, data: bytes, timeout: float) -> bytes:
         """Send a raw request and return the reply's bytes (plumbing: status queries; no envelope).
 
         Raises NoResponders when nobody listens on ``subject``, RequestTimeout when no reply comes.
         """
-        return await self._connection().request(subject, data, timeout_s)
+        return await self._connection().request(subject, data, timeout)
 
     def new_inbox(self) -> str:
         """A fresh reply subject under this connection's private inbox prefix."""

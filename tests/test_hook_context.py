@@ -86,7 +86,7 @@ async def test_a_hook_turns_prompt_carries_the_calls_context(kernel: Bus, nats_u
     name = unique("ht")
     llm.script = [fake_llm.tool_calls(("hook_continue", {}))]
     client = ChatClient(llm.url, "judge-model", attempts=1)
-    spec = HookTurnSpec(name="judge", stage="tool.call", prompt="judge it", timeout_s=5.0)
+    spec = HookTurnSpec(name="judge", stage="tool.call", prompt="judge it", timeout=5.0)
     try:
         async with serving(hook_turn.build_module(name, [spec], client), nats_url, detach_on_stop=True):
             await wait_for_chain(kernel, "tool.call", [f"{name}.judge"])

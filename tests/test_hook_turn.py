@@ -19,7 +19,7 @@ from . import fake_llm
 
 async def judged(kernel: Bus, nats_url: str, llm: fake_llm.FakeLLM, payload: dict[str, Any], **spec: Any) -> Any:
     name = f"ht{uuid.uuid4().hex[:6]}"
-    fields = {"name": "judge", "stage": "tool.call", "prompt": "block rm -rf", "timeout_s": 2.0, **spec}
+    fields = {"name": "judge", "stage": "tool.call", "prompt": "block rm -rf", "timeout": 2.0, **spec}
     client = ChatClient(llm.url, "judge-model", attempts=1)
     module = hook_turn.build_module(name, [HookTurnSpec(**fields)], client)
     try:
@@ -66,7 +66,7 @@ async def test_a_model_without_a_decision_gets_the_fail_mode(
     kernel: Bus, nats_url: str, llm: fake_llm.FakeLLM, answer: dict[str, Any], fail_closed: bool
 ) -> None:
     llm.script = [answer]
-    decision = await judged(kernel, nats_url, llm, CALL, fail_closed=fail_closed, timeout_s=0.5)
+    decision = await judged(kernel, nats_url, llm, CALL, fail_closed=fail_closed, timeout=0.5)
     if fail_closed:
         assert isinstance(decision, Cancel) and decision.reason
     else:
@@ -103,6 +103,7 @@ def test_hook_turns_yaml_is_validated(tmp_path: Path) -> None:
         ("hook_turns:\n  - {name: j, stage: tool.call}\n", "field 'prompt' is required"),
         ("hook_turns:\n  - {name: j, stage: 'a..b', prompt: p}\n", "field 'stage'"),
         ("hook_turns:\n  - {name: j, stage: tool.call, prompt: p, timeout_s: 99}\n", "'timeout_s'"),
+        ("hook_turns:\n  - {name: j, stage: tool.call, prompt: p, timeout: 99}\n", "'timeout'"),
         ("hook_turns:\n  - {name: j, stage: tool.call, prompt: p, colour: red}\n", "unknown field 'colour'"),
         ("hooks: []\n", "one key, 'hook_turns'"),
     ]:

@@ -140,6 +140,9 @@ J = "  - {name: j, stage: tool.call, prompt: p"
     ("text", "message"),
     [
         (J + ", 3: x}", "hook-turn 'j': a key: expected `str`"),
+        (J + ", timeout: 0}", "hook-turn 'j': field 'timeout': expected `float` > 0.0"),
+        (J + ", timeout: 31}", "hook-turn 'j': field 'timeout': expected `float` <= 30"),
+        (J + ", timeout: 5, timeout_s: 5}", "hook-turn 'j': give 'timeout' (seconds) or its older spelling"),
         (J + ", timeout_s: 0}", "hook-turn 'j': field 'timeout_s': expected `float` > 0.0"),
         (J + ", timeout_s: true}", "hook-turn 'j': field 'timeout_s': expected `float`, got `bool`"),
         (J + ", match: [a, '']}", "hook-turn 'j': field 'match[1]': expected `str` of length >= 1"),
@@ -159,10 +162,20 @@ def test_hook_turns_yaml_problems_name_the_file_entry_and_field(tmp_path: Path, 
 
 def test_a_hook_turn_entry_takes_one_string_or_a_list() -> None:
     one = convert({"name": "j", "stage": "tool.call", "prompt": "p", "match": "shell"}, HookTurn, "e", ConfigError)
-    assert one.match == "shell" and one.before == [] and one.timeout_s == HOOK_TURN_TIMEOUT_S
-    entry = {"name": "j", "stage": "s", "prompt": "p", "match": ["a", "b"], "timeout_s": 3}
+    assert one.match == "shell" and one.before == [] and one.timeout is msgspec.UNSET
+    entry = {"name": "j", "stage": "s", "prompt": "p", "match": ["a", "b"], "timeout": 3}
     many = convert(entry, HookTurn, "e", ValueError)
-    assert many.match == ["a", "b"] and many.timeout_s == 3.0
+    assert many.match == ["a", "b"] and many.timeout == 3.0
+
+
+@pytest.mark.parametrize(
+    ("field", "expected"), [("", HOOK_TURN_TIMEOUT_S), (", timeout: 3", 3.0), (", timeout_s: 4", 4.0)]
+)
+def test_a_hook_turn_timeout_is_timeout_or_its_older_spelling(tmp_path: Path, field: str, expected: float) -> None:
+    path = tmp_path / "hook_turns.yaml"
+    path.write_text("hook_turns:\n" + J + field + "}\n")
+    [spec] = hook_turn.load(path)
+    assert spec.timeout == expected and isinstance(spec.timeout, float)
 
 
 T = {"name": "t", "on": "eva.x", "prompt": "p", "agent": "a"}

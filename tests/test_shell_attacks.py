@@ -33,7 +33,7 @@ async def start_worker(start_worker: StartWorker) -> StartWorker:
     """The shared fixture, with a short drain: these hooks hang on purpose, stopping need not wait for them."""
 
     async def start(**options: Any) -> Any:
-        options.setdefault("drain_timeout_s", 0.5)
+        options.setdefault("drain_timeout", 0.5)
         return await start_worker(**options)
 
     return start

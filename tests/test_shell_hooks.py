@@ -288,7 +288,7 @@ def _alive(pid: int) -> bool:
 async def test_stop_kills_running_hook_groups(bus: Bus, workspace: Path, start_worker: StartWorker) -> None:
     script(workspace, "long.sh", f'sleep 300 &\necho "$! $$" > {workspace}/pids\nwait\n')
     write_hooks(workspace, {"tool_call": [{"command": "./long.sh"}]})
-    worker = await start_worker(drain_timeout_s=0.2)
+    worker = await start_worker(drain_timeout=0.2)
     await bus.emit("prx.lifecycle.tool_call", {})
     await wait_for_file(workspace / "pids")
     await worker.stop()

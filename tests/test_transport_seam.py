@@ -59,7 +59,7 @@ async def test_a_server_without_jetstream_refuses_buckets_and_streams_in_hookbus
 async def test_a_raw_request_fails_in_hookbus_terms(bus: Bus) -> None:
     subject = f"seam.{unique('req')}"
     with pytest.raises(NoResponders, match=subject):
-        await bus.request_raw(subject, b"", timeout_s=1.0)
+        await bus.request_raw(subject, b"", timeout=1.0)
 
     async def silent(msg: object) -> None:
         return None  # listens, never answers
@@ -67,7 +67,7 @@ async def test_a_raw_request_fails_in_hookbus_terms(bus: Bus) -> None:
     await bus.subscribe_raw(subject, silent)
     await bus.flush()
     with pytest.raises(RequestTimeout, match=subject):
-        await bus.request_raw(subject, b"", timeout_s=0.2)
+        await bus.request_raw(subject, b"", timeout=0.2)
 
 
 async def test_triggers_list_with_no_engine_running_says_so(nats_url: str, tmp_path: Path) -> None:

@@ -23,6 +23,9 @@ Strings = NonEmpty | list[NonEmpty]
 HOOK_TURN_TIMEOUT_S = 20.0
 
 
+HookTurnTimeout = Annotated[float, msgspec.Meta(gt=0, le=30)]
+
+
 class HookTurn(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """One entry of hook_turns.yaml: a middleware handler that asks a model."""
 
@@ -31,7 +34,9 @@ class HookTurn(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     prompt: Annotated[str, msgspec.Meta(pattern=r"\S")]
     match: Strings | msgspec.UnsetType = msgspec.UNSET  # absent: every call of the stage
     fail_closed: bool = False
-    timeout_s: Annotated[float, msgspec.Meta(gt=0, le=30)] = HOOK_TURN_TIMEOUT_S
+    #: Seconds; unset: HOOK_TURN_TIMEOUT_S. ``timeout_s`` is the older spelling, still read (not both).
+    timeout: HookTurnTimeout | msgspec.UnsetType = msgspec.UNSET
+    timeout_s: HookTurnTimeout | msgspec.UnsetType = msgspec.UNSET
     before: Strings = []
     after: Strings = []
     model: NonEmpty | None = None

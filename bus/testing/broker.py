@@ -241,15 +241,15 @@ class InProcessClient:
 
         return await self.subscribe(subject, run, queue=queue)
 
-    async def request(self, subject: str, data: bytes, timeout_s: float) -> bytes:
+    async def request(self, subject: str, data: bytes, timeout: float) -> bytes:
         inbox = self.new_inbox()
         sub = await self.subscribe(inbox)
         try:
             self.push(subject, data, inbox)
             try:
-                msg = await sub.next_msg(timeout_s)
+                msg = await sub.next_msg(timeout)
             except TimeoutError:
-                raise RequestTimeout(f"no reply on {subject} within {timeout_s}s") from None
+                raise RequestTimeout(f"no reply on {subject} within {timeout}s") from None
         finally:
             await sub.unsubscribe()
         if msg.headers and msg.headers.get("Status") == "503" and not msg.data:

@@ -126,13 +126,13 @@ class NatsConnection(Publisher):
         except nats_errors.Error as exc:
             raise not_sent(exc) from None
 
-    async def request(self, subject: str, data: bytes, timeout_s: float) -> bytes:
+    async def request(self, subject: str, data: bytes, timeout: float) -> bytes:
         try:
-            reply = await self._nc.request(subject, data, timeout=timeout_s)
+            reply = await self._nc.request(subject, data, timeout=timeout)
         except nats_errors.NoRespondersError:
             raise NoResponders(f"nobody answers on {subject}") from None
         except nats_errors.TimeoutError:
-            raise RequestTimeout(f"no reply on {subject} within {timeout_s}s") from None
+            raise RequestTimeout(f"no reply on {subject} within {timeout}s") from None
         except nats_errors.Error as exc:
             raise not_sent(exc) from None
         return bytes(reply.data)

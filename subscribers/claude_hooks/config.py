@@ -81,7 +81,7 @@ class Command:
 
     text: str
     argv: tuple[str, ...]
-    timeout_s: float
+    timeout: float
     fail_closed: bool = False
 
 
@@ -122,7 +122,7 @@ class ClaudeHooks:
     def digest(self, event: str) -> str:
         """What the handler of ``event`` runs, as a digest: a changed command is a changed handler identity."""
         shape = [
-            (g.matcher, [(c.argv, c.timeout_s, c.fail_closed) for c in g.commands]) for g in self.events.get(event, ())
+            (g.matcher, [(c.argv, c.timeout, c.fail_closed) for c in g.commands]) for g in self.events.get(event, ())
         ]
         return hashlib.sha256(orjson.dumps(shape)).hexdigest()
 

@@ -93,7 +93,7 @@ async def run_command(command: Command, stdin: bytes, project: Path, env: dict[s
         return Run(command.text, None, problem=f"cannot start {command.argv[0]!r}: {why}")
     started = time.monotonic()
     try:
-        code = await asyncio.wait_for(asyncio.shield(proc.wait()), command.timeout_s)
+        code = await asyncio.wait_for(asyncio.shield(proc.wait()), command.timeout)
     except TimeoutError:
         kill_group(proc.pid, signal.SIGTERM)
         try:
@@ -102,7 +102,7 @@ async def run_command(command: Command, stdin: bytes, project: Path, env: dict[s
             kill_group(proc.pid, signal.SIGKILL)
             await proc.wait()
         proc.close()
-        return Run(command.text, None, problem=f"timed out after {command.timeout_s:g}s")
+        return Run(command.text, None, problem=f"timed out after {command.timeout:g}s")
     except BaseException:  # cancelled: leave nothing running, nothing unreaped
         kill_group(proc.pid, signal.SIGKILL)
         proc.reap()

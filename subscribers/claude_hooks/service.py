@@ -94,7 +94,7 @@ def build(hooks: ClaudeHooks, project: Path, nats_url: str | None, name: str = M
     for event, groups in hooks.events.items():
         if not groups:
             continue
-        slowest = max((c.timeout_s for g in groups for c in g.commands), default=1.0)
+        slowest = max((c.timeout for g in groups for c in g.commands), default=1.0)
 
         async def handler(
             stage: str, payload: dict[str, Any], ctx: StageCtx, event: str = event, groups: Any = groups

@@ -44,10 +44,10 @@ class BusServices:
         self.kv_bytes = kv_bytes
         self._kv: Bucket | None = None
 
-    def _run(self, coro: Coroutine[Any, Any, T], timeout_s: float) -> T:
+    def _run(self, coro: Coroutine[Any, Any, T], timeout: float) -> T:
         future = asyncio.run_coroutine_threadsafe(coro, self.loop)
         try:
-            return future.result(timeout=max(0.001, timeout_s))
+            return future.result(timeout=max(0.001, timeout))
         except concurrent.futures.TimeoutError:
             future.cancel()
             raise
@@ -84,20 +84,20 @@ class BusServices:
         answer: dict[str, Any] = orjson.loads(msg.data)
         return answer
 
-    def _call(self, coro: Coroutine[Any, Any, T], timeout_s: float, failed: T) -> T:
+    def _call(self, coro: Coroutine[Any, Any, T], timeout: float, failed: T) -> T:
         try:
-            return self._run(coro, timeout_s)
+            return self._run(coro, timeout)
         except Exception:  # a host function answers, whatever the bus did (the plugin sees its empty answer)
             return failed
 
-    def kv_get(self, key: str, timeout_s: float) -> bytes | None:
+    def kv_get(self, key: str, timeout: float) -> bytes | None:
         async def get() -> bytes | None:
             entry = await (await self._bucket()).get(_key(key))
             return entry.value if entry is not None else None
 
-        return self._call(get(), timeout_s, None) if _key(key) else None
+        return self._call(get(), timeout, None) if _key(key) else None
 
-    def kv_set(self, key: str, value: bytes, timeout_s: float) -> str | None:
+    def kv_set(self, key: str, value: bytes, timeout: float) -> str | None:
         if not _key(key):
             return f"invalid key {key[:40]!r} (letters, digits, - _ / = . and at most {MAX_KEY_CHARS} characters)"
 
@@ -106,13 +106,13 @@ class BusServices:
             return None
 
         try:
-            return self._run(put(), timeout_s)
+            return self._run(put(), timeout)
         except concurrent.futures.TimeoutError:
             return "kv: no answer within the plugin's time limit"
         except Exception as exc:  # e.g. the bucket is at its size cap: the plugin's Err
             return f"kv: {exc}"
 
-    def kv_delete(self, key: str, timeout_s: float) -> bool | str:
+    def kv_delete(self, key: str, timeout: float) -> bool | str:
         async def delete() -> bool | str:
             bucket = await self._bucket()
             if await bucket.get(_key(key)) is None:
@@ -120,9 +120,9 @@ class BusServices:
             await bucket.delete(_key(key))
             return True
 
-        return self._call(delete(), timeout_s, "kv: the delete failed") if _key(key) else False
+        return self._call(delete(), timeout, "kv: the delete failed") if _key(key) else False
 
-    def kv_keys(self, prefix: str, timeout_s: float) -> list[str]:
+    def kv_keys(self, prefix: str, timeout: float) -> list[str]:
         async def keys() -> list[str]:
             name = bucket_name(self.plugin)
             bucket = await self._bucket()
@@ -132,9 +132,9 @@ class BusServices:
             present = [key for key in stored if await bucket.get(key) is not None]  # not deleted
             return sorted(key.replace("/", ":") for key in present if key.replace("/", ":").startswith(prefix))
 
-        return self._call(keys(), timeout_s, [])
+        return self._call(keys(), timeout, [])
 
-    def publish(self, topic: str, payload: Any, depth: int, timeout_s: float) -> str | None:
+    def publish(self, topic: str, payload: Any, depth: int, timeout: float) -> str | None:
         subject = f"{EVENT_PREFIX}.{self.plugin}.{topic}"
         try:
             validate_subject(subject)
@@ -148,7 +148,7 @@ class BusServices:
             return None if sent else "not published (the recursion limit, or the bus is stopping)"
 
         try:
-            return self._run(emit(), timeout_s)
+            return self._run(emit(), timeout)
         except concurrent.futures.TimeoutError:
             return "no answer within the plugin's time limit"
         except HookbusError as exc:

@@ -45,13 +45,13 @@ MAX_PUBLISHES_PER_CALL: Final = 100
 
 
 class PluginServices(Protocol):
-    """What kv and events do for one plugin; ``timeout_s`` is the time left in the call."""
+    """What kv and events do for one plugin; ``timeout`` is the time left in the call."""
 
-    def kv_get(self, key: str, timeout_s: float) -> bytes | None: ...
-    def kv_set(self, key: str, value: bytes, timeout_s: float) -> str | None: ...
-    def kv_delete(self, key: str, timeout_s: float) -> bool | str: ...
-    def kv_keys(self, prefix: str, timeout_s: float) -> list[str]: ...
-    def publish(self, topic: str, payload: Any, depth: int, timeout_s: float) -> str | None: ...
+    def kv_get(self, key: str, timeout: float) -> bytes | None: ...
+    def kv_set(self, key: str, value: bytes, timeout: float) -> str | None: ...
+    def kv_delete(self, key: str, timeout: float) -> bool | str: ...
+    def kv_keys(self, prefix: str, timeout: float) -> list[str]: ...
+    def publish(self, topic: str, payload: Any, depth: int, timeout: float) -> str | None: ...
 
 
 class Caller(Protocol):
@@ -74,20 +74,20 @@ class LocalServices:
         self.kv: dict[str, bytes] = {}
         self.published: list[tuple[str, Any]] = []
 
-    def kv_get(self, key: str, timeout_s: float) -> bytes | None:
+    def kv_get(self, key: str, timeout: float) -> bytes | None:
         return self.kv.get(key)
 
-    def kv_set(self, key: str, value: bytes, timeout_s: float) -> str | None:
+    def kv_set(self, key: str, value: bytes, timeout: float) -> str | None:
         self.kv[key] = value
         return None
 
-    def kv_delete(self, key: str, timeout_s: float) -> bool | str:
+    def kv_delete(self, key: str, timeout: float) -> bool | str:
         return self.kv.pop(key, None) is not None
 
-    def kv_keys(self, prefix: str, timeout_s: float) -> list[str]:
+    def kv_keys(self, prefix: str, timeout: float) -> list[str]:
         return sorted(key for key in self.kv if key.startswith(prefix))
 
-    def publish(self, topic: str, payload: Any, depth: int, timeout_s: float) -> str | None:
+    def publish(self, topic: str, payload: Any, depth: int, timeout: float) -> str | None:
         self.published.append((topic, payload))
         return None
 

@@ -226,10 +226,10 @@ class PluginWorker:
         for code in self.plugins.running().values():
             code.shut_down()
         self._stop_event.set()
-        await asyncio.gather(*(lane.close(self.settings.drain_timeout_s) for lane in lanes))
+        await asyncio.gather(*(lane.close(self.settings.drain_timeout) for lane in lanes))
         tasks = set(self._tasks)
         if tasks:
-            await asyncio.wait(tasks, timeout=self.settings.drain_timeout_s)
+            await asyncio.wait(tasks, timeout=self.settings.drain_timeout)
         self._threads.shutdown(wait=False)
 
     async def __aenter__(self) -> PluginWorker:

@@ -33,7 +33,7 @@ class WorkerSettings:
     queue_size: int = DEFAULT_QUEUE_SIZE
     kill_grace_s: float = DEFAULT_KILL_GRACE
     poll_interval_s: float = DEFAULT_POLL_INTERVAL
-    drain_timeout_s: float = DEFAULT_DRAIN_TIMEOUT
+    drain_timeout: float = DEFAULT_DRAIN_TIMEOUT
     #: Bytes of each output stream of a run kept (the last ones) for the log and the journal; 0: none.
     output_tail_bytes: int = DEFAULT_OUTPUT_TAIL
 

@@ -106,7 +106,7 @@ class ShellWorker:
         self.settings = settings
         self.queue = settings.queue
         self.max_procs = settings.max_procs
-        self.drain_timeout_s = settings.drain_timeout_s
+        self.drain_timeout = settings.drain_timeout
         nats_url = nats_url or ",".join(bus.servers)
         self.runner = ShellRunner(
             workspace, nats_url=nats_url, kill_grace=settings.kill_grace_s, output_limit=settings.output_tail_bytes
@@ -264,13 +264,13 @@ class ShellWorker:
         tasks = set(self._tasks)
         if not tasks:
             return
-        _, pending = await asyncio.wait(tasks, timeout=self.drain_timeout_s)
+        _, pending = await asyncio.wait(tasks, timeout=self.drain_timeout)
         if pending:
             killed = self.runner.kill_all()
             log.warning(
                 "%d hooks still running after %.1fs; killed %d process groups",
                 len(pending),
-                self.drain_timeout_s,
+                self.drain_timeout,
                 killed,
             )
             for task in pending:

@@ -18,7 +18,7 @@ Hook-turns are declared in ``<workspace>/hook_turns.yaml`` like any handler:
         match: shell                 # optional matcher (tool names; model names on llm.request)
         prompt: "Block commands that delete or overwrite data outside /tmp."
         fail_closed: true
-        timeout_s: 20
+        timeout: 20                  # seconds, at most 30 (timeout_s, the older key, is read too)
         before: []                   # optional ordering references
         after: []
         model: gpt-4o-mini           # optional; default: the agent's model
@@ -91,7 +91,7 @@ class HookTurnSpec:
     prompt: str
     match: tuple[str, ...] | None = None
     fail_closed: bool = False
-    timeout_s: float = DEFAULT_TIMEOUT_S
+    timeout: float = DEFAULT_TIMEOUT_S
     before: tuple[str, ...] = ()
     after: tuple[str, ...] = ()
     model: str | None = None
@@ -151,8 +151,8 @@ async def ask_model(
         {"role": "user", "content": orjson.dumps(shown, default=str).decode()},
     ]
     completion = await asyncio.wait_for(
-        client.complete(messages, tools=HOOK_TOOLS, tool_choice="required", model=spec.model, timeout=spec.timeout_s),
-        timeout=spec.timeout_s,
+        client.complete(messages, tools=HOOK_TOOLS, tool_choice="required", model=spec.model, timeout=spec.timeout),
+        timeout=spec.timeout,
     )
     return decision_from(completion.tool_calls)
 
@@ -168,7 +168,7 @@ def build_module(name: str, specs: list[HookTurnSpec], client: ChatClient) -> Mo
         module.stage(
             spec.stage,
             fail_closed=spec.fail_closed,
-            timeout=spec.timeout_s,
+            timeout=spec.timeout,
             before=spec.before,
             after=spec.after,
             match=spec.match,
@@ -186,6 +186,15 @@ def load(path: Path) -> list[HookTurnSpec]:
 
 def _strings(value: str | list[str]) -> tuple[str, ...]:
     return (value,) if isinstance(value, str) else tuple(value)
+
+
+def _timeout(entry: HookTurn, where: str) -> float:
+    """The entry's ``timeout`` in seconds; ``timeout_s`` is its older spelling, read when it is the one given."""
+    if entry.timeout is not msgspec.UNSET and entry.timeout_s is not msgspec.UNSET:
+        raise ConfigError(f"{where}: give 'timeout' (seconds) or its older spelling 'timeout_s', not both")
+    if entry.timeout is not msgspec.UNSET:
+        return entry.timeout
+    return entry.timeout_s if entry.timeout_s is not msgspec.UNSET else DEFAULT_TIMEOUT_S
 
 
 def _parse_one(item: Any, where: str) -> HookTurnSpec:
@@ -206,7 +215,7 @@ def _parse_one(item: Any, where: str) -> HookTurnSpec:
         prompt=entry.prompt,
         match=None if entry.match is msgspec.UNSET else _strings(entry.match),
         fail_closed=entry.fail_closed,
-        timeout_s=entry.timeout_s,
+        timeout=_timeout(entry, where),
         before=_strings(entry.before),
         after=_strings(entry.after),
         model=entry.model,
