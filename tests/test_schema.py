@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from bus import Bus
 from bus.core import envelope
-from bus.core.config_schema import HOOK_TURN_TIMEOUT_S, HookTurn
+from bus.core.config_schema import HOOK_TURN_TIMEOUT, HookTurn
 from bus.core.declaration import Declaration
 from bus.core.depth import DEFAULT_MAX_DEPTH
 from bus.core.errors import ConfigError, EnvelopeError, JournalError, TurnRequestError
@@ -169,7 +169,7 @@ def test_a_hook_turn_entry_takes_one_string_or_a_list() -> None:
 
 
 @pytest.mark.parametrize(
-    ("field", "expected"), [("", HOOK_TURN_TIMEOUT_S), (", timeout: 3", 3.0), (", timeout_s: 4", 4.0)]
+    ("field", "expected"), [("", HOOK_TURN_TIMEOUT), (", timeout: 3", 3.0), (", timeout_s: 4", 4.0)]
 )
 def test_a_hook_turn_timeout_is_timeout_or_its_older_spelling(tmp_path: Path, field: str, expected: float) -> None:
     path = tmp_path / "hook_turns.yaml"
@@ -201,7 +201,7 @@ def test_triggers_yaml_problems_name_the_trigger_and_the_field(extra: dict[str, 
 def test_a_trigger_takes_its_numbers_as_floats_and_its_defaults_from_the_schema() -> None:
     spec = trigger_config.parse({"triggers": [{**T, "cooldown_s": 60}]}, "triggers.yaml")["t"]
     assert spec.cooldown_s == 60.0 and isinstance(spec.cooldown_s, float)
-    assert (spec.max_in_flight, spec.dedupe_window_s, spec.turn_timeout_s, spec.enabled) == (1, 3600.0, 600.0, True)
+    assert (spec.max_in_flight, spec.dedupe_window_s, spec.turn_timeout, spec.enabled) == (1, 3600.0, 600.0, True)
 
 
 def test_a_trust_record_follows_its_type_and_a_kernel_reads_only_its_identity() -> None:

@@ -49,7 +49,7 @@ COMMANDS: Final = {"claude-hook": "claude-code", "codex-hook": "codex", "gemini-
 #: The agent each command serves, as its help names it.
 AGENTS: Final = {"claude-code": "Claude Code", "codex": "Codex", "gemini": "Gemini CLI"}
 #: Seconds to wait for the relay's answer (the chain's own timeouts are shorter; the agent's hook timeout longer).
-DEFAULT_TIMEOUT_S: Final = 30.0
+DEFAULT_TIMEOUT: Final = 30.0
 #: The state file remembering the fail-closed guards of each bus, under $XDG_STATE_HOME (or ~/.local/state).
 STATE_FILE: Final = Path("hookbus") / "agent-guards.json"
 #: The largest hook input read from stdin (a tool's whole output may be in it).
@@ -83,8 +83,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--timeout",
         type=float,
-        default=DEFAULT_TIMEOUT_S,
-        help=f"seconds to wait for the decision ({DEFAULT_TIMEOUT_S:g})",
+        default=DEFAULT_TIMEOUT,
+        help=f"seconds to wait for the decision ({DEFAULT_TIMEOUT:g})",
     )
     parser.add_argument(
         "--fail-closed", action="store_true", help="refuse every guarded call when the bus cannot be reached"

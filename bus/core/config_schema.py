@@ -20,7 +20,7 @@ Strings = NonEmpty | list[NonEmpty]
 
 
 #: How long a hook-turn waits for the model unless its entry says otherwise.
-HOOK_TURN_TIMEOUT_S = 20.0
+HOOK_TURN_TIMEOUT = 20.0
 
 
 HookTurnTimeout = Annotated[float, msgspec.Meta(gt=0, le=30)]
@@ -34,7 +34,7 @@ class HookTurn(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     prompt: Annotated[str, msgspec.Meta(pattern=r"\S")]
     match: Strings | msgspec.UnsetType = msgspec.UNSET  # absent: every call of the stage
     fail_closed: bool = False
-    #: Seconds; unset: HOOK_TURN_TIMEOUT_S. ``timeout_s`` is the older spelling, still read (not both).
+    #: Seconds; unset: HOOK_TURN_TIMEOUT. ``timeout_s`` is the older spelling, still read (not both).
     timeout: HookTurnTimeout | msgspec.UnsetType = msgspec.UNSET
     timeout_s: HookTurnTimeout | msgspec.UnsetType = msgspec.UNSET
     before: Strings = []
@@ -302,8 +302,8 @@ class BudgetsFile(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, froz
 
 
 #: Seconds a Claude Code command hook may run (its default, and the most a claude-hooks.json may give one).
-CLAUDE_HOOK_TIMEOUT_S = 60.0
-CLAUDE_HOOK_MAX_TIMEOUT_S = 600.0
+CLAUDE_HOOK_TIMEOUT = 60.0
+CLAUDE_HOOK_MAX_TIMEOUT = 600.0
 
 
 class ClaudeHookCommand(msgspec.Struct, kw_only=True, frozen=True):
@@ -315,7 +315,7 @@ class ClaudeHookCommand(msgspec.Struct, kw_only=True, frozen=True):
 
     type: NonEmpty
     command: NonEmpty | None = None
-    timeout: Annotated[float, msgspec.Meta(gt=0, le=CLAUDE_HOOK_MAX_TIMEOUT_S)] = CLAUDE_HOOK_TIMEOUT_S
+    timeout: Annotated[float, msgspec.Meta(gt=0, le=CLAUDE_HOOK_MAX_TIMEOUT)] = CLAUDE_HOOK_TIMEOUT
     on_failure: Literal["block", "continue"] | None = msgspec.field(default=None, name="onFailure")
 
 

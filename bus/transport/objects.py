@@ -58,7 +58,7 @@ MAX_MESSAGE_BYTES: Final = CHUNK_BYTES
 #: most; a publisher putting more evicts its own oldest objects, never another's.
 PUBLISHER_MESSAGES: Final = 256
 #: How long a whole fetch may take before it is given up.
-FETCH_TIMEOUT_S: Final = 15.0
+FETCH_TIMEOUT: Final = 15.0
 #: After finding no bucket, emitters cut oversized events for this long before looking again.
 RETRY_AFTER_S: Final = 30.0
 _CHUNKS: Final = PAYLOADS_CHUNKS + "."
@@ -117,7 +117,7 @@ class PayloadStore:
         """The bytes ``ref`` names, checked against it; PayloadRefError when refused, missing or not the same."""
         check_ref(subject, ref, self.max_object_bytes)
         try:
-            async with asyncio.timeout(FETCH_TIMEOUT_S):
+            async with asyncio.timeout(FETCH_TIMEOUT):
                 data = await self._read(subject, ref)
         except PayloadRefError:
             raise

@@ -71,7 +71,7 @@ PLUGIN_VARIABLE: Final = "CLAUDE_PLUGIN_ROOT"
 #: Seconds the kernel waits beyond a handler's slowest command (the process start, the reply).
 MARGIN_S: Final = 2.0
 #: A command's timeout is cut to this: no handler may hold an action longer than MAX_TIMEOUT.
-COMMAND_TIMEOUT_CAP_S: Final = MAX_TIMEOUT - MARGIN_S
+COMMAND_TIMEOUT_CAP: Final = MAX_TIMEOUT - MARGIN_S
 _VARIABLE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?")
 
 
@@ -176,7 +176,7 @@ def _group(group: ClaudeMatcherGroup, event: str, places: Places, default: str |
         if hook.command is None:
             raise ConfigError(f"{place}: a command hook needs 'command'")
         argv = split_command(hook.command, places, f"{place}.command")
-        timeout = min(hook.timeout, COMMAND_TIMEOUT_CAP_S)
+        timeout = min(hook.timeout, COMMAND_TIMEOUT_CAP)
         commands.append(Command(hook.command, argv, timeout, _fail_closed(hook, event, default)))
     return Group(group.matcher or "", pattern, tuple(commands))
 

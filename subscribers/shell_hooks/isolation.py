@@ -60,7 +60,7 @@ SCRATCH: Final = Path("/tmp/hookbus-scratch")  # noqa: S108 - inside the sandbox
 CGROUP_ROOTS: Final = (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup/unified"), Path("/sys/fs/cgroup"))
 _CGROUP_DIR: Final = "hookbus"
 _MIB: Final = 1024 * 1024
-_PROBE_TIMEOUT_S: Final = 10.0
+_PROBE_TIMEOUT: Final = 10.0
 
 
 @dataclass
@@ -205,7 +205,7 @@ def _bwrap() -> str:
         raise IsolationUnavailable("isolation: bubblewrap (bwrap) is not installed (Debian: apt install bubblewrap)")
     probe = [bwrap, *_namespaces(Isolation()), "--ro-bind", "/", "/", "--proc", "/proc", "--", "true"]
     try:
-        done = subprocess.run(probe, capture_output=True, timeout=_PROBE_TIMEOUT_S, check=False)
+        done = subprocess.run(probe, capture_output=True, timeout=_PROBE_TIMEOUT, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise IsolationUnavailable(f"isolation: bubblewrap could not be run: {exc}") from None
     if done.returncode != 0:

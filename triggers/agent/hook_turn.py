@@ -37,7 +37,7 @@ import msgspec
 import orjson
 
 from bus.core.config_files import parse_entries, read_yaml
-from bus.core.config_schema import HOOK_TURN_TIMEOUT_S, HookTurn
+from bus.core.config_schema import HOOK_TURN_TIMEOUT, HookTurn
 from bus.core.decisions import Cancel, Continue, Decision, Patch
 from bus.core.errors import ConfigError, HookbusError, HookTurnError
 from bus.core.schema import convert
@@ -47,7 +47,7 @@ from bus.middleware.handler.module import Module, StageCtx
 from triggers.agent.llm import ChatClient
 
 FILE_NAME: Final = "hook_turns.yaml"
-DEFAULT_TIMEOUT_S: Final = HOOK_TURN_TIMEOUT_S
+DEFAULT_TIMEOUT: Final = HOOK_TURN_TIMEOUT
 
 _INSTRUCTIONS: Final = (
     "You are a middleware handler of an AI agent. You are shown what the agent is about to do at one "
@@ -91,7 +91,7 @@ class HookTurnSpec:
     prompt: str
     match: tuple[str, ...] | None = None
     fail_closed: bool = False
-    timeout: float = DEFAULT_TIMEOUT_S
+    timeout: float = DEFAULT_TIMEOUT
     before: tuple[str, ...] = ()
     after: tuple[str, ...] = ()
     model: str | None = None
@@ -194,7 +194,7 @@ def _timeout(entry: HookTurn, where: str) -> float:
         raise ConfigError(f"{where}: give 'timeout' (seconds) or its older spelling 'timeout_s', not both")
     if entry.timeout is not msgspec.UNSET:
         return entry.timeout
-    return entry.timeout_s if entry.timeout_s is not msgspec.UNSET else DEFAULT_TIMEOUT_S
+    return entry.timeout_s if entry.timeout_s is not msgspec.UNSET else DEFAULT_TIMEOUT
 
 
 def _parse_one(item: Any, where: str) -> HookTurnSpec:

@@ -20,7 +20,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 
 from bus.core.errors import LLMError
 
-DEFAULT_TIMEOUT_S: Final = 60.0
+DEFAULT_TIMEOUT: Final = 60.0
 
 
 @dataclass
@@ -77,7 +77,7 @@ class ChatClient:
         model: str,
         api_key: str | None = None,
         *,
-        timeout: float = DEFAULT_TIMEOUT_S,
+        timeout: float = DEFAULT_TIMEOUT,
         attempts: int = 3,
         backoff: float = 0.5,
         provider: str = "openai-compatible",

@@ -55,7 +55,7 @@ class TriggerSpec:
     max_in_flight: int = 1
     dedupe: Template | None = None
     dedupe_window_s: float = 3600.0
-    turn_timeout_s: float = 600.0
+    turn_timeout: float = 600.0
     enabled: bool = True
     #: The vouched publishers accepted (bus.core.envelope.Event.publisher); None: the default (see :meth:`accepts`).
     publishers: frozenset[str] | None = None
@@ -118,7 +118,7 @@ def parse_one(item: Any, where: str) -> TriggerSpec:
         max_in_flight=entry.max_in_flight,
         dedupe=Template.compile(dedupe, f"{where}: field 'dedupe'") if dedupe else None,
         dedupe_window_s=entry.dedupe_window_s,
-        turn_timeout_s=entry.turn_timeout_s,
+        turn_timeout=entry.turn_timeout_s,
         enabled=entry.enabled,
         publishers=frozenset(entry.publishers) if entry.publishers is not None else None,
         source=dict(item),

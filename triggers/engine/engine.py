@@ -286,7 +286,7 @@ class TriggerEngine:
             publisher=event.publisher,
         )
         request = fit_request(request, self.bus.max_bytes)  # the agent refuses a request over the limit
-        state.in_flight[request.id] = time.monotonic() + spec.turn_timeout_s
+        state.in_flight[request.id] = time.monotonic() + spec.turn_timeout
         state.last_fired = now_timestamp()
         state.fired += 1
         FIRED.labels(spec.name).inc()
