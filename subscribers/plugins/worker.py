@@ -273,8 +273,8 @@ class _Lane:
         except Exception:
             log.exception("plugin %s on %s could not run", self.name, event.subject)
 
-    async def close(self, drain_s: float = 5.0) -> None:
-        """Stop dispatching: queued events are shed; the call running now gets ``drain_s`` to end and be journaled."""
+    async def close(self, drain_timeout: float = 5.0) -> None:
+        """Stop dispatching: queued events are shed; the call running now gets ``drain_timeout`` s to end, journaled."""
         self._dispatcher.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._dispatcher
@@ -283,4 +283,4 @@ class _Lane:
             self.worker.stats.shed += 1
             metrics.SHED.inc()
         if self._current is not None and not self._current.done():
-            await asyncio.wait({self._current}, timeout=drain_s)
+            await asyncio.wait({self._current}, timeout=drain_timeout)
