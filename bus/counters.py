@@ -28,10 +28,10 @@ from typing import Final
 import msgspec
 
 from bus.core.schema import CountersMsg, MiddlewareCountsMsg
-from bus.core.stats import COLLECTOR
 from bus.core.subjects import counters_subject
 from bus.journal.entries import PROCESS
 from bus.middleware.kernel.metrics import MIDDLEWARE
+from bus.runtime.stats import COLLECTOR
 from bus.transport.port import Port
 
 log = logging.getLogger("hookbus.counters")

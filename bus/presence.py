@@ -34,7 +34,7 @@ from bus.core.clock import random_hex
 from bus.core.errors import RegistryError
 from bus.core.schema import PresenceComponent, PresenceMsg, decode
 from bus.core.subjects import PRESENCE_BUCKET, TOKEN_RE
-from bus.core.tasks import stop_if_cancelled
+from bus.runtime.tasks import stop_if_cancelled
 from bus.transport.kv import Bucket
 
 log = logging.getLogger("hookbus.presence")

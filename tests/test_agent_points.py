@@ -472,7 +472,7 @@ async def test_a_stream_with_tool_call_deltas_of_the_wrong_types_is_a_named_mode
     llm: fake_llm.FakeLLM,
 ) -> None:
     """A hostile or broken model server's chunks fail the attempt as an LLMError naming the delta, never a TypeError."""
-    from bus.core.errors import LLMError
+    from triggers.agent.errors import LLMError
 
     client = ChatClient(llm.url, "fake", attempts=1, timeout=5.0)
     try:

@@ -15,10 +15,9 @@ from hypothesis import strategies as st
 
 from bus import Bus
 from bus.core import envelope
-from bus.core.config_schema import HOOK_TURN_TIMEOUT_S, HookTurn
 from bus.core.declaration import Declaration
 from bus.core.depth import DEFAULT_MAX_DEPTH
-from bus.core.errors import ConfigError, EnvelopeError, JournalError, TurnRequestError
+from bus.core.errors import ConfigError, EnvelopeError, JournalError
 from bus.core.schema import (
     MESSAGES,
     AnnouncementMsg,
@@ -34,8 +33,10 @@ from bus.journal.entries import CAUSE_CAP, JournalEntry, decode_checked
 from bus.middleware.guards import GuardRecord, parse_record
 from bus.middleware.registry import Announcement, parse_announcement
 from bus.middleware.trust import approved_identity, trust_record
+from bus.turns.errors import TurnRequestError
 from bus.turns.server import TurnRequest, decode_turn_request
 from triggers.agent import hook_turn
+from triggers.agent.config_schema import HOOK_TURN_TIMEOUT_S, HookTurn
 from triggers.engine import config as trigger_config
 
 from .conftest import run_cli

@@ -15,8 +15,8 @@ import pytest
 
 from bus import Bus, ConfigError, TurnRequest
 from bus.core.envelope import Encoder, Event, decode
-from bus.core.filewatch import WatchedFile
 from bus.journal.entries import JournalEntry, decode_entry
+from bus.runtime.filewatch import WatchedFile
 from triggers.engine import config
 from triggers.engine.config import TriggerSpec
 from triggers.engine.engine import TriggerEngine

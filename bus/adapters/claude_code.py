@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
-from bus.core.errors import AgentHookError
+from bus.adapters.errors import AgentHookError
 from bus.core.schema import AgentHookInput, convert
 
 if TYPE_CHECKING:

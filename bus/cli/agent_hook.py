@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Any, Final
 import orjson
 
 from bus.adapters.claude_code import ClaudeCodeDialect, HookAnswer, parse
+from bus.adapters.errors import AgentHookError
 from bus.cli.options import add_nats_url, credentials_of
 from bus.core.depth import DEFAULT_MAX_DEPTH, depth_from_env
 from bus.core.errors import (
-    AgentHookError,
     ConnectError,
     HookbusError,
     NoResponders,

@@ -14,9 +14,10 @@ from bus.cli.common import add_nats_url, connection_args, hint_event, read_json_
 from bus.cli.parser import also_after
 from bus.cli.workspace import add_workspace, bus_name, existing
 from bus.client import Bus
-from bus.core.errors import ConfigError, ConnectError, NoResponders, RequestTimeout, TriggerStatusError
+from bus.core.errors import ConfigError, ConnectError, NoResponders, RequestTimeout
 from bus.core.schema import TriggerStatusMsg, decode
 from bus.core.subjects import TRIGGERS_STATUS, validate_subject
+from triggers.engine.errors import TriggerStatusError
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

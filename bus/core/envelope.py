@@ -45,7 +45,7 @@ from bus.core.subjects import (
     subject_problem,
     validate_subject,
 )
-from bus.core.tracing import valid_traceparent
+from bus.core.traceparent import valid_traceparent
 
 if TYPE_CHECKING:  # not at run time: hookbus emit encodes with this module and must load fast (no asyncio, msgspec)
     import asyncio
@@ -113,7 +113,7 @@ class Event:
     received_as: ReceivedAs | None = None
     #: Set when ``payload`` is a preview and the whole payload is in the object store (the claim check).
     payload_ref: PayloadRefMsg | None = None
-    #: The emitter's W3C trace context when it traces (bus.core.tracing); only a valid one is kept.
+    #: The emitter's W3C trace context when it traces (bus.runtime.tracing); only a valid one is kept.
     traceparent: str | None = None
     #: The NATS user that published it, as the subject it arrived on vouches (``hookbus.from.<user>.<subject>``,
     #: which the permissions let only that user publish); None when it came on the plain subject. Set by the
@@ -220,7 +220,7 @@ class Encoder:
         """Encode an event; returns ``(bytes, oversize)``: an oversized one comes back cut to fit (see :meth:`fit`).
 
         With ``cut`` False an oversized envelope comes back whole, for the caller to claim or fit.
-        ``traceparent`` (a valid W3C value, from :func:`bus.core.tracing.current_traceparent`) is sent
+        ``traceparent`` (a valid W3C value, from :func:`bus.runtime.tracing.current_traceparent`) is sent
         beside the payload; an oversized event's cut or claimed envelope goes without it.
         Raises SubjectError, NotSerializableError or PayloadTooLarge for caller bugs.
         """

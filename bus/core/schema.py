@@ -66,7 +66,7 @@ class EnvelopeMsg(msgspec.Struct, kw_only=True):
     truncated: Any = False  # only ``true`` means cut
     received_as: Any = None  # set by receivers only (ReceivedAs); what a sender puts here is ignored
     payload_ref: PayloadRefMsg | None = None  # set: ``payload`` is a preview, the whole is in the object store
-    traceparent: Any = None  # the emitter's W3C trace context; only a valid one is kept (bus.core.tracing)
+    traceparent: Any = None  # the emitter's W3C trace context; only a valid one is kept (bus.core.traceparent)
 
 
 #: Depths the journal takes: far beyond any recursion limit, and well inside SQLite's integers.
@@ -270,7 +270,7 @@ class RequestCtx(msgspec.Struct, kw_only=True):
     user: str | msgspec.UnsetType = msgspec.UNSET
     template: str | msgspec.UnsetType = msgspec.UNSET
     process: str | msgspec.UnsetType = msgspec.UNSET
-    #: The caller's W3C trace context (bus.core.tracing), sent only when it traces; a malformed one is ignored.
+    #: The caller's W3C trace context (bus.core.traceparent), sent only when it traces; a malformed one is ignored.
     traceparent: str | msgspec.UnsetType = msgspec.UNSET
     #: The bag values the requested handlers read (docs/protocol.md, The bag), sent only when some handler reads any.
     inputs: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET

@@ -36,10 +36,10 @@ from bus.core.errors import (
     SubjectError,
     TransportError,
 )
-from bus.core.ratelog import RateLimitedLog
 from bus.core.schema import PayloadRefMsg
 from bus.core.subjects import PAYLOADS_BUCKET, matches
-from bus.core.tasks import TaskSet
+from bus.runtime.ratelog import RateLimitedLog
+from bus.runtime.tasks import TaskSet
 from bus.transport.kv import Bucket, KvEntry, Watch
 from bus.transport.port import ObjectStore, RawMessage, Trouble, TroubleCallback
 from bus.transport.streams import PullConsumer, StreamMessage, StreamSpec, StreamState

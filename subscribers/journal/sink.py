@@ -31,8 +31,6 @@ from prometheus_client.registry import REGISTRY, CollectorRegistry
 from bus.client import Bus
 from bus.core.clock import timestamp_ms
 from bus.core.errors import JournalError
-from bus.core.ratelog import RateLimitedLog
-from bus.core.stats import PREFIX
 from bus.core.subjects import JOURNAL_DURABLE_PREFIX
 from bus.journal.entries import (
     STREAM,
@@ -43,6 +41,8 @@ from bus.journal.entries import (
     subject_origin,
 )
 from bus.metrics import register_once
+from bus.runtime.ratelog import RateLimitedLog
+from bus.runtime.stats import PREFIX
 from bus.service import ServiceContext
 from bus.transport.streams import PullConsumer, StreamMessage, ack, nak
 from subscribers.journal.store import DB_NAME, JSONL_DIR, JournalStore, JsonlWriter, Received

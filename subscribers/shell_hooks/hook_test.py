@@ -15,7 +15,7 @@ from typing import Any, Final
 from bus.core.claim import DEFAULT_MAX_OBJECT_BYTES
 from bus.core.depth import depth_from_env
 from bus.core.envelope import Encoder, Event, decode
-from bus.core.visible import visible_lines
+from bus.runtime.visible import visible_lines
 from subscribers.shell_hooks.hooks_config import HookEntry
 from subscribers.shell_hooks.hooks_file import HOOKS_FILE, load
 from subscribers.shell_hooks.shell import HookOutcome, HookResult, ShellRunner

@@ -42,9 +42,9 @@ from bus.core.clock import now_timestamp
 from bus.core.envelope import Event
 from bus.core.errors import PayloadRefError
 from bus.core.subjects import TRIGGERS_QUEUE, TRIGGERS_STATUS, key_queue
-from bus.core.tasks import TaskSet
 from bus.journal.entries import JournalEntry, publish_entry
 from bus.metrics import register_once
+from bus.runtime.tasks import TaskSet
 from bus.transport.port import TRANSPORT_FAILURES, RawMessage
 from bus.turns.server import TurnRequest
 from triggers.engine.config import TriggerSpec

@@ -19,7 +19,7 @@ import orjson
 
 from bus.core.clock import random_hex
 from bus.core.envelope import _largest_string
-from bus.core.private_files import private_dir, write_new_private
+from bus.runtime.private_files import private_dir, write_new_private
 
 #: Bytes a cancel reason or an encoded patch payload may take before it is drained.
 DEFAULT_BUDGET: Final = 16 * 1024

@@ -25,7 +25,6 @@ from typing import Any, Final
 import msgspec
 
 from bus.core import depth as _depth
-from bus.core import tracing as _tracing
 from bus.core.clock import timestamp_ms
 from bus.core.decisions import CONTINUE, Cancel, Decision, Patch, read_reply
 from bus.core.errors import Aborted, BusClosedError, DecisionError, NoResponders, RequestTimeout
@@ -40,6 +39,7 @@ from bus.middleware.kernel.metrics import MIDDLEWARE
 from bus.middleware.kernel.view import Link, StageChain, View
 from bus.middleware.registry import LIVENESS_FACTOR
 from bus.middleware.trust import Managed
+from bus.runtime import tracing as _tracing
 from bus.transport.port import Port
 from bus.transport.requester import Requester
 
