@@ -23,8 +23,8 @@ from bus.core.catalog import check_strict
 from bus.core.claim import DEFAULT_MAX_OBJECT_BYTES, whole_payload
 from bus.core.decisions import Decision
 from bus.core.envelope import DEFAULT_MAX_BYTES, Encoder, payload_bytes
+from bus.core.envelope_schema import PayloadRefMsg
 from bus.core.errors import BusClosedError, ConfigError, NotSent, PayloadRefError, SubjectError, TransportError
-from bus.core.schema import PayloadRefMsg
 from bus.core.subjects import TOKEN_RE, normalise_pattern, publisher_token, vouched_pattern, wire_subject
 from bus.counters import CountersReporter
 from bus.middleware.kernel.intercept import Interceptor, MiddlewareOptions

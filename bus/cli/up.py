@@ -24,12 +24,11 @@ from bus.cli.workspace import add_workspace
 from bus.cli.workspace import resolve as resolve_workspace
 from bus.client import Bus
 from bus.core.errors import ConfigError, ConnectError, PortInUse, ServerError
-from bus.core.schema import PresenceComponent
 from bus.core.subjects import PRESENCE_BUCKET
 from bus.middleware.kernel.approvals import approvals_held
 from bus.middleware.registry import ensure_buckets
 from bus.presence import MAX_AGE_S as PRESENCE_MAX_AGE_S
-from bus.presence import component, presence
+from bus.presence import PresenceComponent, component, presence
 from bus.runtime.filelock import WorkspaceLock
 from bus.runtime.private_files import private_dir
 from bus.runtime.quantities import parse_duration, parse_size

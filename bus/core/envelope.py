@@ -50,7 +50,7 @@ from bus.core.traceparent import valid_traceparent
 if TYPE_CHECKING:  # not at run time: hookbus emit encodes with this module and must load fast (no asyncio, msgspec)
     import asyncio
 
-    from bus.core.schema import PayloadRefMsg, ReceivedAs
+    from bus.core.envelope_schema import PayloadRefMsg, ReceivedAs
 
 #: Default limit on an encoded event, as in the PRX document (64 KB).
 DEFAULT_MAX_BYTES: Final = 64 * 1024
@@ -109,7 +109,7 @@ class Event:
     #: receiver completed (``received_as``), the completed envelope.
     raw: bytes = b""
     #: Set by the receiver, never taken from the sender: ``prx-envelope`` or ``prx-payload`` when
-    #: it completed a PRX publisher's message (bus.core.schema.ReceivedAs), else None.
+    #: it completed a PRX publisher's message (bus.core.envelope_schema.ReceivedAs), else None.
     received_as: ReceivedAs | None = None
     #: Set when ``payload`` is a preview and the whole payload is in the object store (the claim check).
     payload_ref: PayloadRefMsg | None = None
@@ -479,7 +479,8 @@ def _completed(
 def _payload_ref(subject: str, ref: object) -> PayloadRefMsg:
     """A received ``payload_ref`` as its type (only its shape: the receiver checks the rest before fetching)."""
     try:
-        from bus.core.schema import PayloadRefMsg, convert
+        from bus.core.envelope_schema import PayloadRefMsg
+        from bus.core.schema import convert
 
         return convert(ref, PayloadRefMsg, "field 'payload_ref'", ValueError)
     except ValueError as exc:

@@ -35,7 +35,8 @@ import msgspec
 from bus.core.clock import random_hex
 from bus.core.declaration import Declaration, from_wire
 from bus.core.errors import ForeignAnnouncement, MiddlewareError, RegistryError, TooManyHandlers
-from bus.core.schema import AnnouncementMsg, decode
+from bus.core.middleware_schema import AnnouncementMsg
+from bus.core.schema import decode
 from bus.core.subjects import GUARDS_BUCKET, RECORDS_APPROVED_BUCKET, RECORDS_BUCKET, module_subject
 from bus.core.subjects import MODULES_BUCKET as MODULES_BUCKET
 from bus.core.subjects import TRUST_BUCKET as TRUST_BUCKET

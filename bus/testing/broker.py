@@ -26,6 +26,7 @@ from typing import Final
 
 from bus.core.claim import check_ref
 from bus.core.clock import random_hex
+from bus.core.envelope_schema import PayloadRefMsg
 from bus.core.errors import (
     JournalError,
     NoResponders,
@@ -36,7 +37,6 @@ from bus.core.errors import (
     SubjectError,
     TransportError,
 )
-from bus.core.schema import PayloadRefMsg
 from bus.core.subjects import PAYLOADS_BUCKET, matches
 from bus.runtime.ratelog import RateLimitedLog
 from bus.runtime.tasks import TaskSet

@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from typing import Final
 
 from bus.core.decisions import Cancel, Continue, Patch
-from bus.core.schema import CountersMsg, MiddlewareCountsMsg, decode
+from bus.core.schema import decode
+from bus.counters import CountersMsg, MiddlewareCountsMsg
 from bus.middleware.faults import Outcome
 from bus.middleware.kernel.metrics import BUCKETS as MIDDLEWARE_BUCKETS
 from subscribers.fleet_metrics.errors import CountersReportError

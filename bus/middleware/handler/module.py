@@ -28,9 +28,10 @@ from bus.core import depth as _depth
 from bus.core.decisions import Cancel, Continue, Decision, Patch, reply_of
 from bus.core.declaration import DEFAULT_TIMEOUT, Declaration, declare
 from bus.core.errors import DeclarationError
+from bus.core.middleware_schema import MiddlewareReply, MiddlewareRequest, ReactionMsg, RequestCtx
 from bus.core.payloads import from_dict, is_typed, to_dict
 from bus.core.results import ChainRun
-from bus.core.schema import MiddlewareReply, MiddlewareRequest, ReactionMsg, RequestCtx, convert
+from bus.core.schema import convert
 from bus.core.subjects import TOKEN_RE
 from bus.middleware.faults import Outcome, fault_decision
 from bus.middleware.handler.serving import ModuleServer

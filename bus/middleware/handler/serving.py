@@ -11,7 +11,8 @@ from typing import Any, Final, Protocol
 
 from bus.core.declaration import Declaration
 from bus.core.errors import RegistryError
-from bus.core.schema import MiddlewareReply, MiddlewareRequest, decode, encode
+from bus.core.middleware_schema import MiddlewareReply, MiddlewareRequest
+from bus.core.schema import decode, encode
 from bus.core.subjects import is_reply_inbox
 from bus.middleware.guards import GUARDS_BUCKET, mark_stopped, put_records, remove_records
 from bus.middleware.registry import MODULES_BUCKET, announcement_of, check_handler_count, open_bucket, request_subject

@@ -28,8 +28,9 @@ from bus.core import depth as _depth
 from bus.core.clock import timestamp_ms
 from bus.core.decisions import CONTINUE, Cancel, Decision, Patch, read_reply
 from bus.core.errors import Aborted, BusClosedError, DecisionError, NoResponders, RequestTimeout
+from bus.core.middleware_schema import MiddlewareReply, MiddlewareRequest, ReactionMsg, RequestCtx
 from bus.core.results import ChainRun, ends_run, hide_output
-from bus.core.schema import MiddlewareReply, MiddlewareRequest, ReactionMsg, RequestCtx, encode
+from bus.core.schema import encode
 from bus.core.stages import Stage, match_field, phase
 from bus.journal.entries import PROCESS, JournalEntry, JournalPublisher
 from bus.middleware.faults import REPORTED, Outcome, fault_decision
