@@ -22,7 +22,8 @@ from bus.core import depth as _depth
 from bus.core.catalog import check_strict
 from bus.core.claim import DEFAULT_MAX_OBJECT_BYTES, whole_payload
 from bus.core.decisions import Decision
-from bus.core.envelope import DEFAULT_MAX_BYTES, Encoder, payload_bytes
+from bus.core.encoder import Encoder, payload_bytes
+from bus.core.envelope import DEFAULT_MAX_BYTES
 from bus.core.envelope_schema import PayloadRefMsg
 from bus.core.errors import BusClosedError, ConfigError, NotSent, PayloadRefError, SubjectError, TransportError
 from bus.core.subjects import TOKEN_RE, normalise_pattern, publisher_token, vouched_pattern, wire_subject

@@ -26,9 +26,11 @@ from nats.aio.client import Client
 
 from bus import Bus, Event, NatsServer
 from bus.core.claim import DEFAULT_MAX_OBJECT_BYTES, reference
-from bus.core.envelope import DEFAULT_MAX_BYTES, Encoder, StringCutter, decode
+from bus.core.encoder import Encoder
+from bus.core.envelope import DEFAULT_MAX_BYTES, decode
 from bus.core.errors import EnvelopeError, PayloadRefError
 from bus.core.subjects import PAYLOADS_BUCKET, PAYLOADS_CHUNKS, PAYLOADS_METAS, PAYLOADS_STREAM
+from bus.core.truncation import StringCutter
 from bus.testing import EventRecorder
 from bus.transport.objects import CHUNK_BYTES
 from subscribers import Subscriber

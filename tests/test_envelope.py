@@ -9,7 +9,8 @@ import pytest
 
 from bus import EnvelopeError, NotSerializableError, PayloadTooLarge, SubjectError
 from bus.core.clock import format_timestamp
-from bus.core.envelope import Encoder, decode
+from bus.core.encoder import Encoder
+from bus.core.envelope import decode
 from bus.core.subjects import event_name, matches, normalise_pattern, subject_for, validate_pattern, validate_subject
 
 STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")

@@ -21,7 +21,7 @@ import nats
 import pytest
 
 from bus import NatsServer
-from bus.core.envelope import Encoder
+from bus.core.encoder import Encoder
 
 from .hooks_support import write_hooks
 from .test_cli import UpProcess

@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from bus import EnvelopeError
 from bus.core.depth import DEFAULT_MAX_DEPTH
-from bus.core.envelope import Encoder, decode
+from bus.core.encoder import Encoder
+from bus.core.envelope import decode
 from bus.core.errors import JournalError
 from bus.journal.entries import JournalEntry, decode_entry
 

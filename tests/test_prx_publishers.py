@@ -17,7 +17,8 @@ import pytest
 from nats.aio.client import Client
 
 from bus import Bus, Event, TurnRequest
-from bus.core.envelope import Encoder, decode
+from bus.core.encoder import Encoder
+from bus.core.envelope import decode
 from bus.core.errors import EnvelopeError
 from subscribers import Subscriber
 from triggers.engine import config

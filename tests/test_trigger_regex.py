@@ -28,7 +28,8 @@ def test_catastrophic_pattern_answers_at_once() -> None:
     """Run in a process of its own: a backtracking engine holds the GIL, so only a process can be bounded."""
     script = textwrap.dedent(
         f"""
-        from bus.core.envelope import Encoder, decode
+        from bus.core.envelope import decode
+        from bus.core.encoder import Encoder
         from triggers.engine import config
 
         item = {{"name": "t", "on": "eva.x", "prompt": "p", "agent": "a",

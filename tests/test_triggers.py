@@ -14,7 +14,8 @@ import orjson
 import pytest
 
 from bus import Bus, ConfigError, TurnRequest
-from bus.core.envelope import Encoder, Event, decode
+from bus.core.encoder import Encoder
+from bus.core.envelope import Event, decode
 from bus.journal.entries import JournalEntry, decode_entry
 from bus.runtime.filewatch import WatchedFile
 from triggers.engine import config

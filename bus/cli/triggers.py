@@ -91,7 +91,8 @@ async def _running_status(args: argparse.Namespace) -> tuple[list[dict[str, Any]
 
 
 def _test(args: argparse.Namespace, specs: Mapping[str, object], workspace: Path) -> int:
-    from bus.core.envelope import Encoder, decode
+    from bus.core.encoder import Encoder
+    from bus.core.envelope import decode
     from triggers.engine.config import TriggerSpec, agent_user
 
     spec = specs.get(args.name)

@@ -23,7 +23,7 @@ from typing import Any, Final
 import orjson
 
 from bus.core.clock import format_timestamp, now_timestamp
-from bus.core.envelope import Encoder
+from bus.core.encoder import Encoder
 from bus.core.errors import BusClosedError, JournalError
 from bus.core.schema import decode
 from bus.core.subjects import JOURNAL_PREFIX, JOURNAL_STREAM

@@ -22,7 +22,7 @@ import orjson
 from bus.core import depth as _depth
 from bus.core.clock import format_timestamp
 from bus.core.depth import depth_problem
-from bus.core.envelope import Encoder
+from bus.core.encoder import Encoder
 from bus.core.schema import decode
 from bus.core.subjects import TOKEN_RE, TURN_PREFIX, is_reply_inbox, turn_queue
 from bus.core.subjects import turn_subject as turn_subject

@@ -14,7 +14,8 @@ from typing import Any, Final
 
 from bus.core.claim import DEFAULT_MAX_OBJECT_BYTES
 from bus.core.depth import depth_from_env
-from bus.core.envelope import Encoder, Event, decode
+from bus.core.encoder import Encoder
+from bus.core.envelope import Event, decode
 from bus.runtime.visible import visible_lines
 from subscribers.shell_hooks.hooks_config import HookEntry
 from subscribers.shell_hooks.hooks_file import HOOKS_FILE, load
