@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 from bus.core import depth as _depth
-from bus.core.envelope import Event, decode
+from bus.core.envelope import Event, decode_event
 from bus.core.errors import EnvelopeError
 from bus.core.subjects import INTERNAL_PREFIXES, VOUCHED_PREFIX, hides_internal, split_vouched
 from bus.journal.entries import JournalEntry, publish_entry
@@ -156,7 +156,7 @@ class Subscription:
                 return
             publisher, subject = vouched
         try:
-            event = decode(subject, msg.data, self._max_bytes, self._max_depth)
+            event = decode_event(subject, msg.data, self._max_bytes, self._max_depth)
         except EnvelopeError as exc:
             self.bus.stats.dropped.add(exc.drop)
             self._malformed_log.warning("%s (subscription %r); message skipped", exc, self.pattern)

@@ -132,7 +132,7 @@ def _agree(obj: dict[str, Any], event: Event, msg: EnvelopeMsg) -> None:
 def test_the_fast_check_and_envelope_msg_agree_on_every_field(obj: Any) -> None:
     data = orjson.dumps(obj)
     try:
-        event: Event | None = envelope.decode(SUBJECT, data)
+        event: Event | None = envelope.decode_event(SUBJECT, data)
     except EnvelopeError:
         event = None
     if isinstance(obj, dict) and "event" not in obj and "payload" not in obj:  # a bare PRX payload: wrapped
@@ -162,7 +162,7 @@ def test_what_the_encoder_writes_is_an_envelope_msg(
     assert not oversize
     msg = decode(data, EnvelopeMsg, "event", ValueError)
     assert set(orjson.loads(data)) <= set(FIELDS)
-    _agree(orjson.loads(data), envelope.decode(SUBJECT, data), msg)
+    _agree(orjson.loads(data), envelope.decode_event(SUBJECT, data), msg)
     assert (msg.payload, msg.session_id, msg.depth, msg.source, msg.traceparent) == (
         payload,
         session,
@@ -174,5 +174,5 @@ def test_what_the_encoder_writes_is_an_envelope_msg(
 
 def test_a_claim_reference_is_read_as_its_declared_type() -> None:
     ref = {"bucket": "hookbus_payloads", "name": "n", "size": 1, "sha256": "b" * 64}
-    event = envelope.decode(SUBJECT, orjson.dumps({**_VALID, "payload_ref": ref}))
+    event = envelope.decode_event(SUBJECT, orjson.dumps({**_VALID, "payload_ref": ref}))
     assert event.payload_ref == PayloadRefMsg(**ref)

@@ -92,7 +92,7 @@ async def _running_status(args: argparse.Namespace) -> tuple[list[dict[str, Any]
 
 def _test(args: argparse.Namespace, specs: Mapping[str, object], workspace: Path) -> int:
     from bus.core.encoder import Encoder
-    from bus.core.envelope import decode
+    from bus.core.envelope import decode_event
     from triggers.engine.config import TriggerSpec, agent_user
 
     spec = specs.get(args.name)
@@ -114,7 +114,7 @@ def _test(args: argparse.Namespace, specs: Mapping[str, object], workspace: Path
         raise ConfigError(f"trigger {spec.name!r} listens to the pattern {spec.on!r}: give --subject") from None
     payload = read_json_object(args.payload, "the payload")
     data, _ = Encoder().encode(subject, payload, args.session, args.depth)
-    event = decode(subject, data)
+    event = decode_event(subject, data)
     from bus.core.subjects import matches
 
     if not matches(spec.pattern, subject):

@@ -260,7 +260,9 @@ _AS_ENVELOPE: Final[ReceivedAs] = "prx-envelope"
 _AS_PAYLOAD: Final[ReceivedAs] = "prx-payload"
 
 
-def decode(subject: str, data: bytes, max_bytes: int = DEFAULT_MAX_BYTES, max_depth: int = DEFAULT_MAX_DEPTH) -> Event:
+def decode_event(
+    subject: str, data: bytes, max_bytes: int = DEFAULT_MAX_BYTES, max_depth: int = DEFAULT_MAX_DEPTH
+) -> Event:
     """Decode and check envelope bytes received on ``subject``, as if the sender were hostile.
 
     Raises EnvelopeError naming what is wrong and the drop reason to count it

@@ -207,7 +207,7 @@ class JournalPublisher:
             await asyncio.wait(set(self._sending), timeout=timeout)
 
 
-async def ensure_stream(bus: Port, replicas: int | None = None) -> StreamState:
+async def ensure_journal_stream(bus: Port, replicas: int | None = None) -> StreamState:
     """Create (or update) the JetStream stream that captures every journal entry; return its state.
 
     ``replicas`` defaults to 3 on a cluster of three or more nodes, else 1.
