@@ -18,7 +18,6 @@ from bus.core.declaration import Declaration
 from bus.core.errors import ConfigError, JournalError
 from bus.core.middleware_schema import AnnouncementMsg
 from bus.core.schema import convert, decode
-from bus.core.subjects import TRIGGERS_STATUS
 from bus.journal import schema as journal_schema
 from bus.journal.entries import CAUSE_CAP, JournalEntry, decode_checked
 from bus.middleware import schema as stored_schema
@@ -38,6 +37,7 @@ from triggers.agent import hook_turn
 from triggers.agent.config_schema import HOOK_TURN_TIMEOUT_S, HookTurn
 from triggers.engine import config as trigger_config
 from triggers.engine import schema as trigger_schema
+from triggers.engine.subjects import TRIGGERS_STATUS
 
 from .conftest import run_cli
 

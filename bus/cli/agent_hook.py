@@ -28,6 +28,7 @@ import orjson
 from bus.adapters.claude_code import ClaudeCodeDialect, HookAnswer, parse
 from bus.adapters.errors import AgentHookError
 from bus.adapters.schema import AdapterReplyMsg, AgentHookInput
+from bus.adapters.subjects import adapter_subject
 from bus.cli.options import add_nats_url, credentials_of
 from bus.core.depth import DEFAULT_MAX_DEPTH, depth_from_env
 from bus.core.errors import (
@@ -39,7 +40,6 @@ from bus.core.errors import (
     SubjectError,
 )
 from bus.core.schema import decode
-from bus.core.subjects import adapter_subject
 from bus.transport import oneshot
 from bus.transport.endpoints import credential_values, resolve_servers
 

@@ -16,9 +16,10 @@ from bus.cli.workspace import add_workspace, bus_name, existing
 from bus.client import Bus
 from bus.core.errors import ConfigError, ConnectError, NoResponders, RequestTimeout
 from bus.core.schema import decode
-from bus.core.subjects import TRIGGERS_STATUS, validate_subject
+from bus.core.subjects import validate_subject
 from triggers.engine.errors import TriggerStatusError
 from triggers.engine.schema import TriggerStatusMsg
+from triggers.engine.subjects import TRIGGERS_STATUS
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

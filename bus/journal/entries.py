@@ -26,8 +26,8 @@ from bus.core.clock import format_timestamp, now_timestamp
 from bus.core.encoder import Encoder
 from bus.core.errors import BusClosedError, JournalError
 from bus.core.schema import decode
-from bus.core.subjects import JOURNAL_PREFIX, JOURNAL_STREAM
 from bus.journal.schema import JOURNAL_MAX_DEPTH, JOURNAL_MAX_DURATION_MS, JournalEntryMsg
+from bus.journal.subjects import JOURNAL_PREFIX, JOURNAL_STREAM
 from bus.runtime.tasks import TaskSet
 from bus.transport.port import TRANSPORT_FAILURES, Port
 from bus.transport.streams import StreamSpec, StreamState

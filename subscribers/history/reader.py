@@ -14,7 +14,8 @@ from datetime import UTC, datetime, timedelta
 from bus.client import Bus
 from bus.core.envelope import Event, decode_event
 from bus.core.errors import ConfigError, EnvelopeError
-from bus.core.subjects import HISTORY_STREAM, is_vouched, matches, normalise_pattern, split_vouched
+from bus.core.subjects import is_vouched, matches, normalise_pattern, split_vouched
+from subscribers.history.subjects import HISTORY_STREAM
 
 
 @dataclass

@@ -31,7 +31,6 @@ from prometheus_client.registry import REGISTRY, CollectorRegistry
 from bus.client import Bus
 from bus.core.clock import timestamp_ms
 from bus.core.errors import JournalError
-from bus.core.subjects import JOURNAL_DURABLE_PREFIX
 from bus.journal.entries import (
     STREAM,
     SUBJECT_PREFIX,
@@ -40,6 +39,7 @@ from bus.journal.entries import (
     ensure_journal_stream,
     subject_origin,
 )
+from bus.journal.subjects import JOURNAL_DURABLE_PREFIX
 from bus.metrics import register_once
 from bus.runtime.ratelog import RateLimitedLog
 from bus.runtime.stats import PREFIX
