@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any, Final
 
 import orjson
@@ -69,9 +70,8 @@ def _cut_text(text: str, cut_bytes: int) -> str:
     return head + truncation_marker(len(encoded) - len(head.encode()) - len(tail.encode())) + tail
 
 
-def _long_strings(value: Any) -> list[tuple[Any, Any, str, int, int]]:
-    """Every string of ``value`` longer than the shortest one ever cut, with where it is and its sizes."""
-    found: list[tuple[Any, Any, str, int, int]] = []
+def _cuttable_strings(value: Any) -> Iterator[tuple[Any, Any, str]]:
+    """Every string of ``value`` longer than the shortest one ever cut, with its container and key."""
     stack = [value]
     while stack:
         node = stack.pop()
@@ -79,23 +79,18 @@ def _long_strings(value: Any) -> list[tuple[Any, Any, str, int, int]]:
         for key, item in items:
             if isinstance(item, str):
                 if len(item) > _MIN_CUT_CHARS:
-                    found.append((node, key, item, len(item.encode()), len(_dumps(item)) - 2))
+                    yield node, key, item
             elif isinstance(item, (dict, list)):
                 stack.append(item)
-    return found
+
+
+def _long_strings(value: Any) -> list[tuple[Any, Any, str, int, int]]:
+    """Every cuttable string of ``value`` with where it is and its sizes (UTF-8, and inside JSON)."""
+    return [
+        (node, key, item, len(item.encode()), len(_dumps(item)) - 2) for node, key, item in _cuttable_strings(value)
+    ]
 
 
 def largest_string(value: Any) -> tuple[Any, Any, str] | None:
-    """The longest string of ``value`` over the shortest one ever cut, with its container and key (output drain)."""
-    best: tuple[Any, Any, str] | None = None
-    stack = [value]
-    while stack:
-        node = stack.pop()
-        items = node.items() if isinstance(node, dict) else enumerate(node)
-        for key, item in items:
-            if isinstance(item, str):
-                if len(item) > _MIN_CUT_CHARS and (best is None or len(item) > len(best[2])):
-                    best = (node, key, item)
-            elif isinstance(item, (dict, list)):
-                stack.append(item)
-    return best
+    """The longest cuttable string of ``value``, with its container and key (output drain); the first of equals."""
+    return max(_cuttable_strings(value), key=lambda found: len(found[2]), default=None)
