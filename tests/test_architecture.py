@@ -303,6 +303,19 @@ def test_the_runtime_imports_only_itself_and_the_core() -> None:
     assert _imports_outside(_graph(), "bus.runtime", ("bus.runtime", "bus.core")) == []
 
 
+#: The most lines a module of the core or the runtime may have: past it, split it by what its parts do.
+MAX_LINES = 500
+
+
+def test_no_core_or_runtime_module_is_over_the_line_limit() -> None:
+    long = {
+        name: lines
+        for name, path in MODULES.items()
+        if name.startswith(("bus.core.", "bus.runtime.")) and (lines := len(path.read_text().splitlines())) > MAX_LINES
+    }
+    assert long == {}
+
+
 def test_the_isolation_check_sees_an_import_from_above() -> None:
     graph = {"bus.core.a": {"bus.core.b", "bus.transport.kv"}, "bus.core.b": set(), "bus.coreish": {"bus.client"}}
     assert _imports_outside(graph, "bus.core", ("bus.core",)) == ["bus.core.a imports bus.transport.kv"]
