@@ -19,20 +19,21 @@ from types import TracebackType
 from typing import Any, Final
 
 from bus.core import depth as _depth
-from bus.core import tracing as _tracing
 from bus.core.catalog import check_strict
 from bus.core.claim import DEFAULT_MAX_OBJECT_BYTES, whole_payload
 from bus.core.decisions import Decision
-from bus.core.envelope import DEFAULT_MAX_BYTES, Encoder, payload_bytes
+from bus.core.encoder import Encoder, payload_bytes
+from bus.core.envelope import DEFAULT_MAX_BYTES
+from bus.core.envelope_schema import PayloadRefMsg
 from bus.core.errors import BusClosedError, ConfigError, NotSent, PayloadRefError, SubjectError, TransportError
-from bus.core.ratelog import RateLimitedLog
-from bus.core.schema import PayloadRefMsg
-from bus.core.stats import COLLECTOR, BusStats
 from bus.core.subjects import TOKEN_RE, normalise_pattern, publisher_token, vouched_pattern, wire_subject
-from bus.core.tasks import TaskSet
 from bus.counters import CountersReporter
 from bus.middleware.kernel.intercept import Interceptor, MiddlewareOptions
 from bus.middleware.trust import Managed
+from bus.runtime import tracing as _tracing
+from bus.runtime.ratelog import RateLimitedLog
+from bus.runtime.stats import COLLECTOR, BusStats
+from bus.runtime.tasks import TaskSet
 from bus.subscription import DEFAULT_CLOSE_TIMEOUT, settle
 from bus.subscription import EventHandler as EventHandler  # re-exported: the public names stay where they were
 from bus.subscription import Subscription as Subscription
@@ -326,7 +327,7 @@ class Bus:
     ) -> RawSubscription:
         """Call ``cb`` as each raw message is read, with no queue or task between (plumbing: the middleware's
         requests and replies). ``cb`` must not block; what it must wait for goes in a task
-        (:func:`bus.core.eager.run_eager`)."""
+        (:func:`bus.runtime.eager.run_eager`)."""
         return await self._connection().subscribe_direct(subject, cb, queue=queue)
 
     async def request_raw(self, subject: str, data: bytes, timeout: float) -> bytes:

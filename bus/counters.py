@@ -23,16 +23,46 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Annotated, Final
 
 import msgspec
 
-from bus.core.schema import CountersMsg, MiddlewareCountsMsg
-from bus.core.stats import COLLECTOR
+from bus.core.schema import NonNegative
 from bus.core.subjects import counters_subject
 from bus.journal.entries import PROCESS
 from bus.middleware.kernel.metrics import MIDDLEWARE
+from bus.runtime.stats import COLLECTOR
 from bus.transport.port import Port
+
+
+class MiddlewareCountsMsg(msgspec.Struct, kw_only=True):
+    """One (handler, stage) of a counters report: reactions since the last report, and their latency."""
+
+    handler: str
+    stage: str
+    calls: dict[str, NonNegative] = {}  # outcome (ok, timeout, failed, ...) -> reactions
+    decisions: dict[str, NonNegative] = {}  # continue | cancel | patch -> reactions
+    fail_closed: NonNegative = 0  # faults of a fail_closed handler that cancelled
+    latency: list[NonNegative] = []  # reactions per latency bucket (bus.core.fleet.LATENCY_BUCKETS, then +Inf)
+    latency_sum: Annotated[float, msgspec.Meta(ge=0)] = 0.0  # seconds
+
+
+class CountersMsg(msgspec.Struct, kw_only=True):
+    """On ``hookbus.counters[.<user>]``: what one process counted since its previous report (docs/metrics.md).
+
+    Every count is a difference, never a total, so a lost report loses only
+    its own counts; a receiver re-checks the ranges and caps the labels.
+    """
+
+    process: str  # host:pid, informational
+    dropped: dict[str, NonNegative] = {}  # reason -> events
+    truncated: NonNegative = 0
+    delivered: dict[str, NonNegative] = {}  # subject -> events handed to a handler
+    handler_errors: dict[str, NonNegative] = {}  # subscription pattern -> handlers that raised
+    disconnects: NonNegative = 0
+    reconnects: NonNegative = 0
+    middleware: list[MiddlewareCountsMsg] = []
+
 
 log = logging.getLogger("hookbus.counters")
 

@@ -11,8 +11,8 @@ from collections.abc import Iterable
 
 from prometheus_client.registry import REGISTRY, Collector, CollectorRegistry
 
-from bus.core.stats import COLLECTOR
 from bus.middleware.kernel.metrics import MIDDLEWARE
+from bus.runtime.stats import COLLECTOR
 
 _registered: set[tuple[int, int]] = set()  # (registry, collector) pairs, by identity; both live for the process
 

@@ -1,7 +1,7 @@
 """Presence: each hookbus process says it is alive, and what it runs, in one KV bucket.
 
 ``hookbus up``, ``hookbus worker``, ``hookbus journal-sink`` and ``hookbus
-agent`` put a :class:`~bus.core.schema.PresenceMsg` under
+agent`` put a :class:`PresenceMsg` under
 ``<user>.<instance>`` of ``hookbus_presence`` every ``heartbeat`` seconds and
 delete it when they stop; the bucket forgets keys after ``MAX_AGE_S``, so a
 killed process disappears by itself. ``hookbus status`` reads it (modules are
@@ -25,17 +25,46 @@ from dataclasses import dataclass
 from functools import cache
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as package_version
-from typing import Final
+from typing import Annotated, Final, Literal
 
 import msgspec
 
 from bus.client import Bus
 from bus.core.clock import random_hex
 from bus.core.errors import RegistryError
-from bus.core.schema import PresenceComponent, PresenceMsg, decode
+from bus.core.schema import Token, decode
 from bus.core.subjects import PRESENCE_BUCKET, TOKEN_RE
-from bus.core.tasks import stop_if_cancelled
+from bus.runtime.tasks import stop_if_cancelled
 from bus.transport.kv import Bucket
+
+#: A short text of a presence record, as ``hookbus status`` shows it.
+ShortText = Annotated[str, msgspec.Meta(max_length=200)]
+#: What a process runs, as ``hookbus status`` groups it.
+ComponentKind = Literal["bus", "agent", "worker", "trigger_engine", "journal_sink"]
+
+
+class PresenceComponent(msgspec.Struct, kw_only=True):
+    """One part a process runs: its ``kind``, its ``name`` and a ``detail`` for people."""
+
+    kind: ComponentKind
+    name: ShortText
+    detail: ShortText = ""
+
+
+class PresenceMsg(msgspec.Struct, kw_only=True):
+    """A value of the ``hookbus_presence`` bucket: one process says it is alive and what it runs."""
+
+    user: Token  # the NATS user, also the key's first token (the permissions bind the two)
+    instance: Token
+    process: ShortText  # ``hookbus up``, ``hookbus worker`` ...
+    version: ShortText  # the hookbus version it runs
+    host: ShortText
+    pid: Annotated[int, msgspec.Meta(ge=0)]
+    heartbeat: Annotated[float, msgspec.Meta(gt=0, le=3600)]
+    started: float
+    at: float  # Unix time of this beat, by the process's clock
+    components: Annotated[list[PresenceComponent], msgspec.Meta(max_length=32)]
+
 
 log = logging.getLogger("hookbus.presence")
 

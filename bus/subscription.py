@@ -3,7 +3,7 @@
 ``Bus.subscribe`` makes one :class:`Subscription` per call and hands it the
 raw messages of its pattern as the connection reads them (a direct
 subscription: no queue or task between); everything a receiver must check
-happens here. Handlers start inline (bus.core.eager); at most ``concurrency``
+happens here. Handlers start inline (bus.runtime.eager); at most ``concurrency``
 of them wait at once, and while they do, later messages wait in the
 subscription's own backlog, bounded by ``pending_msgs`` and ``pending_bytes``.
 What does not fit is dropped and counted as a slow consumer.
@@ -23,13 +23,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 from bus.core import depth as _depth
-from bus.core.eager import start_eager
-from bus.core.envelope import Event, decode
+from bus.core.envelope import Event, decode_event
 from bus.core.errors import EnvelopeError
-from bus.core.ratelog import RateLimitedLog
 from bus.core.subjects import INTERNAL_PREFIXES, VOUCHED_PREFIX, hides_internal, split_vouched
-from bus.core.tasks import TaskSet
 from bus.journal.entries import JournalEntry, publish_entry
+from bus.runtime.eager import start_eager
+from bus.runtime.ratelog import RateLimitedLog
+from bus.runtime.tasks import TaskSet
 from bus.transport.port import TRANSPORT_FAILURES, Port, RawMessage, RawSubscription
 
 log = logging.getLogger("hookbus.bus")
@@ -156,7 +156,7 @@ class Subscription:
                 return
             publisher, subject = vouched
         try:
-            event = decode(subject, msg.data, self._max_bytes, self._max_depth)
+            event = decode_event(subject, msg.data, self._max_bytes, self._max_depth)
         except EnvelopeError as exc:
             self.bus.stats.dropped.add(exc.drop)
             self._malformed_log.warning("%s (subscription %r); message skipped", exc, self.pattern)

@@ -16,11 +16,12 @@ from typing import Final
 
 from bus.client import Bus
 from bus.core.errors import MiddlewareError
-from bus.core.schema import SwitchRecordMsg, TrustRecord, decode
+from bus.core.schema import decode
 from bus.core.stages import phase
 from bus.journal.entries import JournalEntry, publish_entry
 from bus.middleware import switches
 from bus.middleware.registry import TRUST_BUCKET, open_bucket
+from bus.middleware.schema import SwitchRecordMsg, TrustRecord
 from bus.middleware.switches import describe
 from bus.transport.kv import Bucket
 

@@ -20,9 +20,9 @@ from prometheus_client.registry import REGISTRY, CollectorRegistry
 
 from bus.client import Bus
 from bus.core.envelope import Event
-from bus.core.stats import LabelCap
 from bus.core.subjects import AGENT_METRICS_QUEUE
 from bus.metrics import register_once
+from bus.runtime.stats import LabelCap
 from bus.service import ServiceContext
 
 QUEUE: Final = AGENT_METRICS_QUEUE

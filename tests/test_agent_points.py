@@ -18,7 +18,7 @@ import orjson
 from bus import Bus, Cancel, Continue, Module, Patch, Stage, TurnRequest
 from bus.core.decisions import Decision
 from bus.core.payloads import AssistantMessage, LlmRequest, ToolCall, from_dict, to_dict
-from bus.journal.entries import ensure_stream
+from bus.journal.entries import ensure_journal_stream
 from bus.testing import JournalRecorder, serving, wait_for_chain
 from subscribers.journal.sink import JournalSink
 from subscribers.journal.store import Query
@@ -366,7 +366,7 @@ async def test_undeclared_points_cost_nothing_and_answers_stream(kernel: Bus, ll
 async def test_journal_session_reads_the_turns_decisions_in_order(
     kernel: Bus, nats_url: str, llm: fake_llm.FakeLLM, workspace: Path
 ) -> None:
-    await ensure_stream(kernel)
+    await ensure_journal_stream(kernel)
     sink = JournalSink(kernel, workspace, durable=f"points-{uuid.uuid4().hex[:6]}")
     stop = asyncio.Event()
     sinking = asyncio.create_task(sink.run(stop))
@@ -472,7 +472,7 @@ async def test_a_stream_with_tool_call_deltas_of_the_wrong_types_is_a_named_mode
     llm: fake_llm.FakeLLM,
 ) -> None:
     """A hostile or broken model server's chunks fail the attempt as an LLMError naming the delta, never a TypeError."""
-    from bus.core.errors import LLMError
+    from triggers.agent.errors import LLMError
 
     client = ChatClient(llm.url, "fake", attempts=1, timeout=5.0)
     try:

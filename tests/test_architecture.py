@@ -53,6 +53,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("middleware sides", ("bus.middleware.kernel", "bus.middleware.handler")),
     ("middleware shared, journal, turns", ("bus.middleware", "bus.journal", "bus.turns")),
     ("transport", ("bus.transport",)),
+    # What a running process needs beside the protocol: eager starts, task sets, files, spans, counters.
+    ("runtime", ("bus.runtime",)),
     ("core", ("bus.core",)),
 )
 #: Modules outside bus/transport that still import nats-py directly, each to move behind the transport.
@@ -261,8 +263,9 @@ def test_the_checks_catch_a_circle_and_an_upward_import() -> None:
     assert _layer("bus.middleware.kernel.view") < _layer("bus.middleware.trust")
 
 
-def test_exceptions_form_one_tree_in_core_errors() -> None:
-    """Every public exception is declared in bus/core/errors.py and derives from HookbusError."""
+def test_exceptions_form_one_tree_under_hookbus_error() -> None:
+    """Every public exception derives from HookbusError and is declared in an ``errors`` module: the core's
+    bases in bus/core/errors.py, a feature's own errors in its package's errors.py."""
     from bus.core.errors import HookbusError
 
     wrong = []
@@ -275,9 +278,47 @@ def test_exceptions_form_one_tree_in_core_errors() -> None:
                 continue
             if not issubclass(value, HookbusError):
                 wrong.append(f"{name}.{attr} does not derive from HookbusError")
-            elif name != "bus.core.errors" and not attr.startswith("_"):
-                wrong.append(f"{name}.{attr} is declared outside bus/core/errors.py")
+            elif not name.endswith(".errors") and not attr.startswith("_"):
+                wrong.append(f"{name}.{attr} is declared outside an errors module")
     assert wrong == []
+
+
+def _imports_outside(graph: dict[str, set[str]], prefix: str, allowed: tuple[str, ...]) -> list[str]:
+    """Imports of hookbus modules by the modules under ``prefix`` that land outside ``allowed``."""
+    return [
+        f"{source} imports {target}"
+        for source, targets in graph.items()
+        if source == prefix or source.startswith(prefix + ".")
+        for target in sorted(targets)
+        if not any(target == a or target.startswith(a + ".") for a in allowed)
+    ]
+
+
+def test_the_core_imports_only_the_core() -> None:
+    """bus/core holds the protocol: it needs nothing else of hookbus (``bus`` itself would run the façade)."""
+    assert _imports_outside(_graph(), "bus.core", ("bus.core",)) == []
+
+
+def test_the_runtime_imports_only_itself_and_the_core() -> None:
+    assert _imports_outside(_graph(), "bus.runtime", ("bus.runtime", "bus.core")) == []
+
+
+#: The most lines a module of the core or the runtime may have: past it, split it by what its parts do.
+MAX_LINES = 500
+
+
+def test_no_core_or_runtime_module_is_over_the_line_limit() -> None:
+    long = {
+        name: lines
+        for name, path in MODULES.items()
+        if name.startswith(("bus.core.", "bus.runtime.")) and (lines := len(path.read_text().splitlines())) > MAX_LINES
+    }
+    assert long == {}
+
+
+def test_the_isolation_check_sees_an_import_from_above() -> None:
+    graph = {"bus.core.a": {"bus.core.b", "bus.transport.kv"}, "bus.core.b": set(), "bus.coreish": {"bus.client"}}
+    assert _imports_outside(graph, "bus.core", ("bus.core",)) == ["bus.core.a imports bus.transport.kv"]
 
 
 def test_the_architecture_doc_names_only_paths_that_exist() -> None:

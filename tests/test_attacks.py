@@ -23,7 +23,7 @@ from nats.aio.client import Client
 from bus import Bus, Cancel, Continue, Module, NatsServer, Stage
 from bus.core.errors import RegistryError
 from bus.core.subjects import PRESENCE_BUCKET, counters_subject
-from bus.journal.entries import ensure_stream
+from bus.journal.entries import ensure_journal_stream
 from bus.middleware.registry import MODULES_BUCKET, Announcement, announcement_of, request_subject
 from bus.testing import serving, wait_for_chain
 
@@ -101,7 +101,7 @@ async def state(server: NatsServer) -> None:
     """The bus role creates the buckets and the journal stream, as `hookbus up` does."""
     async with Bus(url(server, "operator")) as op:
         await op.middleware.start()
-        await ensure_stream(op)
+        await ensure_journal_stream(op)
 
 
 async def test_no_agent_reads_another_agents_replies(server: NatsServer, state: None, attacker: Attacker) -> None:

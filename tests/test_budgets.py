@@ -14,11 +14,12 @@ from typing import Any
 import pytest
 
 from bus import Bus, TurnRequest
-from bus.core.config_schema import BudgetLayer, BudgetsFile, ModelPrice
-from bus.core.errors import ConfigError, TurnFailed
+from bus.core.errors import ConfigError
 from bus.testing import EventRecorder, JournalRecorder
+from bus.turns.errors import TurnFailed
 from triggers.agent import budgets
 from triggers.agent.budgets import BudgetBook
+from triggers.agent.config_schema import BudgetLayer, BudgetsFile, ModelPrice
 from triggers.agent.llm import ChatClient
 from triggers.agent.runner import TurnRunner
 

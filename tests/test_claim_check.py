@@ -26,9 +26,11 @@ from nats.aio.client import Client
 
 from bus import Bus, Event, NatsServer
 from bus.core.claim import DEFAULT_MAX_OBJECT_BYTES, reference
-from bus.core.envelope import DEFAULT_MAX_BYTES, Encoder, StringCutter, decode
+from bus.core.encoder import Encoder
+from bus.core.envelope import DEFAULT_MAX_BYTES, decode_event
 from bus.core.errors import EnvelopeError, PayloadRefError
 from bus.core.subjects import PAYLOADS_BUCKET, PAYLOADS_CHUNKS, PAYLOADS_METAS, PAYLOADS_STREAM
+from bus.core.truncation import StringCutter
 from bus.testing import EventRecorder
 from bus.transport.objects import CHUNK_BYTES
 from subscribers import Subscriber
@@ -191,7 +193,7 @@ async def test_a_malformed_reference_drops_the_envelope_as_malformed(bus: Bus) -
     assert event.payload == {"barrier": True}
     assert bus.stats.dropped["malformed"] == before + 2
     with pytest.raises(EnvelopeError, match=r"field 'payload_ref': field 'sha256': expected `str` matching"):
-        decode(SUBJECT, claimed_envelope(bad))
+        decode_event(SUBJECT, claimed_envelope(bad))
 
 
 async def test_without_an_object_store_the_largest_strings_are_cut_in_proportion(own_server: NatsServer) -> None:
@@ -238,7 +240,7 @@ def test_an_oversized_event_with_nothing_to_cut_is_refused_or_previewed_empty() 
     data, oversize = Encoder(max_bytes=1024, cut=False).encode(SUBJECT, many, None, 0)
     assert oversize and len(data) > 1024
     ref = reference(orjson.dumps(many))
-    claimed = decode(SUBJECT, encoder.fit(SUBJECT, many, None, 0, len(data), ref), max_bytes=1024)
+    claimed = decode_event(SUBJECT, encoder.fit(SUBJECT, many, None, 0, len(data), ref), max_bytes=1024)
     assert claimed.payload == {} and claimed.payload_ref == ref and claimed.truncated
 
 

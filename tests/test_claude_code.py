@@ -24,9 +24,9 @@ import pytest
 
 from bus import Bus, Cancel, Continue, Decision, Module, NatsServer, Patch
 from bus.adapters.claude_code import parse, plan
+from bus.adapters.errors import AgentHookError
 from bus.adapters.relay import Relay
-from bus.core.errors import AgentHookError
-from bus.core.subjects import adapter_subject
+from bus.adapters.subjects import adapter_subject
 from bus.testing import EventRecorder, serving, wait_for_chain
 
 from .conftest import run_cli, unique

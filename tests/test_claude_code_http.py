@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 from bus import Bus, Decision, Module, Patch
-from bus.core.subjects import adapter_subject
+from bus.adapters.subjects import adapter_subject
 from bus.testing import EventRecorder, serving, wait_for_chain
 
 from .conftest import unique

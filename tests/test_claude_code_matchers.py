@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
+from bus.adapters.errors import PatternError
 from bus.adapters.hook_rules import claude_matcher, regex_matcher, strongest
-from bus.core.errors import PatternError
 
 
 @pytest.mark.parametrize(

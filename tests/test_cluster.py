@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from bus import Bus, Cancel, Continue, Module, Stage
-from bus.journal.entries import STREAM, JournalEntry, ensure_stream, publish_entry
+from bus.journal.entries import STREAM, JournalEntry, ensure_journal_stream, publish_entry
 from bus.testing import EventRecorder, NatsCluster, serving, wait_for_chain
 from subscribers.journal.sink import JournalSink
 from subscribers.journal.store import DB_NAME, JournalStore
@@ -38,7 +38,7 @@ async def test_events_and_journal_flow_across_nodes(cluster: NatsCluster, worksp
         events = await rec.wait_for(50)
         assert [e.payload["output"] for e in events] == [str(i) for i in range(50)]
 
-        await ensure_stream(sink_bus)  # replicas follow the cluster's size
+        await ensure_journal_stream(sink_bus)  # replicas follow the cluster's size
         info = await sink_bus.nc.jetstream().stream_info(STREAM)
         assert info.config.num_replicas == 3
         for bucket in ("KV_hookbus_modules", "KV_hookbus_trust"):

@@ -13,8 +13,8 @@ import pytest
 from bus import Bus, Cancel, Continue, Module, Patch
 from bus.core.declaration import declare
 from bus.core.errors import MiddlewareError
-from bus.core.schema import TrustRecord
 from bus.middleware.registry import TRUST_BUCKET, open_bucket
+from bus.middleware.schema import TrustRecord
 from bus.switching import disable_handler, enable_handler, grant_handler, revoke_handler
 from bus.testing import JournalRecorder, serving, wait_for_chain
 from bus.transport.port import RawMessage

@@ -6,8 +6,7 @@ import msgspec
 import pytest
 
 from bus import Bus, Event
-from bus.core.schema import CountersMsg
-from bus.counters import INTERVAL_ENV, take_reports
+from bus.counters import INTERVAL_ENV, CountersMsg, take_reports
 
 from .waiting import wait_until
 

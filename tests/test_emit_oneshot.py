@@ -21,7 +21,7 @@ import pytest
 from nats.aio.client import Client
 
 from bus import Bus, NatsServer
-from bus.core.envelope import DEFAULT_MAX_BYTES, decode
+from bus.core.envelope import DEFAULT_MAX_BYTES, decode_event
 from bus.testing import EventRecorder
 
 from .conftest import hookbus_cmd, run_cli, shipped_permissions
@@ -82,9 +82,9 @@ async def test_one_shot_envelope_is_the_full_clients(nats_url: str, raw: Client)
     await wait_until(lambda: len(got) == 2, 10, "both envelopes")
     one_shot, full_client = got
     assert _VARYING.sub(b"", one_shot) == _VARYING.sub(b"", full_client)
-    event = decode(subject, one_shot)
+    event = decode_event(subject, one_shot)
     assert (event.depth, event.session_id, event.payload["nested"]) == (3, "s-1", {"list": [1, None, True]})
-    assert event.id != decode(subject, full_client).id
+    assert event.id != decode_event(subject, full_client).id
 
 
 async def test_jsonl_sends_every_line_over_one_connection() -> None:
@@ -144,7 +144,7 @@ async def test_an_event_over_the_limit_goes_through_the_full_client(nats_url: st
     assert done.returncode == 0, done.stderr
     await wait_until(lambda: got, 10, "the large event")
     assert len(got[0]) <= DEFAULT_MAX_BYTES
-    assert decode(subject, got[0]).truncated
+    assert decode_event(subject, got[0]).truncated
 
 
 @pytest.fixture(scope="module")

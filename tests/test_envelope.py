@@ -9,7 +9,8 @@ import pytest
 
 from bus import EnvelopeError, NotSerializableError, PayloadTooLarge, SubjectError
 from bus.core.clock import format_timestamp
-from bus.core.envelope import Encoder, decode
+from bus.core.encoder import Encoder
+from bus.core.envelope import decode_event
 from bus.core.subjects import event_name, matches, normalise_pattern, subject_for, validate_pattern, validate_subject
 
 STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
@@ -19,7 +20,7 @@ def test_round_trip_keeps_every_field() -> None:
     enc = Encoder(source="agent-7")
     data, truncated = enc.encode("eva.turn.completed", {"answer": "hi", "n": [1, 2.5, None]}, "s9", 3)
     assert not truncated
-    event = decode("eva.turn.completed", data)
+    event = decode_event("eva.turn.completed", data)
     assert (event.event, event.session_id, event.depth, event.source) == ("turn.completed", "s9", 3, "agent-7")
     assert event.payload == {"answer": "hi", "n": [1, 2.5, None]}
     assert STAMP.match(event.timestamp)
@@ -28,8 +29,8 @@ def test_round_trip_keeps_every_field() -> None:
 
 def test_ids_are_unique() -> None:
     enc, other = Encoder(), Encoder()
-    ids = {decode("a.b", enc.encode("a.b", {}, None, 0)[0]).id for _ in range(1000)}
-    ids |= {decode("a.b", other.encode("a.b", {}, None, 0)[0]).id for _ in range(1000)}
+    ids = {decode_event("a.b", enc.encode("a.b", {}, None, 0)[0]).id for _ in range(1000)}
+    ids |= {decode_event("a.b", other.encode("a.b", {}, None, 0)[0]).id for _ in range(1000)}
     assert len(ids) == 2000
 
 
@@ -114,7 +115,7 @@ def test_oversized_event_is_truncated_and_flagged() -> None:
     data, truncated = enc.encode("prx.lifecycle.tool_call", {"tool": "shell", "output": big, "small": "keep"}, None, 0)
     assert truncated
     assert len(data) <= 64 * 1024
-    event = decode("prx.lifecycle.tool_call", data)
+    event = decode_event("prx.lifecycle.tool_call", data)
     assert event.truncated
     out = event.payload["output"]
     assert out.startswith("AAAA") and out.endswith("ZZZZ")
@@ -171,12 +172,12 @@ def test_not_serialisable_names_the_subject() -> None:
 )
 def test_decode_names_what_is_wrong(raw: bytes, reason: str) -> None:
     with pytest.raises(EnvelopeError, match=re.escape(reason)):
-        decode("x.e", raw)  # the envelope's event "e" is the subject's
+        decode_event("x.e", raw)  # the envelope's event "e" is the subject's
 
 
 def test_each_event_carries_its_own_session_when_sessions_alternate() -> None:
     """The encoder keeps the last session's bytes: a different session (equal text or not) is encoded afresh."""
     enc = Encoder()
     sessions = ["s-1", "s-2", "s-1", None, "s-1", "".join(["s-", "2"]), 's-"3"']
-    got = [decode("x.e", enc.encode("x.e", {}, session, 0)[0]).session_id for session in sessions]
+    got = [decode_event("x.e", enc.encode("x.e", {}, session, 0)[0]).session_id for session in sessions]
     assert got == sessions

@@ -21,7 +21,7 @@ import orjson
 import pytest
 
 from bus import Bus, Cancel, Continue, Module, Stage
-from bus.journal.entries import ensure_stream
+from bus.journal.entries import ensure_journal_stream
 from bus.testing import serving
 from subscribers.journal.sink import JournalSink
 from subscribers.journal.store import DB_NAME, JournalStore, Query
@@ -141,7 +141,7 @@ async def test_one_shot_commands_add_no_journal_files(nats_url: str, tmp_path: P
     workspace = tmp_path / "ws"
     guard = Guard()
     async with Bus(nats_url) as bus:
-        await ensure_stream(bus)
+        await ensure_journal_stream(bus)
         await bus.nc.jetstream().purge_stream("HOOKBUS_JOURNAL")  # only this test's entries
         sink = JournalSink(bus, workspace, durable=unique("oneshot"))
         stop = asyncio.Event()

@@ -13,9 +13,8 @@ import pytest
 
 from bus import Bus
 from bus.core.depth import DEPTH_ENV, set_depth
-from bus.core.schema import CountersMsg, MiddlewareCountsMsg
 from bus.core.subjects import counters_subject
-from bus.counters import INTERVAL_ENV, MIDDLEWARE_PER_MESSAGE, _reports, _Totals
+from bus.counters import INTERVAL_ENV, MIDDLEWARE_PER_MESSAGE, CountersMsg, MiddlewareCountsMsg, _reports, _Totals
 from bus.journal.entries import JournalEntry
 from bus.middleware.kernel.metrics import BUCKETS
 from subscribers.fleet_metrics.metrics import INVALID, FleetMetrics

@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from bus import EnvelopeError
 from bus.core.depth import DEFAULT_MAX_DEPTH
-from bus.core.envelope import Encoder, decode
+from bus.core.encoder import Encoder
+from bus.core.envelope import decode_event
 from bus.core.errors import JournalError
 from bus.journal.entries import JournalEntry, decode_entry
 
@@ -30,7 +31,7 @@ envelope_like = st.dictionaries(st.sampled_from(ENVELOPE_FIELDS) | st.text(max_s
 @given(st.binary(max_size=300))
 def test_envelope_decoder_on_random_bytes(data: bytes) -> None:
     try:
-        event = decode("fuzz.subject", data)
+        event = decode_event("fuzz.subject", data)
     except EnvelopeError as exc:
         assert exc.subject == "fuzz.subject" and exc.reason
     else:
@@ -41,7 +42,7 @@ def test_envelope_decoder_on_random_bytes(data: bytes) -> None:
 @given(envelope_like)
 def test_envelope_decoder_on_envelope_shaped_objects(obj: dict[str, object]) -> None:
     try:
-        event = decode("fuzz.subject", orjson.dumps(obj))
+        event = decode_event("fuzz.subject", orjson.dumps(obj))
     except EnvelopeError as exc:
         assert exc.reason
     else:
@@ -58,10 +59,10 @@ def test_everything_encoded_decodes_back(payload: dict[str, object], session: st
     data, _ = Encoder().encode("eva.custom.fuzz", payload, session, depth)
     if depth >= DEFAULT_MAX_DEPTH:  # no Bus emits it; a receiver refuses it
         with pytest.raises(EnvelopeError) as refused:
-            decode("eva.custom.fuzz", data)
+            decode_event("eva.custom.fuzz", data)
         assert refused.value.drop == "depth"
         return
-    event = decode("eva.custom.fuzz", data)
+    event = decode_event("eva.custom.fuzz", data)
     assert (event.payload, event.session_id, event.depth) == (payload, session, depth)
 
 

@@ -12,9 +12,10 @@ from hypothesis import strategies as st
 
 from bus import Continue, HookbusError, Module
 from bus.core.decisions import Cancel, Patch, from_wire
-from bus.core.errors import ConfigError, TurnRequestError
+from bus.core.errors import ConfigError
 from bus.middleware.registry import parse_announcement, version_of
 from bus.testing import serving
+from bus.turns.errors import TurnRequestError
 from bus.turns.server import TurnRequest, decode_turn_request
 from subscribers.shell_hooks.hooks_config import parse_config
 from triggers.engine import config as trigger_config

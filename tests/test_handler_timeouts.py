@@ -1,6 +1,6 @@
 """Handlers that bound their own waits, use anyio, set context variables, or cancel themselves; real server.
 
-Handlers run their first step inline (bus.core.eager). asyncio.timeout and
+Handlers run their first step inline (bus.runtime.eager). asyncio.timeout and
 TaskGroup cancel "the current task" later; inline, that was the subscription's
 reader, so the timeout stopped the module (or the subscriber) for good: a
 fail-closed guard then cancelled every call, a fail-open one let them all by.

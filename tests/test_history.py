@@ -12,11 +12,11 @@ import pytest
 
 from bus import Bus
 from bus.core.clock import now_timestamp
-from bus.core.subjects import HISTORY_STREAM
 from bus.journal.entries import JournalEntry, publish_entry
 from bus.transport.server import NatsServer
 from subscribers.history.reader import Skipped, recorded_events
 from subscribers.history.recorder import HistorySettings, ensure_history
+from subscribers.history.subjects import HISTORY_STREAM
 
 from .conftest import hookbus_cmd, run_cli
 from .test_cli import UpProcess

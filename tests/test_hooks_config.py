@@ -7,7 +7,8 @@ from typing import Any
 import orjson
 import pytest
 
-from bus.core.errors import ConfigError, HookConfigError
+from bus.core.errors import ConfigError
+from subscribers.shell_hooks.errors import HookConfigError
 from subscribers.shell_hooks.hooks_config import HooksConfig, parse_api_hook, parse_config
 
 PRX_EXAMPLE = {

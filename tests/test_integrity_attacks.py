@@ -36,7 +36,7 @@ from bus.core.subjects import (
     RECORDS_BUCKET,
     TRUST_BUCKET,
 )
-from bus.journal.entries import ensure_stream
+from bus.journal.entries import ensure_journal_stream
 from bus.middleware.guards import GuardRecord
 from bus.middleware.kernel.view import View
 from bus.middleware.registry import MAX_HANDLERS, MODULES_BUCKET, ensure_buckets
@@ -135,7 +135,7 @@ async def test_an_agent_cannot_erase_others_presence_with_a_rollup(server: NatsS
 
 async def test_an_agent_cannot_erase_the_journal_with_a_rollup(server: NatsServer) -> None:
     async with Bus(url(server, "bus")) as bus_role:
-        await ensure_stream(bus_role)
+        await ensure_journal_stream(bus_role)
     async with raw(server, "agent-eva") as eva:
         said = await rollup(eva, "hookbus.journal.middleware.agent-eva")
     assert said.startswith("refused"), said

@@ -13,7 +13,7 @@ import pytest
 
 from bus import Bus, NatsServer
 from bus.core.errors import JournalError
-from bus.journal.entries import STREAM, JournalEntry, decode_entry, ensure_stream, publish_entry
+from bus.journal.entries import STREAM, JournalEntry, decode_entry, ensure_journal_stream, publish_entry
 from subscribers.journal.sink import JournalSink, durable_for
 from subscribers.journal.store import DB_NAME, JournalStore, JsonlWriter, Query, Received
 
@@ -74,7 +74,7 @@ def test_entry_round_trip_and_validation() -> None:
 
 
 async def test_sink_stores_entries_from_the_bus(bus: Bus, workspace: Path) -> None:
-    await ensure_stream(bus)
+    await ensure_journal_stream(bus)
     sink = JournalSink(bus, workspace, durable="test-sink-basic")
     stop = asyncio.Event()
     task = asyncio.create_task(sink.run(stop))
@@ -103,7 +103,7 @@ async def test_sink_stores_entries_from_the_bus(bus: Bus, workspace: Path) -> No
 
 async def test_sink_killed_mid_stream_loses_none_and_duplicates_none(own_server: NatsServer, workspace: Path) -> None:
     async with Bus(own_server.url) as bus:
-        await ensure_stream(bus)
+        await ensure_journal_stream(bus)
         await _kill_and_restart_sink(bus, own_server.url, workspace)
 
 
@@ -231,7 +231,7 @@ def test_jsonl_rotates_by_size(tmp_path: Path) -> None:
 
 async def test_sinks_of_two_workspaces_each_store_every_entry(own_server: NatsServer, tmp_path: Path) -> None:
     async with Bus(own_server.url) as bus:
-        await ensure_stream(bus)
+        await ensure_journal_stream(bus)
         sinks = [JournalSink(bus, tmp_path / name) for name in ("machine-a", "machine-b")]
         assert sinks[0].durable != sinks[1].durable
         stop = asyncio.Event()

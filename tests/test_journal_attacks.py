@@ -26,7 +26,7 @@ from prometheus_client import REGISTRY
 
 from bus import Bus, NatsServer
 from bus.core.errors import JournalError
-from bus.journal.entries import CAUSE_CAP, STREAM, TEXT_CAP, JournalEntry, decode_checked, ensure_stream
+from bus.journal.entries import CAUSE_CAP, STREAM, TEXT_CAP, JournalEntry, decode_checked, ensure_journal_stream
 from bus.testing import free_port
 from subscribers.journal.sink import JournalSink
 from subscribers.journal.store import DB_NAME, JournalStore, Query, Received
@@ -84,7 +84,7 @@ class RunningSink:
 
 @pytest.fixture
 async def sink(bus: Bus, workspace: Path) -> AsyncIterator[RunningSink]:
-    await ensure_stream(bus)
+    await ensure_journal_stream(bus)
     await bus.nc.jetstream().purge_stream(STREAM)  # entries of earlier tests on this server are not this test's
     running = RunningSink(bus, workspace)
     stop = asyncio.Event()
@@ -209,7 +209,7 @@ async def test_a_stream_made_again_counts_from_1_and_nothing_is_taken_for_a_dupl
     await sink.publish(orjson.dumps(good("first stream")))
     first = await sink.stored("first stream")
     await sink.bus.nc.jetstream().delete_stream(STREAM)
-    await ensure_stream(sink.bus)  # as hookbus up would on its next start
+    await ensure_journal_stream(sink.bus)  # as hookbus up would on its next start
     for i in range(1, first.stream_seq + 1):  # up to the sequence the first stream's entry has
         await sink.publish(orjson.dumps(good(f"second stream {i}")))
     same_place = await sink.stored(f"second stream {first.stream_seq}")
@@ -223,7 +223,7 @@ async def test_journal_sink_process_counts_poison_on_its_metrics(own_server: Nat
     env = {**os.environ, "NATS_URL": own_server.url}
     cmd = [*hookbus_cmd(), "journal-sink", "--workspace", str(workspace), "--metrics-port", str(port)]
     async with Bus(own_server.url) as bus:
-        await ensure_stream(bus)
+        await ensure_journal_stream(bus)
         await bus.nc.publish("hookbus.journal.middleware", orjson.dumps({**good("x"), "depth": 2**63}))
         await bus.nc.publish("hookbus.journal.middleware", orjson.dumps(good("valid")))
         await bus.flush()
@@ -254,7 +254,7 @@ async def test_the_sink_user_stores_past_poison_from_an_agent(shipped: NatsServe
     """On the shipped permissions: the bus role makes the stream, the sink runs as ``sink``, agent bob publishes
     poison on the one journal subject he may use, then a valid entry: it is stored, named as bob's."""
     async with Bus(url(shipped, "bus")) as bus_role:
-        await ensure_stream(bus_role)
+        await ensure_journal_stream(bus_role)
     before = rejected("invalid")
     async with Bus(url(shipped, "sink")) as sink_bus, Bus(url(shipped, "agent-bob")) as bob:
         sink = JournalSink(sink_bus, workspace)

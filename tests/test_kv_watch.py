@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 
 from bus import Bus
-from bus.transport.kv import Bucket, open_bucket
+from bus.transport.kv import Bucket, bind_bucket
 from tests.conftest import unique
 
 #: Watches opened, AT_ONCE at a time; the old pending-count rule missed the rewritten keys in
@@ -24,12 +24,12 @@ BEATING = 4
 async def test_the_initial_load_holds_keys_rewritten_while_the_watch_starts(nats_url: str) -> None:
     async with Bus(nats_url) as bus, Bus(nats_url) as beaters:
         name = unique("watchload")
-        kv = await open_bucket(bus, name)
+        kv = await bind_bucket(bus, name)
         for number in range(30):
             await kv.put(f"static.{number}", b"s")
             if number % 3 == 0:
                 await kv.delete(f"static.{number}")  # delete markers in the stream as well
-        writer = await open_bucket(beaters, name)
+        writer = await bind_bucket(beaters, name)
         for number in range(BEATING):
             await writer.put(f"beat.{number}", b"b")
 

@@ -284,7 +284,7 @@ async def test_a_langchain_v1_agent_through_the_middleware(nats_url: str, llm: F
     from langchain.agents import create_agent
 
     from bus.adapters.langchain_agents import HookbusMiddleware
-    from bus.core.errors import TurnFailed
+    from bus.turns.errors import TurnFailed
 
     guard = _agent_guard(unique("lcmw"))
     ran: list[str] = []

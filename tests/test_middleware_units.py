@@ -12,7 +12,8 @@ from bus import Cancel, Continue, DecisionError, Module, Patch, ToolResult
 from bus.core.decisions import from_wire, read_reply, reply_of
 from bus.core.declaration import declare
 from bus.core.errors import BrokenChain
-from bus.core.schema import MiddlewareRequest, ReactionMsg, encode
+from bus.core.middleware_schema import MiddlewareRequest, ReactionMsg
+from bus.core.schema import encode
 from bus.middleware.kernel.chain import order
 from bus.middleware.kernel.drain import Drain
 from bus.testing import TestBus

@@ -23,9 +23,9 @@ except ImportError:
     pytest.skip("wasmtime is not installed (pip install 'hookbus[wasm]')", allow_module_level=True)
 
 from bus import Bus
-from bus.core.errors import PluginError
 from bus.journal.entries import JournalEntry, decode_entry
 from bus.testing import EventRecorder
+from subscribers.plugins.errors import PluginError
 from subscribers.plugins.host import load_code
 from subscribers.plugins.manifest import load_manifest
 from subscribers.plugins.worker import PluginWorker, call_plugin

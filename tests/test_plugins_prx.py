@@ -23,10 +23,10 @@ except ImportError:
     pytest.skip("wasmtime is not installed (pip install 'hookbus[wasm]')", allow_module_level=True)
 
 from bus import Bus
-from bus.core.errors import PluginError
 from bus.journal.entries import PROCESS, JournalEntry, decode_entry
 from bus.testing import EventRecorder
 from subscribers.plugins.bus_services import bucket_name
+from subscribers.plugins.errors import PluginError
 from subscribers.plugins.host import load_code
 from subscribers.plugins.manifest import load_manifest
 from subscribers.plugins.plugin_log import MAX_LINES_PER_CALL

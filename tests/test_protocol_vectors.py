@@ -16,7 +16,8 @@ import pytest
 
 from bus import DecisionError, HookbusError, Module
 from bus.core.decisions import read_reply
-from bus.core.schema import MiddlewareRequest, decode
+from bus.core.middleware_schema import MiddlewareRequest
+from bus.core.schema import decode
 from bus.middleware.registry import parse_announcement
 
 from .protocol_support import canonical, declaration_from_wire, identity, version

@@ -16,8 +16,8 @@ import orjson
 import pytest
 
 from bus import Bus
-from bus.core.errors import HookConfigError
-from bus.core.filewatch import FileVersion
+from bus.runtime.filewatch import FileVersion
+from subscribers.shell_hooks.errors import HookConfigError
 from subscribers.shell_hooks.hooks_config import HooksConfig, parse_config
 from subscribers.shell_hooks.hooks_store import HooksStore
 

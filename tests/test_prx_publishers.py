@@ -17,7 +17,8 @@ import pytest
 from nats.aio.client import Client
 
 from bus import Bus, Event, TurnRequest
-from bus.core.envelope import Encoder, decode
+from bus.core.encoder import Encoder
+from bus.core.envelope import decode_event
 from bus.core.errors import EnvelopeError
 from subscribers import Subscriber
 from triggers.engine import config
@@ -42,7 +43,7 @@ STAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 
 def test_a_prx_envelope_gets_depth_0_and_an_id_of_its_own() -> None:
     data = orjson.dumps(PRX_ENVELOPE)
-    first, second = decode(ENVELOPE_SUBJECT, data), decode(ENVELOPE_SUBJECT, data)
+    first, second = decode_event(ENVELOPE_SUBJECT, data), decode_event(ENVELOPE_SUBJECT, data)
     assert (first.event, first.timestamp, first.session_id) == (
         "llm_response",
         PRX_ENVELOPE["timestamp"],
@@ -54,18 +55,18 @@ def test_a_prx_envelope_gets_depth_0_and_an_id_of_its_own() -> None:
     # what shell hooks read is the completed envelope: one shape for every publisher
     completed = orjson.loads(first.raw)
     assert completed == {**PRX_ENVELOPE, "id": first.id, "depth": 0, "received_as": "prx-envelope"}
-    assert decode(ENVELOPE_SUBJECT, first.raw).payload == PRX_ENVELOPE["payload"]
+    assert decode_event(ENVELOPE_SUBJECT, first.raw).payload == PRX_ENVELOPE["payload"]
 
 
 def test_a_prx_envelope_keeps_the_id_or_depth_it_has() -> None:
-    with_depth = decode(ENVELOPE_SUBJECT, orjson.dumps({**PRX_ENVELOPE, "depth": 3}))
-    with_id = decode(ENVELOPE_SUBJECT, orjson.dumps({**PRX_ENVELOPE, "id": "prx-7"}))
+    with_depth = decode_event(ENVELOPE_SUBJECT, orjson.dumps({**PRX_ENVELOPE, "depth": 3}))
+    with_id = decode_event(ENVELOPE_SUBJECT, orjson.dumps({**PRX_ENVELOPE, "id": "prx-7"}))
     assert (with_depth.depth, with_depth.received_as) == (3, "prx-envelope")
     assert (with_id.id, with_id.depth, with_id.received_as) == ("prx-7", 0, "prx-envelope")
 
 
 def test_a_bare_payload_on_a_lifecycle_subject_is_wrapped_as_its_event() -> None:
-    event = decode(BARE_SUBJECT, orjson.dumps(BARE_TOOL_CALL))
+    event = decode_event(BARE_SUBJECT, orjson.dumps(BARE_TOOL_CALL))
     assert (event.event, event.session_id, event.depth) == ("tool_call", None, 0)
     assert event.payload == BARE_TOOL_CALL
     assert event.received_as == "prx-payload"
@@ -73,15 +74,15 @@ def test_a_bare_payload_on_a_lifecycle_subject_is_wrapped_as_its_event() -> None
     wrapped = orjson.loads(event.raw)
     assert wrapped["payload"]["tool"] == "shell"  # a PRX script reading .payload.tool keeps working
     assert wrapped["received_as"] == "prx-payload"
-    empty = decode("prx.lifecycle.turn_complete", b"{}")  # PRX's turn_complete payload is an empty object
+    empty = decode_event("prx.lifecycle.turn_complete", b"{}")  # PRX's turn_complete payload is an empty object
     assert (empty.event, empty.payload, empty.received_as) == ("turn_complete", {}, "prx-payload")
 
 
 def test_a_hookbus_envelope_is_never_flagged_even_if_its_sender_says_so() -> None:
     data, _ = Encoder().encode(BARE_SUBJECT, BARE_TOOL_CALL, "s1", 2)
-    assert decode(BARE_SUBJECT, data).received_as is None
+    assert decode_event(BARE_SUBJECT, data).received_as is None
     forged = orjson.dumps({**orjson.loads(data), "received_as": "prx-payload"})
-    event = decode(BARE_SUBJECT, forged)
+    event = decode_event(BARE_SUBJECT, forged)
     assert (event.received_as, event.depth) == (None, 2)
 
 
@@ -109,7 +110,7 @@ def test_a_hookbus_envelope_is_never_flagged_even_if_its_sender_says_so() -> Non
 )
 def test_prx_shapes_still_meet_every_limit(subject: str, message: Any, reason: str, drop: str) -> None:
     with pytest.raises(EnvelopeError, match=re.escape(reason)) as caught:
-        decode(subject, orjson.dumps(message))
+        decode_event(subject, orjson.dumps(message))
     assert caught.value.drop == drop
 
 

@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 
 from bus import Bus, NatsServer
-from bus.core.config_schema import BudgetLayer, BudgetsFile, ModelPrice
 from bus.core.envelope import Event
 from bus.core.subjects import split_vouched, vouched_pattern, wire_subject
 from bus.middleware.registry import ensure_buckets
 from triggers.agent.budgets import BudgetBook
+from triggers.agent.config_schema import BudgetLayer, BudgetsFile, ModelPrice
 from triggers.agent.llm import ChatClient
 from triggers.agent.runner import TurnRunner
 from triggers.engine.config import parse

@@ -18,8 +18,8 @@ import pytest
 from bus import Bus, Cancel, Continue, Decision, Module, NatsServer
 from bus.adapters.fair_slots import ANONYMOUS, FairSlots
 from bus.adapters.relay import PER_USER, Relay
+from bus.adapters.subjects import adapter_subject
 from bus.core.errors import PublishDenied
-from bus.core.subjects import adapter_subject
 from bus.middleware.registry import ensure_buckets
 from bus.testing import serving, wait_for_chain
 from bus.transport import oneshot

@@ -20,8 +20,8 @@ from nats.aio.client import Client
 
 from bus import Bus, Continue, Module, NatsServer, Stage
 from bus.adapters.relay import Relay
+from bus.adapters.subjects import adapter_subject
 from bus.core.errors import ConfigError
-from bus.core.subjects import adapter_subject
 from bus.middleware.registry import announcement_of, ensure_buckets, request_subject
 from bus.testing import serving
 

@@ -15,8 +15,7 @@ import pytest
 
 from bus import Bus, Cancel, Continue, Module, NatsServer, Stage
 from bus.core.errors import RegistryError
-from bus.core.schema import PresenceMsg
-from bus.presence import component, open_presence, presence
+from bus.presence import PresenceMsg, component, open_presence, presence
 
 from .conftest import hookbus_cmd, run_cli, shipped_permissions, unique
 from .hooks_support import write_hooks

@@ -18,8 +18,8 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from bus import Bus
-from bus.core.errors import HookConfigError
 from bus.journal.entries import SUBJECT_PREFIX
+from subscribers.shell_hooks.errors import HookConfigError
 from subscribers.shell_hooks.hooks_config import parse_api_hook
 from subscribers.shell_hooks.hooks_file import load
 

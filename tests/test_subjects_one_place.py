@@ -1,33 +1,51 @@
-"""Every hookbus subject, bucket and queue name lives in bus/core/subjects.py, and the shipped
+"""Every hookbus subject, bucket and queue name lives in a subjects module (the protocol's in
+bus/core/subjects.py, a feature's in its package's subjects.py), and the shipped
 deploy/nats/permissions.conf allows each role the subjects the code gives it."""
 
 from __future__ import annotations
 
 import ast
+import importlib
 import re
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
+from bus.adapters.subjects import adapter_subject
 from bus.core import subjects
 from bus.core.subjects import (
     GUARDS_BUCKET,
-    JOURNAL_PREFIX,
-    JOURNAL_STREAM,
     MODULES_BUCKET,
-    TRIGGERS_STATUS,
     TRUST_BUCKET,
-    adapter_subject,
     counters_subject,
     matches,
     module_subject,
     subject_for,
-    turn_subject,
 )
 from bus.journal.entries import JournalEntry
+from bus.journal.subjects import (
+    JOURNAL_PREFIX,
+    JOURNAL_STREAM,
+)
+from bus.turns.subjects import TURN_PREFIX, turn_queue, turn_subject
+from subscribers.shell_hooks.subjects import SHELL_QUEUE
+from triggers.engine.subjects import TRIGGERS_STATUS
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = ("bus", "subscribers", "triggers")
+#: The modules that name subjects, buckets, streams and queue groups: each file called subjects.py.
+SUBJECT_FILES = sorted(path for top in SOURCES for path in (ROOT / top).rglob("subjects.py"))
+SUBJECT_MODULES: tuple[ModuleType, ...] = tuple(
+    importlib.import_module(".".join(path.relative_to(ROOT).with_suffix("").parts)) for path in SUBJECT_FILES
+)
+#: Every upper-case string constant of the subjects modules (the domains are not plumbing).
+NAMES: dict[str, str] = {
+    name: value
+    for module in SUBJECT_MODULES
+    for name, value in vars(module).items()
+    if name.isupper() and isinstance(value, str) and name not in ("PRX_DOMAIN", "EVA_DOMAIN")
+}
 #: A string that names hookbus plumbing: a subject, a KV bucket, a stream.
 PLUMBING = re.compile(r"hookbus\.[a-z]|hookbus_(modules|trust|guards|payloads)\b|HOOKBUS_JOURNAL|\$KV\.|\$JS\.|\$O\.")
 
@@ -60,11 +78,13 @@ def _literals(tree: ast.AST) -> list[tuple[int, str]]:
     return [item for item in found if item not in doc_texts]
 
 
-def test_no_subject_bucket_or_stream_name_is_spelled_outside_the_subjects_module() -> None:
+def test_no_subject_bucket_or_stream_name_is_spelled_outside_the_subjects_modules() -> None:
+    assert ROOT / "bus/core/subjects.py" in SUBJECT_FILES and len(SUBJECT_FILES) > 5
     offenders = []
     for top in SOURCES:
         for path in sorted((ROOT / top).rglob("*.py")):
-            if path in (ROOT / "bus/core/subjects.py", ROOT / "bus/core/tracing.py"):  # tracing: span attribute names
+            # tracing: span attribute names, not subjects
+            if path in SUBJECT_FILES or path == ROOT / "bus/runtime/tracing.py":
                 continue
             for line, text in _literals(ast.parse(path.read_text(), str(path))):
                 if PLUMBING.search(text) and not re.search(r"\s", text):  # prose (help texts) may name them
@@ -239,18 +259,14 @@ def test_roles_are_kept_out_of_what_is_not_theirs() -> None:
 def test_every_user_in_the_conf_is_a_role_checked_here_or_the_operator() -> None:
     roles = {re.sub(r"-(eva|bob|guard|audit|records)$", "-*", name) for name in PERMISSIONS}
     assert roles == {"agent-*", "module-*", "worker", "sink", "bus", "operator"}
-    assert subjects.TURN_PREFIX == "hookbus.turn"  # the conf's hookbus.turn.<agent> grants assume it
+    assert TURN_PREFIX == "hookbus.turn"  # the conf's hookbus.turn.<agent> grants assume it
 
 
 PROTOCOL = (ROOT / "docs/protocol.md").read_text()
 
 
 def test_docs_protocol_names_every_subject_bucket_stream_and_queue() -> None:
-    names = [
-        value
-        for name, value in vars(subjects).items()
-        if name.isupper() and isinstance(value, str) and name not in ("PRX_DOMAIN", "EVA_DOMAIN")
-    ]
-    assert {subjects.JOURNAL_PREFIX, subjects.SHELL_QUEUE, subjects.MODULES_BUCKET} <= set(names)
+    names = list(NAMES.values())
+    assert {JOURNAL_PREFIX, SHELL_QUEUE, subjects.MODULES_BUCKET} <= set(names)
     assert [name for name in names if name not in PROTOCOL] == []
-    assert subjects.turn_queue("AGENT").replace("AGENT", "<agent>") in PROTOCOL
+    assert turn_queue("AGENT").replace("AGENT", "<agent>") in PROTOCOL

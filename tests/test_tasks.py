@@ -7,7 +7,7 @@ import contextlib
 
 import pytest
 
-from bus.core.tasks import TaskSet, stop_if_cancelled
+from bus.runtime.tasks import TaskSet, stop_if_cancelled
 
 from .waiting import wait_until
 

@@ -15,9 +15,10 @@ import pytest
 
 from bus import BusClosedError, Cancel, Continue, Event, Module, Stage
 from bus.core.errors import JournalError, PayloadRefError, RegistryError
-from bus.core.subjects import HISTORY_STREAM, PAYLOADS_BUCKET
+from bus.core.subjects import PAYLOADS_BUCKET
 from bus.testing import EventRecorder, TestBus
 from bus.testing.broker import InProcessBroker
+from subscribers.history.subjects import HISTORY_STREAM
 
 from .waiting import barrier, wait_until, without_barriers
 

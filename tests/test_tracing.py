@@ -27,7 +27,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from bus import Bus, Cancel, Continue, Decision, Module, TurnRequest
-from bus.core import tracing
+from bus.core.traceparent import valid_traceparent
 from bus.middleware.registry import announcement_of, request_subject
 from bus.testing import EventRecorder, serving, wait_for_chain
 
@@ -115,15 +115,15 @@ async def test_a_malformed_traceparent_is_ignored_not_trusted(
 
 def test_traceparent_checks() -> None:
     good = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
-    assert tracing.valid_traceparent(good) == good
+    assert valid_traceparent(good) == good
     for wrong in (None, 7, good.upper(), good[:-1], good.replace("00-", "ff-", 1), good + "-extra"):
-        assert tracing.valid_traceparent(wrong) is None
+        assert valid_traceparent(wrong) is None
     assert msgspec.json.decode(b'{"a":1}')  # msgspec stays importable beside the SDK
 
 
 def test_a_process_without_opentelemetry_never_imports_it() -> None:
     code = (
-        "import sys, bus.middleware.kernel.intercept, bus.middleware.handler.module, bus.core.tracing as t\n"
+        "import sys, bus.middleware.kernel.intercept, bus.middleware.handler.module, bus.runtime.tracing as t\n"
         "assert not t.active() and t.current_traceparent() is None\n"
         "with t.span('x') as s: assert s is None\n"
         "assert not [m for m in sys.modules if m.startswith('opentelemetry')], 'imported'\n"

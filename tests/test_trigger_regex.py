@@ -28,14 +28,15 @@ def test_catastrophic_pattern_answers_at_once() -> None:
     """Run in a process of its own: a backtracking engine holds the GIL, so only a process can be bounded."""
     script = textwrap.dedent(
         f"""
-        from bus.core.envelope import Encoder, decode
+        from bus.core.envelope import decode_event
+        from bus.core.encoder import Encoder
         from triggers.engine import config
 
         item = {{"name": "t", "on": "eva.x", "prompt": "p", "agent": "a",
                 "filter": {{"payload.s": {{"matches": "(a+)+$"}}}}}}
         [condition] = config.parse({{"triggers": [item]}}, "f")["t"].conditions
         for text in ({HOSTILE!r}, "a" * 60):
-            print(condition.holds(decode("eva.x", Encoder().encode("eva.x", {{"s": text}}, None, 0)[0])))
+            print(condition.holds(decode_event("eva.x", Encoder().encode("eva.x", {{"s": text}}, None, 0)[0])))
         """
     )
     # 2**60 steps for a backtracking engine: it would still be running when the bound is up

@@ -14,9 +14,10 @@ import orjson
 import pytest
 
 from bus import Bus, ConfigError, TurnRequest
-from bus.core.envelope import Encoder, Event, decode
-from bus.core.filewatch import WatchedFile
+from bus.core.encoder import Encoder
+from bus.core.envelope import Event, decode_event
 from bus.journal.entries import JournalEntry, decode_entry
+from bus.runtime.filewatch import WatchedFile
 from triggers.engine import config
 from triggers.engine.config import TriggerSpec
 from triggers.engine.engine import TriggerEngine
@@ -32,7 +33,7 @@ def spec(**fields: Any) -> TriggerSpec:
 
 def event(subject: str = "eva.spend.day", depth: int = 0, **payload: Any) -> Event:
     data, _ = Encoder().encode(subject, payload, "s1", depth)
-    return decode(subject, data)
+    return decode_event(subject, data)
 
 
 @pytest.mark.parametrize(

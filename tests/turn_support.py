@@ -8,8 +8,8 @@ from typing import Any
 import orjson
 
 from bus import Bus, TurnRequest
-from bus.core.subjects import agent_stream_subject
 from bus.testing import EventRecorder
+from bus.turns.subjects import agent_stream_subject
 from triggers.agent.llm import ChatClient
 from triggers.agent.runner import RunnerSettings, TurnRunner
 

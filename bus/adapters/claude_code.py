@@ -36,8 +36,9 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
-from bus.core.errors import AgentHookError
-from bus.core.schema import AgentHookInput, convert
+from bus.adapters.errors import AgentHookError
+from bus.adapters.schema import AgentHookInput
+from bus.core.schema import convert
 
 if TYPE_CHECKING:
     from bus.client import Bus

@@ -32,8 +32,8 @@ import orjson
 from bus.adapters.claude_code import ClaudeCodeDialect, HookAnswer, Step, plan
 
 if TYPE_CHECKING:
+    from bus.adapters.schema import AgentHookInput
     from bus.core.decisions import Decision
-    from bus.core.schema import AgentHookInput
 
 #: The agent name intercepts and events of a Codex session carry.
 CODEX: Final = "codex"

@@ -29,8 +29,8 @@ import orjson
 from bus.adapters.claude_code import ClaudeCodeDialect, HookAnswer, Step
 
 if TYPE_CHECKING:
+    from bus.adapters.schema import AgentHookInput
     from bus.core.decisions import Decision
-    from bus.core.schema import AgentHookInput
 
 #: The agent name intercepts and events of a Gemini CLI session carry.
 GEMINI: Final = "gemini-cli"
@@ -100,7 +100,7 @@ class GeminiDialect(ClaudeCodeDialect):
         event, agent = hook.hook_event_name, self.agent
         where = {"cwd": hook.cwd} if hook.cwd is not None else {}
         if event in TOOL_EVENTS:
-            from bus.core.errors import AgentHookError
+            from bus.adapters.errors import AgentHookError
 
             if hook.tool_name is None:
                 raise AgentHookError(f"the hook input: {event} needs 'tool_name'")
@@ -115,7 +115,7 @@ class GeminiDialect(ClaudeCodeDialect):
             result = {**call, "output": output, "is_error": failed}
             return Step(event, "tool.result", result, (("prx.lifecycle.tool_call", done),), always=True)
         if event == "BeforeAgent":
-            from bus.core.errors import AgentHookError
+            from bus.adapters.errors import AgentHookError
 
             if hook.prompt is None:
                 raise AgentHookError("the hook input: BeforeAgent needs 'prompt'")

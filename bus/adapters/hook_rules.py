@@ -27,7 +27,7 @@ from typing import Final, Literal
 
 import re2  # type: ignore[import-untyped]  # google-re2 ships no type information
 
-from bus.core.errors import PatternError
+from bus.adapters.errors import PatternError
 
 #: Memory RE2 may use for one compiled matcher (its default).
 MAX_MEMORY: Final = 8 << 20

@@ -38,7 +38,8 @@ from langchain_core.messages.utils import convert_to_messages
 from bus.adapters.calls import AnyBus, aintercept, need_sync
 from bus.adapters.tool_guard import TOOL_CALL, TOOL_RESULT, after, before, output_text
 from bus.core.decisions import Cancel, Decision, Patch
-from bus.core.errors import DecisionError, TurnFailed
+from bus.core.errors import DecisionError
+from bus.turns.errors import TurnFailed
 
 __all__ = ["HookbusMiddleware"]
 

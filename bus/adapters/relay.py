@@ -22,14 +22,17 @@ from typing import TYPE_CHECKING, Final
 
 from bus.adapters.claude_code import ClaudeCodeDialect, answer, fail_closed_guards, parse
 from bus.adapters.codex import CodexDialect
+from bus.adapters.errors import AgentHookError
 from bus.adapters.fair_slots import ANONYMOUS, FairSlots
 from bus.adapters.gemini import GeminiDialect
+from bus.adapters.schema import AdapterReplyMsg, AdapterRequestMsg
+from bus.adapters.subjects import ADAPTER_PREFIX, ADAPTER_QUEUE, adapter_asker, adapter_subject
 from bus.core.depth import set_depth
-from bus.core.errors import AgentHookError, HookbusError
-from bus.core.ratelog import RateLimitedLog
-from bus.core.schema import AdapterReplyMsg, AdapterRequestMsg, decode, encode
-from bus.core.subjects import ADAPTER_PREFIX, ADAPTER_QUEUE, adapter_asker, adapter_subject, is_reply_inbox
-from bus.core.tasks import TaskSet
+from bus.core.errors import HookbusError
+from bus.core.schema import decode, encode
+from bus.core.subjects import is_reply_inbox
+from bus.runtime.ratelog import RateLimitedLog
+from bus.runtime.tasks import TaskSet
 from bus.transport.port import unsubscribe_all
 
 if TYPE_CHECKING:

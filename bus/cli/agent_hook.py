@@ -26,10 +26,12 @@ from typing import TYPE_CHECKING, Any, Final
 import orjson
 
 from bus.adapters.claude_code import ClaudeCodeDialect, HookAnswer, parse
+from bus.adapters.errors import AgentHookError
+from bus.adapters.schema import AdapterReplyMsg, AgentHookInput
+from bus.adapters.subjects import adapter_subject
 from bus.cli.options import add_nats_url, credentials_of
 from bus.core.depth import DEFAULT_MAX_DEPTH, depth_from_env
 from bus.core.errors import (
-    AgentHookError,
     ConnectError,
     HookbusError,
     NoResponders,
@@ -37,8 +39,7 @@ from bus.core.errors import (
     RequestTimeout,
     SubjectError,
 )
-from bus.core.schema import AdapterReplyMsg, AgentHookInput, decode
-from bus.core.subjects import adapter_subject
+from bus.core.schema import decode
 from bus.transport import oneshot
 from bus.transport.endpoints import credential_values, resolve_servers
 

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 from bus.cli.middleware import add_options, open_view
 from bus.cli.workspace import bus_name
 from bus.core.errors import MiddlewareError
-from bus.core.subjects import RECORDS_MODULE
 from bus.operator import approve_journaled, local_actor
+from bus.records.subjects import RECORDS_MODULE
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable

@@ -17,7 +17,8 @@ from typing import Any, Final
 from bus.cli.options import add_nats_url, connection_args, credentials_of, parse_json_object, read_json_object
 from bus.core.catalog import check_emitted, check_strict
 from bus.core.depth import DEFAULT_MAX_DEPTH, DEPTH_ENV, depth_from_env, set_depth
-from bus.core.envelope import DEFAULT_MAX_BYTES, Encoder
+from bus.core.encoder import Encoder
+from bus.core.envelope import DEFAULT_MAX_BYTES
 from bus.core.errors import CatalogError, ConfigError, HookbusError, PublishDenied
 from bus.core.json_types import json_type
 from bus.core.subjects import publisher_token, subject_for, wire_subject

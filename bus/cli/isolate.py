@@ -48,8 +48,8 @@ def _run(args: argparse.Namespace) -> int:
 
     import msgspec
 
-    from bus.core.config_schema import Isolation
     from bus.core.errors import ConfigError
+    from subscribers.shell_hooks.config_schema import Isolation
     from subscribers.shell_hooks.isolation import run_isolated
 
     command = args.command[1:] if args.command[:1] == ["--"] else args.command

@@ -24,8 +24,8 @@ from bus.cli.workspace import resolve as resolve_workspace
 from bus.client import Bus
 from bus.core.catalog import closest
 from bus.core.errors import ConfigError
-from bus.core.visible import visible_lines
 from bus.journal.entries import JournalEntry, canonical_time
+from bus.runtime.visible import visible_lines
 
 _COLUMNS = ("time", "kind", "point", "phase", "who", "decision", "duration_ms", "session", "cause")
 #: Control characters an entry may carry (terminal escapes, fake line breaks) are shown escaped.

@@ -67,7 +67,7 @@ async def run_once(
 ) -> tuple[Decision, list[dict[str, Any]]]:
     """One intercept of ``stage`` against ``module`` alone, its handlers approved in declaration order."""
     from bus.core.claim import DEFAULT_MAX_OBJECT_BYTES
-    from bus.core.subjects import JOURNAL_PREFIX
+    from bus.journal.subjects import JOURNAL_PREFIX
     from bus.testing import TestBus
     from bus.testing.broker import InProcessBroker
 

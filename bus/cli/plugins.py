@@ -65,8 +65,8 @@ async def run_list(args: argparse.Namespace) -> int:
 
 
 async def run_test(args: argparse.Namespace) -> int:
-    from bus.core.errors import PluginError
     from bus.core.subjects import matches, subject_for
+    from subscribers.plugins.errors import PluginError
     from subscribers.plugins.manifest import PLUGINS_DIR, load_manifest
     from subscribers.plugins.plugin_set import compile_plugin
     from subscribers.plugins.worker import call_plugin

@@ -11,7 +11,7 @@ import msgspec
 
 from bus.cli.common import add_nats_url, connection_args, read_json_object
 from bus.core.errors import ConfigError, RecordError
-from bus.core.subjects import RECORDS_MODULE
+from bus.records.subjects import RECORDS_MODULE
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

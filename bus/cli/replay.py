@@ -28,9 +28,9 @@ import orjson
 from bus.cli.common import add_nats_url, connection_args
 from bus.cli.workspace import add_workspace, existing
 from bus.core.errors import ConfigError
-from bus.core.quantities import parse_duration
 from bus.core.stages import validate_stage
-from bus.core.visible import visible
+from bus.runtime.quantities import parse_duration
+from bus.runtime.visible import visible
 from bus.transport.connection import URL_ENV
 
 #: Journal entries read at most.

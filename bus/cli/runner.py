@@ -12,7 +12,7 @@ import argparse
 
 from bus.cli.common import add_nats_url, connection_args, stop_on_signals
 from bus.cli.options import SERVICE_CONNECT_S
-from bus.core.subjects import RECORDS_MODULE
+from bus.records.subjects import RECORDS_MODULE
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

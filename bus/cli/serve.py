@@ -28,10 +28,10 @@ from bus.cli.workspace import bus_name
 from bus.client import Bus
 from bus.core.declaration import Declaration
 from bus.core.errors import ConfigError, RegistryError
-from bus.core.filewatch import FileVersion
 from bus.middleware.handler.module import Module
 from bus.middleware.registry import TRUST_BUCKET, open_bucket
 from bus.middleware.trust import approved_identity
+from bus.runtime.filewatch import FileVersion
 
 #: How often ``--dev`` looks at the file.
 DEV_POLL_S: Final = 0.5

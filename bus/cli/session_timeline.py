@@ -21,7 +21,7 @@ async def print_timeline(args: Any, store: Any) -> int:
     """Print the session's timeline for ``hookbus journal --session S --events`` (``--json``: one object a line)."""
     from bus.cli.options import connection_args
     from bus.core.errors import ConfigError
-    from bus.core.quantities import parse_duration
+    from bus.runtime.quantities import parse_duration
     from subscribers.journal.store import Query
 
     if not args.session:

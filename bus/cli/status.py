@@ -15,7 +15,7 @@ import orjson
 
 from bus.cli.middleware import add_options, open_view
 from bus.cli.workspace import bus_name
-from bus.core.visible import visible
+from bus.runtime.visible import visible
 from bus.status_report import SECTIONS, status_report
 
 

@@ -14,7 +14,7 @@ from bus.cli.tail_history import HistoryThenLive
 from bus.client import Bus
 from bus.core.envelope import Event
 from bus.core.errors import PayloadRefError
-from bus.core.visible import visible
+from bus.runtime.visible import visible
 
 _MAX_PAYLOAD_CHARS = 200
 

@@ -14,7 +14,7 @@ from typing import Final
 
 from bus.client import Bus
 from bus.core.envelope import Event
-from bus.core.quantities import parse_duration
+from bus.runtime.quantities import parse_duration
 
 #: ``--session`` without ``--since``: as far back as the stream keeps (its own age limit bounds it).
 ALL_RECORDED_S: Final = 100 * 365 * 86400.0

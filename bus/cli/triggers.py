@@ -14,9 +14,12 @@ from bus.cli.common import add_nats_url, connection_args, hint_event, read_json_
 from bus.cli.parser import also_after
 from bus.cli.workspace import add_workspace, bus_name, existing
 from bus.client import Bus
-from bus.core.errors import ConfigError, ConnectError, NoResponders, RequestTimeout, TriggerStatusError
-from bus.core.schema import TriggerStatusMsg, decode
-from bus.core.subjects import TRIGGERS_STATUS, validate_subject
+from bus.core.errors import ConfigError, ConnectError, NoResponders, RequestTimeout
+from bus.core.schema import decode
+from bus.core.subjects import validate_subject
+from triggers.engine.errors import TriggerStatusError
+from triggers.engine.schema import TriggerStatusMsg
+from triggers.engine.subjects import TRIGGERS_STATUS
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -89,7 +92,8 @@ async def _running_status(args: argparse.Namespace) -> tuple[list[dict[str, Any]
 
 
 def _test(args: argparse.Namespace, specs: Mapping[str, object], workspace: Path) -> int:
-    from bus.core.envelope import Encoder, decode
+    from bus.core.encoder import Encoder
+    from bus.core.envelope import decode_event
     from triggers.engine.config import TriggerSpec, agent_user
 
     spec = specs.get(args.name)
@@ -111,7 +115,7 @@ def _test(args: argparse.Namespace, specs: Mapping[str, object], workspace: Path
         raise ConfigError(f"trigger {spec.name!r} listens to the pattern {spec.on!r}: give --subject") from None
     payload = read_json_object(args.payload, "the payload")
     data, _ = Encoder().encode(subject, payload, args.session, args.depth)
-    event = decode(subject, data)
+    event = decode_event(subject, data)
     from bus.core.subjects import matches
 
     if not matches(spec.pattern, subject):

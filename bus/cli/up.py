@@ -24,15 +24,14 @@ from bus.cli.workspace import add_workspace
 from bus.cli.workspace import resolve as resolve_workspace
 from bus.client import Bus
 from bus.core.errors import ConfigError, ConnectError, PortInUse, ServerError
-from bus.core.filelock import WorkspaceLock
-from bus.core.private_files import private_dir
-from bus.core.quantities import parse_duration, parse_size
-from bus.core.schema import PresenceComponent
 from bus.core.subjects import PRESENCE_BUCKET
 from bus.middleware.kernel.approvals import approvals_held
 from bus.middleware.registry import ensure_buckets
 from bus.presence import MAX_AGE_S as PRESENCE_MAX_AGE_S
-from bus.presence import component, presence
+from bus.presence import PresenceComponent, component, presence
+from bus.runtime.filelock import WorkspaceLock
+from bus.runtime.private_files import private_dir
+from bus.runtime.quantities import parse_duration, parse_size
 from bus.service import Connector, Service, ServiceContext
 from bus.transport.connection import URL_ENV
 from bus.transport.server import NatsServer
@@ -154,9 +153,9 @@ def history_settings(args: argparse.Namespace, workspace: Path) -> HistorySettin
     A flag wins over the file, the file over the defaults; a bad pattern or
     limit is a ConfigError naming the flag or the file and field.
     """
-    from bus.core.config_files import read_yaml
-    from bus.core.config_schema import HistoryFile
     from bus.core.schema import convert
+    from bus.runtime.config_files import read_yaml
+    from subscribers.history.config_schema import HistoryFile
     from subscribers.history.recorder import DEFAULT_MAX_AGE_S, DEFAULT_MAX_BYTES, HistorySettings, checked_patterns
 
     path = workspace / HISTORY_FILE

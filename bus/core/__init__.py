@@ -1,1 +1,2 @@
-"""The core: envelope, subjects, depth, errors, stages, decisions, declarations, payloads; no I/O."""
+"""The core: the protocol (envelope, subjects, depth, stages, decisions, declarations, base errors); it imports
+nothing else of hookbus and does no I/O."""

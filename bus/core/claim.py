@@ -14,8 +14,8 @@ from typing import Any, Final
 
 import orjson
 
+from bus.core.envelope_schema import PayloadRefMsg
 from bus.core.errors import PayloadRefError
-from bus.core.schema import PayloadRefMsg
 from bus.core.subjects import PAYLOADS_BUCKET
 
 #: The largest whole payload kept (4 MiB, as PRX caps a hook's payload); larger ones are cut to fit instead.

@@ -2,7 +2,7 @@
 
 ``Continue()`` lets the action pass as is, ``Cancel(reason)`` forbids it,
 ``Patch(payload)`` lets it pass with a replaced payload. On the wire a decision
-is the top of a module's reply, ``bus.core.schema.MiddlewareReply``
+is the top of a module's reply, ``bus.core.middleware_schema.MiddlewareReply``
 (``{"decision": "continue"}``, ``{"decision": "cancel", "reason": str}``,
 ``{"decision": "patch", "payload": {...}}``): :func:`reply_of` writes one,
 :func:`read_reply` is the one reader, and names what is wrong with anything else.
@@ -16,8 +16,9 @@ from typing import Any, ClassVar, Final, TypeAlias
 import msgspec
 
 from bus.core.errors import DecisionError
+from bus.core.middleware_schema import MiddlewareReply, ReactionMsg
 from bus.core.payloads import to_dict
-from bus.core.schema import MiddlewareReply, ReactionMsg, convert, decode
+from bus.core.schema import convert, decode
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,4 @@
-"""The event envelope: the one codec for what crosses the bus.
+"""The event envelope: the decoded event, and the one receive check of what crosses the bus.
 
 Wire form (one JSON object, orjson)::
 
@@ -20,56 +20,36 @@ publishers"): an envelope without ``id`` or ``depth``, and a bare payload
 object on ``prx.lifecycle.<event>``. Those are completed on receipt and
 flagged in ``received_as``; they are tried only after the fast check failed.
 
-Encoding is on the agent's hot path, so the per-subject head of the object is
-built once and cached, the timestamp string is reused within a millisecond,
-and ids are a random per-process prefix plus a counter.
+The wire type is declared once, ``EnvelopeMsg`` in :mod:`bus.core.envelope_schema`;
+the receive check here is hand-written for the delivery path (no msgspec at
+import) and held to that type by tests/test_envelope_one_type.py. Encoding is
+:mod:`bus.core.encoder`'s; cutting strings to fit, :mod:`bus.core.truncation`'s.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, NotRequired, TypedDict
 
 import orjson
 
-from bus.core.clock import IdSource, format_timestamp, now_timestamp
+from bus.core.clock import IdSource, now_timestamp
 from bus.core.depth import DEFAULT_MAX_DEPTH, depth_problem
-from bus.core.errors import EnvelopeError, NotSerializableError, PayloadError, PayloadRefError, PayloadTooLarge
-from bus.core.subjects import (
-    PRX_DOMAIN,
-    event_name,
-    known_event_name,
-    received_event_name,
-    subject_problem,
-    validate_subject,
-)
-from bus.core.tracing import valid_traceparent
+from bus.core.errors import EnvelopeError, PayloadRefError
+from bus.core.subjects import PRX_DOMAIN, known_event_name, received_event_name, subject_problem
+from bus.core.traceparent import valid_traceparent
 
-if TYPE_CHECKING:  # not at run time: hookbus emit encodes with this module and must load fast (no asyncio, msgspec)
+if TYPE_CHECKING:  # not at run time: hookbus emit loads this module and must load fast (no asyncio, msgspec)
     import asyncio
 
-    from bus.core.schema import PayloadRefMsg, ReceivedAs
+    from bus.core.envelope_schema import PayloadRefMsg, ReceivedAs
 
 #: Default limit on an encoded event, as in the PRX document (64 KB).
 DEFAULT_MAX_BYTES: Final = 64 * 1024
-#: Strings shorter than this are never cut when truncating.
-_MIN_CUT_CHARS: Final = 64
-#: Attempts at cutting strings in proportion before an event is found too large (two suffice in practice).
-_FIT_TRIES: Final = 8
-#: Bytes the ``"truncated":true`` flag adds to an envelope.
-_FLAG_ROOM: Final = len(b',"truncated":true')
 _dumps = orjson.dumps
 _loads = orjson.loads
-_time = time.time
 _known_event_name = known_event_name
-#: The envelope after its cached head: timestamp, session, payload, id, depth, tail.
-_ENVELOPE: Final = b'%s%s","session_id":%s,"payload":%s,"id":"%s%x","depth":%s%s'
-#: Depths as they are written (formatting an int into bytes costs more than the lookup).
-_DEPTH_BYTES: Final = {depth: b"%d" % depth for depth in range(64)}
-#: How many distinct subjects the encoder remembers as already validated.
-_SUBJECT_CACHE_SIZE: Final = 4096
 
 
 class EventDict(TypedDict):
@@ -109,11 +89,11 @@ class Event:
     #: receiver completed (``received_as``), the completed envelope.
     raw: bytes = b""
     #: Set by the receiver, never taken from the sender: ``prx-envelope`` or ``prx-payload`` when
-    #: it completed a PRX publisher's message (bus.core.schema.ReceivedAs), else None.
+    #: it completed a PRX publisher's message (bus.core.envelope_schema.ReceivedAs), else None.
     received_as: ReceivedAs | None = None
     #: Set when ``payload`` is a preview and the whole payload is in the object store (the claim check).
     payload_ref: PayloadRefMsg | None = None
-    #: The emitter's W3C trace context when it traces (bus.core.tracing); only a valid one is kept.
+    #: The emitter's W3C trace context when it traces (bus.runtime.tracing); only a valid one is kept.
     traceparent: str | None = None
     #: The NATS user that published it, as the subject it arrived on vouches (``hookbus.from.<user>.<subject>``,
     #: which the permissions let only that user publish); None when it came on the plain subject. Set by the
@@ -140,7 +120,7 @@ class Event:
         if self.received_as is not None:
             out["received_as"] = self.received_as
         if self.payload_ref is not None:
-            out["payload_ref"] = _builtins(self.payload_ref)
+            out["payload_ref"] = ref_json(self.payload_ref)
         if self.traceparent is not None:
             out["traceparent"] = self.traceparent
         return out
@@ -172,249 +152,11 @@ class Event:
         return _dumps(envelope)
 
 
-class Encoder:
-    """Builds envelope bytes; one per Bus (it caches per-subject heads)."""
-
-    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES, source: str | None = None, *, cut: bool = True) -> None:
-        if max_bytes < 512:
-            raise ValueError(f"max_bytes={max_bytes} is too small: an envelope needs room")
-        self.max_bytes = max_bytes
-        #: False: ``encode`` returns an oversized envelope as it is (flagged), for a caller that claims it
-        #: (keeps the payload in the object store) or calls :meth:`fit`.
-        self.cut = cut
-        self._heads: dict[str, bytes] = {}
-        self._tail = b',"source":' + orjson.dumps(source) + b"}" if source else b"}"
-        #: Event ids; ``new_id()`` and the envelopes share its counter, so no two ids repeat.
-        self.new_id = IdSource()
-        self._id_prefix = self.new_id.prefix_bytes
-        self._counter = self.new_id.counter
-        self._ts_next = 0.0
-        self._ts_bytes = b""
-        self._last_session: str | None = None
-        self._last_session_bytes = b"null"
-
-    def head(self, subject: str) -> bytes:
-        """Validate ``subject`` (once) and return the cached start of its envelope."""
-        head = self._heads.get(subject)
-        if head is None:
-            validate_subject(subject)
-            if len(self._heads) >= _SUBJECT_CACHE_SIZE:
-                self._heads.clear()
-            head = b'{"event":' + orjson.dumps(event_name(subject)) + b',"timestamp":"'
-            self._heads[subject] = head
-        return head
-
-    def _refresh_timestamp(self, now: float) -> None:
-        epoch_ms = int(now * 1000)
-        self._ts_bytes = format_timestamp(epoch_ms).encode()
-        self._ts_next = (epoch_ms + 1) / 1000
-
-    def encode(
-        self,
-        subject: str,
-        payload: Mapping[str, Any],
-        session_id: str | None,
-        depth: int,
-        traceparent: str | None = None,
-    ) -> tuple[bytes, bool]:
-        """Encode an event; returns ``(bytes, oversize)``: an oversized one comes back cut to fit (see :meth:`fit`).
-
-        With ``cut`` False an oversized envelope comes back whole, for the caller to claim or fit.
-        ``traceparent`` (a valid W3C value, from :func:`bus.core.tracing.current_traceparent`) is sent
-        beside the payload; an oversized event's cut or claimed envelope goes without it.
-        Raises SubjectError, NotSerializableError or PayloadTooLarge for caller bugs.
-        """
-        head = self._heads.get(subject) or self.head(subject)
-        if type(payload) is dict:
-            try:
-                body = _dumps(payload)
-            except TypeError as exc:  # orjson.JSONEncodeError is a TypeError
-                raise NotSerializableError(subject, f"not JSON-serialisable: {exc}") from None
-        else:
-            body = _dump_payload(subject, payload)
-        if session_id is None:
-            sid = b"null"
-        elif session_id is self._last_session:  # an agent emits many events of one session
-            sid = self._last_session_bytes
-        elif type(session_id) is str:
-            sid = self._last_session_bytes = _dumps(session_id)
-            self._last_session = session_id
-        else:
-            raise PayloadError(subject, f"session_id must be a string or None, not {type(session_id).__name__}")
-        now = _time()
-        if now >= self._ts_next:
-            self._refresh_timestamp(now)
-        depth_bytes = _DEPTH_BYTES.get(depth) or b"%d" % depth
-        tail = self._tail if traceparent is None else b',"traceparent":"%s"%s' % (traceparent.encode(), self._tail)
-        data = _ENVELOPE % (head, self._ts_bytes, sid, body, self._id_prefix, self._counter(), depth_bytes, tail)
-        if len(data) <= self.max_bytes:
-            return data, False
-        if not self.cut:
-            return data, True
-        return self.fit(subject, payload, session_id, depth, len(data)), True
-
-    def fit(
-        self,
-        subject: str,
-        payload: Mapping[str, Any],
-        session_id: str | None,
-        depth: int,
-        size: int,
-        ref: PayloadRefMsg | None = None,
-    ) -> bytes:
-        """The envelope of an event ``size`` bytes long, flagged ``truncated``, its largest strings cut to fit.
-
-        The strings are cut in proportion to their sizes so that the envelope
-        uses the limit (a 1 MiB string keeps about the limit, less the rest of
-        the envelope). With ``ref`` (a claimed event) the envelope carries it
-        and the payload is a preview, empty when no string can be cut enough.
-        Raises PayloadTooLarge when nothing makes the envelope fit.
-        """
-        cutter = StringCutter(_loads(_dump_payload(subject, payload)))
-        ref_room = 0 if ref is None else len(_dumps(_builtins(ref))) + len(b',"payload_ref":')
-        excess, last = size - self.max_bytes + _FLAG_ROOM + ref_room, size
-        for _ in range(_FIT_TRIES):
-            if not cutter.cut(excess):
-                break
-            data = self._encode_flagged(subject, cutter.value, session_id, depth, ref)
-            if len(data) <= self.max_bytes:
-                return data
-            if len(data) >= last:  # every string is as short as it may be
-                break
-            excess, last = excess + len(data) - self.max_bytes, len(data)
-        if ref is not None:
-            data = self._encode_flagged(subject, {}, session_id, depth, ref)
-            if len(data) <= self.max_bytes:
-                return data
-        raise PayloadTooLarge(subject, size, self.max_bytes)
-
-    def _encode_flagged(
-        self, subject: str, payload: Any, session_id: str | None, depth: int, ref: PayloadRefMsg | None = None
-    ) -> bytes:
-        envelope = {
-            "event": event_name(subject),
-            "timestamp": self._ts_bytes.decode(),
-            "session_id": session_id,
-            "payload": payload,
-            "id": self.new_id(),
-            "depth": depth,
-            "truncated": True,
-        }
-        if ref is not None:
-            envelope["payload_ref"] = _builtins(ref)
-        return orjson.dumps(envelope)[:-1] + self._tail
-
-
-def _builtins(ref: PayloadRefMsg) -> Any:
+def ref_json(ref: PayloadRefMsg) -> Any:
     """A claim-check reference as plain JSON values (msgspec is loaded on this slow path only)."""
     import msgspec
 
     return msgspec.to_builtins(ref)
-
-
-def _dump_payload(subject: str, payload: Mapping[str, Any]) -> bytes:
-    if type(payload) is not dict:
-        if not isinstance(payload, Mapping):
-            raise PayloadError(subject, f"must be a JSON object (dict), not {type(payload).__name__}")
-        payload = dict(payload)
-    try:
-        return orjson.dumps(payload)
-    except (orjson.JSONEncodeError, TypeError) as exc:
-        raise NotSerializableError(subject, f"not JSON-serialisable: {exc}") from None
-
-
-def truncation_marker(cut_bytes: int) -> str:
-    """The text that replaces the middle of a cut string."""
-    return f"…[hookbus: {cut_bytes} bytes cut]…"
-
-
-#: Bytes a marker may take (its count has at most this many digits).
-_MARKER_ROOM: Final = len(truncation_marker(10**12).encode())
-
-
-class StringCutter:
-    """The long strings of a payload (a private copy, cut in place), shortened in proportion to their sizes.
-
-    Each :meth:`cut` starts again from the original strings, so a cut string
-    carries one marker naming exactly how many bytes it lost.
-    """
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-        #: (container, key, original text, its UTF-8 size, its size inside JSON), largest first.
-        self._strings = sorted(_long_strings(value), key=lambda found: -found[4])
-
-    def cut(self, excess: int) -> bool:
-        """Shorten the largest strings by about ``excess`` JSON bytes in all; False if no string is long enough.
-
-        Each chosen string loses a share of ``excess`` (plus its marker) in
-        proportion to its size; a string whose share would not pay for its
-        marker is left alone.
-        """
-        chosen = self._strings
-        while chosen:
-            need = excess + len(chosen) * _MARKER_ROOM
-            total = sum(found[4] for found in chosen)
-            if len(chosen) == 1 or need * chosen[-1][4] >= 2 * _MARKER_ROOM * total:
-                break
-            chosen = chosen[:-1]
-        if not chosen:
-            return False
-        for container, key, text, _, _ in self._strings:
-            container[key] = text
-        for container, key, text, utf8_size, json_size in chosen:
-            share = -(-need * json_size // total)  # JSON bytes, rounded up
-            container[key] = _cut_text(text, -(-share * utf8_size // json_size))
-        return True
-
-
-def _cut_text(text: str, cut_bytes: int) -> str:
-    """``text`` without about ``cut_bytes`` UTF-8 bytes from its middle, a marker in their place."""
-    encoded = text.encode()
-    cut = min(len(encoded) - _MIN_CUT_CHARS, cut_bytes)
-    if cut <= 0:
-        return text
-    keep = len(encoded) - cut
-    head = encoded[: keep // 2].decode(errors="ignore")
-    tail = encoded[len(encoded) - (keep - keep // 2) :].decode(errors="ignore")
-    return head + truncation_marker(len(encoded) - len(head.encode()) - len(tail.encode())) + tail
-
-
-def _long_strings(value: Any) -> list[tuple[Any, Any, str, int, int]]:
-    """Every string of ``value`` longer than the shortest one ever cut, with where it is and its sizes."""
-    found: list[tuple[Any, Any, str, int, int]] = []
-    stack = [value]
-    while stack:
-        node = stack.pop()
-        items = node.items() if isinstance(node, dict) else enumerate(node)
-        for key, item in items:
-            if isinstance(item, str):
-                if len(item) > _MIN_CUT_CHARS:
-                    found.append((node, key, item, len(item.encode()), len(_dumps(item)) - 2))
-            elif isinstance(item, (dict, list)):
-                stack.append(item)
-    return found
-
-
-def _largest_string(value: Any) -> tuple[Any, Any, str] | None:
-    """The longest string of ``value`` over the shortest one ever cut, with its container and key (output drain)."""
-    best: tuple[Any, Any, str] | None = None
-    stack = [value]
-    while stack:
-        node = stack.pop()
-        items = node.items() if isinstance(node, dict) else enumerate(node)
-        for key, item in items:
-            if isinstance(item, str):
-                if len(item) > _MIN_CUT_CHARS and (best is None or len(item) > len(best[2])):
-                    best = (node, key, item)
-            elif isinstance(item, (dict, list)):
-                stack.append(item)
-    return best
-
-
-def payload_bytes(subject: str, payload: Mapping[str, Any]) -> bytes:
-    """A payload's JSON bytes, as an envelope carries them and the object store keeps them whole."""
-    return _dump_payload(subject, payload)
 
 
 def _check_field(obj: dict[str, Any], subject: str, name: str, kind: type | tuple[type, ...]) -> None:
@@ -450,12 +192,25 @@ def _decode_other(subject: str, obj: dict[str, Any], data: bytes, max_depth: int
         raise EnvelopeError(subject, f"field 'source' has type {type(source).__name__}")
     stamp, session, payload = obj["timestamp"], obj["session_id"], obj["payload"]
     truncated = obj.get("truncated") is True
-    if "id" in obj and "depth" in obj:  # nothing to complete (the fast check refuses nothing this accepts)
-        event = Event(subject, expected, stamp, session, payload, obj["id"], depth, source, truncated, data)
-        event.traceparent = valid_traceparent(obj.get("traceparent"))
-        return event
     ident = obj["id"] if "id" in obj else _receipt_id()
-    return _completed(subject, expected, stamp, session, payload, ident, depth, source, truncated, _AS_ENVELOPE)
+    event = Event(subject, expected, stamp, session, payload, ident, depth, source, truncated, data)
+    _read_optional(subject, obj, event)
+    if "id" in obj and "depth" in obj:  # nothing to complete (the fast check refuses nothing this accepts)
+        return event
+    event.received_as = _AS_ENVELOPE
+    event.raw = _dumps(event.to_dict())  # hooks read one shape: the completed envelope
+    return event
+
+
+def _read_optional(subject: str, obj: dict[str, Any], event: Event) -> None:
+    """The optional fields that have a type of their own: ``payload_ref`` (refused if malformed) and
+    ``traceparent`` (a malformed one is ignored, as the W3C asks of a receiver, not refused)."""
+    ref = obj.get("payload_ref")
+    if ref is not None:
+        event.payload_ref = _payload_ref(subject, ref)
+    traceparent = obj.get("traceparent")
+    if traceparent is not None:
+        event.traceparent = valid_traceparent(traceparent)
 
 
 def _completed(
@@ -470,7 +225,8 @@ def _completed(
     truncated: bool,
     received_as: ReceivedAs,
 ) -> Event:
-    """An event the receiver completed; its ``raw`` is the completed envelope, so hooks read one shape."""
+    """An event the receiver completed from a bare payload; its ``raw`` is the completed envelope, so hooks read
+    one shape."""
     event = Event(subject, name, stamp, session, payload, ident, depth, source, truncated, received_as=received_as)
     event.raw = _dumps(event.to_dict())
     return event
@@ -479,7 +235,8 @@ def _completed(
 def _payload_ref(subject: str, ref: object) -> PayloadRefMsg:
     """A received ``payload_ref`` as its type (only its shape: the receiver checks the rest before fetching)."""
     try:
-        from bus.core.schema import PayloadRefMsg, convert
+        from bus.core.envelope_schema import PayloadRefMsg
+        from bus.core.schema import convert
 
         return convert(ref, PayloadRefMsg, "field 'payload_ref'", ValueError)
     except ValueError as exc:
@@ -503,7 +260,9 @@ _AS_ENVELOPE: Final[ReceivedAs] = "prx-envelope"
 _AS_PAYLOAD: Final[ReceivedAs] = "prx-payload"
 
 
-def decode(subject: str, data: bytes, max_bytes: int = DEFAULT_MAX_BYTES, max_depth: int = DEFAULT_MAX_DEPTH) -> Event:
+def decode_event(
+    subject: str, data: bytes, max_bytes: int = DEFAULT_MAX_BYTES, max_depth: int = DEFAULT_MAX_DEPTH
+) -> Event:
     """Decode and check envelope bytes received on ``subject``, as if the sender were hostile.
 
     Raises EnvelopeError naming what is wrong and the drop reason to count it
@@ -540,11 +299,7 @@ def decode(subject: str, data: bytes, max_bytes: int = DEFAULT_MAX_BYTES, max_de
         and (source is None or type(source) is str)
     ):
         event = Event(subject, name, stamp, session, payload, ident, depth, source, obj.get("truncated") is True, data)
-        ref = obj.get("payload_ref")
-        if ref is not None:
-            event.payload_ref = _payload_ref(subject, ref)
-        traceparent = obj.get("traceparent")
-        if traceparent is not None:
-            event.traceparent = valid_traceparent(traceparent)  # a malformed one is ignored (W3C), not refused
+        if len(obj) > 6:  # only then can an optional field with a type of its own be there
+            _read_optional(subject, obj, event)
         return event
     return _decode_other(subject, obj, data, max_depth, expected)

@@ -1,19 +1,18 @@
-"""Errors raised by hookbus.
+"""The base errors of hookbus: the protocol's, the connection's, and the bases each feature's errors derive from.
 
-The tree::
+A feature declares its own errors in its package's ``errors.py`` (the shell
+hooks in ``subscribers/shell_hooks/errors.py``, turns in ``bus/turns/errors.py``,
+a handler's run in ``bus/runtime/errors.py`` ...), each deriving from a class
+here. The tree of this module::
 
     HookbusError
     ├── ConfigError            a setting, flag or config file is wrong
-    │   ├── HookConfigError        hooks.json (or an API write) breaks the hooks format
-    │   ├── PluginError            a WASM plugin's manifest or module is refused (names the plugin)
-    │   └── IsolationUnavailable   isolation was asked for and cannot be had here (names what is missing)
     ├── ConnectError           the bus could not be reached (names the URL)
     ├── PublishDenied          the server's permissions refused a publish (names the subject)
     ├── BusClosedError         the Bus was used after close(), or before start
     ├── SyncCallError          a SyncBus call waited past its timeout, or came from its own loop thread
     ├── ServerError            the embedded nats-server would not start
     │   └── PortInUse              its port is taken (names host and port)
-    ├── AgentHookError         a Claude Code or Codex hook input is malformed (names the field; also ValueError)
     ├── SubjectError           a subject or pattern breaks the subject rules (also ValueError)
     ├── PayloadError           a payload cannot be sent (also ValueError)
     │   ├── NotSerializableError   not JSON-serialisable
@@ -21,13 +20,21 @@ The tree::
     │   └── CatalogError           strict mode: does not match the event catalog
     ├── EnvelopeError          bytes from the bus are not a valid event envelope
     ├── PayloadRefError        a claim-check reference is refused, or its whole payload cannot be had
-    ├── PluginTrap             a WASM plugin's call did not return: trapped, out of time or memory
-    └── MiddlewareError        the middleware could not do what was asked
-        ├── StageError             a stage name breaks the stage rules (also ValueError)
-        ├── DeclarationError       a handler declaration is invalid (also ValueError)
-        ├── RecordError            a stored handler record is invalid, or cannot be read or written (also ValueError)
-        ├── DecisionError          a reply is not a valid decision (names who sent it)
-        └── RegistryError          the registry/trust store (JetStream KV) is unavailable
+    ├── MiddlewareError        the middleware could not do what was asked
+    │   ├── StageError             a stage name breaks the stage rules (also ValueError)
+    │   ├── DeclarationError       a handler declaration is invalid (also ValueError)
+    │   ├── RecordError            a stored handler record is invalid, or cannot be read or written (also ValueError)
+    │   ├── DecisionError          a reply is not a valid decision (names who sent it)
+    │   ├── RegistryError          the registry/trust store (JetStream KV) is unavailable
+    │   ├── BrokenChain            a stage's declarations cannot be ordered
+    │   ├── ForeignAnnouncement    a registry entry claims another module's name (also ValueError)
+    │   └── TooManyHandlers        an announcement over the handler cap (also ValueError)
+    ├── TransportError         a message could not be carried, or a request got no usable answer
+    │   ├── NotSent                the connection did not take a message (names the drop reason)
+    │   ├── NoResponders           nobody subscribes to the subject
+    │   ├── RequestTimeout         no reply within the timeout
+    │   └── Aborted                the requester was closed while the request was pending
+    └── JournalError           bytes on a journal subject are not a valid entry
 
 Transport trouble during ``emit`` is never raised: it is counted as a drop.
 Errors carry the context they are about (subject, size, URL) as attributes.
@@ -44,50 +51,6 @@ class HookbusError(Exception):
 
 class ConfigError(HookbusError):
     """A setting, command-line flag or configuration file is invalid."""
-
-
-class HookConfigError(ConfigError, ValueError):
-    """hooks.json, or a hook written through the HTTP API, breaks the hooks format.
-
-    ``file`` is the file (None for an API body), ``entry`` the entry's place
-    (``hooks.tool_call[0]``) and ``field`` the offending field, when known.
-    """
-
-    def __init__(
-        self, reason: str, *, file: str | None = None, entry: str | None = None, field: str | None = None
-    ) -> None:
-        self.reason = reason
-        self.file = file
-        self.entry = entry
-        self.field = field
-        where = ".".join(part for part in (entry, field) if part)
-        prefix = ": ".join(part for part in (file, where) if part)
-        super().__init__(f"{prefix}: {reason}" if prefix else reason)
-
-
-class PluginError(ConfigError, ValueError):
-    """A WASM plugin cannot be loaded or run: its manifest, its module, or a grant is refused.
-
-    ``plugin`` is the plugin's folder name.
-    """
-
-    def __init__(self, plugin: str, reason: str) -> None:
-        self.plugin = plugin
-        self.reason = reason
-        super().__init__(f"plugin {plugin}: {reason}")
-
-
-class PluginTrap(HookbusError):
-    """A WASM plugin's call did not return: it trapped, was stopped at its time limit, or ran out of memory."""
-
-    def __init__(self, reason: str, *, timed_out: bool = False) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.timed_out = timed_out
-
-
-class IsolationUnavailable(ConfigError):
-    """Isolation was asked for and this machine cannot provide it: the process is refused, never run bare."""
 
 
 class ConnectError(HookbusError):
@@ -148,10 +111,6 @@ class PortInUse(ServerError):
         self.host = host
         self.port = port
         super().__init__(f"port {port} on {host} is already in use")
-
-
-class AgentHookError(HookbusError, ValueError):
-    """A hook input from Claude Code or Codex (stdin, the HTTP endpoint, the relay) is not what they document."""
 
 
 class SubjectError(HookbusError, ValueError):
@@ -288,18 +247,6 @@ class JournalError(HookbusError):
     reason: str = "invalid"
 
 
-class TurnRequestError(HookbusError):
-    """Bytes on a turn subject are not a valid turn request."""
-
-
-class TriggerStatusError(HookbusError):
-    """A reply on the trigger status subject is not a valid status."""
-
-
-class CountersReportError(HookbusError):
-    """Bytes on a counters subject are not a valid counters report (docs/metrics.md)."""
-
-
 class BrokenChain(MiddlewareError):
     """The stage's declarations cannot be ordered."""
 
@@ -327,59 +274,3 @@ class RequestTimeout(TransportError):
 
 class Aborted(TransportError):
     """The requester was closed while the request was pending."""
-
-
-class HookNotFound(HookbusError, LookupError):
-    """No hook has this id."""
-
-    def __init__(self, hook_id: str) -> None:
-        self.hook_id = hook_id
-        super().__init__(f"no hook with id {hook_id!r}")
-
-
-class LLMError(HookbusError):
-    """The model could not be asked, or answered something that is not a chat completion."""
-
-    def __init__(self, message: str, *, status: int | None = None, transient: bool = False) -> None:
-        super().__init__(message)
-        self.status = status
-        self.transient = transient
-
-
-class TurnFailed(HookbusError):
-    """A turn could not finish; the reason is what eva.turn.failed reports."""
-
-
-class HookTurnError(HookbusError):
-    """The model did not give a decision (no single hook_* call, or a malformed one)."""
-
-
-class PatternError(HookbusError, ValueError):
-    """RE2 cannot take the pattern; the message says why."""
-
-
-# -- a handler's faults, as bus.core.eager reports them to the module or record runner calling it
-
-
-class HandlerExit(HookbusError):
-    """A handler raised a BaseException that is not an Exception (KeyboardInterrupt, SystemExit, a
-    library's own unwinding class): kept as this handler's failure instead of stopping its caller."""
-
-    def __init__(self, raised: BaseException) -> None:
-        text = str(raised)
-        name = type(raised).__name__
-        super().__init__(f"raised {name}: {text}" if text else f"raised {name}")
-        self.raised = raised
-
-
-class HandlerCancelled(HookbusError):
-    """A handler ended by cancelling itself (``raise CancelledError``, ``current_task().cancel()``, an
-    ``asyncio.timeout`` of its own left to end the task): its failure, never a cancel of its caller."""
-
-    def __init__(self) -> None:
-        super().__init__("the handler cancelled its own task")
-
-
-class HandlerTimedOut(HookbusError):
-    """A handler gave no answer within its bound (``bus.core.eager.run_bounded``); a TimeoutError the
-    handler raises itself (an ``asyncio.timeout`` of its own left uncaught) is its failure, not this."""

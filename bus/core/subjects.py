@@ -272,13 +272,6 @@ def module_subject(module: str) -> str:
     return f"{MIDDLEWARE_PREFIX}.{module}"
 
 
-#: Journal entries go to ``hookbus.journal.<kind>[.<origin>]``, kept by the stream JOURNAL_STREAM.
-JOURNAL_PREFIX = "hookbus.journal"
-JOURNAL_STREAM = "HOOKBUS_JOURNAL"
-#: A journal sink's durable consumer is this prefix plus a hash of where it stores.
-JOURNAL_DURABLE_PREFIX = "hookbus-journal-"
-#: Turn requests for an agent go to ``hookbus.turn.<agent>``, served in the queue group turn_queue(agent).
-TURN_PREFIX = "hookbus.turn"
 #: The KV buckets of the middleware registry: announcements, operator trust, guard records.
 MODULES_BUCKET = "hookbus_modules"
 TRUST_BUCKET = "hookbus_trust"
@@ -287,8 +280,6 @@ GUARDS_BUCKET = "hookbus_guards"
 #: record runner keeps of the versions operators approved (only runners and operators write those).
 RECORDS_BUCKET = "hookbus_records"
 RECORDS_APPROVED_BUCKET = "hookbus_records_approved"
-#: The module name record runners serve under (``hookbus runner --module`` changes it).
-RECORDS_MODULE = "records"
 
 
 def kv_stream(bucket: str) -> str:
@@ -318,24 +309,11 @@ def payload_subjects(publisher: str) -> tuple[str, str]:
 
 #: Where readers fetch an object's meta and chunks: JetStream's direct get on the stream.
 PAYLOADS_DIRECT_GET = "$JS.API.DIRECT.GET.OBJ_hookbus_payloads"
-#: JetStream API subjects a plugin's host services ask directly (its bucket's stream, made with a size cap).
-JS_API_STREAM_CREATE = "$JS.API.STREAM.CREATE."
-JS_API_STREAM_INFO = "$JS.API.STREAM.INFO."
-#: Queue groups: shell-hook workers (unless told otherwise: the namespace of their per-key groups, see
-#: key_queue), and the agent-metrics subscriber.
-SHELL_QUEUE = "hookbus-shell"
+#: The agent-metrics subscriber's queue group.
 AGENT_METRICS_QUEUE = "hookbus-agent-metrics"
-#: The queue group trigger engines share, so each event fires a trigger once.
-TRIGGERS_QUEUE = "hookbus-triggers"
-#: The queue group of the problems turn (triggers/engine/problems.py): each broken chain is taken once.
-PROBLEMS_QUEUE = "hookbus-problems"
 #: Every process's batched counters (drops, truncations, deliveries, middleware reactions) go to
 #: ``hookbus.counters[.<origin>]``, the origin being its NATS user as for the journal (docs/metrics.md).
 COUNTERS_PREFIX = "hookbus.counters"
-#: The opt-in recorded history of events (``hookbus up --record PATTERN``): a JetStream stream on those patterns.
-HISTORY_STREAM = "HOOKBUS_HISTORY"
-#: The queue group of the fleet-metrics receivers (``hookbus up``, ``hookbus metrics``): each message counted once.
-FLEET_METRICS_QUEUE = "hookbus-fleet-metrics"
 
 
 def counters_subject(origin: str | None) -> str:
@@ -364,47 +342,6 @@ def key_queue(group: str, key: str) -> str:
     return f"{group}-{digest}"
 
 
-def turn_subject(agent: str) -> str:
-    """The subject turn requests for ``agent`` go to."""
-    return f"{TURN_PREFIX}.{agent}"
-
-
-def agent_stream_subject(agent: str) -> str:
-    """Where the reference runner streams an agent's answers to clients unless told another subject."""
-    return f"{EVA_DOMAIN}.stream.{agent}"
-
-
-def turn_queue(agent: str) -> str:
-    """The queue group an agent's replicas share, so each turn request runs once."""
-    return f"hookbus-agent-{agent}"
-
-
-#: The trigger engine answers status requests here (``hookbus triggers status``).
-TRIGGERS_STATUS = "hookbus.triggers.status"
 #: Processes on the bus (``hookbus up``, workers, sinks, agents) say they are alive here, one key each,
 #: ``<user>.<instance>`` (``hookbus status`` reads it; modules announce in MODULES_BUCKET instead).
 PRESENCE_BUCKET = "hookbus_presence"
-
-
-#: Agent-hook relays (docs/integrations.md): ``hookbus claude-hook`` and ``codex-hook`` ask ``hookbus up`` to
-#: run a hook input's mapping on ``hookbus.adapter.<flavor>.<user>``, served in the queue group ADAPTER_QUEUE.
-#: The user is the asker's NATS user (as in its inbox prefix): the shipped permissions let each agent publish
-#: only under its own, so the relay knows who asked. A connection without a user name asks on the bare subject.
-ADAPTER_PREFIX = "hookbus.adapter"
-ADAPTER_QUEUE = "hookbus-adapters"
-
-
-def adapter_subject(flavor: str, user: str | None = None) -> str:
-    """The subject ``hookbus up`` serves ``user``'s hook inputs of ``flavor`` (``claude-code``, ``codex``) on."""
-    if not TOKEN_RE.fullmatch(flavor):
-        raise SubjectError(flavor, "an adapter flavor must match [A-Za-z0-9_-]+")
-    if user is None:
-        return f"{ADAPTER_PREFIX}.{flavor}"
-    subject = f"{ADAPTER_PREFIX}.{flavor}.{user}"
-    validate_subject(subject)
-    return subject
-
-
-def adapter_asker(subject: str, flavor: str) -> str | None:
-    """The user a relay request's subject names (``hookbus.adapter.<flavor>.<user>``), None on the bare one."""
-    return subject[len(ADAPTER_PREFIX) + len(flavor) + 2 :] or None

@@ -23,11 +23,12 @@ from typing import Any, Final
 import orjson
 
 from bus.core.clock import format_timestamp, now_timestamp
-from bus.core.envelope import Encoder
+from bus.core.encoder import Encoder
 from bus.core.errors import BusClosedError, JournalError
-from bus.core.schema import JOURNAL_MAX_DEPTH, JOURNAL_MAX_DURATION_MS, JournalEntryMsg, decode
-from bus.core.subjects import JOURNAL_PREFIX, JOURNAL_STREAM
-from bus.core.tasks import TaskSet
+from bus.core.schema import decode
+from bus.journal.schema import JOURNAL_MAX_DEPTH, JOURNAL_MAX_DURATION_MS, JournalEntryMsg
+from bus.journal.subjects import JOURNAL_PREFIX, JOURNAL_STREAM
+from bus.runtime.tasks import TaskSet
 from bus.transport.port import TRANSPORT_FAILURES, Port
 from bus.transport.streams import StreamSpec, StreamState
 
@@ -206,7 +207,7 @@ class JournalPublisher:
             await asyncio.wait(set(self._sending), timeout=timeout)
 
 
-async def ensure_stream(bus: Port, replicas: int | None = None) -> StreamState:
+async def ensure_journal_stream(bus: Port, replicas: int | None = None) -> StreamState:
     """Create (or update) the JetStream stream that captures every journal entry; return its state.
 
     ``replicas`` defaults to 3 on a cluster of three or more nodes, else 1.

@@ -19,8 +19,9 @@ import msgspec
 
 from bus.core.declaration import Declaration, from_wire
 from bus.core.errors import MiddlewareError
-from bus.core.schema import GuardRecordMsg, decode
+from bus.core.schema import decode
 from bus.core.subjects import GUARDS_BUCKET as GUARDS_BUCKET
+from bus.middleware.schema import GuardRecordMsg
 from bus.transport.kv import Bucket
 
 #: Hex digits of the identity in a record's key (enough to tell versions apart).

@@ -35,12 +35,12 @@ import msgspec
 from bus.core.clock import random_hex
 from bus.core.declaration import Declaration, from_wire
 from bus.core.errors import ForeignAnnouncement, MiddlewareError, RegistryError, TooManyHandlers
-from bus.core.schema import AnnouncementMsg, decode
+from bus.core.middleware_schema import AnnouncementMsg
+from bus.core.schema import decode
 from bus.core.subjects import GUARDS_BUCKET, RECORDS_APPROVED_BUCKET, RECORDS_BUCKET, module_subject
 from bus.core.subjects import MODULES_BUCKET as MODULES_BUCKET
 from bus.core.subjects import TRUST_BUCKET as TRUST_BUCKET
-from bus.transport.kv import Bucket, KvEntry
-from bus.transport.kv import Watch as BucketWatch
+from bus.transport.kv import Bucket, KvEntry, KvWatch
 from bus.transport.port import Port
 
 log = logging.getLogger("hookbus.registry")
@@ -284,7 +284,7 @@ class Watch:
         self._task = asyncio.get_running_loop().create_task(self._follow(watcher, set()))
         return True
 
-    async def _follow(self, watcher: BucketWatch, fresh: set[str] | None) -> None:
+    async def _follow(self, watcher: KvWatch, fresh: set[str] | None) -> None:
         entry: KvEntry | None
         try:
             async for entry in watcher:

@@ -16,8 +16,9 @@ import msgspec
 
 from bus.core.declaration import Declaration
 from bus.core.errors import MiddlewareError
-from bus.core.schema import RejectRecordMsg, decode
+from bus.core.schema import decode
 from bus.core.subjects import is_qualname
+from bus.middleware.schema import RejectRecordMsg
 from bus.transport.kv import Bucket
 
 #: The key prefix of a rejection record in the trust bucket.

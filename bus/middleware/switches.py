@@ -19,8 +19,9 @@ from typing import Final
 import msgspec
 
 from bus.core.errors import MiddlewareError
-from bus.core.schema import SwitchRecordMsg, decode
+from bus.core.schema import decode
 from bus.core.subjects import TOKEN_RE, is_qualname
+from bus.middleware.schema import SwitchRecordMsg
 from bus.transport.kv import Bucket
 
 #: The key prefix of a switch record in the trust bucket.

@@ -27,8 +27,9 @@ import msgspec
 
 from bus.core.declaration import Declaration
 from bus.core.errors import ConfigError
-from bus.core.schema import TrustApproval, TrustOrder, TrustRecord, decode
+from bus.core.schema import decode
 from bus.core.subjects import is_qualname
+from bus.middleware.schema import TrustApproval, TrustOrder, TrustRecord
 
 
 class TrustState(enum.StrEnum):

@@ -13,10 +13,10 @@ from typing import Any
 
 from bus.core.decisions import Decision
 from bus.core.declaration import Declaration
-from bus.core.eager import HandlerTimedOut, fault_cause, run_bounded
 from bus.middleware.faults import Outcome, fault_decision
 from bus.middleware.handler.module import _check
 from bus.records.sandbox import RecordCtx, RecordHandler
+from bus.runtime.eager import HandlerTimedOut, fault_cause, run_bounded
 
 log = logging.getLogger("hookbus.records")
 
@@ -35,7 +35,7 @@ async def run_record(handler: RecordHandler, decl: Declaration, payload: dict[st
     """Call the record with its declared timeout (a record that never awaits cannot be interrupted)."""
     started = time.perf_counter()
     try:
-        # In a task of its own, started inline (bus.core.eager), as a Module's handler is.
+        # In a task of its own, started inline (bus.runtime.eager), as a Module's handler is.
         result = await run_bounded(handler(decl.stage, payload, ctx), decl.timeout)
         outcome, cause = _check(result)
     except HandlerTimedOut:

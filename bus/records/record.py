@@ -20,8 +20,10 @@ import orjson
 
 from bus.core.declaration import Declaration, declare
 from bus.core.errors import DeclarationError, RecordError, StageError
-from bus.core.schema import HandlerRecordMsg, convert, decode
-from bus.core.subjects import RECORDS_MODULE, TOKEN_RE
+from bus.core.schema import convert, decode
+from bus.core.subjects import TOKEN_RE
+from bus.records.schema import HandlerRecordMsg
+from bus.records.subjects import RECORDS_MODULE
 
 
 @dataclass(frozen=True, slots=True)

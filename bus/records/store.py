@@ -18,13 +18,15 @@ from typing import TypeVar
 import msgspec
 
 from bus.core.errors import RecordError, RegistryError
-from bus.core.schema import ApprovedRecordMsg, decode
+from bus.core.schema import decode
 from bus.core.stages import phase
-from bus.core.subjects import RECORDS_APPROVED_BUCKET, RECORDS_BUCKET, RECORDS_MODULE
+from bus.core.subjects import RECORDS_APPROVED_BUCKET, RECORDS_BUCKET
 from bus.journal.entries import JournalEntry, publish_entry
 from bus.middleware.registry import LOAD_WITHIN_S, TRUST_BUCKET
 from bus.middleware.trust import approved_identity, trust_record
 from bus.records.record import Record, parse_safely
+from bus.records.schema import ApprovedRecordMsg
+from bus.records.subjects import RECORDS_MODULE
 from bus.transport.kv import Bucket
 from bus.transport.port import Port
 

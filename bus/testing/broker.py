@@ -26,6 +26,7 @@ from typing import Final
 
 from bus.core.claim import check_ref
 from bus.core.clock import random_hex
+from bus.core.envelope_schema import PayloadRefMsg
 from bus.core.errors import (
     JournalError,
     NoResponders,
@@ -36,11 +37,10 @@ from bus.core.errors import (
     SubjectError,
     TransportError,
 )
-from bus.core.ratelog import RateLimitedLog
-from bus.core.schema import PayloadRefMsg
 from bus.core.subjects import PAYLOADS_BUCKET, matches
-from bus.core.tasks import TaskSet
-from bus.transport.kv import Bucket, KvEntry, Watch
+from bus.runtime.ratelog import RateLimitedLog
+from bus.runtime.tasks import TaskSet
+from bus.transport.kv import Bucket, KvEntry, KvWatch
 from bus.transport.port import ObjectStore, RawMessage, Trouble, TroubleCallback
 from bus.transport.streams import PullConsumer, StreamMessage, StreamSpec, StreamState
 
@@ -341,7 +341,7 @@ class NoObjectStore:
 
 @dataclass(frozen=True, slots=True)
 class _Update:
-    """One change as a watch delivers it (the shape :class:`~bus.transport.kv.Watch` reads)."""
+    """One change as a watch delivers it (the shape :class:`~bus.transport.kv.KvWatch` reads)."""
 
     key: str
     value: bytes
@@ -383,14 +383,14 @@ class InProcessBucket(Bucket):
     async def delete(self, key: str) -> None:
         self._write(key, b"", "DEL")
 
-    async def watch(self) -> Watch:
+    async def watch(self) -> KvWatch:
         watcher = InProcessWatcher(self)
         entries = list(self._entries.values())
         for entry in entries:
             watcher.updates.put_nowait(_Update(entry.key, entry.value or b"", entry.revision, None))
         watcher.updates.put_nowait(None)  # the end of what was stored
         self._watchers.add(watcher)
-        return Watch(self.name, watcher)
+        return KvWatch(self.name, watcher)
 
 
 class InProcessWatcher:

@@ -10,7 +10,7 @@ the reader that parsed the message.
 
 The callback must not block (it holds up every subscription of the
 connection) and should not raise (a raise is logged and the message dropped).
-Handlers it starts run inline until they wait (bus.core.eager), then in tasks.
+Handlers it starts run inline until they wait (bus.runtime.eager), then in tasks.
 
 It relies on how nats-py delivers a message (``sub._pending_queue.put_nowait``
 in ``Client._process_msg``, pending bytes counted in ``sub._pending_size``):

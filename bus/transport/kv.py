@@ -48,7 +48,7 @@ def _failed(bucket: str, what: str, exc: BaseException) -> RegistryError:
     return RegistryError(f"bucket {bucket}: {what} failed ({exc!r})")
 
 
-class Watch:
+class KvWatch:
     """A running watch of a whole bucket: yields KvEntry, and None once the stored keys are all delivered.
 
     "All delivered" is checked against the keys the bucket held just before the
@@ -137,11 +137,11 @@ class Bucket:
         except _FAILURES as exc:
             raise _failed(self.name, f"delete {key}", exc) from None
 
-    async def watch(self) -> Watch:
+    async def watch(self) -> KvWatch:
         """Watch every key: the stored ones first (then None), then each change."""
         try:
             present = await self._keys_present()
-            return Watch(self.name, await self._kv.watchall(), present, self._present)
+            return KvWatch(self.name, await self._kv.watchall(), present, self._present)
         except _FAILURES as exc:
             raise _failed(self.name, "watch", exc) from None
 
@@ -188,7 +188,7 @@ def hardened(config: Any) -> bool:
     return not config.allow_rollup_hdrs and bool(config.deny_purge)
 
 
-async def open_bucket(nc: Any, name: str, ttl_s: float | None = None) -> Bucket:
+async def bind_bucket(nc: Any, name: str, ttl_s: float | None = None) -> Bucket:
     """Bind to a bucket, creating it on first use (keys expire after ``ttl_s``); RegistryError when JetStream is off."""
     js = nc.jetstream()
     try:
@@ -219,7 +219,7 @@ async def open_bucket(nc: Any, name: str, ttl_s: float | None = None) -> Bucket:
 async def ensure_bucket(nc: Any, name: str, ttl_s: float | None = None) -> Bucket:
     """What ``hookbus up`` does (as the bus role): open the bucket, and bring one an older hookbus made
     (rollup headers allowed, purges not denied) to :func:`bucket_config`'s; RegistryError if refused."""
-    bucket = await open_bucket(nc, name, ttl_s)
+    bucket = await bind_bucket(nc, name, ttl_s)
     js = nc.jetstream()
     try:
         info = await js.stream_info(kv_stream(name))

@@ -21,7 +21,7 @@ from nats.aio.client import Client
 from bus.core.errors import NoResponders, RequestTimeout
 from bus.transport.connection import open_connection
 from bus.transport.direct import subscribe_direct
-from bus.transport.kv import Bucket, ensure_bucket, open_bucket
+from bus.transport.kv import Bucket, bind_bucket, ensure_bucket
 from bus.transport.objects import PayloadStore, ensure_payloads_bucket
 from bus.transport.port import ObjectStore, RawMessage, RawSubscription, Trouble, TroubleCallback
 from bus.transport.publisher import Publisher, flush_quietly, not_sent, ordered_flush
@@ -157,7 +157,7 @@ class NatsConnection(Publisher):
         return flushed
 
     async def open_bucket(self, name: str, ttl_s: float | None = None) -> Bucket:
-        return await open_bucket(self._nc, name, ttl_s)
+        return await bind_bucket(self._nc, name, ttl_s)
 
     async def ensure_bucket(self, name: str, ttl_s: float | None = None) -> Bucket:
         return await ensure_bucket(self._nc, name, ttl_s)

@@ -36,9 +36,8 @@ import orjson
 from nats.js import api
 
 from bus.core.claim import PAYLOADS_MAX_BYTES, PAYLOADS_TTL_S, check_body, check_ref, reference
+from bus.core.envelope_schema import PayloadRefMsg
 from bus.core.errors import PayloadRefError, RegistryError
-from bus.core.ratelog import RateLimitedLog
-from bus.core.schema import PayloadRefMsg
 from bus.core.subjects import (
     PAYLOADS_BUCKET,
     PAYLOADS_CHUNKS,
@@ -46,6 +45,7 @@ from bus.core.subjects import (
     PAYLOADS_STREAM,
     payload_subjects,
 )
+from bus.runtime.ratelog import RateLimitedLog
 from bus.transport.connection import INBOX_ROOT, jetstream_replicas
 
 log = logging.getLogger("hookbus.payloads")

@@ -24,9 +24,9 @@ from typing import Any, Protocol
 
 import nats.errors as nats_errors
 
+from bus.core.envelope_schema import PayloadRefMsg
 from bus.core.errors import TransportError
-from bus.core.schema import PayloadRefMsg
-from bus.core.stats import BusStats
+from bus.runtime.stats import BusStats
 from bus.transport.kv import Bucket
 from bus.transport.streams import PullConsumer, StreamMessage, StreamSpec, StreamState
 

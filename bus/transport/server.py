@@ -25,7 +25,7 @@ from types import TracebackType
 from typing import Final
 
 from bus.core.errors import PortInUse, ServerError
-from bus.core.private_files import private_dir
+from bus.runtime.private_files import private_dir
 
 BINARY_ENV: Final = "HOOKBUS_NATS_SERVER"
 _PR_SET_PDEATHSIG: Final = 1  # from <linux/prctl.h>

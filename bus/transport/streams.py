@@ -39,7 +39,7 @@ class StreamState:
     replicas: int
 
 
-def state_of(info: Any) -> StreamState:
+def _state_from_info(info: Any) -> StreamState:
     created: Any = info.created
     return StreamState(
         name=info.config.name,
@@ -65,9 +65,9 @@ async def ensure_stream(nc: Any, spec: StreamSpec) -> StreamState:
     js = nc.jetstream()
     try:
         try:
-            return state_of(await js.add_stream(config))
+            return _state_from_info(await js.add_stream(config))
         except js_errors.BadRequestError:
-            return state_of(await js.update_stream(config))
+            return _state_from_info(await js.update_stream(config))
     except (nats_errors.Error, js_errors.Error) as exc:
         raise JournalError(f"cannot create or update stream {spec.name}: {exc!r}") from None
 
@@ -75,7 +75,7 @@ async def ensure_stream(nc: Any, spec: StreamSpec) -> StreamState:
 async def stream_state(nc: Any, name: str) -> StreamState | None:
     """The stream's state, None if it does not exist; JournalError if the server does not answer."""
     try:
-        return state_of(await nc.jetstream().stream_info(name))
+        return _state_from_info(await nc.jetstream().stream_info(name))
     except js_errors.NotFoundError:
         return None
     except (nats_errors.Error, js_errors.Error) as exc:

@@ -20,17 +20,19 @@ import msgspec
 import orjson
 
 from bus.core import depth as _depth
-from bus.core import tracing as _tracing
 from bus.core.clock import format_timestamp
 from bus.core.depth import depth_problem
-from bus.core.envelope import Encoder
-from bus.core.errors import TurnRequestError
-from bus.core.ratelog import RateLimitedLog
-from bus.core.schema import TurnRequestMsg, TurnResultMsg, decode
-from bus.core.subjects import TOKEN_RE, TURN_PREFIX, is_reply_inbox, turn_queue
-from bus.core.subjects import turn_subject as turn_subject
-from bus.core.tasks import TaskSet
+from bus.core.encoder import Encoder
+from bus.core.schema import decode
+from bus.core.subjects import TOKEN_RE, is_reply_inbox
+from bus.runtime import tracing as _tracing
+from bus.runtime.ratelog import RateLimitedLog
+from bus.runtime.tasks import TaskSet
 from bus.transport.port import TRANSPORT_FAILURES, Port, RawMessage
+from bus.turns.errors import TurnRequestError
+from bus.turns.schema import TurnRequestMsg, TurnResultMsg
+from bus.turns.subjects import TURN_PREFIX, turn_queue
+from bus.turns.subjects import turn_subject as turn_subject
 
 log = logging.getLogger("hookbus.turns")
 

@@ -1,7 +1,7 @@
 """Events and journal entries into the fleet's series.
 
 Events are counted by subject and agent (the envelope's ``source``) once
-they pass the receiver's check (bus.core.envelope.decode); what fails it is
+they pass the receiver's check (bus.core.envelope.decode_event); what fails it is
 counted by reason. Journal entries are checked and clamped by the journal's
 own decoder; shell-hook runs and trigger firings and suppressions are counted
 from them (middleware reactions come from the kernels' counters reports,
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Final
 
-from bus.core.envelope import decode as decode_event
+from bus.core.envelope import decode_event
 from bus.core.errors import EnvelopeError, JournalError
 from bus.core.subjects import is_vouched, split_vouched
 from bus.journal.entries import JournalEntry, decode_entry

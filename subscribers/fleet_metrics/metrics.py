@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from bus.core.stats import DROP_REASONS, OTHER, REFUSE_REASONS, LabelCap
 from bus.middleware.kernel.metrics import BUCKETS as MIDDLEWARE_BUCKETS
+from bus.runtime.stats import DROP_REASONS, OTHER, REFUSE_REASONS, LabelCap
 from subscribers.fleet_metrics.series import FleetCollector, FleetCounter, FleetHistogram
 from subscribers.shell_hooks.metrics import DURATION_BUCKETS as HOOK_BUCKETS
 

@@ -13,8 +13,9 @@ import time
 from typing import Any, Final
 
 from bus.core.errors import JournalError
-from bus.core.subjects import COUNTERS_PREFIX, JOURNAL_PREFIX
+from bus.core.subjects import COUNTERS_PREFIX
 from bus.journal.entries import decode_entry
+from bus.journal.subjects import JOURNAL_PREFIX
 from bus.middleware.faults import Outcome
 from bus.middleware.kernel.metrics import BUCKETS
 from bus.transport.port import Port, RawMessage, RawSubscription, unsubscribe_all

@@ -15,17 +15,17 @@ from prometheus_client.registry import REGISTRY, CollectorRegistry
 from bus.core.subjects import (
     COUNTERS_PREFIX,
     EVA_DOMAIN,
-    FLEET_METRICS_QUEUE,
-    JOURNAL_PREFIX,
     PRX_DOMAIN,
     vouched_pattern,
 )
+from bus.journal.subjects import JOURNAL_PREFIX
 from bus.metrics import register_once
 from bus.transport.port import Port, RawMessage, RawSubscription, unsubscribe_all
 from subscribers.fleet_metrics.feeders import count_entry, event_counter
 from subscribers.fleet_metrics.metrics import FleetMetrics
 from subscribers.fleet_metrics.reports import apply_report
 from subscribers.fleet_metrics.series import FleetCollector, ReadCounter
+from subscribers.fleet_metrics.subjects import FLEET_METRICS_QUEUE
 
 QUEUE: Final = FLEET_METRICS_QUEUE
 #: Messages a subscription holds before NATS-side drops: a 100k-event burst waits, it is not lost.

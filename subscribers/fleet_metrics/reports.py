@@ -13,10 +13,11 @@ from collections.abc import Mapping
 from typing import Final
 
 from bus.core.decisions import Cancel, Continue, Patch
-from bus.core.errors import CountersReportError
-from bus.core.schema import CountersMsg, MiddlewareCountsMsg, decode
+from bus.core.schema import decode
+from bus.counters import CountersMsg, MiddlewareCountsMsg
 from bus.middleware.faults import Outcome
 from bus.middleware.kernel.metrics import BUCKETS as MIDDLEWARE_BUCKETS
+from subscribers.fleet_metrics.errors import CountersReportError
 from subscribers.fleet_metrics.metrics import Capped, FleetMetrics
 from subscribers.fleet_metrics.series import FleetCounter
 

@@ -1,8 +1,8 @@
 """The fleet's series: plain counts updated by the receiver, turned into Prometheus families at scrape time.
 
-Like the bus counters (bus/core/stats.py), a count is a dict update, not a
+Like the bus counters (bus/runtime/stats.py), a count is a dict update, not a
 metric lock: the receiver counts every event that crosses the bus. Every
-label value goes through a :class:`~bus.core.stats.LabelCap`, so hostile
+label value goes through a :class:`~bus.runtime.stats.LabelCap`, so hostile
 senders cannot multiply the series.
 """
 
@@ -15,7 +15,7 @@ from typing import Final
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
-from bus.core.stats import PREFIX
+from bus.runtime.stats import PREFIX
 
 _Key = tuple[str, ...]
 NAMESPACE: Final = f"{PREFIX}_fleet"

@@ -20,7 +20,7 @@ from typing import Any, Final
 
 from bus.core.envelope import Event
 from bus.core.errors import ConfigError
-from bus.core.schema import MiddlewareRequest, RequestCtx
+from bus.core.middleware_schema import MiddlewareRequest, RequestCtx
 from bus.core.stages import match_field
 from bus.journal.entries import JournalEntry
 from bus.middleware.handler.module import Module

@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from bus.client import Bus
-from bus.core.envelope import Event, decode
+from bus.core.envelope import Event, decode_event
 from bus.core.errors import ConfigError, EnvelopeError
-from bus.core.subjects import HISTORY_STREAM, is_vouched, matches, normalise_pattern, split_vouched
+from bus.core.subjects import is_vouched, matches, normalise_pattern, split_vouched
+from subscribers.history.subjects import HISTORY_STREAM
 
 
 @dataclass
@@ -51,7 +52,7 @@ async def recorded_events(
         if not matches(nats_pattern, subject):
             continue
         try:
-            event = decode(subject, message.data, bus.max_bytes, bus.max_depth)
+            event = decode_event(subject, message.data, bus.max_bytes, bus.max_depth)
         except EnvelopeError:
             if skipped is not None:
                 skipped.count += 1

@@ -16,8 +16,8 @@ from typing import Any, Final
 import orjson
 
 from bus.client import Bus
-from bus.core.visible import visible
 from bus.journal.entries import JournalEntry
+from bus.runtime.visible import visible
 from subscribers.history.reader import recorded_events
 
 #: Journal entries of one session read at most (the newest are kept).

@@ -18,7 +18,8 @@ import orjson
 from aiohttp import web
 
 from bus.adapters.claude_code import answer, parse
-from bus.core.errors import AgentHookError, HookbusError
+from bus.adapters.errors import AgentHookError
+from bus.core.errors import HookbusError
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -40,15 +40,16 @@ from aiohttp import web
 from bus.client import Bus
 from bus.core.declaration import Declaration
 from bus.core.errors import ConfigError, HookbusError, MiddlewareError
-from bus.core.quantities import parse_duration
-from bus.core.schema import SwitchRecordMsg, TrustRecord, decode
+from bus.core.schema import decode
 from bus.journal.entries import KINDS, canonical_time
 from bus.middleware.guards import GuardRecord
 from bus.middleware.kernel.approvals import queue
 from bus.middleware.kernel.view import Link, StageChain, View
 from bus.middleware.registry import TRUST_BUCKET, open_bucket
+from bus.middleware.schema import SwitchRecordMsg, TrustRecord
 from bus.middleware.trust import trust_key
 from bus.operator import approve_journaled, detach_journaled, reject_journaled
+from bus.runtime.quantities import parse_duration
 from bus.service import ServiceContext
 from bus.status_report import status_report
 from bus.switching import disable_handler, enable_handler

@@ -35,12 +35,13 @@ from typing import Any, Final
 import orjson
 from aiohttp import web
 
-from bus.core.errors import ConfigError, HookConfigError, HookNotFound
+from bus.core.errors import ConfigError
 from bus.journal.entries import JournalEntry, publish_entry
 from subscribers.http_api import bag_api, console_api, console_files, handlers_api, middleware_metrics
 from subscribers.http_api.console_api import CONSOLE, Console
 from subscribers.http_api.token import hook_agent, token_matches
 from subscribers.shell_hooks import metrics
+from subscribers.shell_hooks.errors import HookConfigError, HookNotFound
 from subscribers.shell_hooks.hooks_store import HooksStore
 from subscribers.shell_hooks.prx_api import is_prx_body
 

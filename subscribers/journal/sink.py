@@ -31,18 +31,18 @@ from prometheus_client.registry import REGISTRY, CollectorRegistry
 from bus.client import Bus
 from bus.core.clock import timestamp_ms
 from bus.core.errors import JournalError
-from bus.core.ratelog import RateLimitedLog
-from bus.core.stats import PREFIX
-from bus.core.subjects import JOURNAL_DURABLE_PREFIX
 from bus.journal.entries import (
     STREAM,
     SUBJECT_PREFIX,
     TEXT_CAP,
     decode_checked,
-    ensure_stream,
+    ensure_journal_stream,
     subject_origin,
 )
+from bus.journal.subjects import JOURNAL_DURABLE_PREFIX
 from bus.metrics import register_once
+from bus.runtime.ratelog import RateLimitedLog
+from bus.runtime.stats import PREFIX
 from bus.service import ServiceContext
 from bus.transport.streams import PullConsumer, StreamMessage, ack, nak
 from subscribers.journal.store import DB_NAME, JSONL_DIR, JournalStore, JsonlWriter, Received
@@ -163,7 +163,7 @@ class JournalSink:
     async def _subscribe(self) -> PullConsumer:
         # the bus role makes the stream; the sink role may only look at it, unless it runs alone
         # on a server nobody prepared
-        info = await self.bus.stream_state(STREAM) or await ensure_stream(self.bus)
+        info = await self.bus.stream_state(STREAM) or await ensure_journal_stream(self.bus)
         self._stream = info.created  # a stream deleted and made again counts its sequence from 1 again
         return await self.bus.pull_consumer(
             STREAM, f"{SUBJECT_PREFIX}.>", self.durable, ack_wait_s=ACK_WAIT_S, max_ack_pending=BATCH * 4

@@ -21,8 +21,8 @@ from typing import Any, Final
 
 import orjson
 
-from bus.core.private_files import append_private, private_dir, private_file, restrict
 from bus.journal.entries import KINDS, JournalEntry
+from bus.runtime.private_files import append_private, private_dir, private_file, restrict
 
 DB_NAME: Final = "journal.db"
 JSONL_DIR: Final = "journal"

@@ -21,8 +21,9 @@ import orjson
 from bus.client import Bus
 from bus.core.depth import handling
 from bus.core.errors import HookbusError
-from bus.core.subjects import JS_API_STREAM_CREATE, JS_API_STREAM_INFO, kv_key_subject, kv_stream, validate_subject
+from bus.core.subjects import kv_key_subject, kv_stream, validate_subject
 from bus.transport.kv import Bucket
+from subscribers.plugins.subjects import JS_API_STREAM_CREATE, JS_API_STREAM_INFO
 
 T = TypeVar("T")
 BUCKET_PREFIX: Final = "hookbus_plugin_"

@@ -41,7 +41,7 @@ from typing import Any, Final
 import wasmtime
 import wasmtime.component as wc
 
-from bus.core.errors import PluginError, PluginTrap
+from subscribers.plugins.errors import PluginError, PluginTrap
 from subscribers.plugins.host_imports import LocalServices, PluginServices, link
 from subscribers.plugins.manifest import Manifest
 from subscribers.plugins.plugin_log import CallLog

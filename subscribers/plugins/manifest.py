@@ -27,16 +27,17 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Final
 
-from bus.core.config_schema import (
-    HOOK_TIMEOUT_MS,
+from bus.core.errors import ConfigError, SubjectError
+from bus.core.schema import convert
+from bus.core.subjects import normalise_pattern
+from subscribers.plugins.config_schema import (
     PLUGIN_MAX_MEMORY_MB,
+    PLUGIN_TIMEOUT_MS,
     PluginCapability,
     PluginEventPattern,
     PluginManifestFile,
 )
-from bus.core.errors import ConfigError, PluginError, SubjectError
-from bus.core.schema import convert
-from bus.core.subjects import normalise_pattern
+from subscribers.plugins.errors import PluginError
 
 MANIFEST_FILE: Final = "plugin.toml"
 DEFAULT_WASM: Final = "plugin.wasm"
@@ -146,7 +147,7 @@ def load_manifest(folder: Path) -> Manifest:
     res = doc.resources
     ignored.extend(f"resources.{field}" for field in ("max_http_requests_per_call", "pool_size") if getattr(res, field))
     memory_mb = _one_of(name, path, "memory_mb", res.memory_mb, res.max_memory_mb, PLUGIN_MAX_MEMORY_MB)
-    timeout_ms = _one_of(name, path, "timeout_ms", res.timeout_ms, res.max_execution_time_ms, HOOK_TIMEOUT_MS)
+    timeout_ms = _one_of(name, path, "timeout_ms", res.timeout_ms, res.max_execution_time_ms, PLUGIN_TIMEOUT_MS)
     wasm = _wasm_path(name, folder, doc.plugin.wasm)
     return Manifest(
         name=name,

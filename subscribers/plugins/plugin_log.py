@@ -16,8 +16,8 @@ import threading
 from typing import Final
 
 from bus.core.envelope import Event
-from bus.core.visible import visible
 from bus.journal.entries import CAUSE_CAP, JournalEntry
+from bus.runtime.visible import visible
 
 #: PRX's levels (``prx:host/log``'s ``level`` enum), as the journal's decision of a plugin's log line.
 LEVELS: Final = ("trace", "debug", "info", "warn", "error")

@@ -1,7 +1,7 @@
 """The plugins of a workspace, kept current: every folder of ``<workspace>/plugins`` with a plugin.toml.
 
 A poll compares each folder's manifest and module by content digest
-(:func:`bus.core.filewatch.read_version`, the one config-file reader). A
+(:func:`bus.runtime.filewatch.read_version`, the one config-file reader). A
 changed plugin is loaded and compiled again; if that fails, the error is
 logged once and the last good version keeps running. A folder that is gone
 takes its plugin with it.
@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bus.core.errors import PluginError
-from bus.core.filewatch import Poller, Signature, read_version
+from bus.runtime.filewatch import Poller, Signature, read_version
+from subscribers.plugins.errors import PluginError
 from subscribers.plugins.manifest import MANIFEST_FILE, Manifest, load_manifest
 
 if TYPE_CHECKING:

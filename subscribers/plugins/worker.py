@@ -29,12 +29,12 @@ from typing import TYPE_CHECKING, Any, Final
 
 from bus.client import Bus, Subscription
 from bus.core.envelope import Event
-from bus.core.errors import PluginTrap
 from bus.core.subjects import key_queue, matches
-from bus.core.tasks import TaskSet
-from bus.core.visible import visible
 from bus.journal.entries import JournalEntry, publish_entry
+from bus.runtime.tasks import TaskSet
+from bus.runtime.visible import visible
 from subscribers.plugins.bus_services import BusServices
+from subscribers.plugins.errors import PluginTrap
 from subscribers.plugins.manifest import PLUGINS_DIR
 from subscribers.plugins.plugin_log import dropped_cause
 from subscribers.plugins.plugin_set import PluginSet

@@ -24,8 +24,7 @@ from typing import Any, Final
 
 from bus.client import Bus
 from bus.core.errors import RecordError, RegistryError
-from bus.core.subjects import GUARDS_BUCKET, RECORDS_MODULE, TRUST_BUCKET
-from bus.core.tasks import TaskSet, stop_if_cancelled
+from bus.core.subjects import GUARDS_BUCKET, TRUST_BUCKET
 from bus.journal.entries import JournalEntry, publish_entry
 from bus.middleware.faults import Outcome
 from bus.middleware.guards import put_records
@@ -36,6 +35,8 @@ from bus.records.execute import RecordRun
 from bus.records.record import Record, parse_safely
 from bus.records.sandbox import DEFAULT_IMPORTS, RecordHandler, compile_record
 from bus.records.store import Approved, RecordStore, parse_approved
+from bus.records.subjects import RECORDS_MODULE
+from bus.runtime.tasks import TaskSet, stop_if_cancelled
 from subscribers.records_runner.served import Entry, RecordSet
 
 log = logging.getLogger("hookbus.records")

@@ -16,8 +16,8 @@ from typing import Any
 
 from bus.core.decisions import CONTINUE, Decision, reply_of
 from bus.core.declaration import Declaration
+from bus.core.middleware_schema import MiddlewareReply, MiddlewareRequest, ReactionMsg, RequestCtx
 from bus.core.results import ChainRun
-from bus.core.schema import MiddlewareReply, MiddlewareRequest, ReactionMsg, RequestCtx
 from bus.middleware.faults import Outcome, fault_decision
 from bus.middleware.handler.module import _given, _reaction
 from bus.records.execute import RecordRun, run_record

@@ -15,9 +15,9 @@ from contextlib import asynccontextmanager
 from typing import Final, TextIO
 
 from bus.core.errors import JournalError
-from bus.core.subjects import JOURNAL_PREFIX
-from bus.core.visible import visible_lines
 from bus.journal.entries import JournalEntry, decode_checked
+from bus.journal.subjects import JOURNAL_PREFIX
+from bus.runtime.visible import visible_lines
 from bus.service import ServiceContext
 from bus.transport.port import RawMessage
 

@@ -14,8 +14,9 @@ from typing import Any, Final
 
 from bus.core.claim import DEFAULT_MAX_OBJECT_BYTES
 from bus.core.depth import depth_from_env
-from bus.core.envelope import Encoder, Event, decode
-from bus.core.visible import visible_lines
+from bus.core.encoder import Encoder
+from bus.core.envelope import Event, decode_event
+from bus.runtime.visible import visible_lines
 from subscribers.shell_hooks.hooks_config import HookEntry
 from subscribers.shell_hooks.hooks_file import HOOKS_FILE, load
 from subscribers.shell_hooks.shell import HookOutcome, HookResult, ShellRunner
@@ -29,7 +30,7 @@ def make_event(subject: str, payload: Mapping[str, Any], session_id: str | None)
     """An event on ``subject`` as a subscriber would receive it (depth from ``$HOOKBUS_DEPTH``), whole up to 4 MiB."""
     encoder = Encoder(LOCAL_MAX_BYTES, source="hookbus-hooks-test")
     data, _ = encoder.encode(subject, payload, session_id, depth_from_env())
-    return decode(subject, data, max_bytes=LOCAL_MAX_BYTES)
+    return decode_event(subject, data, max_bytes=LOCAL_MAX_BYTES)
 
 
 async def run_matching(workspace: Path, event: Event, runner: ShellRunner) -> list[tuple[HookEntry, HookResult]]:

@@ -6,7 +6,7 @@ The format is PRX's::
      "hooks": {"<event>": [{"command": ..., "args": [...], "env": {...}, "cwd": ...,
                             "timeout_ms": 5000, "stdin_json": true}]}}
 
-Its shapes are declared in :mod:`bus.core.config_schema` (``ShellHooksFile``,
+Its shapes are declared in :mod:`subscribers.shell_hooks.config_schema` (``ShellHooksFile``,
 ``ShellHook``, ``ShellAction``) and converted by msgspec. What stays here:
 reading a key (PRX's normalisation, then the subject grammar, in
 :func:`read_key`), the defaults (``null`` or absent: the file's ``timeout_ms``,
@@ -16,7 +16,7 @@ shape it was read.
 Two kinds of problem, told apart on purpose:
 
 - a structural one (bad JSON, wrong type, unknown field, bad key) makes the
-  whole file invalid: :class:`~bus.core.errors.HookConfigError` naming file,
+  whole file invalid: :class:`~subscribers.shell_hooks.errors.HookConfigError` naming file,
   key and index, and field; the worker keeps its last good configuration;
 - a security one (shell metacharacters, NUL bytes, a climbing ``cwd``) refuses
   that entry only: it is loaded with ``refused`` set, logged, counted, never run.
@@ -36,8 +36,11 @@ import orjson
 
 from bus.core.catalog import warn_misspelt
 from bus.core.clock import now_timestamp
-from bus.core.config_schema import (
-    HOOK_MAX_TIMEOUT_MS,
+from bus.core.errors import SubjectError
+from bus.core.json_types import json_type
+from bus.core.schema import field_problem
+from bus.core.subjects import PRX_EVENTS, matches, normalise_pattern
+from subscribers.shell_hooks.config_schema import (
     HOOK_TIMEOUT_MS,
     Isolation,
     IsolationField,
@@ -46,14 +49,10 @@ from bus.core.config_schema import (
     ShellHookBody,
     ShellHooksFile,
 )
-from bus.core.errors import HookConfigError, HookNotFound, SubjectError
-from bus.core.json_types import json_type
-from bus.core.schema import field_problem
-from bus.core.subjects import PRX_EVENTS, matches, normalise_pattern
+from subscribers.shell_hooks.errors import HookConfigError, HookNotFound
 from subscribers.shell_hooks.security import command_problem, cwd_problem, is_allowed_env, nul_problem
 
 DEFAULT_TIMEOUT_MS: Final = HOOK_TIMEOUT_MS
-MAX_TIMEOUT_MS: Final = HOOK_MAX_TIMEOUT_MS
 #: What PRX's key normalisation changes: ASCII upper case, and ``-`` for ``_``.
 _PRX_FOLD: Final = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ-", "abcdefghijklmnopqrstuvwxyz_")
 

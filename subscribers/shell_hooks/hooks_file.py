@@ -1,7 +1,7 @@
 """hooks.json on disk: load it, watch it for changes, replace it atomically.
 
 Watching polls a digest of the file's content through
-:class:`bus.core.filewatch.FileVersion`, the poller every config file uses (as
+:class:`bus.runtime.filewatch.FileVersion`, the poller every config file uses (as
 PRX compares a content hash): editors that rename a new file over the old one
 and rewrites in place that keep the size and the mtime are both seen, and the
 version parsed is the one compared.
@@ -17,9 +17,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
-from bus.core.errors import HookConfigError
-from bus.core.filewatch import FileVersion, Poller
-from bus.core.private_files import FILE_MODE
+from bus.runtime.filewatch import FileVersion, Poller
+from bus.runtime.private_files import FILE_MODE
+from subscribers.shell_hooks.errors import HookConfigError
 from subscribers.shell_hooks.hooks_config import HooksConfig, parse_config
 from subscribers.shell_hooks.limits import DEFAULT_POLL_INTERVAL
 from subscribers.shell_hooks.metrics import CONFIG_ERRORS

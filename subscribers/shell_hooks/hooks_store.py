@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from bus.core.clock import now_timestamp
-from bus.core.filelock import locked
+from bus.runtime.filelock import locked
 from subscribers.shell_hooks.hooks_config import HookEntry, HooksConfig, parse_api_hook
 from subscribers.shell_hooks.hooks_file import load, write_atomic
 from subscribers.shell_hooks.prx_api import changed_entry, created_entry, is_prx_body

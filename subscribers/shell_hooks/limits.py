@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from bus.core.subjects import SHELL_QUEUE
+from subscribers.shell_hooks.subjects import SHELL_QUEUE
 
 #: The queue group shell workers join unless told otherwise: start more workers to share the load.
 DEFAULT_QUEUE: Final = SHELL_QUEUE

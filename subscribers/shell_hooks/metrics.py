@@ -12,8 +12,8 @@ from typing import Any, Final
 from prometheus_client import Counter, Gauge, Histogram
 from prometheus_client.registry import REGISTRY, CollectorRegistry
 
-from bus.core.stats import PREFIX
 from bus.metrics import register_once
+from bus.runtime.stats import PREFIX
 from subscribers.shell_hooks.shell import HookOutcome, HookResult
 
 _NS: Final = f"{PREFIX}_shell"

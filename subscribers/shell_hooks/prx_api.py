@@ -2,7 +2,7 @@
 
 A create is ``{"event", "command", "args"?, "timeout_ms"?}``; a change gives
 any of those, and the ones given (not null) replace the hook's (declared as
-``PrxHookBody`` and ``PrxHookChange`` in :mod:`bus.core.config_schema`). The
+``PrxHookBody`` and ``PrxHookChange`` in :mod:`subscribers.shell_hooks.config_schema`). The
 command is trimmed, as PRX does. What is written takes the shape of the file:
 in a plain PRX file, PRX's action fields with ``"stdin_json": true`` (what
 PRX's API writes); in a file whose entries carry ids, hookbus's full shape.
@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from bus.core.clock import now_timestamp
-from bus.core.config_schema import PrxHookBody, PrxHookChange
+from subscribers.shell_hooks.config_schema import PrxHookBody, PrxHookChange
 from subscribers.shell_hooks.hooks_config import (
     HookEntry,
     HooksConfig,

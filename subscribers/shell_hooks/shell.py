@@ -35,9 +35,10 @@ from typing import Final
 
 from bus.core.depth import DEPTH_ENV, child_depth
 from bus.core.envelope import Event
-from bus.core.errors import IsolationUnavailable, PayloadRefError
-from bus.core.ratelog import RateLimitedLog
-from bus.core.tracing import pass_to_child
+from bus.core.errors import PayloadRefError
+from bus.runtime.ratelog import RateLimitedLog
+from bus.runtime.tracing import pass_to_child
+from subscribers.shell_hooks.errors import IsolationUnavailable
 from subscribers.shell_hooks.hooks_config import HookEntry, isolation_of
 from subscribers.shell_hooks.isolation import sandbox
 from subscribers.shell_hooks.limits import DEFAULT_KILL_GRACE

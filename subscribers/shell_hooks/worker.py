@@ -24,13 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bus.client import Bus, Subscription
-from bus.core import tracing as _tracing
 from bus.core.envelope import Event
-from bus.core.ratelog import RateLimitedLog
 from bus.core.subjects import key_queue
-from bus.core.tasks import TaskSet
-from bus.core.visible import visible, visible_lines
 from bus.journal.entries import JournalEntry, output_tail, publish_entry
+from bus.runtime import tracing as _tracing
+from bus.runtime.ratelog import RateLimitedLog
+from bus.runtime.tasks import TaskSet
+from bus.runtime.visible import visible, visible_lines
 from subscribers.shell_hooks import metrics
 from subscribers.shell_hooks.hooks_config import HookEntry, HooksConfig
 from subscribers.shell_hooks.hooks_file import HOOKS_FILE, HooksFile

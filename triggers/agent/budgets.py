@@ -20,10 +20,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, TypeGuard
 
-from bus.core.config_files import read_yaml
-from bus.core.config_schema import BudgetLayer, BudgetsFile, ModelPrice
 from bus.core.errors import ConfigError
 from bus.core.schema import convert
+from bus.runtime.config_files import read_yaml
+from triggers.agent.config_schema import BudgetLayer, BudgetsFile, ModelPrice
 
 log = logging.getLogger("hookbus.agent.budgets")
 

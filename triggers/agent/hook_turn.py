@@ -36,14 +36,15 @@ from typing import Any, Final
 import msgspec
 import orjson
 
-from bus.core.config_files import parse_entries, read_yaml
-from bus.core.config_schema import HOOK_TURN_TIMEOUT, HookTurn
 from bus.core.decisions import Cancel, Continue, Decision, Patch
-from bus.core.errors import ConfigError, HookbusError, HookTurnError
+from bus.core.errors import ConfigError, HookbusError
 from bus.core.schema import convert
 from bus.core.stages import validate_stage
 from bus.core.subjects import TOKEN_RE
 from bus.middleware.handler.module import Module, StageCtx
+from bus.runtime.config_files import parse_entries, read_yaml
+from triggers.agent.config_schema import HOOK_TURN_TIMEOUT, HookTurn
+from triggers.agent.errors import HookTurnError
 from triggers.agent.llm import ChatClient
 
 FILE_NAME: Final = "hook_turns.yaml"
@@ -198,7 +199,7 @@ def _timeout(entry: HookTurn, where: str) -> float:
 
 
 def _parse_one(item: Any, where: str) -> HookTurnSpec:
-    """One entry, checked against the schema (bus.core.config_schema.HookTurn) and named by its name."""
+    """One entry, checked against the schema (triggers.agent.config_schema.HookTurn) and named by its name."""
     if not isinstance(item, dict):
         raise ConfigError(f"{where}: must be a mapping")
     name = item.get("name")

@@ -18,7 +18,7 @@ import aiohttp
 import orjson
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_exponential
 
-from bus.core.errors import LLMError
+from triggers.agent.errors import LLMError
 
 DEFAULT_TIMEOUT: Final = 60.0
 

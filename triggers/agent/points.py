@@ -11,8 +11,8 @@ from typing import Any, Final
 
 import orjson
 
-from bus.core.errors import TurnFailed
 from bus.core.json_types import json_type
+from bus.turns.errors import TurnFailed
 from triggers.agent.llm import ChatToolCall, Completion
 
 #: The longest delay an llm.retry patch may ask for, in seconds.

@@ -16,9 +16,10 @@ from typing import Any, Final
 
 from bus.client import Bus
 from bus.core.errors import HookbusError, RecordError
-from bus.core.subjects import RECORDS_MODULE, TOKEN_RE
+from bus.core.subjects import TOKEN_RE
 from bus.records.record import Record, from_fields
 from bus.records.store import Approved, RecordStore
+from bus.records.subjects import RECORDS_MODULE
 
 _NAME: Final = {"type": "string", "description": "the record's name ([A-Za-z0-9_-]+)"}
 _REFS: Final = {"type": "array", "items": {"type": "string"}}

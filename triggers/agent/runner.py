@@ -27,13 +27,14 @@ from typing import Any, Final
 
 from bus.client import Bus
 from bus.core.decisions import Cancel, Decision, Patch
-from bus.core.errors import LLMError, TurnFailed
 from bus.core.stages import Stage, phase
-from bus.core.subjects import agent_stream_subject
 from bus.journal.entries import PROCESS, JournalEntry, publish_entry
+from bus.turns.errors import TurnFailed
 from bus.turns.server import TurnRequest
+from bus.turns.subjects import agent_stream_subject
 from triggers.agent import context, points
 from triggers.agent.budgets import BudgetBook, Usage
+from triggers.agent.errors import LLMError
 from triggers.agent.llm import ChatClient, ChatToolCall, Completion, request_body
 from triggers.agent.stream import TokenStream
 from triggers.agent.tools import TOOLS, Tool

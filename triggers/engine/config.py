@@ -18,7 +18,7 @@
         publishers: [agent-eva]        # NATS users whose (vouched) events fire it; "*": anyone. Default: agent-<agent>
 
 Every problem is a ConfigError naming the file, the trigger and the field; the fields and
-their bounds are declared in bus.core.config_schema.Trigger.
+their bounds are declared in triggers.engine.config_schema.Trigger.
 """
 
 from __future__ import annotations
@@ -28,12 +28,12 @@ from pathlib import Path
 from typing import Any, Final
 
 from bus.core.catalog import warn_misspelt
-from bus.core.config_files import parse_entries, read_yaml
-from bus.core.config_schema import Trigger
 from bus.core.errors import ConfigError, SubjectError
 from bus.core.json_types import json_type
 from bus.core.schema import convert
 from bus.core.subjects import TOKEN_RE, normalise_pattern
+from bus.runtime.config_files import parse_entries, read_yaml
+from triggers.engine.config_schema import Trigger
 from triggers.engine.filters import Condition, parse_conditions
 from triggers.engine.template import Template
 

@@ -41,14 +41,15 @@ from bus.client import Bus, Subscription
 from bus.core.clock import now_timestamp
 from bus.core.envelope import Event
 from bus.core.errors import PayloadRefError
-from bus.core.subjects import TRIGGERS_QUEUE, TRIGGERS_STATUS, key_queue
-from bus.core.tasks import TaskSet
+from bus.core.subjects import key_queue
 from bus.journal.entries import JournalEntry, publish_entry
 from bus.metrics import register_once
+from bus.runtime.tasks import TaskSet
 from bus.transport.port import TRANSPORT_FAILURES, RawMessage
 from bus.turns.server import TurnRequest
 from triggers.engine.config import TriggerSpec
 from triggers.engine.request import fit_request
+from triggers.engine.subjects import TRIGGERS_QUEUE, TRIGGERS_STATUS
 
 log = logging.getLogger("hookbus.triggers")
 

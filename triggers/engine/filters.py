@@ -13,8 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
+from bus.adapters.errors import PatternError
 from bus.core.envelope import Event
-from bus.core.errors import ConfigError, PatternError
+from bus.core.errors import ConfigError
 from triggers.engine.fields import MISSING, lookup, valid_path
 from triggers.engine.regex import compile_pattern
 

@@ -24,12 +24,14 @@ from bus.client import Bus
 from bus.core.envelope import Event
 from bus.core.errors import HookbusError, StageError
 from bus.core.stages import validate_stage
-from bus.core.subjects import BROKEN_CLEARED, BROKEN_SET, PROBLEMS_QUEUE, RECORDS_MODULE, TOKEN_RE
+from bus.core.subjects import BROKEN_CLEARED, BROKEN_SET, TOKEN_RE
 from bus.journal.entries import JournalEntry, publish_entry
 from bus.records.store import RecordStore
+from bus.records.subjects import RECORDS_MODULE
 from bus.service import ServiceContext
 from bus.turns.server import TurnRequest
 from triggers.engine.request import bounded, fit_request
+from triggers.engine.subjects import PROBLEMS_QUEUE
 
 log = logging.getLogger("hookbus.triggers")
 

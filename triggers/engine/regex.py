@@ -13,7 +13,7 @@ from typing import Final, Protocol
 
 import re2  # type: ignore[import-untyped]  # google-re2 ships no type information
 
-from bus.core.errors import PatternError
+from bus.adapters.errors import PatternError
 
 #: Memory RE2 may use for one compiled pattern (its default); bigger patterns are refused.
 MAX_MEMORY: Final = 8 << 20

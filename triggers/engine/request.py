@@ -15,7 +15,7 @@ from typing import Any, Final
 
 import orjson
 
-from bus.core.envelope import StringCutter
+from bus.core.truncation import StringCutter
 from bus.turns.server import TurnRequest
 
 #: Attempts at cutting the envelope's strings before its payload is emptied (two suffice in practice).

@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from bus.core.filewatch import WatchedFile
+from bus.runtime.filewatch import WatchedFile
 from bus.service import ServiceContext
 from triggers.engine import config
 from triggers.engine.config import TriggerSpec

@@ -25,18 +25,19 @@ import msgspec
 
 from bus.client import Bus
 from bus.core import depth as _depth
-from bus.core import tracing as _tracing
 from bus.core.decisions import Cancel, Continue, Decision, Patch, reply_of
 from bus.core.declaration import DEFAULT_TIMEOUT, Declaration, declare
-from bus.core.eager import HandlerTimedOut, fault_cause, run_bounded
 from bus.core.errors import DeclarationError
+from bus.core.middleware_schema import MiddlewareReply, MiddlewareRequest, ReactionMsg, RequestCtx
 from bus.core.payloads import from_dict, is_typed, to_dict
 from bus.core.results import ChainRun
-from bus.core.schema import MiddlewareReply, MiddlewareRequest, ReactionMsg, RequestCtx, convert
+from bus.core.schema import convert
 from bus.core.subjects import TOKEN_RE
 from bus.middleware.faults import Outcome, fault_decision
 from bus.middleware.handler.serving import ModuleServer
 from bus.middleware.registry import check_handler_count
+from bus.runtime import tracing as _tracing
+from bus.runtime.eager import HandlerTimedOut, fault_cause, run_bounded
 
 log = logging.getLogger("hookbus.module")
 
@@ -217,7 +218,7 @@ class Module:
         )
         traced = span.__enter__()
         try:
-            # In a task of its own (bus.core.eager runs it inline until it waits): whatever it does to its
+            # In a task of its own (bus.runtime.eager runs it inline until it waits): whatever it does to its
             # task (a timeout, a TaskGroup, a cancel of itself) stays with it; the request only waits.
             if handler.wants_ctx:
                 coro = handler.func(stage, arg, ctx=_stage_ctx(decl, wire_ctx, bus, bag or {}, outputs))

@@ -10,13 +10,14 @@ import logging
 from typing import Any, Final, Protocol
 
 from bus.core.declaration import Declaration
-from bus.core.eager import run_eager
 from bus.core.errors import RegistryError
-from bus.core.schema import MiddlewareReply, MiddlewareRequest, decode, encode
+from bus.core.middleware_schema import MiddlewareReply, MiddlewareRequest
+from bus.core.schema import decode, encode
 from bus.core.subjects import is_reply_inbox
-from bus.core.tasks import TaskSet, stop_if_cancelled
 from bus.middleware.guards import GUARDS_BUCKET, mark_stopped, put_records, remove_records
 from bus.middleware.registry import MODULES_BUCKET, announcement_of, check_handler_count, open_bucket, request_subject
+from bus.runtime.eager import run_eager
+from bus.runtime.tasks import TaskSet, stop_if_cancelled
 from bus.transport.kv import Bucket
 from bus.transport.port import TRANSPORT_FAILURES, Port, RawMessage
 

@@ -18,7 +18,7 @@ from typing import Any, Final, Protocol
 import orjson
 
 from bus.core.declaration import Declaration
-from bus.core.schema import ReactionMsg
+from bus.core.middleware_schema import ReactionMsg
 from bus.core.stages import Stage
 
 #: Sessions whose bag is kept (the least recently used goes first).

@@ -18,8 +18,8 @@ from typing import Any, Final
 import orjson
 
 from bus.core.clock import random_hex
-from bus.core.envelope import _largest_string
-from bus.core.private_files import private_dir, write_new_private
+from bus.core.truncation import largest_string
+from bus.runtime.private_files import private_dir, write_new_private
 
 #: Bytes a cancel reason or an encoded patch payload may take before it is drained.
 DEFAULT_BUDGET: Final = 16 * 1024
@@ -55,7 +55,7 @@ class Drain:
         path = self._store(data, label, "json")
         out = copy.deepcopy(payload)
         while len(orjson.dumps(out)) > self.budget:
-            found = _largest_string(out)
+            found = largest_string(out)
             if found is None or len(found[2]) <= 4 * self._keep:  # only cut strings are left
                 break
             container, key, text = found

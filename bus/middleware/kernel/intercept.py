@@ -25,12 +25,12 @@ from typing import Any, Final
 import msgspec
 
 from bus.core import depth as _depth
-from bus.core import tracing as _tracing
 from bus.core.clock import timestamp_ms
 from bus.core.decisions import CONTINUE, Cancel, Decision, Patch, read_reply
 from bus.core.errors import Aborted, BusClosedError, DecisionError, NoResponders, RequestTimeout
+from bus.core.middleware_schema import MiddlewareReply, MiddlewareRequest, ReactionMsg, RequestCtx
 from bus.core.results import ChainRun, ends_run, hide_output
-from bus.core.schema import MiddlewareReply, MiddlewareRequest, ReactionMsg, RequestCtx, encode
+from bus.core.schema import encode
 from bus.core.stages import Stage, match_field, phase
 from bus.journal.entries import PROCESS, JournalEntry, JournalPublisher
 from bus.middleware.faults import REPORTED, Outcome, fault_decision
@@ -40,6 +40,7 @@ from bus.middleware.kernel.metrics import MIDDLEWARE
 from bus.middleware.kernel.view import Link, StageChain, View
 from bus.middleware.registry import LIVENESS_FACTOR
 from bus.middleware.trust import Managed
+from bus.runtime import tracing as _tracing
 from bus.transport.port import Port
 from bus.transport.requester import Requester
 

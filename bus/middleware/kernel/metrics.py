@@ -15,7 +15,7 @@ from typing import Any, Final
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
-from bus.core.stats import PREFIX, LabelCap
+from bus.runtime.stats import PREFIX, LabelCap
 
 #: Seconds; a handler's timeout is at most 30 s.
 BUCKETS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)

@@ -29,7 +29,6 @@ from bus.core.declaration import Declaration
 from bus.core.errors import BrokenChain, ForeignAnnouncement, HookbusError, RegistryError, TooManyHandlers
 from bus.core.stages import Stage
 from bus.core.subjects import BROKEN_CLEARED, BROKEN_SET, MODULE_ATTACHED, MODULE_DETACHED
-from bus.core.tasks import TaskSet, stop_if_cancelled
 from bus.middleware.faults import Outcome
 from bus.middleware.guards import GUARDS_BUCKET, GuardRecord, parse_record
 from bus.middleware.kernel.chain import order_with_bag
@@ -57,6 +56,7 @@ from bus.middleware.trust import (
     trust_key,
     trust_record,
 )
+from bus.runtime.tasks import TaskSet, stop_if_cancelled
 from bus.transport.kv import Bucket
 from bus.transport.port import Port
 

@@ -1,4 +1,4 @@
-"""OpenTelemetry for hookbus: the W3C trace context on the wire, and spans where the process traces.
+"""OpenTelemetry for hookbus: spans where the process traces, and the W3C trace context they send on.
 
 Events and middleware requests may carry a W3C ``traceparent``
 (``00-<trace id>-<span id>-<flags>``, docs/protocol.md). A process that uses
@@ -9,25 +9,22 @@ triggered turns, children of the caller's current span or of the received
 OpenTelemetry itself, each use is one dictionary lookup, and
 ``HOOKBUS_OTEL=off`` turns it off even where OpenTelemetry is loaded.
 
-A received ``traceparent`` that is not valid W3C is ignored (the span starts a
-trace of its own), as the W3C recommendation asks of a receiver.
+A received ``traceparent`` that is not valid W3C (:mod:`bus.core.traceparent`)
+is ignored: the span starts a trace of its own.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import re
 import sys
 from collections.abc import Mapping
 from typing import Any, Final
 
+from bus.core.traceparent import valid_traceparent
+
 #: ``HOOKBUS_OTEL=off`` (or ``0``, ``false``, ``no``): no spans and no trace context sent, even with OpenTelemetry.
 OTEL_ENV: Final = "HOOKBUS_OTEL"
-#: version 00, a trace id and a parent id in lower-case hex, and the flags (W3C Trace Context, level 1).
-_TRACEPARENT: Final = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
-_ZERO_TRACE: Final = "0" * 32
-_ZERO_SPAN: Final = "0" * 16
 _OFF: Final = os.environ.get(OTEL_ENV, "").strip().lower() in ("off", "0", "false", "no")
 #: What :func:`span` returns where the process does not trace; hot paths use it without building a span's name.
 NO_SPAN: Final = contextlib.nullcontext(None)
@@ -55,16 +52,6 @@ def _trace() -> Any:
 def active() -> bool:
     """Whether this process traces (spans and trace context cost nothing when it does not)."""
     return _trace() is not None
-
-
-def valid_traceparent(value: object) -> str | None:
-    """``value`` if it is a usable W3C traceparent (version 00, ids not all zero), else None."""
-    if not isinstance(value, str) or len(value) != 55:
-        return None
-    found = _TRACEPARENT.fullmatch(value)
-    if found is None or found[1] == _ZERO_TRACE or found[2] == _ZERO_SPAN:
-        return None
-    return value
 
 
 def current_traceparent() -> str | None:

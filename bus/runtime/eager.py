@@ -49,7 +49,7 @@ import sys
 from collections.abc import Callable, Coroutine
 from typing import Any, Final, Literal
 
-from bus.core.errors import HandlerCancelled, HandlerExit, HandlerTimedOut
+from bus.runtime.errors import HandlerCancelled, HandlerExit, HandlerTimedOut
 
 __all__ = [
     "MODE",
