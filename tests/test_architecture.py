@@ -27,6 +27,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("workers", ("subscribers", "triggers")),
     # Adapters for agent frameworks (LangChain, the OpenAI Agents SDK), on the façade and SyncBus.
     ("adapters", ("bus.adapters",)),
+    # The sandbox: processes started on a user's behalf, bounded (shell hooks, command hooks, hookbus isolate).
+    ("sandbox", ("bus.sandbox",)),
     # The façade: Bus, Module (whose serve() opens a Bus), the service contract of ``hookbus up``, test helpers.
     # (bus.presence: each process's presence record, kept through the Bus; bus.operator: approve and detach,
     # journaled; bus.status_report: what hookbus status lists; bus.switching: enable/disable/grant/revoke, journaled.)

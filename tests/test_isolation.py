@@ -20,9 +20,10 @@ import pytest
 
 from bus import Bus
 from bus.core.envelope import Event
+from bus.sandbox.outcome import HookOutcome
 from subscribers.shell_hooks.hook_test import make_event
 from subscribers.shell_hooks.hooks_file import HOOKS_FILE, load
-from subscribers.shell_hooks.shell import HookOutcome, HookResult, ShellRunner
+from subscribers.shell_hooks.shell import HookResult, ShellRunner
 
 from .conftest import StartWorker, hookbus_cmd, require_binary, run_cli
 from .hooks_support import script, write_hooks

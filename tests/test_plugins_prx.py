@@ -25,6 +25,7 @@ except ImportError:
 from bus import Bus
 from bus.core.errors import PluginError
 from bus.journal.entries import PROCESS, JournalEntry, decode_entry
+from bus.sandbox.outcome import HookOutcome
 from bus.testing import EventRecorder
 from subscribers.plugins.bus_services import bucket_name
 from subscribers.plugins.host import load_code
@@ -33,7 +34,6 @@ from subscribers.plugins.plugin_log import MAX_LINES_PER_CALL
 from subscribers.plugins.worker import PluginWorker, call_plugin
 from subscribers.shell_hooks.hook_test import make_event
 from subscribers.shell_hooks.settings import WorkerSettings
-from subscribers.shell_hooks.shell import HookOutcome
 
 from .conftest import run_cli
 from .plugin_support import err_component

@@ -215,7 +215,7 @@ async def run(args: argparse.Namespace) -> int:
             raise
         # agents and modules may read the middleware state, not create it
         await ensure_buckets(bus, (PRESENCE_BUCKET, PRESENCE_MAX_AGE_S))
-        from subscribers.shell_hooks.security import public_url  # workers load with the services, not with the CLI
+        from bus.sandbox.security import public_url  # workers load with the services, not with the CLI
 
         lines = [f"hookbus up: workspace {workspace}"]
         shown = public_url(nats_url)  # never print credentials
@@ -247,7 +247,7 @@ def _joined_nothing(args: argparse.Namespace, shown: str) -> str:
 
 
 def public_url_of(nats_url: str) -> str:
-    from subscribers.shell_hooks.security import public_url  # workers load with the services, not with the CLI
+    from bus.sandbox.security import public_url  # workers load with the services, not with the CLI
 
     return public_url(nats_url)
 

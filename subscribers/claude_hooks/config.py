@@ -42,7 +42,7 @@ from bus.core.config_schema import ClaudeHookCommand, ClaudeHooksFile, ClaudeMat
 from bus.core.declaration import MAX_TIMEOUT
 from bus.core.errors import ConfigError, PatternError
 from bus.core.schema import convert
-from subscribers.shell_hooks.security import command_problem
+from bus.sandbox.security import command_problem
 
 FILE: Final = "claude-hooks.json"
 #: The stage each Claude Code event runs on.

@@ -1,6 +1,6 @@
 """Running Claude Code command hooks on a stage: its input on stdin, its exit code and JSON output as a decision.
 
-Each command runs as shell hooks do (subscribers/shell_hooks/process.py): no
+Each command runs as shell hooks do (bus/sandbox/process.py): no
 shell, its own process group, an environment built from nothing (a safe
 ``PATH``, ``HOME``, ``CLAUDE_PROJECT_DIR``, a plugin's ``CLAUDE_PLUGIN_ROOT``,
 ``HOOKBUS_DEPTH`` one above the call's, ``NATS_URL`` without credentials), the
@@ -44,11 +44,9 @@ import orjson
 from bus.adapters.hook_rules import Permission, permission_of, strongest
 from bus.core.decisions import Cancel, Continue, Decision, Patch
 from bus.core.depth import DEPTH_ENV, child_depth
+from bus.sandbox.process import DEFAULT_KILL_GRACE, kill_group, spawn
+from bus.sandbox.security import nul_problem, public_url, safe_path
 from subscribers.claude_hooks.config import Command, Places
-from subscribers.shell_hooks.limits import DEFAULT_KILL_GRACE
-from subscribers.shell_hooks.process import spawn
-from subscribers.shell_hooks.security import nul_problem, public_url, safe_path
-from subscribers.shell_hooks.shell import kill_group
 
 log = logging.getLogger("hookbus.claude_hooks")
 

@@ -34,6 +34,7 @@ from bus.core.subjects import key_queue, matches
 from bus.core.tasks import TaskSet
 from bus.core.visible import visible
 from bus.journal.entries import JournalEntry, publish_entry
+from bus.sandbox.outcome import HookOutcome
 from subscribers.plugins.bus_services import BusServices
 from subscribers.plugins.manifest import PLUGINS_DIR
 from subscribers.plugins.plugin_log import dropped_cause
@@ -41,7 +42,7 @@ from subscribers.plugins.plugin_set import PluginSet
 from subscribers.plugins.threads import DaemonThreads
 from subscribers.shell_hooks import metrics
 from subscribers.shell_hooks.settings import WorkerSettings
-from subscribers.shell_hooks.shell import HookOutcome, HookResult, hook_payload
+from subscribers.shell_hooks.shell import HookResult, hook_payload
 from subscribers.shell_hooks.worker import WorkerStats
 from subscribers.shell_hooks.worker import journal_entry as hook_journal_entry
 

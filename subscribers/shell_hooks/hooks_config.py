@@ -50,7 +50,7 @@ from bus.core.errors import HookConfigError, HookNotFound, SubjectError
 from bus.core.json_types import json_type
 from bus.core.schema import field_problem
 from bus.core.subjects import PRX_EVENTS, matches, normalise_pattern
-from subscribers.shell_hooks.security import command_problem, cwd_problem, is_allowed_env, nul_problem
+from bus.sandbox.security import command_problem, cwd_problem, is_allowed_env, nul_problem
 
 DEFAULT_TIMEOUT_MS: Final = HOOK_TIMEOUT_MS
 MAX_TIMEOUT_MS: Final = HOOK_MAX_TIMEOUT_MS

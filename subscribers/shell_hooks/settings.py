@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from bus.core.errors import ConfigError
+from bus.sandbox.process import DEFAULT_KILL_GRACE
 from subscribers.shell_hooks.limits import (
     DEFAULT_DRAIN_TIMEOUT,
-    DEFAULT_KILL_GRACE,
     DEFAULT_MAX_PROCS,
     DEFAULT_OUTPUT_TAIL,
     DEFAULT_POLL_INTERVAL,

@@ -31,11 +31,12 @@ from bus.core.subjects import key_queue
 from bus.core.tasks import TaskSet
 from bus.core.visible import visible, visible_lines
 from bus.journal.entries import JournalEntry, output_tail, publish_entry
+from bus.sandbox.outcome import HookOutcome
 from subscribers.shell_hooks import metrics
 from subscribers.shell_hooks.hooks_config import HookEntry, HooksConfig
 from subscribers.shell_hooks.hooks_file import HOOKS_FILE, HooksFile
 from subscribers.shell_hooks.settings import WorkerSettings
-from subscribers.shell_hooks.shell import HookOutcome, HookResult, ShellRunner
+from subscribers.shell_hooks.shell import HookResult, ShellRunner
 
 log = logging.getLogger("hookbus.shell")
 
