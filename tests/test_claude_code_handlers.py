@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 
 from bus import Bus, Cancel, Continue, Patch
+from bus.adapters.claude_code.command_file import parse
+from bus.adapters.claude_code.command_modules import MODULE, ClaudeHooksServer
 from bus.core.errors import ConfigError
-from subscribers.claude_hooks.config import parse
-from subscribers.claude_hooks.service import MODULE, ClaudeHooksServer
 
 from .conftest import hookbus_cmd
 
@@ -184,7 +184,9 @@ async def test_a_changed_claude_hooks_file_is_served_as_a_changed_handler(
 
     def served() -> set[str]:
         chain = view.chains.get("tool.call")
-        return {link.identity for link in chain.links if link.decl.qualname == changed.decl.qualname} if chain else set()
+        return (
+            {link.identity for link in chain.links if link.decl.qualname == changed.decl.qualname} if chain else set()
+        )
 
     await view.wait_until(lambda: served() == {changed.identity}, 15)  # the old version serves until then
     decision = await kernel.intercept("tool.call", {"name": "Bash", "input": {"command": "rm -rf /"}}, CTX)

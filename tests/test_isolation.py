@@ -153,8 +153,8 @@ async def test_an_isolated_hook_works_in_a_private_scratch_directory(workspace: 
 
 #: Every file or directory hookbus loads or stores in a workspace, spelled by the constants that name them.
 def workspace_state() -> set[str]:
+    from bus.adapters.claude_code.command_file import FILE
     from bus.cli.up import HISTORY_FILE
-    from subscribers.claude_hooks.config import FILE
     from subscribers.http_api.token import TOKEN_FILE
     from subscribers.journal.store import DB_NAME, JSONL_DIR
     from subscribers.plugins.manifest import PLUGINS_DIR

@@ -51,9 +51,9 @@ def services(args: argparse.Namespace) -> list[Service]:
     Imported here, not at module load: the other commands do not load the workers.
     """
     # Imported here: bus/ must not import the workers when it is loaded.
-    from bus.adapters import relay as agent_hook_relay
+    from bus.adapters.claude_code import command_modules as claude_hooks
+    from bus.adapters.claude_code import relay as agent_hook_relay
     from subscribers import agent_metrics
-    from subscribers.claude_hooks import service as claude_hooks
     from subscribers.fleet_metrics import service as fleet_metrics
     from subscribers.history import recorder as history
     from subscribers.journal import sink as journal_sink

@@ -31,9 +31,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 async def run(args: argparse.Namespace) -> int:
+    from bus.adapters.claude_code.command_modules import ClaudeHooksServer, ClaudePluginsServer
     from bus.client import Bus
     from bus.presence import component, presence
-    from subscribers.claude_hooks.service import ClaudeHooksServer, ClaudePluginsServer
     from subscribers.plugins.worker import PluginWorker
     from subscribers.shell_hooks.worker import ShellWorker
 

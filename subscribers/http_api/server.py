@@ -30,11 +30,12 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 from aiohttp import web
 
+from bus.adapters.claude_code import http_hook
 from bus.core.errors import ConfigError, HookConfigError, HookNotFound
 from bus.journal.entries import JournalEntry, publish_entry
 from subscribers.http_api import bag_api, console_api, console_files, handlers_api, middleware_metrics
@@ -43,6 +44,9 @@ from subscribers.http_api.token import hook_agent, token_matches
 from subscribers.shell_hooks import metrics
 from subscribers.shell_hooks.hooks_store import HooksStore
 from subscribers.shell_hooks.prx_api import is_prx_body
+
+if TYPE_CHECKING:
+    from bus.client import Bus
 
 log = logging.getLogger("hookbus.api")
 
@@ -187,6 +191,13 @@ def make_app(
         bag_api.add_routes(app)
         handlers_api.add_routes(app)
     return app
+
+
+def add_agent_hooks(app: web.Application, bus: Bus, tokens: Path) -> None:
+    """Serve ``POST /hooks/claude-code`` on ``app`` with ``bus``; its guard takes only the hook tokens in ``tokens``."""
+    app[HOOK_TOKENS] = tokens
+    app[HOOK_ROUTES] = frozenset({http_hook.PATH})
+    app.router.add_post(http_hook.PATH, http_hook.handler(bus))
 
 
 @asynccontextmanager

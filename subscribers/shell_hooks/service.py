@@ -6,9 +6,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from bus.service import ServiceContext
-from subscribers.http_api import agent_hooks
 from subscribers.http_api.console_api import open_console
-from subscribers.http_api.server import make_app, serve
+from subscribers.http_api.server import add_agent_hooks, make_app, serve
 from subscribers.http_api.token import HOOK_TOKENS_DIR, load_token
 from subscribers.plugins.worker import PluginWorker
 from subscribers.shell_hooks.settings import ShellHooksSettings
@@ -29,7 +28,7 @@ async def shell_hooks(ctx: ServiceContext, settings: ShellHooksSettings) -> Asyn
         token, token_from = load_token(ctx.workspace)
         async with open_console(ctx) as console:
             app = make_app(hooks, token, on_write=worker.reload, console=console)
-            agent_hooks.add_routes(app, ctx.bus, ctx.workspace / HOOK_TOKENS_DIR)  # POST /hooks/claude-code
+            add_agent_hooks(app, ctx.bus, ctx.workspace / HOOK_TOKENS_DIR)  # POST /hooks/claude-code
             async with serve(app, settings.api_host, settings.api_port) as url:
                 ctx.lines.append(f"  api      {url}/api/hooks (bearer token: {token_from})")
                 ctx.lines.append(f"  console  {url}/console/ (same token)")

@@ -37,7 +37,7 @@ from typing import Final
 
 import orjson
 
-from bus.adapters.hook_rules import Matcher, claude_matcher
+from bus.adapters.claude_code.hook_rules import Matcher, claude_matcher
 from bus.core.config_schema import ClaudeHookCommand, ClaudeHooksFile, ClaudeMatcherGroup
 from bus.core.declaration import MAX_TIMEOUT
 from bus.core.errors import ConfigError, PatternError
