@@ -56,13 +56,16 @@ def services(args: argparse.Namespace) -> list[Service]:
     from subscribers import agent_metrics
     from subscribers.fleet_metrics import service as fleet_metrics
     from subscribers.history import recorder as history
+    from subscribers.http_api import server as hooks_api
     from subscribers.journal import sink as journal_sink
+    from subscribers.plugins import worker as plugins
+    from subscribers.shell_hooks import worker as shell_hooks
     from subscribers.shell_hooks.failures import failure_lines
-    from subscribers.shell_hooks.service import shell_hooks  # the shell-hook worker and the hooks HTTP API
-    from subscribers.shell_hooks.settings import ShellHooksSettings
     from triggers.engine import service as triggers
 
-    shell = ShellHooksSettings(worker=worker_settings(args), api_host=args.host, api_port=args.http_port)
+    worker = worker_settings(args)
+    reload = shell_hooks.HooksReload()  # the API's writes to hooks.json take effect at once
+    api = hooks_api.ApiSettings(host=args.host, port=args.http_port)
     history_plan = history_settings(args, resolve_workspace(args).path)
     recording = [partial(history.service, settings=history_plan)] if history_plan else []
     return [
@@ -71,7 +74,9 @@ def services(args: argparse.Namespace) -> list[Service]:
         agent_metrics.service,
         fleet_metrics.service,
         failure_lines,
-        partial(shell_hooks, settings=shell),
+        partial(shell_hooks.service, settings=worker, reload=reload),
+        partial(plugins.service, settings=worker),  # WASM plugins, beside the shell hooks
+        partial(hooks_api.service, settings=api, on_write=reload),  # the hooks API and the console
         triggers.service,
         agent_hook_relay.service,  # hookbus claude-hook / codex-hook ask it
         claude_hooks.service,  # claude-hooks.json's command hooks as middleware handlers

@@ -23,7 +23,9 @@ import contextlib
 import logging
 import time
 import uuid
+from collections.abc import AsyncIterator
 from concurrent.futures import Executor
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -35,6 +37,7 @@ from bus.core.tasks import TaskSet
 from bus.core.visible import visible
 from bus.journal.entries import JournalEntry, publish_entry
 from bus.sandbox.outcome import HookOutcome
+from bus.service import ServiceContext
 from subscribers.plugins.bus_services import BusServices
 from subscribers.plugins.manifest import PLUGINS_DIR
 from subscribers.plugins.plugin_log import dropped_cause
@@ -285,3 +288,15 @@ class _Lane:
             metrics.SHED.inc()
         if self._current is not None and not self._current.done():
             await asyncio.wait({self._current}, timeout=drain_s)
+
+
+@asynccontextmanager
+async def service(ctx: ServiceContext, settings: WorkerSettings) -> AsyncIterator[None]:
+    """The workspace's WASM plugins as a service of ``hookbus up``, beside the shell hooks."""
+    plugins = PluginWorker(ctx.bus, ctx.workspace, settings)
+    try:
+        await plugins.start()
+        ctx.lines.append(f"  plugins  {plugins.plugins.root} ({len(plugins.plugins.running())} running)")
+        yield
+    finally:
+        await plugins.stop()

@@ -20,6 +20,8 @@ import asyncio
 import contextlib
 import logging
 from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,6 +34,7 @@ from bus.core.tasks import TaskSet
 from bus.core.visible import visible, visible_lines
 from bus.journal.entries import JournalEntry, output_tail, publish_entry
 from bus.sandbox.outcome import HookOutcome
+from bus.service import ServiceContext
 from subscribers.shell_hooks import metrics
 from subscribers.shell_hooks.hooks_config import HookEntry, HooksConfig
 from subscribers.shell_hooks.hooks_file import HOOKS_FILE, HooksFile
@@ -330,3 +333,35 @@ class _Lane:
         stats.shed += 1
         stats.shed_by_key[self.pattern] += 1
         metrics.SHED.inc()
+
+
+class HooksReload:
+    """Look at hooks.json now in the running shell worker: what the hooks API calls after a write.
+
+    ``hookbus up`` makes one and hands it to two services: the shell hooks' fills it, the API's calls it.
+    """
+
+    def __init__(self) -> None:
+        self.worker: ShellWorker | None = None
+
+    async def __call__(self) -> bool:
+        return await self.worker.reload() if self.worker is not None else False
+
+
+@asynccontextmanager
+async def service(
+    ctx: ServiceContext, settings: WorkerSettings, reload: HooksReload | None = None
+) -> AsyncIterator[None]:
+    """The workspace's shell hooks as a service of ``hookbus up``; ``reload`` reaches the worker while it runs."""
+    worker = ShellWorker(ctx.bus, ctx.workspace, settings, nats_url=ctx.nats_url)
+    await worker.start()
+    try:
+        if reload is not None:
+            reload.worker = worker
+        hooks = worker.hooks.path
+        ctx.lines.append(f"  hooks    {hooks} ({len(worker.config.entries)} hooks, queue group {worker.queue or '-'})")
+        yield
+    finally:
+        if reload is not None:
+            reload.worker = None
+        await worker.stop()
