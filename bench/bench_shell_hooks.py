@@ -26,7 +26,7 @@ from bench.common import median, print_table, rss_mib, verdict
 from bus import Bus, NatsServer
 from bus.sandbox.process import spawn
 from subscribers.shell_hooks.settings import WorkerSettings
-from subscribers.shell_hooks.worker import ShellWorker
+from subscribers.shell_hooks.shell_worker import ShellWorker
 
 SUBJECT = "prx.lifecycle.tool_call"
 PAYLOAD = {"tool": "shell", "success": True, "output": "ok"}

@@ -21,7 +21,7 @@ import pytest
 from bus import Bus
 from bus.core.envelope import Event
 from bus.sandbox.outcome import HookOutcome
-from subscribers.shell_hooks.hook_test import make_event
+from subscribers.shell_hooks.hook_trial import make_event
 from subscribers.shell_hooks.hooks_file import HOOKS_FILE, load
 from subscribers.shell_hooks.shell import HookResult, ShellRunner
 

@@ -31,8 +31,8 @@ from subscribers.plugins.bus_services import bucket_name
 from subscribers.plugins.host import load_code
 from subscribers.plugins.manifest import load_manifest
 from subscribers.plugins.plugin_log import MAX_LINES_PER_CALL
-from subscribers.plugins.worker import PluginWorker, call_plugin
-from subscribers.shell_hooks.hook_test import make_event
+from subscribers.plugins.plugin_worker import PluginWorker, call_plugin
+from subscribers.shell_hooks.hook_trial import make_event
 from subscribers.shell_hooks.settings import WorkerSettings
 
 from .conftest import run_cli

@@ -39,7 +39,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 async def run(args: argparse.Namespace) -> int:
     from bus.core.subjects import subject_for
     from bus.sandbox.outcome import HookOutcome
-    from subscribers.shell_hooks.hook_test import describe, make_event, run_matching
+    from subscribers.shell_hooks.hook_trial import describe, make_event, run_matching
     from subscribers.shell_hooks.shell import ShellRunner
 
     subject = subject_for(args.event)

@@ -54,14 +54,14 @@ def services(args: argparse.Namespace) -> list[Service]:
     from bus.adapters.claude_code import command_modules as claude_hooks
     from bus.adapters.claude_code import relay as agent_hook_relay
     from subscribers import agent_metrics
-    from subscribers.fleet_metrics import service as fleet_metrics
+    from subscribers.fleet_metrics import receiver as fleet_metrics
     from subscribers.history import recorder as history
     from subscribers.http_api import server as hooks_api
     from subscribers.journal import sink as journal_sink
-    from subscribers.plugins import worker as plugins
-    from subscribers.shell_hooks import worker as shell_hooks
+    from subscribers.plugins import plugin_worker as plugins
+    from subscribers.shell_hooks import shell_worker as shell_hooks
     from subscribers.shell_hooks.failures import failure_lines
-    from triggers.engine import service as triggers
+    from triggers.engine import engine as triggers
 
     worker = worker_settings(args)
     reload = shell_hooks.HooksReload()  # the API's writes to hooks.json take effect at once

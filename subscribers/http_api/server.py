@@ -42,7 +42,7 @@ from bus.journal.entries import JournalEntry, publish_entry
 from subscribers.http_api import bag_api, console_api, console_files, handlers_api, middleware_metrics
 from subscribers.http_api.console_api import CONSOLE, Console, open_console
 from subscribers.http_api.token import HOOK_TOKENS_DIR, hook_agent, load_token, token_matches
-from subscribers.shell_hooks import metrics
+from subscribers.shell_hooks.hook_metrics import snapshot as hook_snapshot
 from subscribers.shell_hooks.hooks_file import HOOKS_FILE
 from subscribers.shell_hooks.hooks_store import HooksStore
 from subscribers.shell_hooks.prx_api import is_prx_body
@@ -170,7 +170,7 @@ async def toggle_hook(request: web.Request) -> web.Response:
 
 async def hook_metrics(request: web.Request) -> web.Response:
     """Per (hook, point): calls, failures, timeouts, refusals, total and mean duration, last error."""
-    return _json({"metrics": metrics.snapshot()})
+    return _json({"metrics": hook_snapshot()})
 
 
 def make_app(

@@ -35,7 +35,7 @@ from bus.core.visible import visible, visible_lines
 from bus.journal.entries import JournalEntry, output_tail, publish_entry
 from bus.sandbox.outcome import HookOutcome
 from bus.service import ServiceContext
-from subscribers.shell_hooks import metrics
+from subscribers.shell_hooks import hook_metrics
 from subscribers.shell_hooks.hooks_config import HookEntry, HooksConfig
 from subscribers.shell_hooks.hooks_file import HOOKS_FILE, HooksFile
 from subscribers.shell_hooks.settings import WorkerSettings
@@ -140,7 +140,7 @@ class ShellWorker:
 
     async def start(self) -> ShellWorker:
         """Load hooks.json, subscribe, and start watching the file and running hooks."""
-        metrics.register_metrics()
+        hook_metrics.register_metrics()
         self._started = True
         self.hooks.start()
         await self._sync_subscriptions()
@@ -196,7 +196,7 @@ class ShellWorker:
 
     def _count_queued(self, change: int) -> None:
         self._queued += change
-        metrics.QUEUED.set(self._queued)
+        hook_metrics.QUEUED.set(self._queued)
 
     def _start(self, lane: _Lane, entry: HookEntry, event: Event) -> None:
         """Run one hook in a slot of ``lane`` (already acquired)."""
@@ -205,7 +205,7 @@ class ShellWorker:
         self._tasks.start(self._run(lane, entry, event))
 
     async def _run(self, lane: _Lane, entry: HookEntry, event: Event) -> None:
-        metrics.RUNNING.inc()
+        hook_metrics.RUNNING.inc()
         try:
             # A span where this process traces (the hook gets it as TRACEPARENT), child of the emitter's.
             with _tracing.span(
@@ -220,11 +220,11 @@ class ShellWorker:
             log.exception("hook %s on %s could not run", entry.id, event.subject)
             result = HookResult(entry.id, entry.event, HookOutcome.FAILED, reason=f"{type(exc).__name__}: {exc}")
         finally:
-            metrics.RUNNING.dec()
+            hook_metrics.RUNNING.dec()
             self._active -= 1
             lane.slots.release()
         self.stats.count(result)
-        metrics.count_result(result)
+        hook_metrics.count_result(result)
         try:
             self._log(result, event)
             await publish_entry(self.bus, journal_entry(result, event))
@@ -332,7 +332,7 @@ class _Lane:
         stats = self.worker.stats
         stats.shed += 1
         stats.shed_by_key[self.pattern] += 1
-        metrics.SHED.inc()
+        hook_metrics.SHED.inc()
 
 
 class HooksReload:
