@@ -33,7 +33,7 @@ from bus import Bus, Continue, Module, NatsServer, Stage, TurnRequest
 from bus.testing import wait_for_chain
 from tests import fake_llm
 from triggers.agent.llm import ChatClient
-from triggers.agent.runner import TurnRunner
+from triggers.agent.turn_runner import TurnRunner
 
 POINTS = [
     Stage.AGENT_SPAWN, Stage.USER_MESSAGE, Stage.CONTEXT_EVICT, Stage.LLM_REQUEST, Stage.LLM_RETRY,

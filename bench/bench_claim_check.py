@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import median, print_table
 from bus import Bus, Event, NatsServer
 from subscribers.shell_hooks.settings import WorkerSettings
-from subscribers.shell_hooks.worker import ShellWorker
+from subscribers.shell_hooks.shell_worker import ShellWorker
 
 SUBJECT = "prx.lifecycle.tool_call"
 HOOK = '#!/bin/sh\ncat "$ZERO_HOOK_PAYLOAD_FILE" > /dev/null\ncat > /dev/null\n'

@@ -37,10 +37,10 @@ import aiohttp
 
 from bench.common import median, print_table
 from bus import Bus, Cancel, Continue, Decision, Module, NatsServer
-from bus.adapters.relay import Relay
+from bus.adapters.claude_code import http_hook
+from bus.adapters.claude_code.command_modules import MODULE, ClaudeHooksServer
+from bus.adapters.claude_code.relay import Relay
 from bus.testing import wait_for_chain
-from subscribers.claude_hooks.service import MODULE, ClaudeHooksServer
-from subscribers.http_api.agent_hooks import add_routes
 from subscribers.http_api.server import make_app, serve
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -106,7 +106,7 @@ async def http_times(url: str, runs: int) -> dict[str, list[float]]:
         await wait_for_chain(bus, "tool.call", ["benchguard.no_rm"], timeout=30)
         await wait_for_chain(kernel, "tool.call", ["benchguard.no_rm"], timeout=30)
         app = make_app(Path("/nonexistent/hooks.json"), TOKEN)
-        add_routes(app, bus)
+        app.router.add_post(http_hook.PATH, http_hook.handler(bus))  # behind the admin token
         payload = {"name": "Bash", "input": INPUT["tool_input"], "id": "toolu_1"}
         ctx = {"session": "bench", "agent": "claude-code"}
         async with serve(app, "127.0.0.1", 0) as base, aiohttp.ClientSession() as session:

@@ -65,10 +65,10 @@ def build_module() -> Module:
 
 async def serve(url: str) -> None:
     """The handler process: the module and a record runner."""
-    from subscribers.records_runner.runner import RecordsRunner, RunnerSettings
+    from subscribers.records_runner.record_runner import RecordsRunner, RecordsRunnerSettings
 
     async with Bus(url) as bus:
-        runner = RecordsRunner(bus, RunnerSettings(module=RECORDS, managed=frozenset({"guard"})))
+        runner = RecordsRunner(bus, RecordsRunnerSettings(module=RECORDS, managed=frozenset({"guard"})))
         async with runner.running():
             task = asyncio.create_task(build_module().serve(bus=bus))
             print("ready", flush=True)

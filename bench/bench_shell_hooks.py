@@ -24,9 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import median, print_table, rss_mib, verdict
 from bus import Bus, NatsServer
-from subscribers.shell_hooks.process import spawn
+from bus.sandbox.process import spawn
 from subscribers.shell_hooks.settings import WorkerSettings
-from subscribers.shell_hooks.worker import ShellWorker
+from subscribers.shell_hooks.shell_worker import ShellWorker
 
 SUBJECT = "prx.lifecycle.tool_call"
 PAYLOAD = {"tool": "shell", "success": True, "output": "ok"}

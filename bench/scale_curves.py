@@ -40,11 +40,11 @@ from bench.common import print_table, rss_mib
 from bus import Bus, NatsServer
 from bus.core.clock import now_timestamp
 from bus.journal.entries import STREAM, JournalEntry
-from subscribers.fleet_metrics.metrics import FleetMetrics
+from subscribers.fleet_metrics.fleet_series import FleetMetrics
 from subscribers.fleet_metrics.receiver import FleetReceiver
 from subscribers.journal.sink import JournalSink
 from subscribers.shell_hooks.settings import WorkerSettings
-from subscribers.shell_hooks.worker import ShellWorker
+from subscribers.shell_hooks.shell_worker import ShellWorker
 
 LINEAR_WITHIN = 2.0
 

@@ -1,4 +1,5 @@
-"""Subscriber workers: shell hooks from hooks.json, Python subscribers, the hooks HTTP API."""
+"""Services: the long-running parts ``hookbus up`` composes (shell hooks, plugins, the hooks API and console, the
+journal, history, metrics) and the record runner, one package each; Python subscribers (``subscribers.sdk``)."""
 
 from subscribers.sdk import Subscriber, SubscriberHandler
 

@@ -19,7 +19,7 @@ from bus import Bus, NatsServer
 from bus.middleware.kernel.metrics import MIDDLEWARE
 from bus.testing import nats_for_tests
 from subscribers.shell_hooks.settings import WorkerSettings
-from subscribers.shell_hooks.worker import ShellWorker
+from subscribers.shell_hooks.shell_worker import ShellWorker
 
 from .fake_llm import FakeLLM
 

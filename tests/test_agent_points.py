@@ -23,7 +23,7 @@ from bus.testing import JournalRecorder, serving, wait_for_chain
 from subscribers.journal.sink import JournalSink
 from subscribers.journal.store import Query
 from triggers.agent.llm import ChatClient
-from triggers.agent.runner import MAX_REWORK_ROUNDS, RunnerSettings, TurnRunner
+from triggers.agent.turn_runner import MAX_REWORK_ROUNDS, TurnRunner, TurnRunnerSettings
 
 from . import fake_llm
 from .conftest import run_cli
@@ -176,7 +176,7 @@ async def test_token_patches_change_the_stream_but_not_the_context(
     llm.script = [fake_llm.text("quiet little answer")]
     async with serving(points.module, nats_url):
         await points.ready(kernel)
-        result, rec, tokens = await turn(kernel, llm, settings=RunnerSettings(stream_subject="eva.custom.mystream"))
+        result, rec, tokens = await turn(kernel, llm, settings=TurnRunnerSettings(stream_subject="eva.custom.mystream"))
         assert tokens == []  # the agent chose another subject
     assert result["answer"] == "quiet little answer"
     completed = [e.payload for e in rec.events if e.event == "turn.completed"]
@@ -229,7 +229,7 @@ async def test_eviction_asks_for_the_summary_and_the_model_gets_it(
     ]
     async with serving(points.module, nats_url):
         await points.ready(kernel)
-        result, _, _ = await turn(kernel, llm, settings=RunnerSettings(context_tokens=200), prompt="echo twice")
+        result, _, _ = await turn(kernel, llm, settings=TurnRunnerSettings(context_tokens=200), prompt="echo twice")
     assert result["answer"] == "done"
     evictions = points.of("context.evict")
     assert evictions and evictions[0]["window_tokens"] == 200 and evictions[0]["tokens"] > 200

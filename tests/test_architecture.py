@@ -27,6 +27,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("workers", ("subscribers", "triggers")),
     # Adapters for agent frameworks (LangChain, the OpenAI Agents SDK), on the façade and SyncBus.
     ("adapters", ("bus.adapters",)),
+    # The sandbox: processes started on a user's behalf, bounded (shell hooks, command hooks, hookbus isolate).
+    ("sandbox", ("bus.sandbox",)),
     # The façade: Bus, Module (whose serve() opens a Bus), the service contract of ``hookbus up``, test helpers.
     # (bus.presence: each process's presence record, kept through the Bus; bus.operator: approve and detach,
     # journaled; bus.status_report: what hookbus status lists; bus.switching: enable/disable/grant/revoke, journaled.)
@@ -327,3 +329,91 @@ def test_the_architecture_doc_names_only_paths_that_exist() -> None:
     assert named, "docs/architecture.md names no paths"
     missing = sorted(path for path in named if not (ROOT / path.split(":")[0]).exists())
     assert missing == []
+
+
+#: The parts whose modules must stay under MAX_MODULE_LINES: services, triggers, adapters, the sandbox, the CLI.
+SIZED: tuple[str, ...] = ("subscribers", "triggers", "bus.adapters", "bus.sandbox", "bus.cli")
+MAX_MODULE_LINES = 500
+
+
+def _unit(module: str) -> str:
+    """The package a module belongs to as a part of its own: a service (``subscribers.shell_hooks``), a trigger
+    package, an adapter (``bus.adapters.claude_code``); anything else is its own unit."""
+    parts = module.split(".")
+    if parts[0] in ("subscribers", "triggers"):
+        return ".".join(parts[:2])
+    if parts[:2] == ["bus", "adapters"]:
+        return ".".join(parts[:3])
+    return module
+
+
+def _unit_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    units: dict[str, set[str]] = {}
+    for source, targets in graph.items():
+        edges = units.setdefault(_unit(source), set())
+        edges.update(_unit(target) for target in targets if _unit(target) != _unit(source))
+    for targets in list(units.values()):
+        for target in targets:
+            units.setdefault(target, set())
+    return units
+
+
+def test_no_loop_between_services_or_adapters() -> None:
+    """Service packages and adapters import each other one way only: a service that needs another's part
+    imports it, never the other way round too (the composition is ``hookbus up``'s, not a service's)."""
+    assert _cycles(_unit_graph(_graph())) == []
+
+
+def test_the_package_check_catches_a_loop_between_services() -> None:
+    graph = {"subscribers.a.x": {"subscribers.b.y"}, "subscribers.b.y": set(), "subscribers.b.z": {"subscribers.a.w"}}
+    graph["subscribers.a.w"] = set()
+    assert _cycles(_unit_graph(graph)) == [["subscribers.a", "subscribers.b"]]
+
+
+def test_no_module_is_over_the_size_limit() -> None:
+    long = {
+        name: lines
+        for name, path in MODULES.items()
+        if any(name == part or name.startswith(part + ".") for part in SIZED)
+        and (lines := len(path.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert long == {}, f"split these modules (over {MAX_MODULE_LINES} lines)"
+
+
+def _defines_a_service(path: Path) -> bool:
+    return any(
+        isinstance(node, ast.AsyncFunctionDef | ast.FunctionDef) and node.name == "service"
+        for node in _parse(path).body
+    )
+
+
+def test_every_service_is_composed_by_up() -> None:
+    """One composition root: every module with a ``service`` is imported by ``hookbus up``'s list of services."""
+    up = ROOT / "bus" / "cli" / "up.py"
+    composed = set(_imports("bus.cli.up", up))
+    services = {name for name, path in MODULES.items() if name != "bus.service" and _defines_a_service(path)}
+    assert len(services) > 8
+    assert sorted(services - composed) == []
+
+
+def test_no_product_module_is_named_like_a_test() -> None:
+    named = [name for name in MODULES if re.search(r"(^|\.)(test_\w*|\w*_test|conftest)$", name)]
+    assert named == []
+
+
+#: The modules each feature package may have, by convention, under the same name.
+FEATURE_DECLARATIONS = frozenset({"__init__", "errors", "subjects", "schema", "config_schema"})
+
+
+def test_no_two_service_modules_share_a_name() -> None:
+    """Services, triggers, adapters and the sandbox name each module for what it does, once (the CLI's are
+    named for their commands). A feature's own declarations keep the names every feature uses for them:
+    ``errors`` (its exceptions), ``subjects`` (its names on the bus), ``schema`` (its wire messages) and
+    ``config_schema`` (its files' types)."""
+    by_name: dict[str, list[str]] = {}
+    for name, path in MODULES.items():
+        if path.stem in FEATURE_DECLARATIONS:
+            continue
+        if name.startswith(("subscribers", "triggers", "bus.adapters", "bus.sandbox")) and path.stem != "__init__":
+            by_name.setdefault(path.stem, []).append(name)
+    assert {stem: names for stem, names in by_name.items() if len(names) > 1} == {}

@@ -21,7 +21,7 @@ from triggers.agent import budgets
 from triggers.agent.budgets import BudgetBook
 from triggers.agent.config_schema import BudgetLayer, BudgetsFile, ModelPrice
 from triggers.agent.llm import ChatClient
-from triggers.agent.runner import TurnRunner
+from triggers.agent.turn_runner import TurnRunner
 
 from . import fake_llm
 from .conftest import run_cli

@@ -23,9 +23,9 @@ import orjson
 import pytest
 
 from bus import Bus, Cancel, Continue, Decision, Module, NatsServer, Patch
-from bus.adapters.claude_code import parse, plan
+from bus.adapters.claude_code.mapping import parse, plan
+from bus.adapters.claude_code.relay import Relay
 from bus.adapters.errors import AgentHookError
-from bus.adapters.relay import Relay
 from bus.adapters.subjects import adapter_subject
 from bus.testing import EventRecorder, serving, wait_for_chain
 

@@ -24,11 +24,11 @@ from typing import Any
 import pytest
 
 from bus import Bus, Cancel, Continue, Patch
-from bus.adapters.claude_code import ClaudeCodeDialect, custom_subject, plan
-from bus.adapters.claude_code import parse as parse_input
+from bus.adapters.claude_code.command_file import parse
+from bus.adapters.claude_code.command_modules import MODULE, ClaudeHooksServer, ClaudePluginsServer
+from bus.adapters.claude_code.mapping import ClaudeCodeDialect, custom_subject, plan
+from bus.adapters.claude_code.mapping import parse as parse_input
 from bus.core.errors import ConfigError
-from subscribers.claude_hooks.config import parse
-from subscribers.claude_hooks.service import MODULE, ClaudeHooksServer, ClaudePluginsServer
 
 from .conftest import nats_for_tests, require_binary
 from .test_claude_code_handlers import approved

@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 
 from bus import Bus, Cancel, Continue, Patch
+from bus.adapters.claude_code.command_file import parse
+from bus.adapters.claude_code.command_modules import MODULE, ClaudeHooksServer
 from bus.core.errors import ConfigError
-from subscribers.claude_hooks.config import parse
-from subscribers.claude_hooks.service import MODULE, ClaudeHooksServer
 
 from .conftest import hookbus_cmd
 

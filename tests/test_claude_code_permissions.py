@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from bus import Bus, Cancel, NatsServer
-from bus.adapters.relay import Relay
+from bus.adapters.claude_code.command_modules import MODULE, ClaudeHooksServer
+from bus.adapters.claude_code.relay import Relay
 from bus.middleware.registry import ensure_buckets
 from bus.testing import serving, wait_for_chain
-from subscribers.claude_hooks.service import MODULE, ClaudeHooksServer
 
 from .conftest import as_user, shipped_server
 from .test_claude_code import bash, claude_hook, denial, env_for, guard

@@ -16,7 +16,7 @@ from bus.testing import EventRecorder, NatsCluster, serving, wait_for_chain
 from subscribers.journal.sink import JournalSink
 from subscribers.journal.store import DB_NAME, JournalStore
 from subscribers.shell_hooks.settings import WorkerSettings
-from subscribers.shell_hooks.worker import ShellWorker
+from subscribers.shell_hooks.shell_worker import ShellWorker
 
 from .waiting import barrier_payload, is_barrier, probe_until, wait_for_interest, wait_until, without_barriers
 

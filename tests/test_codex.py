@@ -13,8 +13,8 @@ import orjson
 import pytest
 
 from bus import Bus, Cancel, Continue, Patch
-from bus.adapters import codex
-from bus.adapters.claude_code import Step, parse
+from bus.adapters.claude_code import codex
+from bus.adapters.claude_code.mapping import Step, parse
 from bus.testing import EventRecorder
 
 from . import test_claude_code as claude

@@ -17,7 +17,7 @@ from bus.core.subjects import counters_subject
 from bus.counters import INTERVAL_ENV, MIDDLEWARE_PER_MESSAGE, CountersMsg, MiddlewareCountsMsg, _reports, _Totals
 from bus.journal.entries import JournalEntry
 from bus.middleware.kernel.metrics import BUCKETS
-from subscribers.fleet_metrics.metrics import INVALID, FleetMetrics
+from subscribers.fleet_metrics.fleet_series import INVALID, FleetMetrics
 from subscribers.fleet_metrics.receiver import FleetReceiver
 from subscribers.fleet_metrics.reports import MAX_COUNT, MAX_KEYS
 

@@ -128,7 +128,7 @@ async def test_a_fleet_receiver_cut_as_slow_consumer_costs_the_shell_hooks_nothi
 def test_remembered_labels_are_the_capped_ones_and_bounded() -> None:
     """The per-event label lookup gives what the caps decide, also for pairs past the cap, and stays bounded."""
     from bus.runtime.stats import OTHER
-    from subscribers.fleet_metrics.metrics import MAX_EVENT_PAIRS, MAX_REMEMBERED_KEYS, FleetMetrics
+    from subscribers.fleet_metrics.fleet_series import MAX_EVENT_PAIRS, MAX_REMEMBERED_KEYS, FleetMetrics
 
     fleet = FleetMetrics()
     for n in range(MAX_EVENT_PAIRS):

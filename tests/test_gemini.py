@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from bus import Bus, Cancel, Continue, Decision, Module, Patch
-from bus.adapters import gemini
-from bus.adapters.claude_code import parse
-from bus.adapters.relay import Relay
+from bus.adapters.claude_code import gemini
+from bus.adapters.claude_code.mapping import parse
+from bus.adapters.claude_code.relay import Relay
 from bus.testing import EventRecorder, serving, wait_for_chain
 
 from .conftest import run_cli, unique

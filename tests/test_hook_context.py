@@ -13,7 +13,7 @@ from bus.middleware.kernel.approvals import approve
 from bus.records.record import from_fields
 from bus.records.store import RecordStore
 from bus.testing import serving, wait_for_chain
-from subscribers.records_runner.runner import RecordsRunner, RunnerSettings
+from subscribers.records_runner.record_runner import RecordsRunner, RecordsRunnerSettings
 from triggers.agent import hook_turn
 from triggers.agent.hook_turn import HookTurnSpec
 from triggers.agent.llm import ChatClient
@@ -37,7 +37,7 @@ async def handle(stage, payload, ctx):
 @pytest.fixture
 async def runner(nats_url: str) -> AsyncIterator[RecordsRunner]:
     async with Bus(nats_url, name="runner") as bus:
-        started = RecordsRunner(bus, RunnerSettings(module=unique("rec"), heartbeat=0.5))
+        started = RecordsRunner(bus, RecordsRunnerSettings(module=unique("rec"), heartbeat=0.5))
         await started.start()
         try:
             yield started

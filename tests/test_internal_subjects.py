@@ -21,7 +21,7 @@ from bus.middleware.registry import MODULES_BUCKET
 from bus.testing import EventRecorder, serving, wait_for_chain
 from bus.turns.server import TurnRequest
 from subscribers.shell_hooks.settings import WorkerSettings
-from subscribers.shell_hooks.worker import ShellWorker
+from subscribers.shell_hooks.shell_worker import ShellWorker
 
 from .conftest import hookbus_cmd, unique
 from .hooks_support import script, wait_for_file, write_hooks

@@ -20,9 +20,10 @@ import pytest
 
 from bus import Bus
 from bus.core.envelope import Event
-from subscribers.shell_hooks.hook_test import make_event
+from bus.sandbox.outcome import HookOutcome
+from subscribers.shell_hooks.hook_trial import make_event
 from subscribers.shell_hooks.hooks_file import HOOKS_FILE, load
-from subscribers.shell_hooks.shell import HookOutcome, HookResult, ShellRunner
+from subscribers.shell_hooks.shell import HookResult, ShellRunner
 
 from .conftest import StartWorker, hookbus_cmd, require_binary, run_cli
 from .hooks_support import script, write_hooks
@@ -152,8 +153,8 @@ async def test_an_isolated_hook_works_in_a_private_scratch_directory(workspace: 
 
 #: Every file or directory hookbus loads or stores in a workspace, spelled by the constants that name them.
 def workspace_state() -> set[str]:
+    from bus.adapters.claude_code.command_file import FILE
     from bus.cli.up import HISTORY_FILE
-    from subscribers.claude_hooks.config import FILE
     from subscribers.http_api.token import TOKEN_FILE
     from subscribers.journal.store import DB_NAME, JSONL_DIR
     from subscribers.plugins.manifest import PLUGINS_DIR

@@ -88,11 +88,11 @@ def test_importing_bus_registers_no_collector_until_asked() -> None:
 def test_importing_the_services_registers_nothing_until_they_start() -> None:
     """Workers' metrics appear on the global registry when their service starts, not when imported."""
     code = (
-        "import subscribers.shell_hooks.worker, subscribers.journal.sink, subscribers.agent_metrics\n"
+        "import subscribers.shell_hooks.shell_worker, subscribers.journal.sink, subscribers.agent_metrics\n"
         "import triggers.engine.engine, bus.cli\n"
         "from prometheus_client import REGISTRY, generate_latest\n"
         "print(b'hookbus_' in generate_latest(REGISTRY))\n"
-        "from subscribers.shell_hooks import metrics\n"
+        "from subscribers.shell_hooks import hook_metrics as metrics\n"
         "metrics.register_metrics(); metrics.register_metrics()\n"
         "print(b'hookbus_shell_hook_runs' in generate_latest(REGISTRY))\n"
     )

@@ -24,15 +24,15 @@ except ImportError:
 
 from bus import Bus
 from bus.journal.entries import JournalEntry, decode_entry
+from bus.sandbox.outcome import HookOutcome
 from bus.testing import EventRecorder
 from subscribers.plugins.errors import PluginError
 from subscribers.plugins.host import load_code
 from subscribers.plugins.manifest import load_manifest
-from subscribers.plugins.worker import PluginWorker, call_plugin
-from subscribers.shell_hooks import metrics
-from subscribers.shell_hooks.hook_test import make_event
+from subscribers.plugins.plugin_worker import PluginWorker, call_plugin
+from subscribers.shell_hooks import hook_metrics as metrics
+from subscribers.shell_hooks.hook_trial import make_event
 from subscribers.shell_hooks.settings import WorkerSettings
-from subscribers.shell_hooks.shell import HookOutcome
 
 from .conftest import run_cli
 from .plugin_support import (

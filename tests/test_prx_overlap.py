@@ -26,7 +26,7 @@ from bus.core.errors import SubjectError
 from bus.core.subjects import key_queue
 from subscribers import Subscriber
 from subscribers.shell_hooks.settings import WorkerSettings
-from subscribers.shell_hooks.worker import ShellWorker
+from subscribers.shell_hooks.shell_worker import ShellWorker
 from triggers.engine import config
 from triggers.engine.engine import TriggerEngine
 

@@ -22,7 +22,7 @@ from bus.middleware.registry import ensure_buckets
 from triggers.agent.budgets import BudgetBook
 from triggers.agent.config_schema import BudgetLayer, BudgetsFile, ModelPrice
 from triggers.agent.llm import ChatClient
-from triggers.agent.runner import TurnRunner
+from triggers.agent.turn_runner import TurnRunner
 from triggers.engine.config import parse
 from triggers.engine.engine import TriggerEngine
 

@@ -19,7 +19,7 @@ from bus.records.record import from_fields
 from bus.records.sandbox import RecordCtx, compile_record
 from bus.records.store import RecordStore
 from bus.testing import wait_for_chain
-from subscribers.records_runner.runner import RecordsRunner, RunnerSettings
+from subscribers.records_runner.record_runner import RecordsRunner, RecordsRunnerSettings
 
 from .conftest import as_user as url
 from .conftest import shipped_server
@@ -56,7 +56,7 @@ async def test_an_agent_rewriting_a_managed_record_gets_nothing_served(server: N
         store = RecordStore(agent, "records")
         await store.put(shipped)
         pins = {name: shipped.identity("records")[:12]}
-        runner = RecordsRunner(runner_bus, RunnerSettings(heartbeat=0.5, managed=pins))
+        runner = RecordsRunner(runner_bus, RecordsRunnerSettings(heartbeat=0.5, managed=pins))
         async with runner.running():
             await wait_until(lambda: name in runner.served, what="the pinned record served")
             await wait_for_chain(agent, "tool.call", [f"records.{name}"])
@@ -72,7 +72,7 @@ async def test_an_agent_rewriting_a_managed_record_gets_nothing_served(server: N
 def test_a_managed_record_must_be_pinned_by_identity() -> None:
     for pin in ("", "abc", "not-hex-not-hex"):
         with pytest.raises(ValueError, match="pin it by identity"):
-            RunnerSettings(managed={"x": pin})
+            RecordsRunnerSettings(managed={"x": pin})
 
 
 ESCAPES = {

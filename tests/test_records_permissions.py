@@ -12,7 +12,7 @@ from bus.middleware.registry import ensure_buckets
 from bus.records.record import from_fields
 from bus.records.store import RecordStore
 from bus.testing import wait_for_chain
-from subscribers.records_runner.runner import RecordsRunner, RunnerSettings
+from subscribers.records_runner.record_runner import RecordsRunner, RecordsRunnerSettings
 
 from .conftest import as_user as url
 from .conftest import shipped_server
@@ -34,7 +34,7 @@ async def test_agent_writes_drafts_the_runner_serves_only_what_the_operator_appr
     async with Bus(url(server, "bus")) as bus:
         await ensure_buckets(bus)
     async with Bus(url(server, "module-records")) as runner_bus, Bus(url(server, "agent-eva")) as agent:
-        runner = RecordsRunner(runner_bus, RunnerSettings(heartbeat=0.5))
+        runner = RecordsRunner(runner_bus, RecordsRunnerSettings(heartbeat=0.5))
         async with runner.running():
             record = from_fields({"name": "no_rm", "stage": "tool.call", "source": SOURCE}, author="agent:eva")
             await RecordStore(agent, "records").put(record)

@@ -13,10 +13,10 @@ from bus.records.record import Record, from_fields
 from bus.records.store import RecordStore
 from bus.testing import EventRecorder, JournalRecorder, wait_for_chain
 from bus.turns.server import TurnRequest
-from subscribers.records_runner.runner import RecordsRunner, RunnerSettings
+from subscribers.records_runner.record_runner import RecordsRunner, RecordsRunnerSettings
 from triggers.agent.llm import ChatClient
-from triggers.agent.runner import TurnRunner
 from triggers.agent.tools import with_record_tools
+from triggers.agent.turn_runner import TurnRunner
 from triggers.engine.problems import ProblemsSettings, ProblemsTrigger
 
 from . import fake_llm
@@ -51,7 +51,7 @@ async def runners(nats_url: str) -> AsyncIterator[Callable[..., Any]]:
     async def start(module: str, **options: Any) -> RecordsRunner:
         bus = Bus(nats_url, name="runner")
         await bus.start()
-        runner = RecordsRunner(bus, RunnerSettings(module=module, heartbeat=0.5, **options))
+        runner = RecordsRunner(bus, RecordsRunnerSettings(module=module, heartbeat=0.5, **options))
         await runner.start()
         started.append((runner, bus))
         return runner

@@ -16,8 +16,8 @@ import orjson
 import pytest
 
 from bus import Bus, Cancel, Continue, Decision, Module, NatsServer
-from bus.adapters.fair_slots import ANONYMOUS, FairSlots
-from bus.adapters.relay import PER_USER, Relay
+from bus.adapters.claude_code.fair_slots import ANONYMOUS, FairSlots
+from bus.adapters.claude_code.relay import PER_USER, Relay
 from bus.adapters.subjects import adapter_subject
 from bus.core.errors import PublishDenied
 from bus.middleware.registry import ensure_buckets

@@ -19,7 +19,7 @@ import pytest
 from nats.aio.client import Client
 
 from bus import Bus, Continue, Module, NatsServer, Stage
-from bus.adapters.relay import Relay
+from bus.adapters.claude_code.relay import Relay
 from bus.adapters.subjects import adapter_subject
 from bus.core.errors import ConfigError
 from bus.middleware.registry import announcement_of, ensure_buckets, request_subject

@@ -406,7 +406,7 @@ async def test_hook_runs_are_journaled_without_the_payload(
 
 
 async def test_hooks_metrics_snapshot(bus: Bus, workspace: Path, start_worker: StartWorker) -> None:
-    from subscribers.shell_hooks import metrics
+    from subscribers.shell_hooks import hook_metrics as metrics
 
     script(workspace, "fail.sh", "echo nope >&2; exit 2\n")
     write_hooks(

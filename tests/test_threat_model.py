@@ -48,7 +48,7 @@ def test_every_http_route_has_a_row() -> None:
     for source in (ROOT / "subscribers" / "http_api").glob("*.py"):
         routes.update(re.findall(r"add_(?:get|post|put|delete)\(\s*\"([^\"]+)\"", source.read_text()))
     routes.update(
-        re.findall(r"^PATH[^=]*= \"([^\"]+)\"", (ROOT / "subscribers/http_api/agent_hooks.py").read_text(), re.M)
+        re.findall(r"^PATH[^=]*= \"([^\"]+)\"", (ROOT / "bus/adapters/claude_code/http_hook.py").read_text(), re.M)
     )
     assert len(routes) > 20
     missing = sorted(route for route in routes if f"`{route}`" not in table)

@@ -11,7 +11,7 @@ from bus import Bus, TurnRequest
 from bus.testing import EventRecorder
 from bus.turns.subjects import agent_stream_subject
 from triggers.agent.llm import ChatClient
-from triggers.agent.runner import RunnerSettings, TurnRunner
+from triggers.agent.turn_runner import TurnRunner, TurnRunnerSettings
 
 from . import fake_llm
 from .waiting import wait_until
@@ -20,7 +20,7 @@ from .waiting import wait_until
 async def turn(
     bus: Bus,
     llm: fake_llm.FakeLLM,
-    settings: RunnerSettings | None = None,
+    settings: TurnRunnerSettings | None = None,
     prompt: str = "hi",
     session: str = "s1",
     depth: int = 0,

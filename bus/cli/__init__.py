@@ -37,7 +37,7 @@ def _commands() -> tuple[ModuleType, ...]:
         journal,
         llm,
         metrics,
-        module_test,
+        module_trial,
         plugins,
         records,
         reject,
@@ -80,7 +80,7 @@ def _commands() -> tuple[ModuleType, ...]:
         detach,
         switch,
         bag,
-        module_test,
+        module_trial,
         demo,
     )
 

@@ -18,7 +18,7 @@ from bus.core.subjects import TOKEN_RE
 
 if TYPE_CHECKING:
     from triggers.agent.budgets import BudgetBook
-    from triggers.agent.runner import RunnerSettings, TurnRunner
+    from triggers.agent.turn_runner import TurnRunner, TurnRunnerSettings
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -80,8 +80,8 @@ def client_key(args: argparse.Namespace) -> str | None:
 async def run(args: argparse.Namespace) -> int:
     from bus.presence import component, presence
     from triggers.agent.llm import ChatClient
-    from triggers.agent.runner import TurnRunner
     from triggers.agent.tools import with_record_tools
+    from triggers.agent.turn_runner import TurnRunner
 
     if not TOKEN_RE.fullmatch(args.name):
         raise ConfigError(f"--name {args.name!r} must match [A-Za-z0-9_-]+")
@@ -147,10 +147,10 @@ async def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def runner_settings(args: argparse.Namespace) -> RunnerSettings:
+def runner_settings(args: argparse.Namespace) -> TurnRunnerSettings:
     """The runner's settings from the flags, each checked."""
     from bus.core.subjects import validate_subject
-    from triggers.agent.runner import RunnerSettings
+    from triggers.agent.turn_runner import TurnRunnerSettings
 
     for flag, value in (("--context-tokens", args.context_tokens), ("--max-tokens", args.max_tokens)):
         if value is not None and value < 1:
@@ -158,7 +158,7 @@ def runner_settings(args: argparse.Namespace) -> RunnerSettings:
     if args.group is not None and not TOKEN_RE.fullmatch(args.group):
         raise ConfigError(f"--group {args.group!r} must match [A-Za-z0-9_-]+")
     subject = validate_subject(args.stream_subject) if args.stream_subject else None
-    return RunnerSettings(
+    return TurnRunnerSettings(
         stream=not args.no_stream,
         stream_subject=subject,
         context_tokens=args.context_tokens,

@@ -3,7 +3,7 @@
 The agent runs it once per hook call with the hook input on stdin, so it has
 the one-shot path of ``hookbus emit``: ``bus.cli.main`` comes here before
 importing anything else, and the input goes to the relay of ``hookbus up``
-(:mod:`bus.adapters.relay`) in one request over a plain socket
+(:mod:`bus.adapters.claude_code.relay`) in one request over a plain socket
 (:func:`bus.transport.oneshot.request`). Without a relay it runs the mapping
 itself on a full client. What it prints and its exit code are the decision in
 the agent's own hook protocol (docs/integrations.md).
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
-from bus.adapters.claude_code import ClaudeCodeDialect, HookAnswer, parse
+from bus.adapters.claude_code.mapping import ClaudeCodeDialect, HookAnswer, parse
 from bus.adapters.errors import AgentHookError
 from bus.adapters.schema import AdapterReplyMsg, AgentHookInput
 from bus.adapters.subjects import adapter_subject
@@ -59,11 +59,11 @@ MAX_INPUT: Final = 16 * 1024 * 1024
 
 def dialect_of(flavor: str) -> ClaudeCodeDialect:
     if flavor == "codex":
-        from bus.adapters.codex import CodexDialect
+        from bus.adapters.claude_code.codex import CodexDialect
 
         return CodexDialect()
     if flavor == "gemini":
-        from bus.adapters.gemini import GeminiDialect
+        from bus.adapters.claude_code.gemini import GeminiDialect
 
         return GeminiDialect()
     return ClaudeCodeDialect()
@@ -206,7 +206,7 @@ def hook_now(args: argparse.Namespace) -> int:
 
 async def run_full(args: argparse.Namespace, hook: AgentHookInput, raw: dict[str, Any], *, full_only: bool) -> int:
     """The mapping on a full client of this process's own (no relay, or ``hookbus -v``)."""
-    from bus.adapters.claude_code import answer, fail_closed_guards
+    from bus.adapters.claude_code.mapping import answer, fail_closed_guards
     from bus.cli.options import connection_args
     from bus.client import Bus
     from bus.core.depth import set_depth

@@ -86,7 +86,8 @@ def _handler(args: argparse.Namespace, event: str) -> dict[str, Any]:
 
 def hooks_config(args: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
     """The ``hooks`` object: one matcher group per event (tool events match every tool)."""
-    from bus.adapters import claude_code, codex, gemini
+    from bus.adapters.claude_code import codex, gemini
+    from bus.adapters.claude_code import mapping as claude_code
 
     events: tuple[str, ...]
     tool_events: frozenset[str] = claude_code.TOOL_EVENTS
@@ -166,7 +167,7 @@ def install(args: argparse.Namespace) -> int:
 
 def _print_codex_trust(path: Path, hooks: dict[str, Any]) -> None:
     """Codex runs a user or project hook only once its hash is trusted: the entries that trust hookbus's."""
-    from bus.adapters.codex import trust_entries
+    from bus.adapters.claude_code.codex import trust_entries
 
     entries = trust_entries(str(path.resolve()), hooks, _is_ours)
     print(

@@ -15,7 +15,7 @@ from bus.transport.connection import URL_ENV
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from subscribers.shell_hooks.limits import DEFAULT_KILL_GRACE
+    from bus.sandbox.process import DEFAULT_KILL_GRACE
 
     parser = subparsers.add_parser("hooks", help="work with the shell hooks of a workspace", description=__doc__)
     commands = parser.add_subparsers(dest="hooks_command", metavar="COMMAND", required=True)
@@ -38,8 +38,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 async def run(args: argparse.Namespace) -> int:
     from bus.core.subjects import subject_for
-    from subscribers.shell_hooks.hook_test import describe, make_event, run_matching
-    from subscribers.shell_hooks.shell import HookOutcome, ShellRunner
+    from bus.sandbox.outcome import HookOutcome
+    from subscribers.shell_hooks.hook_trial import describe, make_event, run_matching
+    from subscribers.shell_hooks.shell import ShellRunner
 
     subject = subject_for(args.event)
     hint_event(subject, "hookbus hooks test")

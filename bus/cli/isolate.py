@@ -1,6 +1,6 @@
 """``hookbus isolate [OPTIONS] -- COMMAND [ARGS]``: run any command in the sandbox isolated shell hooks get.
 
-The same function fences it in (subscribers/shell_hooks/isolation.py): its
+The same function fences it in (bus/sandbox/isolation.py): its
 own namespaces, no network unless ``--network``, a private /proc, the file
 system read-only but the current directory (a private scratch directory
 instead when it is inside a hidden one), ``--hide`` directories invisible,
@@ -49,8 +49,8 @@ def _run(args: argparse.Namespace) -> int:
     import msgspec
 
     from bus.core.errors import ConfigError
-    from subscribers.shell_hooks.config_schema import Isolation
-    from subscribers.shell_hooks.isolation import run_isolated
+    from bus.sandbox.config_schema import Isolation
+    from bus.sandbox.isolation import run_isolated
 
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:

@@ -66,12 +66,12 @@ async def run_list(args: argparse.Namespace) -> int:
 
 async def run_test(args: argparse.Namespace) -> int:
     from bus.core.subjects import matches, subject_for
+    from bus.sandbox.outcome import HookOutcome
     from subscribers.plugins.errors import PluginError
     from subscribers.plugins.manifest import PLUGINS_DIR, load_manifest
     from subscribers.plugins.plugin_set import compile_plugin
-    from subscribers.plugins.worker import call_plugin
-    from subscribers.shell_hooks.hook_test import make_event
-    from subscribers.shell_hooks.shell import HookOutcome
+    from subscribers.plugins.plugin_worker import call_plugin
+    from subscribers.shell_hooks.hook_trial import make_event
 
     payload = read_json_object(args.payload if args.payload is not None else "{}", "the payload")
     event = make_event(subject_for(args.event), payload, args.session)

@@ -47,10 +47,10 @@ async def run(args: argparse.Namespace) -> int:
     from bus.client import Bus
     from bus.core.errors import ConfigError
     from bus.records.sandbox import DEFAULT_IMPORTS
-    from subscribers.records_runner.runner import RecordsRunner, RunnerSettings
+    from subscribers.records_runner.record_runner import RecordsRunner, RecordsRunnerSettings
 
     try:
-        settings = RunnerSettings(
+        settings = RecordsRunnerSettings(
             module=args.module,
             imports=frozenset(args.allow_import) if args.allow_import is not None else DEFAULT_IMPORTS,
             managed=_pins(args.managed),

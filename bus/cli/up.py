@@ -50,18 +50,21 @@ def services(args: argparse.Namespace) -> list[Service]:
     Imported here, not at module load: the other commands do not load the workers.
     """
     # Imported here: bus/ must not import the workers when it is loaded.
-    from bus.adapters import relay as agent_hook_relay
+    from bus.adapters.claude_code import command_modules as claude_hooks
+    from bus.adapters.claude_code import relay as agent_hook_relay
     from subscribers import agent_metrics
-    from subscribers.claude_hooks import service as claude_hooks
-    from subscribers.fleet_metrics import service as fleet_metrics
+    from subscribers.fleet_metrics import receiver as fleet_metrics
     from subscribers.history import recorder as history
+    from subscribers.http_api import server as hooks_api
     from subscribers.journal import sink as journal_sink
+    from subscribers.plugins import plugin_worker as plugins
+    from subscribers.shell_hooks import shell_worker as shell_hooks
     from subscribers.shell_hooks.failures import failure_lines
-    from subscribers.shell_hooks.service import shell_hooks  # the shell-hook worker and the hooks HTTP API
-    from subscribers.shell_hooks.settings import ShellHooksSettings
-    from triggers.engine import service as triggers
+    from triggers.engine import engine as triggers
 
-    shell = ShellHooksSettings(worker=worker_settings(args), api_host=args.host, api_port=args.http_port)
+    worker = worker_settings(args)
+    reload = shell_hooks.HooksReload()  # the API's writes to hooks.json take effect at once
+    api = hooks_api.ApiSettings(host=args.host, port=args.http_port)
     history_plan = history_settings(args, resolve_workspace(args).path)
     recording = [partial(history.service, settings=history_plan)] if history_plan else []
     return [
@@ -70,7 +73,9 @@ def services(args: argparse.Namespace) -> list[Service]:
         agent_metrics.service,
         fleet_metrics.service,
         failure_lines,
-        partial(shell_hooks, settings=shell),
+        partial(shell_hooks.service, settings=worker, reload=reload),
+        partial(plugins.service, settings=worker),  # WASM plugins, beside the shell hooks
+        partial(hooks_api.service, settings=api, on_write=reload),  # the hooks API and the console
         triggers.service,
         agent_hook_relay.service,  # hookbus claude-hook / codex-hook ask it
         claude_hooks.service,  # claude-hooks.json's command hooks as middleware handlers
@@ -214,7 +219,7 @@ async def run(args: argparse.Namespace) -> int:
             raise
         # agents and modules may read the middleware state, not create it
         await ensure_buckets(bus, (PRESENCE_BUCKET, PRESENCE_MAX_AGE_S))
-        from subscribers.shell_hooks.security import public_url  # workers load with the services, not with the CLI
+        from bus.sandbox.security import public_url  # workers load with the services, not with the CLI
 
         lines = [f"hookbus up: workspace {workspace}"]
         shown = public_url(nats_url)  # never print credentials
@@ -246,7 +251,7 @@ def _joined_nothing(args: argparse.Namespace, shown: str) -> str:
 
 
 def public_url_of(nats_url: str) -> str:
-    from subscribers.shell_hooks.security import public_url  # workers load with the services, not with the CLI
+    from bus.sandbox.security import public_url  # workers load with the services, not with the CLI
 
     return public_url(nats_url)
 

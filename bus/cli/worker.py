@@ -31,11 +31,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 async def run(args: argparse.Namespace) -> int:
+    from bus.adapters.claude_code.command_modules import ClaudeHooksServer, ClaudePluginsServer
     from bus.client import Bus
     from bus.presence import component, presence
-    from subscribers.claude_hooks.service import ClaudeHooksServer, ClaudePluginsServer
-    from subscribers.plugins.worker import PluginWorker
-    from subscribers.shell_hooks.worker import ShellWorker
+    from subscribers.plugins.plugin_worker import PluginWorker
+    from subscribers.shell_hooks.shell_worker import ShellWorker
 
     settings = worker_settings(args)  # flags first: a bad flag is named before a missing workspace
     workspace = existing(args).path

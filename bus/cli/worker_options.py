@@ -8,8 +8,8 @@ from __future__ import annotations
 import argparse
 
 from bus.core.errors import ConfigError
+from bus.sandbox.process import DEFAULT_KILL_GRACE
 from subscribers.shell_hooks.limits import (
-    DEFAULT_KILL_GRACE,
     DEFAULT_MAX_PROCS,
     DEFAULT_OUTPUT_TAIL,
     DEFAULT_QUEUE,

@@ -66,6 +66,6 @@ def existing(args: argparse.Namespace) -> Workspace:
 
 def bus_name(servers: list[str]) -> str:
     """The bus a command asked, as printed: its URLs without credentials."""
-    from subscribers.shell_hooks.security import public_url  # a light module: URL and path rules
+    from bus.sandbox.security import public_url  # a light module: URL and path rules
 
     return public_url(",".join(servers)) or "?"

@@ -18,7 +18,7 @@ from bus.core.errors import EnvelopeError, JournalError
 from bus.core.subjects import is_vouched, split_vouched
 from bus.journal.entries import JournalEntry, decode_entry
 from bus.transport.port import RawMessage
-from subscribers.fleet_metrics.metrics import FleetMetrics
+from subscribers.fleet_metrics.fleet_series import FleetMetrics
 
 #: Shell-hook decisions that mean the hook ran (a refusal never started one).
 _RAN: Final = frozenset({"ok", "failed", "timeout"})

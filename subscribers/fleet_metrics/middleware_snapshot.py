@@ -19,7 +19,7 @@ from bus.journal.subjects import JOURNAL_PREFIX
 from bus.middleware.faults import Outcome
 from bus.middleware.kernel.metrics import BUCKETS
 from bus.transport.port import Port, RawMessage, RawSubscription, unsubscribe_all
-from subscribers.fleet_metrics.metrics import FleetMetrics
+from subscribers.fleet_metrics.fleet_series import FleetMetrics
 from subscribers.fleet_metrics.reports import apply_report
 
 #: Journal decisions that are faults (a handler's turn that did not end in its own decision).

@@ -8,6 +8,8 @@ counting an event is a decode and a dict update, no handler task.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Final
 
 from prometheus_client.registry import REGISTRY, CollectorRegistry
@@ -20,9 +22,10 @@ from bus.core.subjects import (
 )
 from bus.journal.subjects import JOURNAL_PREFIX
 from bus.metrics import register_once
+from bus.service import ServiceContext
 from bus.transport.port import Port, RawMessage, RawSubscription, unsubscribe_all
 from subscribers.fleet_metrics.feeders import count_entry, event_counter
-from subscribers.fleet_metrics.metrics import FleetMetrics
+from subscribers.fleet_metrics.fleet_series import FleetMetrics
 from subscribers.fleet_metrics.reports import apply_report
 from subscribers.fleet_metrics.series import FleetCollector, ReadCounter
 from subscribers.fleet_metrics.subjects import FLEET_METRICS_QUEUE
@@ -90,3 +93,25 @@ class FleetReceiver:
         """Unsubscribe (quietly if the connection is already gone)."""
         subs, self._subs = self._subs, []
         await unsubscribe_all(subs)
+
+
+#: The client name of the receiver's connection in ``hookbus up`` (shown by the server's monitoring).
+CONNECTION_NAME: Final = "hookbus-up-fleet-metrics"
+
+
+@asynccontextmanager
+async def service(ctx: ServiceContext) -> AsyncIterator[None]:
+    """Derive the fleet's metrics from the bus while it is up (served on ``hookbus up``'s /metrics).
+
+    The receiver has a connection of its own: under a flood it may fall behind
+    until the server cuts it as a slow consumer, and that cut must not take the
+    shell hooks', triggers' and journal's buffered messages with it. What it lost
+    is counted (``hookbus_fleet_receiver_*``, docs/metrics.md).
+    """
+    async with ctx.connect(CONNECTION_NAME) as bus:
+        receiver = await FleetReceiver(bus).start()
+        ctx.lines.append(f"  fleet    metrics of every process, from the bus (queue group {QUEUE}, own connection)")
+        try:
+            yield
+        finally:
+            await receiver.stop()

@@ -18,7 +18,7 @@ from bus.counters import CountersMsg, MiddlewareCountsMsg
 from bus.middleware.faults import Outcome
 from bus.middleware.kernel.metrics import BUCKETS as MIDDLEWARE_BUCKETS
 from subscribers.fleet_metrics.errors import CountersReportError
-from subscribers.fleet_metrics.metrics import Capped, FleetMetrics
+from subscribers.fleet_metrics.fleet_series import Capped, FleetMetrics
 from subscribers.fleet_metrics.series import FleetCounter
 
 #: Most a value may add in one report: far above what a process counts in a few seconds.

@@ -1,1 +1,1 @@
-"""The hooks HTTP API: edit hooks.json over HTTP with a bearer token."""
+"""The hooks HTTP API (edit hooks.json over HTTP with a bearer token) and the operator's console."""

@@ -29,21 +29,28 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 from aiohttp import web
 
+from bus.adapters.claude_code import http_hook
 from bus.core.errors import ConfigError
 from bus.journal.entries import JournalEntry, publish_entry
 from subscribers.http_api import bag_api, console_api, console_files, handlers_api, middleware_metrics
-from subscribers.http_api.console_api import CONSOLE, Console
-from subscribers.http_api.token import hook_agent, token_matches
-from subscribers.shell_hooks import metrics
+from subscribers.http_api.console_api import CONSOLE, Console, open_console
+from subscribers.http_api.token import HOOK_TOKENS_DIR, hook_agent, load_token, token_matches
 from subscribers.shell_hooks.errors import HookConfigError, HookNotFound
+from subscribers.shell_hooks.hook_metrics import snapshot as hook_snapshot
+from subscribers.shell_hooks.hooks_file import HOOKS_FILE
 from subscribers.shell_hooks.hooks_store import HooksStore
 from subscribers.shell_hooks.prx_api import is_prx_body
+
+if TYPE_CHECKING:
+    from bus.client import Bus
+    from bus.service import ServiceContext
 
 log = logging.getLogger("hookbus.api")
 
@@ -164,7 +171,7 @@ async def toggle_hook(request: web.Request) -> web.Response:
 
 async def hook_metrics(request: web.Request) -> web.Response:
     """Per (hook, point): calls, failures, timeouts, refusals, total and mean duration, last error."""
-    return _json({"metrics": metrics.snapshot()})
+    return _json({"metrics": hook_snapshot()})
 
 
 def make_app(
@@ -190,6 +197,13 @@ def make_app(
     return app
 
 
+def add_agent_hooks(app: web.Application, bus: Bus, tokens: Path) -> None:
+    """Serve ``POST /hooks/claude-code`` on ``app`` with ``bus``; its guard takes only the hook tokens in ``tokens``."""
+    app[HOOK_TOKENS] = tokens
+    app[HOOK_ROUTES] = frozenset({http_hook.PATH})
+    app.router.add_post(http_hook.PATH, http_hook.handler(bus))
+
+
 @asynccontextmanager
 async def serve(app: web.Application, host: str, port: int) -> AsyncIterator[str]:
     """Serve ``app`` while the block runs; yields its base URL (port 0: a free port)."""
@@ -205,3 +219,27 @@ async def serve(app: web.Application, host: str, port: int) -> AsyncIterator[str
         yield f"http://{bound_host}:{bound_port}"
     finally:
         await runner.cleanup()
+
+
+@dataclass(frozen=True)
+class ApiSettings:
+    """Where ``hookbus up`` serves the hooks API, the agent hooks' endpoint and the console."""
+
+    host: str = "127.0.0.1"
+    port: int = 8477
+
+
+@asynccontextmanager
+async def service(ctx: ServiceContext, settings: ApiSettings, on_write: OnWrite | None = None) -> AsyncIterator[None]:
+    """The hooks API, ``POST /hooks/claude-code`` and the operator's console as a service of ``hookbus up``.
+
+    ``on_write`` (the shell worker's reload) is called after each write to hooks.json.
+    """
+    token, token_from = load_token(ctx.workspace)
+    async with open_console(ctx) as console:
+        app = make_app(ctx.workspace / HOOKS_FILE, token, on_write=on_write, console=console)
+        add_agent_hooks(app, ctx.bus, ctx.workspace / HOOK_TOKENS_DIR)
+        async with serve(app, settings.host, settings.port) as url:
+            ctx.lines.append(f"  api      {url}/api/hooks (bearer token: {token_from})")
+            ctx.lines.append(f"  console  {url}/console/ (same token)")
+            yield

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from bus.middleware.faults import Outcome
 from bus.operator import OPERATOR_DECISIONS
+from bus.sandbox.outcome import HookOutcome
 from bus.switching import SWITCH_DECISIONS
 from subscribers.plugins.plugin_log import DROPPED, LEVELS
-from subscribers.shell_hooks.shell import HookOutcome
 
 
 def known_decisions() -> list[str]:

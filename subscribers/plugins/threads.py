@@ -1,7 +1,7 @@
 """Daemon threads for plugin calls: a pool that grows when every thread is busy and never holds up an exit.
 
 A plugin's call may be left behind, still inside a host call past its time
-limit (see :func:`subscribers.plugins.worker.call_plugin`). A
+limit (see :func:`subscribers.plugins.plugin_worker.call_plugin`). A
 ``ThreadPoolExecutor`` would then have one thread less for every other plugin,
 and the interpreter joins its threads at exit: ``hookbus up`` would not end
 until the plugin woke. These threads are daemons, and a new one starts

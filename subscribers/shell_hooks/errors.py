@@ -3,8 +3,7 @@
 The tree (under :mod:`bus.core.errors`)::
 
     ConfigError
-    ├── HookConfigError        hooks.json (or an API write) breaks the hooks format
-    └── IsolationUnavailable   isolation was asked for and cannot be had here (names what is missing)
+    └── HookConfigError        hooks.json (or an API write) breaks the hooks format
     HookbusError
     └── HookNotFound           no hook has this id (also LookupError)
 """
@@ -31,10 +30,6 @@ class HookConfigError(ConfigError, ValueError):
         where = ".".join(part for part in (entry, field) if part)
         prefix = ": ".join(part for part in (file, where) if part)
         super().__init__(f"{prefix}: {reason}" if prefix else reason)
-
-
-class IsolationUnavailable(ConfigError):
-    """Isolation was asked for and this machine cannot provide it: the process is refused, never run bare."""
 
 
 class HookNotFound(HookbusError, LookupError):

@@ -40,17 +40,16 @@ from bus.core.errors import SubjectError
 from bus.core.json_types import json_type
 from bus.core.schema import field_problem
 from bus.core.subjects import PRX_EVENTS, matches, normalise_pattern
+from bus.sandbox.config_schema import Isolation, IsolationField
+from bus.sandbox.security import command_problem, cwd_problem, is_allowed_env, nul_problem
 from subscribers.shell_hooks.config_schema import (
     HOOK_TIMEOUT_MS,
-    Isolation,
-    IsolationField,
     ShellAction,
     ShellHook,
     ShellHookBody,
     ShellHooksFile,
 )
 from subscribers.shell_hooks.errors import HookConfigError, HookNotFound
-from subscribers.shell_hooks.security import command_problem, cwd_problem, is_allowed_env, nul_problem
 
 DEFAULT_TIMEOUT_MS: Final = HOOK_TIMEOUT_MS
 #: What PRX's key normalisation changes: ASCII upper case, and ``-`` for ``_``.

@@ -20,9 +20,9 @@ from typing import Final
 from bus.runtime.filewatch import FileVersion, Poller
 from bus.runtime.private_files import FILE_MODE
 from subscribers.shell_hooks.errors import HookConfigError
+from subscribers.shell_hooks.hook_metrics import CONFIG_ERRORS
 from subscribers.shell_hooks.hooks_config import HooksConfig, parse_config
 from subscribers.shell_hooks.limits import DEFAULT_POLL_INTERVAL
-from subscribers.shell_hooks.metrics import CONFIG_ERRORS
 
 log = logging.getLogger("hookbus.hooks")
 

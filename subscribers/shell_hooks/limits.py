@@ -16,8 +16,6 @@ DEFAULT_QUEUE: Final = SHELL_QUEUE
 DEFAULT_MAX_PROCS: Final = 16
 #: Events of one key waiting for a process slot before that key's new events are shed.
 DEFAULT_QUEUE_SIZE: Final = 1000
-#: Seconds between SIGTERM and SIGKILL on a timeout (PRX: 5 s).
-DEFAULT_KILL_GRACE: Final = 5.0
 #: How often hooks.json is checked for changes (seconds).
 DEFAULT_POLL_INTERVAL: Final = 0.5
 #: How long stopping a worker lets running hooks finish before killing their process groups.

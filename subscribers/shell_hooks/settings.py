@@ -1,4 +1,4 @@
-"""Typed settings of the shell-hook worker and its HTTP API, as ``hookbus up`` and ``hookbus worker`` build them.
+"""Typed settings of the shell-hook worker and the plugins beside it, as ``hookbus up``, ``hookbus worker`` build them.
 
 Light on purpose (no worker, no aiohttp): the command line builds these from
 its flags; the worker and the service take them, never the parsed flags.
@@ -6,12 +6,12 @@ its flags; the worker and the service take them, never the parsed flags.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from bus.core.errors import ConfigError
+from bus.sandbox.process import DEFAULT_KILL_GRACE
 from subscribers.shell_hooks.limits import (
     DEFAULT_DRAIN_TIMEOUT,
-    DEFAULT_KILL_GRACE,
     DEFAULT_MAX_PROCS,
     DEFAULT_OUTPUT_TAIL,
     DEFAULT_POLL_INTERVAL,
@@ -46,12 +46,3 @@ class WorkerSettings:
             raise ConfigError(f"output_tail_bytes must be in 0..{MAX_OUTPUT_TAIL} (got {self.output_tail_bytes})")
         if not self.queue:
             object.__setattr__(self, "queue", None)
-
-
-@dataclass(frozen=True)
-class ShellHooksSettings:
-    """The shell-hook service of ``hookbus up``: the worker, and where the hooks HTTP API listens."""
-
-    worker: WorkerSettings = field(default_factory=WorkerSettings)
-    api_host: str = "127.0.0.1"
-    api_port: int = 8477

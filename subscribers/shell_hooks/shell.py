@@ -10,7 +10,7 @@ check) and the hook reads one envelope as if nothing had been cut. The environme
 PATH, the ``ZERO_HOOK_*`` variables, ``HOOKBUS_DEPTH`` (event depth + 1, so that
 ``hookbus emit`` inside the hook carries the recursion counter), ``NATS_URL``
 without credentials, then the variables the action's ``env`` may set (see
-:mod:`subscribers.shell_hooks.security`). A NUL byte from the event (session id,
+:mod:`bus.sandbox.security`). A NUL byte from the event (session id,
 event name, timestamp) refuses the run: it cannot reach an environment.
 
 The process leads its own process group: a timeout sends SIGTERM to the whole
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import logging
 import os
 import signal
@@ -38,12 +37,11 @@ from bus.core.envelope import Event
 from bus.core.errors import PayloadRefError
 from bus.runtime.ratelog import RateLimitedLog
 from bus.runtime.tracing import pass_to_child
-from subscribers.shell_hooks.errors import IsolationUnavailable
-from subscribers.shell_hooks.hooks_config import HookEntry, isolation_of
-from subscribers.shell_hooks.isolation import sandbox
-from subscribers.shell_hooks.limits import DEFAULT_KILL_GRACE
-from subscribers.shell_hooks.process import HookProcess, spawn
-from subscribers.shell_hooks.security import (
+from bus.sandbox.errors import IsolationUnavailable
+from bus.sandbox.isolation import sandbox
+from bus.sandbox.outcome import HookOutcome
+from bus.sandbox.process import DEFAULT_KILL_GRACE, HookProcess, kill_group, spawn
+from bus.sandbox.security import (
     is_allowed_env,
     nul_problem,
     public_url,
@@ -51,6 +49,7 @@ from subscribers.shell_hooks.security import (
     resolve_cwd,
     safe_path,
 )
+from subscribers.shell_hooks.hooks_config import HookEntry, isolation_of
 
 #: Above this many bytes ZERO_HOOK_PAYLOAD is empty and ZERO_HOOK_PAYLOAD_TRUNCATED=1 (PRX: 8 KiB).
 ENV_PAYLOAD_LIMIT: Final = 8 * 1024
@@ -61,15 +60,6 @@ DEFAULT_OUTPUT_LIMIT: Final = 4096
 #: How long to keep reading output after the process exits (background children may hold the pipe).
 _OUTPUT_LINGER: Final = 0.5
 _ABANDONED: Final = b"\n[output cut short: a background process of the hook kept the pipe open]"
-
-
-class HookOutcome(enum.Enum):
-    """How a hook run ended."""
-
-    OK = "ok"
-    FAILED = "failed"  # non-zero exit, killed by a signal, or could not start
-    TIMEOUT = "timeout"
-    REFUSED = "refused"  # security rules: never started
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,12 +284,6 @@ def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
-
-
-def kill_group(pgid: int, sig: signal.Signals) -> None:
-    """Signal a whole process group; a group already gone is fine."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
 
 
 def _exit_reason(code: int | None) -> str:

@@ -29,6 +29,8 @@ import hashlib
 import logging
 import time
 from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -44,9 +46,12 @@ from bus.core.errors import PayloadRefError
 from bus.core.subjects import key_queue
 from bus.journal.entries import JournalEntry, publish_entry
 from bus.metrics import register_once
+from bus.runtime.filewatch import WatchedFile
 from bus.runtime.tasks import TaskSet
+from bus.service import ServiceContext
 from bus.transport.port import TRANSPORT_FAILURES, RawMessage
 from bus.turns.server import TurnRequest
+from triggers.engine import config
 from triggers.engine.config import TriggerSpec
 from triggers.engine.request import fit_request
 from triggers.engine.subjects import TRIGGERS_QUEUE, TRIGGERS_STATUS
@@ -368,3 +373,21 @@ class TriggerEngine:
         self._subs.clear()
         for task in list(self._tasks):
             task.cancel()
+
+
+@asynccontextmanager
+async def service(ctx: ServiceContext) -> AsyncIterator[None]:
+    """``hookbus up`` runs the triggers of its workspace, reloading triggers.yaml when it changes."""
+    engine = await TriggerEngine(ctx.bus).start()
+    path = ctx.workspace / config.FILE_NAME
+    watched: WatchedFile[dict[str, TriggerSpec]] = WatchedFile(path, config.load, engine.apply, {})
+    await watched.check()
+    stop = asyncio.Event()
+    task = asyncio.create_task(watched.run(stop), name="triggers-reload")
+    ctx.lines.append(f"  triggers {path} ({len(engine.specs)} loaded, reloaded on change)")
+    try:
+        yield
+    finally:
+        stop.set()
+        await task
+        await engine.stop()

@@ -51,7 +51,7 @@ MIN_PIN: Final = 12
 
 
 @dataclass(frozen=True, slots=True)
-class RunnerSettings:
+class RecordsRunnerSettings:
     """What ``hookbus runner`` is told: its module name, what records may import, how it treats failures."""
 
     module: str = RECORDS_MODULE
@@ -92,9 +92,9 @@ class _State:
 class RecordsRunner:
     """Runs the records of one bus under one module name until stopped."""
 
-    def __init__(self, bus: Bus, settings: RunnerSettings | None = None) -> None:
+    def __init__(self, bus: Bus, settings: RecordsRunnerSettings | None = None) -> None:
         self.bus = bus
-        self.settings = settings or RunnerSettings()
+        self.settings = settings or RecordsRunnerSettings()
         self.store = RecordStore(bus, self.settings.module)
         self.state = _State()
         self._compiled: dict[str, RecordHandler] = {}

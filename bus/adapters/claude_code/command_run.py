@@ -1,6 +1,6 @@
 """Running Claude Code command hooks on a stage: its input on stdin, its exit code and JSON output as a decision.
 
-Each command runs as shell hooks do (subscribers/shell_hooks/process.py): no
+Each command runs as shell hooks do (bus/sandbox/process.py): no
 shell, its own process group, an environment built from nothing (a safe
 ``PATH``, ``HOME``, ``CLAUDE_PROJECT_DIR``, a plugin's ``CLAUDE_PLUGIN_ROOT``,
 ``HOOKBUS_DEPTH`` one above the call's, ``NATS_URL`` without credentials), the
@@ -19,11 +19,11 @@ Claude Code runs them, and their answers are read as Claude Code reads them:
   ``systemMessage`` is logged; ``suppressOutput`` and ``updatedPermissions``
   have nothing to act on here;
 - the decisions of the commands combine deny > defer > ask > allow
-  (:func:`bus.adapters.hook_rules.strongest`); ``ask`` and ``defer`` wait for
+  (:func:`bus.adapters.claude_code.hook_rules.strongest`); ``ask`` and ``defer`` wait for
   someone hookbus cannot reach yet, so they are read through the asking
   command's fail mode: fail-closed refuses, fail-open goes on (logged);
 - any other exit, a timeout, a command that cannot start: a fault of that
-  command, read through its fail mode (see :mod:`subscribers.claude_hooks.config`).
+  command, read through its fail mode (see :mod:`bus.adapters.claude_code.command_file`).
 
 Every refusal's reason names the command and, for a fault, its fail mode, so
 the journal says which.
@@ -41,14 +41,12 @@ from typing import Any, Final
 
 import orjson
 
-from bus.adapters.hook_rules import Permission, permission_of, strongest
+from bus.adapters.claude_code.command_file import Command, Places
+from bus.adapters.claude_code.hook_rules import Permission, permission_of, strongest
 from bus.core.decisions import Cancel, Continue, Decision, Patch
 from bus.core.depth import DEPTH_ENV, child_depth
-from subscribers.claude_hooks.config import Command, Places
-from subscribers.shell_hooks.limits import DEFAULT_KILL_GRACE
-from subscribers.shell_hooks.process import spawn
-from subscribers.shell_hooks.security import nul_problem, public_url, safe_path
-from subscribers.shell_hooks.shell import kill_group
+from bus.sandbox.process import DEFAULT_KILL_GRACE, kill_group, spawn
+from bus.sandbox.security import nul_problem, public_url, safe_path
 
 log = logging.getLogger("hookbus.claude_hooks")
 

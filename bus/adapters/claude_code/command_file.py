@@ -37,13 +37,13 @@ from typing import Final
 
 import orjson
 
+from bus.adapters.claude_code.config_schema import ClaudeHookCommand, ClaudeHooksFile, ClaudeMatcherGroup
+from bus.adapters.claude_code.hook_rules import Matcher, claude_matcher
 from bus.adapters.errors import PatternError
-from bus.adapters.hook_rules import Matcher, claude_matcher
 from bus.core.declaration import MAX_TIMEOUT
 from bus.core.errors import ConfigError
 from bus.core.schema import convert
-from subscribers.claude_hooks.config_schema import ClaudeHookCommand, ClaudeHooksFile, ClaudeMatcherGroup
-from subscribers.shell_hooks.security import command_problem
+from bus.sandbox.security import command_problem
 
 FILE: Final = "claude-hooks.json"
 #: The stage each Claude Code event runs on.

@@ -3,7 +3,7 @@
 One mapping (docs/integrations.md) serves every path: ``hookbus claude-hook``
 (through the relay of ``hookbus up``, or its own connection), the HTTP
 endpoint ``POST /hooks/claude-code`` and ``hookbus codex-hook`` (whose
-:class:`~bus.adapters.codex.CodexDialect` writes decisions in Codex's form).
+:class:`~bus.adapters.claude_code.codex.CodexDialect` writes decisions in Codex's form).
 
 ==================  ==============================  ==================================
 hook event          intercept (stage, payload)      events (emitted unless cancelled)

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
-from bus.adapters.claude_code import ClaudeCodeDialect, HookAnswer, Step, plan
+from bus.adapters.claude_code.mapping import ClaudeCodeDialect, HookAnswer, Step, plan
 
 if TYPE_CHECKING:
     from bus.adapters.schema import AgentHookInput

@@ -14,7 +14,8 @@ from prometheus_client.registry import REGISTRY, CollectorRegistry
 
 from bus.metrics import register_once
 from bus.runtime.stats import PREFIX
-from subscribers.shell_hooks.shell import HookOutcome, HookResult
+from bus.sandbox.outcome import HookOutcome
+from subscribers.shell_hooks.shell import HookResult
 
 _NS: Final = f"{PREFIX}_shell"
 _LABELS: Final = ("hook", "event")

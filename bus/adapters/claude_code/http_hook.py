@@ -1,7 +1,7 @@
 """``POST /hooks/claude-code``: Claude Code's ``http`` hook type answered by ``hookbus up``.
 
 The body is the hook input Claude Code sends (the same JSON a command hook
-reads on stdin); the answer is the hook output of :mod:`bus.adapters.claude_code`
+reads on stdin); the answer is the hook output of :mod:`bus.adapters.claude_code.mapping`
 (``{}`` when the call goes ahead), so a session pays one local HTTP round trip
 per hook instead of a process start. The bearer token is the hooks API's. A
 malformed input is a 400 naming the field; a bus that cannot decide is a 503
@@ -12,18 +12,17 @@ malformed input is a 400 naming the field; a bus that cannot decide is a 503
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Final
 
 import orjson
 from aiohttp import web
 
-from bus.adapters.claude_code import answer, parse
+from bus.adapters.claude_code.mapping import answer, parse
 from bus.adapters.errors import AgentHookError
 from bus.core.errors import HookbusError
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from bus.client import Bus
 
 log = logging.getLogger("hookbus.api")
@@ -31,7 +30,6 @@ log = logging.getLogger("hookbus.api")
 PATH: Final = "/hooks/claude-code"
 #: The largest hook input accepted (a tool's whole output may be in a PostToolUse input).
 MAX_INPUT: Final = 16 * 1024 * 1024
-_BUS: Final = web.AppKey("agent_hooks_bus", object)
 
 
 def _json(data: object, status: int = 200) -> web.Response:
@@ -51,29 +49,25 @@ async def _bounded_body(request: web.Request) -> bytes | None:
     return b"".join(chunks)
 
 
-async def claude_code_hook(request: web.Request) -> web.Response:
-    """One hook input in, its hook output out."""
-    bus: Bus = request.app[_BUS]  # type: ignore[assignment]
-    body = await _bounded_body(request)
-    if body is None:
-        return _json({"error": f"the hook input is over {MAX_INPUT} bytes"}, 413)
-    try:
-        hook = parse(body)
-    except AgentHookError as exc:
-        return _json({"error": str(exc)}, 400)
-    try:
-        done = await answer(bus, hook)
-    except HookbusError as exc:
-        log.warning("%s: no decision: %s", PATH, exc)
-        return _json({"error": f"no decision: {exc}"}, 503)
-    return _json(done.output or {})
+def handler(bus: Bus) -> Callable[[web.Request], Awaitable[web.Response]]:
+    """The route's handler answering with ``bus``: one hook input in, its hook output out.
 
+    The hooks API serves it (``subscribers/http_api/server.py``), behind its guard for hook tokens.
+    """
 
-def add_routes(app: web.Application, bus: Bus, tokens: Path) -> None:
-    """Serve the agent hooks on ``app`` with ``bus``; its guard takes only the hook tokens kept in ``tokens``."""
-    from subscribers.http_api.server import HOOK_ROUTES, HOOK_TOKENS
+    async def claude_code_hook(request: web.Request) -> web.Response:
+        body = await _bounded_body(request)
+        if body is None:
+            return _json({"error": f"the hook input is over {MAX_INPUT} bytes"}, 413)
+        try:
+            hook = parse(body)
+        except AgentHookError as exc:
+            return _json({"error": str(exc)}, 400)
+        try:
+            done = await answer(bus, hook)
+        except HookbusError as exc:
+            log.warning("%s: no decision: %s", PATH, exc)
+            return _json({"error": f"no decision: {exc}"}, 503)
+        return _json(done.output or {})
 
-    app[_BUS] = bus
-    app[HOOK_TOKENS] = tokens
-    app[HOOK_ROUTES] = frozenset({PATH})
-    app.router.add_post(PATH, claude_code_hook)
+    return claude_code_hook

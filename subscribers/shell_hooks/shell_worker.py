@@ -20,6 +20,8 @@ import asyncio
 import contextlib
 import logging
 from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,11 +33,13 @@ from bus.runtime import tracing as _tracing
 from bus.runtime.ratelog import RateLimitedLog
 from bus.runtime.tasks import TaskSet
 from bus.runtime.visible import visible, visible_lines
-from subscribers.shell_hooks import metrics
+from bus.sandbox.outcome import HookOutcome
+from bus.service import ServiceContext
+from subscribers.shell_hooks import hook_metrics
 from subscribers.shell_hooks.hooks_config import HookEntry, HooksConfig
 from subscribers.shell_hooks.hooks_file import HOOKS_FILE, HooksFile
 from subscribers.shell_hooks.settings import WorkerSettings
-from subscribers.shell_hooks.shell import HookOutcome, HookResult, ShellRunner
+from subscribers.shell_hooks.shell import HookResult, ShellRunner
 
 log = logging.getLogger("hookbus.shell")
 
@@ -136,7 +140,7 @@ class ShellWorker:
 
     async def start(self) -> ShellWorker:
         """Load hooks.json, subscribe, and start watching the file and running hooks."""
-        metrics.register_metrics()
+        hook_metrics.register_metrics()
         self._started = True
         self.hooks.start()
         await self._sync_subscriptions()
@@ -192,7 +196,7 @@ class ShellWorker:
 
     def _count_queued(self, change: int) -> None:
         self._queued += change
-        metrics.QUEUED.set(self._queued)
+        hook_metrics.QUEUED.set(self._queued)
 
     def _start(self, lane: _Lane, entry: HookEntry, event: Event) -> None:
         """Run one hook in a slot of ``lane`` (already acquired)."""
@@ -201,7 +205,7 @@ class ShellWorker:
         self._tasks.start(self._run(lane, entry, event))
 
     async def _run(self, lane: _Lane, entry: HookEntry, event: Event) -> None:
-        metrics.RUNNING.inc()
+        hook_metrics.RUNNING.inc()
         try:
             # A span where this process traces (the hook gets it as TRACEPARENT), child of the emitter's.
             with _tracing.span(
@@ -216,11 +220,11 @@ class ShellWorker:
             log.exception("hook %s on %s could not run", entry.id, event.subject)
             result = HookResult(entry.id, entry.event, HookOutcome.FAILED, reason=f"{type(exc).__name__}: {exc}")
         finally:
-            metrics.RUNNING.dec()
+            hook_metrics.RUNNING.dec()
             self._active -= 1
             lane.slots.release()
         self.stats.count(result)
-        metrics.count_result(result)
+        hook_metrics.count_result(result)
         try:
             self._log(result, event)
             await publish_entry(self.bus, journal_entry(result, event))
@@ -328,4 +332,36 @@ class _Lane:
         stats = self.worker.stats
         stats.shed += 1
         stats.shed_by_key[self.pattern] += 1
-        metrics.SHED.inc()
+        hook_metrics.SHED.inc()
+
+
+class HooksReload:
+    """Look at hooks.json now in the running shell worker: what the hooks API calls after a write.
+
+    ``hookbus up`` makes one and hands it to two services: the shell hooks' fills it, the API's calls it.
+    """
+
+    def __init__(self) -> None:
+        self.worker: ShellWorker | None = None
+
+    async def __call__(self) -> bool:
+        return await self.worker.reload() if self.worker is not None else False
+
+
+@asynccontextmanager
+async def service(
+    ctx: ServiceContext, settings: WorkerSettings, reload: HooksReload | None = None
+) -> AsyncIterator[None]:
+    """The workspace's shell hooks as a service of ``hookbus up``; ``reload`` reaches the worker while it runs."""
+    worker = ShellWorker(ctx.bus, ctx.workspace, settings, nats_url=ctx.nats_url)
+    await worker.start()
+    try:
+        if reload is not None:
+            reload.worker = worker
+        hooks = worker.hooks.path
+        ctx.lines.append(f"  hooks    {hooks} ({len(worker.config.entries)} hooks, queue group {worker.queue or '-'})")
+        yield
+    finally:
+        if reload is not None:
+            reload.worker = None
+        await worker.stop()

@@ -51,7 +51,7 @@ _MAX_BACKOFF_S: Final = 10.0
 
 
 @dataclass(frozen=True)
-class RunnerSettings:
+class TurnRunnerSettings:
     """How the runner talks to its model and its clients."""
 
     #: Stream answers (``stream: true``) through llm.token to ``stream_subject``.
@@ -87,7 +87,7 @@ class TurnRunner:
         *,
         tools: dict[str, Tool] | None = None,
         system: str | None = None,
-        settings: RunnerSettings | None = None,
+        settings: TurnRunnerSettings | None = None,
         budgets: BudgetBook | None = None,
     ) -> None:
         self.bus = bus
@@ -95,7 +95,7 @@ class TurnRunner:
         self.client = client
         self.tools = TOOLS if tools is None else tools
         self.system = system
-        self.settings = settings or RunnerSettings()
+        self.settings = settings or TurnRunnerSettings()
         self.stream_subject = self.settings.stream_subject or agent_stream_subject(agent)
         self.budgets = budgets
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
-from bus.adapters.claude_code import ClaudeCodeDialect, HookAnswer, Step
+from bus.adapters.claude_code.mapping import ClaudeCodeDialect, HookAnswer, Step
 
 if TYPE_CHECKING:
     from bus.adapters.schema import AgentHookInput

@@ -8,7 +8,7 @@ from typing import Final
 from bus.middleware.kernel.metrics import BUCKETS as MIDDLEWARE_BUCKETS
 from bus.runtime.stats import DROP_REASONS, OTHER, REFUSE_REASONS, LabelCap
 from subscribers.fleet_metrics.series import FleetCollector, FleetCounter, FleetHistogram
-from subscribers.shell_hooks.metrics import DURATION_BUCKETS as HOOK_BUCKETS
+from subscribers.shell_hooks.hook_metrics import DURATION_BUCKETS as HOOK_BUCKETS
 
 #: What a label value from a sender may look like (subjects, patterns, names, reasons); else ``invalid``.
 _LABEL_RE: Final = re.compile(r"[A-Za-z0-9_.*>:-]{1,200}")

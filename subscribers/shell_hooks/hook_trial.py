@@ -17,9 +17,10 @@ from bus.core.depth import depth_from_env
 from bus.core.encoder import Encoder
 from bus.core.envelope import Event, decode_event
 from bus.runtime.visible import visible_lines
+from bus.sandbox.outcome import HookOutcome
 from subscribers.shell_hooks.hooks_config import HookEntry
 from subscribers.shell_hooks.hooks_file import HOOKS_FILE, load
-from subscribers.shell_hooks.shell import HookOutcome, HookResult, ShellRunner
+from subscribers.shell_hooks.shell import HookResult, ShellRunner
 
 #: A local run (no bus) passes payloads whole up to the claim-check cap, as a hook gets them from the bus
 #: when the object store holds the payload; the bus's own message limit does not apply here.

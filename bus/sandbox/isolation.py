@@ -46,8 +46,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from subscribers.shell_hooks.config_schema import Isolation
-from subscribers.shell_hooks.errors import IsolationUnavailable
+from bus.sandbox.config_schema import Isolation
+from bus.sandbox.errors import IsolationUnavailable
 
 #: Files never shown to an isolated process, by name, wherever they are in its working directory.
 SECRET_NAMES: Final = frozenset({"api-token", "hooks.json", "credentials", "credentials.json", ".netrc", ".env"})

@@ -16,11 +16,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
+#: Seconds between SIGTERM and SIGKILL on a timeout (PRX: 5 s).
+DEFAULT_KILL_GRACE: Final = 5.0
 _READ_CHUNK: Final = 65536
 _HAS_PIDFD: Final = hasattr(os, "pidfd_open")
 
@@ -199,3 +202,9 @@ def spawn(
         os.close(out_write)
         os.close(err_write)
     return HookProcess(popen, (out_read, err_read), stdin_data, output_limit)
+
+
+def kill_group(pgid: int, sig: signal.Signals) -> None:
+    """Signal a whole process group; a group already gone is fine."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)

@@ -23,7 +23,9 @@ import contextlib
 import logging
 import time
 import uuid
+from collections.abc import AsyncIterator
 from concurrent.futures import Executor
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -33,17 +35,19 @@ from bus.core.subjects import key_queue, matches
 from bus.journal.entries import JournalEntry, publish_entry
 from bus.runtime.tasks import TaskSet
 from bus.runtime.visible import visible
+from bus.sandbox.outcome import HookOutcome
+from bus.service import ServiceContext
 from subscribers.plugins.bus_services import BusServices
 from subscribers.plugins.errors import PluginTrap
 from subscribers.plugins.manifest import PLUGINS_DIR
 from subscribers.plugins.plugin_log import dropped_cause
 from subscribers.plugins.plugin_set import PluginSet
 from subscribers.plugins.threads import DaemonThreads
-from subscribers.shell_hooks import metrics
+from subscribers.shell_hooks import hook_metrics
 from subscribers.shell_hooks.settings import WorkerSettings
-from subscribers.shell_hooks.shell import HookOutcome, HookResult, hook_payload
-from subscribers.shell_hooks.worker import WorkerStats
-from subscribers.shell_hooks.worker import journal_entry as hook_journal_entry
+from subscribers.shell_hooks.shell import HookResult, hook_payload
+from subscribers.shell_hooks.shell_worker import WorkerStats
+from subscribers.shell_hooks.shell_worker import journal_entry as hook_journal_entry
 
 if TYPE_CHECKING:
     from subscribers.plugins.host import PluginCode
@@ -154,7 +158,7 @@ class PluginWorker:
         return key_queue(self.queue, plugin_hook_id(name))
 
     async def start(self) -> PluginWorker:
-        metrics.register_metrics()
+        hook_metrics.register_metrics()
         self._started = True
         self.plugins.start()
         await self._sync()
@@ -201,7 +205,7 @@ class PluginWorker:
             code.services = BusServices(self.bus, asyncio.get_running_loop(), name, code.manifest.kv_bytes)
         result = await call_plugin(code, event, pattern, self._threads, self._stop_event)
         self.stats.count(result)
-        metrics.count_result(result)
+        hook_metrics.count_result(result)
         lines, dropped = code.logged.take(result.hook_id, event)
         if dropped:
             log.warning("plugin %s on %s: %s", name, event.subject, dropped_cause(dropped))
@@ -259,7 +263,7 @@ class _Lane:
         except asyncio.QueueFull:
             stats.shed += 1
             stats.shed_by_key[plugin_hook_id(self.name)] += 1
-            metrics.SHED.inc()
+            hook_metrics.SHED.inc()
 
     async def _dispatch(self) -> None:
         while True:
@@ -281,6 +285,18 @@ class _Lane:
         while not self.queue.empty():
             self.queue.get_nowait()
             self.worker.stats.shed += 1
-            metrics.SHED.inc()
+            hook_metrics.SHED.inc()
         if self._current is not None and not self._current.done():
             await asyncio.wait({self._current}, timeout=drain_timeout)
+
+
+@asynccontextmanager
+async def service(ctx: ServiceContext, settings: WorkerSettings) -> AsyncIterator[None]:
+    """The workspace's WASM plugins as a service of ``hookbus up``, beside the shell hooks."""
+    plugins = PluginWorker(ctx.bus, ctx.workspace, settings)
+    try:
+        await plugins.start()
+        ctx.lines.append(f"  plugins  {plugins.plugins.root} ({len(plugins.plugins.running())} running)")
+        yield
+    finally:
+        await plugins.stop()
