@@ -162,7 +162,7 @@ async def journal_row(
     bus: Bus, sink: JournalSink, url: str, rate: float, seconds: float
 ) -> tuple[list[float], list[tuple[float, int]]]:
     """([offered/s, stored/s while offered, stored/offered, max backlog, drain s], backlog samples)."""
-    state = await bus.stream_state(STREAM)
+    state = await bus.port.stream_state(STREAM)
     base_msgs, base_stored = (state.messages if state else 0), sink.stored
     proc = await asyncio.create_subprocess_exec(
         sys.executable, __file__, "--journal-child", url, str(rate), str(seconds),
@@ -175,7 +175,7 @@ async def journal_row(
     reading = asyncio.create_task(proc.stdout.readline())
     while not reading.done():
         await asyncio.wait({reading}, timeout=0.5)
-        state = await bus.stream_state(STREAM)
+        state = await bus.port.stream_state(STREAM)
         offered = (state.messages if state else 0) - base_msgs
         samples.append((time.perf_counter() - started, offered - (sink.stored - base_stored)))
     stored_while = sink.stored - base_stored

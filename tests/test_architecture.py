@@ -37,7 +37,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "bus.client",
             "bus.counters",
             "bus.metrics",
-            "bus.middleware.handler.module",
+            "bus.module",
             "bus.operator",
             "bus.presence",
             "bus.records",
@@ -48,6 +48,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "bus.testing",
         ),
     ),
+    # The Bus's plumbing (bus.port): its connection, handed to everything under the façade.
+    ("port", ("bus.port",)),
     # The receive path of event subscriptions, under the façade that makes them.
     ("subscriptions", ("bus.subscription",)),
     ("middleware sides", ("bus.middleware.kernel", "bus.middleware.handler")),

@@ -184,7 +184,9 @@ async def test_a_changed_claude_hooks_file_is_served_as_a_changed_handler(
 
     def served() -> set[str]:
         chain = view.chains.get("tool.call")
-        return {link.identity for link in chain.links if link.decl.qualname == changed.decl.qualname} if chain else set()
+        return (
+            {link.identity for link in chain.links if link.decl.qualname == changed.decl.qualname} if chain else set()
+        )
 
     await view.wait_until(lambda: served() == {changed.identity}, 15)  # the old version serves until then
     decision = await kernel.intercept("tool.call", {"name": "Bash", "input": {"command": "rm -rf /"}}, CTX)
@@ -253,7 +255,7 @@ async def test_a_reload_serves_the_new_version_before_stopping_the_old(kernel_wi
     before = {a.instance for a, _ in view.instances.values() if a.module == MODULE}
     assert len(before) == 1
     live |= before
-    await kernel.subscribe_raw(f"$KV.hookbus_modules.{MODULE}.>", track)
+    await kernel.port.subscribe_raw(f"$KV.hookbus_modules.{MODULE}.>", track)
     await kernel.flush()
     config = claude_hooks()
     config["hooks"]["PostToolUse"] = [{"hooks": [{"type": "command", "command": command("prompts")}]}]

@@ -35,7 +35,8 @@ from bus.client import Bus
 from bus.core.decisions import Continue, Decision
 from bus.core.filewatch import WatchedFile
 from bus.core.subjects import TOKEN_RE
-from bus.middleware.handler.module import Module, StageCtx
+from bus.middleware.handler.module import StageCtx
+from bus.module import Module
 from bus.service import ServiceContext
 from subscribers.claude_hooks.config import FILE, MARGIN_S, STAGES, ClaudeHooks, Places, load
 from subscribers.claude_hooks.runner import decide, environment, run_command

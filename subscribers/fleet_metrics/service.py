@@ -23,7 +23,7 @@ CONNECTION_NAME: Final = "hookbus-up-fleet-metrics"
 async def service(ctx: ServiceContext) -> AsyncIterator[None]:
     """Derive the fleet's metrics from the bus while it is up (served on ``hookbus up``'s /metrics)."""
     async with ctx.connect(CONNECTION_NAME) as bus:
-        receiver = await FleetReceiver(bus).start()
+        receiver = await FleetReceiver(bus.port).start()
         ctx.lines.append(f"  fleet    metrics of every process, from the bus (queue group {QUEUE}, own connection)")
         try:
             yield

@@ -232,7 +232,7 @@ def declaration_diff(approved: dict[str, Any] | None, now: dict[str, Any]) -> li
 
 async def _approved_declarations(console: Console, names: list[str]) -> dict[str, dict[str, Any]]:
     """The declaration each named handler was last approved as (from the trust store), where there is one."""
-    kv = await open_bucket(console.bus, TRUST_BUCKET)
+    kv = await open_bucket(console.bus.port, TRUST_BUCKET)
     out: dict[str, dict[str, Any]] = {}
     for name in names:
         entry = await kv.get(name)

@@ -43,7 +43,8 @@ from bus.core.errors import ConfigError, HookbusError, HookTurnError
 from bus.core.schema import convert
 from bus.core.stages import validate_stage
 from bus.core.subjects import TOKEN_RE
-from bus.middleware.handler.module import Module, StageCtx
+from bus.middleware.handler.module import StageCtx
+from bus.module import Module
 from triggers.agent.llm import ChatClient
 
 FILE_NAME: Final = "hook_turns.yaml"
