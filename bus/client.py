@@ -169,7 +169,13 @@ class Bus:
         return self._encoder.max_bytes
 
     async def start(self) -> Bus:
-        """Connect (starting the embedded server first if asked for one)."""
+        """Connect (starting the embedded server first if asked for one).
+
+        Raises ConnectError when no server can be reached (TLS and credentials
+        included), ServerError when the embedded server does not start,
+        ConfigError when ``max_bytes`` is over the server's ``max_payload``,
+        BusClosedError on a Bus opened before.
+        """
         port = self._port
         if port.state is not BusState.UNOPENED:
             raise BusClosedError(f"Bus is {port.state.value}: a Bus is opened once")

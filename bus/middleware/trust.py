@@ -32,6 +32,8 @@ from bus.core.subjects import is_qualname
 
 
 class TrustState(enum.StrEnum):
+    """Where a handler identity stands with the trust store: whether the kernel runs it, and why."""
+
     MANAGED = "managed"
     TRUSTED = "trusted"
     MODIFIED = "modified"
