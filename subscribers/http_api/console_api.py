@@ -45,7 +45,8 @@ from bus.core.schema import SwitchRecordMsg, TrustRecord, decode
 from bus.journal.entries import KINDS, canonical_time
 from bus.middleware.guards import GuardRecord
 from bus.middleware.kernel.approvals import queue
-from bus.middleware.kernel.view import Link, StageChain, View
+from bus.middleware.kernel.chain import Link, StageChain
+from bus.middleware.kernel.view import View
 from bus.middleware.registry import TRUST_BUCKET, open_bucket
 from bus.middleware.trust import trust_key
 from bus.operator import approve_journaled, detach_journaled, reject_journaled

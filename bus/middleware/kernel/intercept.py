@@ -35,9 +35,10 @@ from bus.core.stages import Stage, match_field, phase
 from bus.journal.entries import PROCESS, JournalEntry, JournalPublisher
 from bus.middleware.faults import REPORTED, Outcome, fault_decision
 from bus.middleware.kernel import bag as _bag
+from bus.middleware.kernel.chain import Link, StageChain
 from bus.middleware.kernel.drain import DEFAULT_BUDGET, Drain
 from bus.middleware.kernel.metrics import MIDDLEWARE
-from bus.middleware.kernel.view import Link, StageChain, View
+from bus.middleware.kernel.view import View
 from bus.middleware.registry import LIVENESS_FACTOR
 from bus.middleware.trust import Managed
 from bus.transport.port import Port
