@@ -67,7 +67,7 @@ async def test_fast_publish_path_is_in_use(bus: Bus) -> None:
     # If a nats-py upgrade removes the internals the fast path uses, this fails
     # (emit still works through the fallback, but slower).
     assert fast_path_available(bus.port.nc)
-    assert isinstance(bus.port._conn, NatsConnection) and bus._conn.fast
+    assert isinstance(bus.port.conn, NatsConnection) and bus.port.conn.fast
 
 
 def test_importing_bus_registers_no_collector_until_asked() -> None:
