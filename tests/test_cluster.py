@@ -119,7 +119,7 @@ async def test_agent_fails_over_when_its_node_dies(tmp_path: Path) -> None:
             )
             seen = {e.payload["n"] for e in without_barriers(rec.events)}
             assert agent.stats.reconnects >= 1
-            assert agent.port.nc.connected_url is not None and agent.nc.connected_url.port != cluster.nodes[0].port
+            assert agent.port.nc.connected_url is not None and agent.port.nc.connected_url.port != cluster.nodes[0].port
             lost = sorted(set(range(sent)) - seen)
             assert killed_at is not None
             # At-most-once: only what was in flight around the kill may be lost.
