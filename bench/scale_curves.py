@@ -253,7 +253,7 @@ async def fleet_row(server: NatsServer, events: int, sessions: int, subjects: in
     fleet = FleetMetrics()
     nc = await nats.connect(server.url)
     async with Bus(server.url, name="scale-fleet") as bus:
-        receiver = await FleetReceiver(bus, fleet, registry).start()
+        receiver = await FleetReceiver(bus.port, fleet, registry).start()
         try:
             cpu0 = time.process_time()
             for subject, data in messages:
