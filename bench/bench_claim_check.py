@@ -96,7 +96,7 @@ async def main() -> None:
         hooks = {"hooks": {"tool_call": [{"command": "./read.sh", "stdin_json": True}]}}
         (workspace / "hooks.json").write_bytes(orjson.dumps(hooks))
         async with Bus(server.url, name="bench") as bus:
-            await bus.ensure_payloads_bucket()
+            await bus.port.ensure_payloads_bucket()
             hook_ratios, sub_ratios, hook_times, sub_times = [], [], [], []
             for _ in range(args.rounds):
                 base = await through_hook(bus, workspace, small, args.events)

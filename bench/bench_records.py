@@ -108,7 +108,7 @@ async def run(calls: int, spawns: int) -> None:
         url = server.url
         async with Bus(url, name="bench-operator") as op:
             record = from_fields({"name": "guard", "stage": "bench.records", "source": SOURCE})
-            await RecordStore(op, RECORDS).put(record)
+            await RecordStore(op.port, RECORDS).put(record)
         env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
         helper = subprocess.Popen(
             [sys.executable, __file__, "--serve", url], stdout=subprocess.PIPE, text=True, env=env

@@ -162,7 +162,7 @@ async def journal_row(
     bus: Bus, sink: JournalSink, url: str, rate: float, seconds: float
 ) -> tuple[list[float], list[tuple[float, int]]]:
     """([offered/s, stored/s while offered, stored/offered, max backlog, drain s], backlog samples)."""
-    state = await bus.stream_state(STREAM)
+    state = await bus.port.stream_state(STREAM)
     base_msgs, base_stored = (state.messages if state else 0), sink.stored
     proc = await asyncio.create_subprocess_exec(
         sys.executable, __file__, "--journal-child", url, str(rate), str(seconds),
@@ -175,7 +175,7 @@ async def journal_row(
     reading = asyncio.create_task(proc.stdout.readline())
     while not reading.done():
         await asyncio.wait({reading}, timeout=0.5)
-        state = await bus.stream_state(STREAM)
+        state = await bus.port.stream_state(STREAM)
         offered = (state.messages if state else 0) - base_msgs
         samples.append((time.perf_counter() - started, offered - (sink.stored - base_stored)))
     stored_while = sink.stored - base_stored
@@ -253,7 +253,7 @@ async def fleet_row(server: NatsServer, events: int, sessions: int, subjects: in
     fleet = FleetMetrics()
     nc = await nats.connect(server.url)
     async with Bus(server.url, name="scale-fleet") as bus:
-        receiver = await FleetReceiver(bus, fleet, registry).start()
+        receiver = await FleetReceiver(bus.port, fleet, registry).start()
         try:
             cpu0 = time.process_time()
             for subject, data in messages:

@@ -45,7 +45,7 @@ async def reject_journaled(bus: Bus, view: View, name: str, actor: str) -> list[
     They leave the approval queue and are never called; a new version (another identity) waits again.
     """
     chosen = select(view, name)
-    kv = await open_bucket(bus, TRUST_BUCKET)
+    kv = await open_bucket(bus.port, TRUST_BUCKET)
     for decl in chosen:
         await add_rejection(kv, decl, actor)
     await _journal_decisions(bus, chosen, "rejected", actor)
@@ -58,7 +58,7 @@ async def _journal_decisions(bus: Bus, decls: list[Declaration], decision: str, 
         entry = JournalEntry("middleware", decl.stage, phase(decl.stage), decl.qualname, decision)
         entry.cause = f"{decision} by {actor}"
         entry.identity = decl.identity()
-        await publish_entry(bus, entry)
+        await publish_entry(bus.port, entry)
     await bus.flush()
 
 
@@ -82,7 +82,7 @@ async def detach_journaled(bus: Bus, view: View, name: str, actor: str) -> list[
         decl = rec.decl
         entry = JournalEntry("middleware", decl.stage, phase(decl.stage), decl.qualname, "detached", cause)
         entry.identity = rec.identity
-        await publish_entry(bus, entry)
+        await publish_entry(bus.port, entry)
     for module in sorted({rec.decl.module for rec in done}):
         handlers = sorted(rec.decl.qualname for rec in done if rec.decl.module == module)
         await bus.emit(MODULE_DETACHED, {"module": module, "handlers": handlers, "reason": cause})

@@ -88,7 +88,7 @@ def hookbus_version() -> str:
 
 async def open_presence(bus: Bus) -> Bucket:
     """Bind to the presence bucket, creating it on first use (``hookbus up`` does, as the bus role)."""
-    return await bus.open_bucket(PRESENCE_BUCKET, ttl_s=MAX_AGE_S)
+    return await bus.port.open_bucket(PRESENCE_BUCKET, ttl_s=MAX_AGE_S)
 
 
 def component(kind: str, name: str, detail: str = "") -> PresenceComponent:

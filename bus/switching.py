@@ -55,7 +55,7 @@ async def revoke_handler(bus: Bus, name: str, agent: str, *, actor: str | None =
 
 async def _switch(bus: Bus, name: str, action: str, agent: str | None, actor: str | None) -> SwitchRecordMsg:
     switches.switch_key(name)  # module.handler, or a clear error
-    kv = await open_bucket(bus, TRUST_BUCKET)
+    kv = await open_bucket(bus.port, TRUST_BUCKET)
     stage = await _stage_of(bus, kv, name)
     if action in ("enabled", "disabled"):
         record = await switches.set_enabled(kv, name, action == "enabled")
@@ -68,7 +68,7 @@ async def _switch(bus: Bus, name: str, action: str, agent: str | None, actor: st
     what = f"{action} by {who}" + (f" for agent {agent}" if agent else "") + f": now {describe(record)}"
     entry = JournalEntry("middleware", stage, phase(stage), name, action, what)
     entry.agent = agent
-    await publish_entry(bus, entry)
+    await publish_entry(bus.port, entry)
     await bus.flush()
     return record
 

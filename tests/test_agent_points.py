@@ -366,7 +366,7 @@ async def test_undeclared_points_cost_nothing_and_answers_stream(kernel: Bus, ll
 async def test_journal_session_reads_the_turns_decisions_in_order(
     kernel: Bus, nats_url: str, llm: fake_llm.FakeLLM, workspace: Path
 ) -> None:
-    await ensure_journal_stream(kernel)
+    await ensure_journal_stream(kernel.port)
     sink = JournalSink(kernel, workspace, durable=f"points-{uuid.uuid4().hex[:6]}")
     stop = asyncio.Event()
     sinking = asyncio.create_task(sink.run(stop))

@@ -79,7 +79,7 @@ async def received(bus: Bus, emit: Any, count: int = 1) -> list[Event]:
 async def test_a_1_mib_payload_reaches_a_shell_hook_whole_through_file_and_stdin(
     bus: Bus, workspace: Path, start_worker: StartWorker
 ) -> None:
-    await bus.ensure_payloads_bucket()
+    await bus.port.ensure_payloads_bucket()
     out = dump_hook(workspace)
     await start_worker()
     payload = big_payload("hook")
@@ -116,7 +116,7 @@ async def test_zero_hook_payload_is_set_and_empty_with_the_truncated_flag_over_8
 
 
 async def test_a_python_subscriber_gets_the_whole_payload_with_one_awaited_call(bus: Bus) -> None:
-    await bus.ensure_payloads_bucket()
+    await bus.port.ensure_payloads_bucket()
     app = Subscriber("claims")
     whole: list[dict[str, Any]] = []
     previews: list[Event] = []
@@ -155,7 +155,7 @@ def claimed_envelope(ref: dict[str, Any], **fields: Any) -> bytes:
 
 
 async def test_hostile_references_are_refused_naming_what_is_wrong(bus: Bus) -> None:
-    await bus.ensure_payloads_bucket()
+    await bus.port.ensure_payloads_bucket()
     [good] = await received(bus, lambda: bus.emit(SUBJECT, big_payload("good")))
     assert good.payload_ref is not None
     real = orjson.loads(good.raw)["payload_ref"]
@@ -172,7 +172,7 @@ async def test_hostile_references_are_refused_naming_what_is_wrong(bus: Bus) -> 
     recorder = EventRecorder(lambda event: event.id == "hostile")
     await bus.subscribe(SUBJECT, recorder)
     for ref, _ in hostile:
-        await bus.publish_raw(SUBJECT, claimed_envelope(ref))
+        await bus.port.publish_raw(SUBJECT, claimed_envelope(ref))
     events = await recorder.wait_for(len(hostile))
     for event, (_, reason) in zip(events, hostile, strict=True):
         assert event.payload == {"tool": "preview"} and event.truncated
@@ -186,8 +186,8 @@ async def test_a_malformed_reference_drops_the_envelope_as_malformed(bus: Bus) -
     await bus.subscribe(SUBJECT, recorder)
     before = bus.stats.dropped["malformed"]
     bad = {"bucket": PAYLOADS_BUCKET, "name": "x", "size": 1, "sha256": "not hex"}
-    await bus.publish_raw(SUBJECT, claimed_envelope(bad))
-    await bus.publish_raw(SUBJECT, claimed_envelope(bad, payload_ref="a string"))
+    await bus.port.publish_raw(SUBJECT, claimed_envelope(bad))
+    await bus.port.publish_raw(SUBJECT, claimed_envelope(bad, payload_ref="a string"))
     await bus.emit(SUBJECT, {"barrier": True})
     [event] = await recorder.wait_for(1)
     assert event.payload == {"barrier": True}
@@ -217,7 +217,7 @@ async def test_without_an_object_store_the_largest_strings_are_cut_in_proportion
 
 async def test_past_the_object_cap_the_payload_is_cut_to_fit(nats_url: str) -> None:
     async with Bus(nats_url, name="small-cap", max_object_bytes=512 * 1024) as bus:
-        await bus.ensure_payloads_bucket()
+        await bus.port.ensure_payloads_bucket()
         [event] = await received(bus, lambda: bus.emit(SUBJECT, big_payload("cap")))
         assert bus.stats.truncated == 1 and bus.stats.claimed == 0
     assert event.truncated and event.payload_ref is None and len(event.payload["output"]) >= 60 * 1024
@@ -245,7 +245,7 @@ def test_an_oversized_event_with_nothing_to_cut_is_refused_or_previewed_empty() 
 
 
 async def test_tail_full_prints_the_whole_payload(nats_url: str, bus: Bus) -> None:
-    await bus.ensure_payloads_bucket()
+    await bus.port.ensure_payloads_bucket()
     tail = subprocess.Popen(
         [*hookbus_cmd(), "tail", SUBJECT, "--full", "--json", "--count", "1"],
         stdout=subprocess.PIPE,
@@ -291,7 +291,7 @@ async def test_on_the_shipped_permissions_an_agent_cannot_purge_or_replace_anoth
     subjects, and a meta of his naming eva's chunks, or a reference to his own forgery with eva's size, is
     refused by the reader, never taken for eva's."""
     async with Bus(url(shipped, "bus")) as bus_role:
-        await bus_role.ensure_payloads_bucket()
+        await bus_role.port.ensure_payloads_bucket()
     payload = big_payload("eva")
     async with Bus(url(shipped, "agent-eva"), name="eva") as eva, Bus(url(shipped, "worker"), name="w") as worker:
         recorder = EventRecorder()
@@ -308,7 +308,7 @@ async def test_on_the_shipped_permissions_an_agent_cannot_purge_or_replace_anoth
                 await js.purge_stream(PAYLOADS_STREAM)
             with pytest.raises(nats_errors.TimeoutError):  # eva's chunks subject: not his to put on
                 await js.publish(f"{PAYLOADS_CHUNKS}.agent-eva", b"x")
-            eva_meta = await worker.nc.jetstream().get_msg(PAYLOADS_STREAM, seq=int(ref.name), direct=True)
+            eva_meta = await worker.port.nc.jetstream().get_msg(PAYLOADS_STREAM, seq=int(ref.name), direct=True)
             stolen = await js.publish(f"{PAYLOADS_METAS}.agent-bob", eva_meta.data)  # eva's chunks, his meta
             forged = orjson.dumps({**payload, "tag": "bob"})[: ref.size].ljust(ref.size, b" ")
             seqs = [
@@ -323,7 +323,7 @@ async def test_on_the_shipped_permissions_an_agent_cannot_purge_or_replace_anoth
             envelope = orjson.loads(event.raw)
             envelope["payload_ref"]["name"] = str(name)
             count = len(recorder.events) + 1
-            await worker.publish_raw(SUBJECT, orjson.dumps(envelope))
+            await worker.port.publish_raw(SUBJECT, orjson.dumps(envelope))
             again = (await recorder.wait_for(count))[-1]
             with pytest.raises(PayloadRefError, match=reason):
                 await again.full_payload()

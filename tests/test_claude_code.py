@@ -258,7 +258,7 @@ async def test_malformed_inputs_are_named_and_never_run(nats_url: str, relay: Bu
         (orjson.dumps({"input": bash("ls"), "depth": 8}), "field 'depth'"),
         (orjson.dumps({"input": {"hook_event_name": 5}}), "field 'hook_event_name'"),
     ]:
-        reply = orjson.loads(await relay.request_raw(adapter_subject("claude-code"), request, 5.0))
+        reply = orjson.loads(await relay.port.request_raw(adapter_subject("claude-code"), request, 5.0))
         assert named in reply["error"], (request, reply)
 
 

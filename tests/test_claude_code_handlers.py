@@ -255,7 +255,7 @@ async def test_a_reload_serves_the_new_version_before_stopping_the_old(kernel_wi
     before = {a.instance for a, _ in view.instances.values() if a.module == MODULE}
     assert len(before) == 1
     live |= before
-    await kernel.subscribe_raw(f"$KV.hookbus_modules.{MODULE}.>", track)
+    await kernel.port.subscribe_raw(f"$KV.hookbus_modules.{MODULE}.>", track)
     await kernel.flush()
     config = claude_hooks()
     config["hooks"]["PostToolUse"] = [{"hooks": [{"type": "command", "command": command("prompts")}]}]

@@ -86,7 +86,7 @@ async def test_hookbus_up_relays_the_hook_command(up: UpProcess, guarded: str, t
     assert any(line.startswith("  agents   claude-hook, codex-hook and gemini-hook relay") for line in up.lines)
     async with Bus(up.nats_url) as bus:  # the relay answers (a command without one would decide on its own)
         request = orjson.dumps({"input": bash("rm -rf /")})
-        reply = orjson.loads(await bus.request_raw(adapter_subject("claude-code"), request, 10.0))
+        reply = orjson.loads(await bus.port.request_raw(adapter_subject("claude-code"), request, 10.0))
     assert denial(reply["output"]) == f"hookbus ({guarded}.no_rm): only by hand"
     assert reply["fail_closed"]["tool.call"] == [f"{guarded}.no_rm"]
     code, output, _ = await claude_hook(bash("rm -rf /"), env_for(up.nats_url, tmp_path))

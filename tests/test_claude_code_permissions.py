@@ -38,7 +38,7 @@ async def test_the_relay_and_the_claude_hooks_module_work_as_the_shipped_users(
     }
     (workspace / "claude-hooks.json").write_text(json.dumps({"hooks": hooks}))
     async with Bus(as_user(shipped, "bus"), name="hookbus-up") as bus:
-        await ensure_buckets(bus)
+        await ensure_buckets(bus.port)
         claude_hooks = ClaudeHooksServer(bus, workspace, None)
         await claude_hooks.start()
         relay = Relay(bus)

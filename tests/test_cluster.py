@@ -38,19 +38,19 @@ async def test_events_and_journal_flow_across_nodes(cluster: NatsCluster, worksp
         events = await rec.wait_for(50)
         assert [e.payload["output"] for e in events] == [str(i) for i in range(50)]
 
-        await ensure_journal_stream(sink_bus)  # replicas follow the cluster's size
-        info = await sink_bus.nc.jetstream().stream_info(STREAM)
+        await ensure_journal_stream(sink_bus.port)  # replicas follow the cluster's size
+        info = await sink_bus.port.nc.jetstream().stream_info(STREAM)
         assert info.config.num_replicas == 3
         for bucket in ("KV_hookbus_modules", "KV_hookbus_trust"):
             await agent.middleware.start()
-            assert (await sink_bus.nc.jetstream().stream_info(bucket)).config.num_replicas == 3
+            assert (await sink_bus.port.nc.jetstream().stream_info(bucket)).config.num_replicas == 3
         sink = JournalSink(sink_bus, workspace, durable="cluster-sink")
         stop = asyncio.Event()
         task = asyncio.create_task(sink.run(stop))
         try:
             for i in range(20):
                 await publish_entry(
-                    agent,
+                    agent.port,
                     JournalEntry(
                         kind="shell_hook", point="prx.lifecycle.tool_call", phase="run", who=f"h{i}", decision="ok"
                     ),
@@ -119,7 +119,7 @@ async def test_agent_fails_over_when_its_node_dies(tmp_path: Path) -> None:
             )
             seen = {e.payload["n"] for e in without_barriers(rec.events)}
             assert agent.stats.reconnects >= 1
-            assert agent.nc.connected_url is not None and agent.nc.connected_url.port != cluster.nodes[0].port
+            assert agent.port.nc.connected_url is not None and agent.port.nc.connected_url.port != cluster.nodes[0].port
             lost = sorted(set(range(sent)) - seen)
             assert killed_at is not None
             # At-most-once: only what was in flight around the kill may be lost.

@@ -52,7 +52,7 @@ async def _requests_to(bus: Bus, mod: Module) -> list[RawMessage]:
     async def keep(msg: RawMessage) -> None:
         seen.append(msg)
 
-    await bus.subscribe_raw(f"hookbus.mw.{mod.name}.*", keep)
+    await bus.port.subscribe_raw(f"hookbus.mw.{mod.name}.*", keep)
     await bus.flush()
     return seen
 
@@ -126,7 +126,7 @@ async def test_priority_then_references_then_first_approval_order(strict: Bus, n
     _appender(mod, stage, "zeta", priority=10)
     decls = {decl.name: decl for decl in mod.declarations}
     view = await strict.middleware.start()
-    kv = await open_bucket(strict, TRUST_BUCKET)
+    kv = await open_bucket(strict.port, TRUST_BUCKET)
     async with serving(mod, nats_url):
         await wait_until(lambda: len(view.chains.get(stage, _NONE).waiting) == 5, what="five waiting handlers")
         # beta: a trust record written before first approval times existed (its `at` orders it), approved earliest.
@@ -253,7 +253,7 @@ async def test_a_hostile_switch_record_is_ignored(kernel: Bus, nats_url: str) ->
     stage = f"custom.{unique('h')}"
     _appender(mod, stage, "one")
     name = f"{mod.name}.one"
-    kv = await open_bucket(kernel, TRUST_BUCKET)
+    kv = await open_bucket(kernel.port, TRUST_BUCKET)
     async with serving(mod, nats_url):
         await wait_for_chain(kernel, stage, [name])
         await kv.put(f"switch.{name}", b'{"enabled": "false", "agents": [7]}')

@@ -27,7 +27,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
 
 async def test_only_an_operator_switches_a_guard_off(server: NatsServer) -> None:
     async with Bus(url(server, "bus")) as bus:
-        await ensure_buckets(bus)
+        await ensure_buckets(bus.port)
     guard = guard_module()
     async with (
         serving(guard, url(server, "module-guard")),

@@ -268,8 +268,8 @@ async def test_a_turn_request_reaches_the_agents_handler_and_its_result_the_repl
 
     async with backend.bus() as bus:
         await bus.serve_turns(agent, turn)
-        inbox = bus.new_inbox()
-        await bus.subscribe_raw(inbox, on_result)
+        inbox = bus.port.new_inbox()
+        await bus.port.subscribe_raw(inbox, on_result)
         request = TurnRequest(agent=agent, prompt="summarise", session_id="s-9")
         assert await bus.request_turn(request, reply=inbox)
         await wait_until(lambda: results, 10, "the turn's result")

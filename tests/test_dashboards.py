@@ -109,7 +109,7 @@ async def workload(nats_url: str) -> str:
             await bus.emit("eva.turn.completed" if i % 6 else "eva.turn.failed", {"answer": "done"})
             await bus.emit("prx.lifecycle.error", {"component": "llm" if i % 2 else "tool", "message": "boom"})
             await bus.emit("eva.custom.note", {"text": "x" * (70_000 if i == 0 else 10)})
-        await bus.publish_raw("prx.lifecycle.tool_call", b"not an envelope")
+        await bus.port.publish_raw("prx.lifecycle.tool_call", b"not an envelope")
         set_depth(8)
         await bus.emit("eva.custom.loop", {})
         set_depth(0)

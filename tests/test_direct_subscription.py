@@ -40,25 +40,25 @@ async def test_every_message_arrives_in_order_and_a_raising_callback_stops_nothi
                     raise asyncio.CancelledError
                 got.append(msg.data)
 
-            sub = await receiver.subscribe_direct("direct.test", take)
+            sub = await receiver.port.subscribe_direct("direct.test", take)
             assert isinstance(_queue_of(sub), DirectQueue) is internals
             await receiver.flush()
             with caplog.at_level(logging.ERROR, "hookbus.transport"):
                 for index in range(200):
-                    await sender.push("direct.test", b"bad" if index == 50 else str(index).encode())
+                    await sender.port.push("direct.test", b"bad" if index == 50 else str(index).encode())
                     if index == 100 and internals:
-                        await sender.push("direct.test", b"cancel")
+                        await sender.port.push("direct.test", b"cancel")
                 await sender.flush()
                 await wait_until(lambda: len(got) == 199, what="every good message")
             assert got == [str(i).encode() for i in range(200) if i != 50]
             assert receiver.connected
             if internals:  # called by the connection's reader itself: no task of the subscription's own
-                assert {id(task) for task in readers} == {id(receiver.nc._reading_task)}
+                assert {id(task) for task in readers} == {id(receiver.port.nc._reading_task)}
                 assert "a direct subscription's callback raised on direct.test" in caplog.text
             witness: list[bytes] = []
-            await receiver.subscribe_direct("direct.test", lambda msg: witness.append(msg.data))
+            await receiver.port.subscribe_direct("direct.test", lambda msg: witness.append(msg.data))
             await sub.drain()
-            await sender.push("direct.test", b"after")
+            await sender.port.push("direct.test", b"after")
             await sender.flush()
             # The same reader hands the witness its copy: once it has it, the drained one would have had it too.
             await wait_until(lambda: witness == [b"after"], what="the witness's copy")
@@ -75,10 +75,10 @@ async def test_pending_bytes_never_build_up_on_a_direct_subscription(nats_url: s
             nonlocal count
             count += 1
 
-        sub = await receiver.subscribe_direct("direct.bytes", take)
+        sub = await receiver.port.subscribe_direct("direct.bytes", take)
         await receiver.flush()
         for _ in range(1000):
-            await sender.push("direct.bytes", b"x" * 1000)
+            await sender.port.push("direct.bytes", b"x" * 1000)
         await sender.flush()
         await wait_until(lambda: count == 1000, what="every message")
         assert sub.pending_bytes == 0 and sub.pending_msgs == 0

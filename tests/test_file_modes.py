@@ -141,8 +141,8 @@ async def test_one_shot_commands_add_no_journal_files(nats_url: str, tmp_path: P
     workspace = tmp_path / "ws"
     guard = Guard()
     async with Bus(nats_url) as bus:
-        await ensure_journal_stream(bus)
-        await bus.nc.jetstream().purge_stream("HOOKBUS_JOURNAL")  # only this test's entries
+        await ensure_journal_stream(bus.port)
+        await bus.port.nc.jetstream().purge_stream("HOOKBUS_JOURNAL")  # only this test's entries
         sink = JournalSink(bus, workspace, durable=unique("oneshot"))
         stop = asyncio.Event()
         task = asyncio.create_task(sink.run(stop))

@@ -34,7 +34,7 @@ def quiet_reports(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 async def fleet(nats_url: str, quiet_reports: None) -> AsyncIterator[FleetMetrics]:
     async with Bus(nats_url, name="fleet-receiver") as bus:
-        receiver = await FleetReceiver(bus, registry=None).start()
+        receiver = await FleetReceiver(bus.port, registry=None).start()
         yield receiver.fleet
         await receiver.stop()
 
@@ -48,14 +48,14 @@ async def send_reports(nats_url: str, fleet: FleetMetrics, reports: list[bytes])
     before = fleet.reports.total()
     async with Bus(nats_url, name="reporter") as bus:
         for data in reports:
-            await bus.publish_raw(counters_subject("someone"), data)
+            await bus.port.publish_raw(counters_subject("someone"), data)
         await bus.flush()
     await wait_until(lambda: fleet.reports.total() == before + len(reports), what="every report read")
 
 
 async def test_a_bus_reports_what_it_dropped_when_it_closes(nats_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     async with Bus(nats_url, name="fleet-receiver") as bus:
-        receiver = await FleetReceiver(bus, registry=None).start()
+        receiver = await FleetReceiver(bus.port, registry=None).start()
         monkeypatch.setenv(INTERVAL_ENV, "3600")  # only the report at close
         async with Bus(nats_url, name="agent") as agent:
             set_depth(8)
@@ -165,12 +165,12 @@ async def test_journal_entries_and_events_are_counted_and_bad_ones_refused(nats_
     ]
     async with Bus(nats_url, name="agent", source="agent-7") as bus:
         for one in entries:
-            await bus.publish_raw(one.subject(None), one.encode())
-        await bus.publish_raw(entries[0].subject(None).replace("shell_hook", "trigger"), entries[0].encode())
-        await bus.publish_raw("hookbus.journal.shell_hook", b"{not json")
+            await bus.port.publish_raw(one.subject(None), one.encode())
+        await bus.port.publish_raw(entries[0].subject(None).replace("shell_hook", "trigger"), entries[0].encode())
+        await bus.port.publish_raw("hookbus.journal.shell_hook", b"{not json")
         for _ in range(3):
             await bus.emit("prx.lifecycle.tool_call", {"tool": "shell"})
-        await bus.publish_raw("prx.lifecycle.tool_call", b"not an envelope")
+        await bus.port.publish_raw("prx.lifecycle.tool_call", b"not an envelope")
         await bus.flush()
     await wait_until(lambda: fleet.entries.total() == len(entries) + 2, what="every entry read")
     await wait_until(lambda: fleet.events.total() == 3 and fleet.refused.total() == 1, what="every event read")
@@ -191,8 +191,8 @@ async def test_journal_entries_and_events_are_counted_and_bad_ones_refused(nats_
 
 async def test_receivers_in_the_queue_group_count_each_event_once(nats_url: str, quiet_reports: None) -> None:
     async with Bus(nats_url, name="fleet-a") as bus_a, Bus(nats_url, name="fleet-b") as bus_b:
-        a = await FleetReceiver(bus_a, registry=None).start()
-        b = await FleetReceiver(bus_b, registry=None).start()
+        a = await FleetReceiver(bus_a.port, registry=None).start()
+        b = await FleetReceiver(bus_b.port, registry=None).start()
         async with Bus(nats_url, name="agent") as agent:
             for i in range(400):
                 await agent.emit(f"eva.custom.n{i % 4}", {"i": i})

@@ -111,8 +111,8 @@ async def test_switched_off_the_public_api_keeps_every_promise(nats_url: str) ->
     use_internals(False)
     try:
         async with Bus(nats_url, name="emitter") as emitter:
-            assert isinstance(emitter._conn, NatsConnection) and not emitter._conn.fast
-            assert not fast_path_available(emitter.nc)
+            assert isinstance(emitter.port.conn, NatsConnection) and not emitter.port.conn.fast
+            assert not fast_path_available(emitter.port.nc)
             for i in range(30):
                 async with Bus(nats_url, name=f"listener{i}") as listener:
                     got: asyncio.Queue[str] = asyncio.Queue()
@@ -123,7 +123,7 @@ async def test_switched_off_the_public_api_keeps_every_promise(nats_url: str) ->
     finally:
         use_internals(None)
     async with Bus(nats_url) as bus:
-        assert isinstance(bus._conn, NatsConnection) and bus._conn.fast, "back on: the fast path runs again"
+        assert isinstance(bus.port.conn, NatsConnection) and bus.port.conn.fast, "back on: the fast path runs again"
 
 
 def test_the_environment_switch_turns_the_internals_off(monkeypatch: pytest.MonkeyPatch) -> None:

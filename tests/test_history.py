@@ -96,7 +96,7 @@ async def test_journal_joins_a_session_events_and_entries_in_time_order(
         await next_millisecond()
         entry = JournalEntry(kind="trigger", point="eva.custom.step", phase="fire", who="notes", decision="fired",
                              session="join")  # fmt: skip
-        assert await publish_entry(bus, entry)
+        assert await publish_entry(bus.port, entry)
         await next_millisecond()
         await bus.emit("eva.custom.step", {"n": 2}, session_id="join")
         await bus.emit("eva.custom.step", {"n": 3}, session_id="other")
@@ -127,9 +127,9 @@ async def test_the_history_keeps_to_its_size_limit(own_server: NatsServer) -> No
         for i in range(300):  # about 300 KiB: well over the limit
             await bus.emit("eva.custom.sized.x", {"n": i, "text": "y" * 900})
         await bus.flush()
-        state = await bus.stream_state(HISTORY_STREAM)
+        state = await bus.port.stream_state(HISTORY_STREAM)
         assert state is not None and 0 < state.messages < 300
-        info = await bus.jetstream().stream_info(HISTORY_STREAM)
+        info = await bus.port.jetstream().stream_info(HISTORY_STREAM)
         assert info.state.bytes <= limit
         kept = [event.payload["n"] async for event in recorded_events(bus, 3600, skipped=Skipped())]
     assert kept == list(range(300 - len(kept), 300))  # the newest kept, the oldest dropped first
@@ -138,7 +138,7 @@ async def test_the_history_keeps_to_its_size_limit(own_server: NatsServer) -> No
 async def test_recorded_bytes_that_are_not_events_are_skipped_and_counted(own_server: NatsServer) -> None:
     async with Bus(own_server.url, name="bus") as bus:
         await ensure_history(bus, HistorySettings(patterns=("eva.custom.>",)))
-        await bus.publish_raw("eva.custom.bad", b"\x1b[31mnot an envelope")
+        await bus.port.publish_raw("eva.custom.bad", b"\x1b[31mnot an envelope")
         await bus.emit("eva.custom.good", {"n": 1})
         await bus.flush()
         skipped = Skipped()

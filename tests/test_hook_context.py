@@ -64,7 +64,7 @@ async def test_a_record_sees_the_calls_context_and_its_bag_input_and_writes_its_
 
     module = runner.settings.module
     fields = {"name": "show", "stage": stage, "source": SHOW_CTX, "inputs": ["intent.label"], "outputs": ["ctx.seen"]}
-    await RecordStore(kernel, module).put(from_fields(fields, author="test"))
+    await RecordStore(kernel.port, module).put(from_fields(fields, author="test"))
     view = await kernel.middleware.start()
     await view.wait_until(
         lambda: any(link.decl.qualname == f"{module}.show" for c in view.chains.values() for link in c.waiting), 10

@@ -48,7 +48,7 @@ async def test_the_journal_entry_of_a_run_keeps_the_end_of_stdout_and_stderr(
     async def take(msg: object) -> None:
         entries.append(decode_checked(msg.data, msg.subject)[0])  # type: ignore[attr-defined]
 
-    sub = await bus.subscribe_raw("hookbus.journal.shell_hook", take)
+    sub = await bus.port.subscribe_raw("hookbus.journal.shell_hook", take)
     await bus.flush()
     await start_worker(output_tail_bytes=100)
     await bus.emit("prx.lifecycle.tool_call", {"tool": "shell"})
@@ -69,7 +69,7 @@ async def test_a_quiet_run_carries_no_output(bus: Bus, workspace: Path, start_wo
     async def take(msg: object) -> None:
         entries.append(msg.data)  # type: ignore[attr-defined]
 
-    sub = await bus.subscribe_raw("hookbus.journal.shell_hook", take)
+    sub = await bus.port.subscribe_raw("hookbus.journal.shell_hook", take)
     await bus.flush()
     await start_worker()
     await bus.emit("prx.lifecycle.tool_call", {})

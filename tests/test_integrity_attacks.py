@@ -72,7 +72,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
 async def hookbus_up_state(server: NatsServer) -> None:
     """What ``hookbus up`` makes, as the bus role."""
     async with Bus(url(server, "bus")) as bus_role:
-        await ensure_buckets(bus_role, (PRESENCE_BUCKET, PRESENCE_MAX_AGE_S))
+        await ensure_buckets(bus_role.port, (PRESENCE_BUCKET, PRESENCE_MAX_AGE_S))
 
 
 @contextlib.asynccontextmanager
@@ -135,7 +135,7 @@ async def test_an_agent_cannot_erase_others_presence_with_a_rollup(server: NatsS
 
 async def test_an_agent_cannot_erase_the_journal_with_a_rollup(server: NatsServer) -> None:
     async with Bus(url(server, "bus")) as bus_role:
-        await ensure_journal_stream(bus_role)
+        await ensure_journal_stream(bus_role.port)
     async with raw(server, "agent-eva") as eva:
         said = await rollup(eva, "hookbus.journal.middleware.agent-eva")
     assert said.startswith("refused"), said
@@ -168,7 +168,7 @@ async def test_an_agent_flooding_the_claim_check_evicts_only_its_own_objects(ser
     """bob puts far more than his quota in chunks on his own subject: the store keeps his newest
     PUBLISHER_MESSAGES only, so eva's big payload is still kept whole and read back, never cut."""
     async with Bus(url(server, "bus")) as bus_role:
-        await ensure_buckets(bus_role)
+        await ensure_buckets(bus_role.port)
     quota = PUBLISHER_MESSAGES * CHUNK_BYTES
     async with raw(server, "operator") as op:
         await op.jetstream().delete_stream(PAYLOADS_STREAM)

@@ -58,10 +58,10 @@ async def plumbing(kernel: Bus) -> None:
     for _ in range(3):  # requests to hookbus.mw.<module>, replies on the kernel's inbox
         assert await kernel.intercept(Stage.TOOL_CALL, {"name": "shell", "input": {"command": "ls"}}) == Continue()
     entry = JournalEntry(kind="subscriber", point="eva.custom.x", phase="handle", who="test", decision="failed")
-    assert await publish_entry(kernel, entry)
+    assert await publish_entry(kernel.port, entry)
     await kernel.request_turn(TurnRequest(agent=unique("agent"), prompt="hello"))
-    await kernel.nc.jetstream().account_info()  # $JS.API
-    kv = await kernel.nc.jetstream().key_value(MODULES_BUCKET)  # $KV
+    await kernel.port.nc.jetstream().account_info()  # $JS.API
+    kv = await kernel.port.nc.jetstream().key_value(MODULES_BUCKET)  # $KV
     await kv.keys()
     await kernel.flush()
 

@@ -301,7 +301,7 @@ async def test_the_file_default_isolates_hooks_run_by_the_worker(
     async def take(msg: Any) -> None:
         entries.append(decode_entry(msg.data))
 
-    await bus.nc.subscribe("hookbus.journal.shell_hook", cb=take)
+    await bus.port.nc.subscribe("hookbus.journal.shell_hook", cb=take)
     script(workspace, "who.sh", "cat /proc/1/comm\n")
     (workspace / HOOKS_FILE).write_text(
         '{"isolation": {"network": false}, "hooks": {"tool_call": [{"id": "iso", "command": "./who.sh"}],'

@@ -74,15 +74,16 @@ def test_entry_round_trip_and_validation() -> None:
 
 
 async def test_sink_stores_entries_from_the_bus(bus: Bus, workspace: Path) -> None:
-    await ensure_journal_stream(bus)
+    await ensure_journal_stream(bus.port)
     sink = JournalSink(bus, workspace, durable="test-sink-basic")
     stop = asyncio.Event()
     task = asyncio.create_task(sink.run(stop))
     try:
-        await publish_entry(bus, entry(who="a", decision="continue"))
-        await bus.publish_raw("hookbus.journal.middleware", b"not an entry")
+        await publish_entry(bus.port, entry(who="a", decision="continue"))
+        await bus.port.publish_raw("hookbus.journal.middleware", b"not an entry")
         await publish_entry(
-            bus, entry(kind="shell_hook", point="prx.lifecycle.tool_call", phase="run", who="audit.sh", decision="ok")
+            bus.port,
+            entry(kind="shell_hook", point="prx.lifecycle.tool_call", phase="run", who="audit.sh", decision="ok"),
         )
         await wait_count(workspace / DB_NAME, 2)
     finally:
@@ -103,7 +104,7 @@ async def test_sink_stores_entries_from_the_bus(bus: Bus, workspace: Path) -> No
 
 async def test_sink_killed_mid_stream_loses_none_and_duplicates_none(own_server: NatsServer, workspace: Path) -> None:
     async with Bus(own_server.url) as bus:
-        await ensure_journal_stream(bus)
+        await ensure_journal_stream(bus.port)
         await _kill_and_restart_sink(bus, own_server.url, workspace)
 
 
@@ -118,7 +119,7 @@ async def _kill_and_restart_sink(bus: Bus, nats_url: str, workspace: Path) -> No
         for i in range(10_000):
             e = entry(who=f"h{i % 7}", session=f"s{i}")
             ids.append(e.id)
-            await publish_entry(bus, e)
+            await publish_entry(bus.port, e)
             if i == 3_000:
                 await bus.flush()
                 await wait_count(workspace / DB_NAME, 1)
@@ -148,7 +149,7 @@ async def _kill_and_restart_sink(bus: Bus, nats_url: str, workspace: Path) -> No
 
 
 async def _all_acknowledged(bus: Bus, workspace: Path) -> bool:
-    info = await bus.nc.jetstream().consumer_info(STREAM, durable_for(workspace))
+    info = await bus.port.nc.jetstream().consumer_info(STREAM, durable_for(workspace))
     return info.num_pending == 0 and info.num_ack_pending == 0
 
 
@@ -231,14 +232,14 @@ def test_jsonl_rotates_by_size(tmp_path: Path) -> None:
 
 async def test_sinks_of_two_workspaces_each_store_every_entry(own_server: NatsServer, tmp_path: Path) -> None:
     async with Bus(own_server.url) as bus:
-        await ensure_journal_stream(bus)
+        await ensure_journal_stream(bus.port)
         sinks = [JournalSink(bus, tmp_path / name) for name in ("machine-a", "machine-b")]
         assert sinks[0].durable != sinks[1].durable
         stop = asyncio.Event()
         tasks = [asyncio.create_task(sink.run(stop)) for sink in sinks]
         try:
             for i in range(50):
-                await publish_entry(bus, entry(who=f"h{i}"))
+                await publish_entry(bus.port, entry(who=f"h{i}"))
             for sink in sinks:
                 await wait_count(sink.store.path, 50)
         finally:

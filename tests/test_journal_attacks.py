@@ -72,7 +72,7 @@ class RunningSink:
         return [row.entry.who for row in self.rows()]
 
     async def publish(self, data: bytes, subject: str = "hookbus.journal.middleware") -> None:
-        await self.bus.nc.publish(subject, data)
+        await self.bus.port.nc.publish(subject, data)
 
     async def stored(self, who: str) -> Received:
         """Wait for the entry of ``who`` to be stored (valid entries follow every attack)."""
@@ -84,8 +84,8 @@ class RunningSink:
 
 @pytest.fixture
 async def sink(bus: Bus, workspace: Path) -> AsyncIterator[RunningSink]:
-    await ensure_journal_stream(bus)
-    await bus.nc.jetstream().purge_stream(STREAM)  # entries of earlier tests on this server are not this test's
+    await ensure_journal_stream(bus.port)
+    await bus.port.nc.jetstream().purge_stream(STREAM)  # entries of earlier tests on this server are not this test's
     running = RunningSink(bus, workspace)
     stop = asyncio.Event()
     task = asyncio.create_task(running.sink.run(stop))
@@ -200,7 +200,7 @@ async def test_a_backdated_entry_shows_when_the_server_received_it(sink: Running
 async def test_a_deleted_consumer_is_made_again(sink: RunningSink) -> None:
     await sink.publish(orjson.dumps(good("before")))
     await sink.stored("before")
-    await sink.bus.nc.jetstream().delete_consumer(STREAM, sink.sink.durable)
+    await sink.bus.port.nc.jetstream().delete_consumer(STREAM, sink.sink.durable)
     await sink.publish(orjson.dumps(good("after deletion")))
     await sink.stored("after deletion")
 
@@ -208,8 +208,8 @@ async def test_a_deleted_consumer_is_made_again(sink: RunningSink) -> None:
 async def test_a_stream_made_again_counts_from_1_and_nothing_is_taken_for_a_duplicate(sink: RunningSink) -> None:
     await sink.publish(orjson.dumps(good("first stream")))
     first = await sink.stored("first stream")
-    await sink.bus.nc.jetstream().delete_stream(STREAM)
-    await ensure_journal_stream(sink.bus)  # as hookbus up would on its next start
+    await sink.bus.port.nc.jetstream().delete_stream(STREAM)
+    await ensure_journal_stream(sink.bus.port)  # as hookbus up would on its next start
     for i in range(1, first.stream_seq + 1):  # up to the sequence the first stream's entry has
         await sink.publish(orjson.dumps(good(f"second stream {i}")))
     same_place = await sink.stored(f"second stream {first.stream_seq}")
@@ -223,9 +223,9 @@ async def test_journal_sink_process_counts_poison_on_its_metrics(own_server: Nat
     env = {**os.environ, "NATS_URL": own_server.url}
     cmd = [*hookbus_cmd(), "journal-sink", "--workspace", str(workspace), "--metrics-port", str(port)]
     async with Bus(own_server.url) as bus:
-        await ensure_journal_stream(bus)
-        await bus.nc.publish("hookbus.journal.middleware", orjson.dumps({**good("x"), "depth": 2**63}))
-        await bus.nc.publish("hookbus.journal.middleware", orjson.dumps(good("valid")))
+        await ensure_journal_stream(bus.port)
+        await bus.port.nc.publish("hookbus.journal.middleware", orjson.dumps({**good("x"), "depth": 2**63}))
+        await bus.port.nc.publish("hookbus.journal.middleware", orjson.dumps(good("valid")))
         await bus.flush()
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
@@ -254,7 +254,7 @@ async def test_the_sink_user_stores_past_poison_from_an_agent(shipped: NatsServe
     """On the shipped permissions: the bus role makes the stream, the sink runs as ``sink``, agent bob publishes
     poison on the one journal subject he may use, then a valid entry: it is stored, named as bob's."""
     async with Bus(url(shipped, "bus")) as bus_role:
-        await ensure_journal_stream(bus_role)
+        await ensure_journal_stream(bus_role.port)
     before = rejected("invalid")
     async with Bus(url(shipped, "sink")) as sink_bus, Bus(url(shipped, "agent-bob")) as bob:
         sink = JournalSink(sink_bus, workspace)
@@ -262,8 +262,8 @@ async def test_the_sink_user_stores_past_poison_from_an_agent(shipped: NatsServe
         task = asyncio.create_task(sink.run(stop))
         try:
             subject = "hookbus.journal.middleware.agent-bob"
-            await bob.publish_raw(subject, orjson.dumps({**good("poison"), "depth": 2**63}))
-            await bob.publish_raw(subject, orjson.dumps(good("valid")))
+            await bob.port.publish_raw(subject, orjson.dumps({**good("poison"), "depth": 2**63}))
+            await bob.port.publish_raw(subject, orjson.dumps(good("valid")))
             await bob.flush()
             await wait_until(lambda: sink.stored == 1, timeout=20, what="bob's valid entry stored")
         finally:

@@ -25,10 +25,10 @@ async def test_builders_are_called_when_published_and_keep_the_order(
     async def on_entry(msg: RawMessage) -> None:
         got.append(decode_entry(msg.data, msg.subject))
 
-    await bus.subscribe_raw("hookbus.journal.middleware.>", on_entry)
-    await bus.subscribe_raw("hookbus.journal.middleware", on_entry)
+    await bus.port.subscribe_raw("hookbus.journal.middleware.>", on_entry)
+    await bus.port.subscribe_raw("hookbus.journal.middleware", on_entry)
     await bus.flush()
-    publisher = JournalPublisher(bus, window=60.0)  # only an explicit flush publishes
+    publisher = JournalPublisher(bus.port, window=60.0)  # only an explicit flush publishes
     built: list[str] = []
 
     def later() -> list[JournalEntry]:

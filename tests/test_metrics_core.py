@@ -37,7 +37,7 @@ async def test_counters_are_exported(nats_url: str) -> None:
         errors = sample("hookbus_handler_errors_total", {"subject": "eva.custom.metric"})
         for _ in range(3):
             await bus.emit("eva.custom.metric", {})
-        await bus.publish_raw("eva.custom.metric", b"junk")
+        await bus.port.publish_raw("eva.custom.metric", b"junk")
         # A barrier event behind the junk, counted like the three (an emit, two deliveries, one error).
         # Once the recorder has it and the failing handler has raised on it, both subscriptions are done.
         await barrier(bus, "eva.custom.metric", rec)
@@ -66,8 +66,8 @@ async def test_label_cardinality_is_capped(nats_url: str) -> None:
 async def test_fast_publish_path_is_in_use(bus: Bus) -> None:
     # If a nats-py upgrade removes the internals the fast path uses, this fails
     # (emit still works through the fallback, but slower).
-    assert fast_path_available(bus.nc)
-    assert isinstance(bus._conn, NatsConnection) and bus._conn.fast
+    assert fast_path_available(bus.port.nc)
+    assert isinstance(bus.port.conn, NatsConnection) and bus.port.conn.fast
 
 
 def test_importing_bus_registers_no_collector_until_asked() -> None:

@@ -58,7 +58,7 @@ def ghost(module: str, stage: str, fail_closed: bool) -> Announcement:
 async def announce_without_serving(kernel: Bus, module: str, stage: str, fail_closed: bool) -> None:
     """A registry entry for a module that never answers (declared, never started)."""
     ann = ghost(module, stage, fail_closed)
-    kv = await open_bucket(kernel, MODULES_BUCKET)
+    kv = await open_bucket(kernel.port, MODULES_BUCKET)
     await kv.put(ann.key, ann.to_bytes())
 
 
@@ -80,7 +80,7 @@ async def test_garbage_bytes_from_a_foreign_responder(kernel: Bus, fail_closed: 
     async def reply_garbage(msg: Msg) -> None:
         await msg.respond(b"\x00not json")
 
-    await kernel.nc.subscribe(request_subject(ghost(name, stage, fail_closed)), cb=reply_garbage)
+    await kernel.port.nc.subscribe(request_subject(ghost(name, stage, fail_closed)), cb=reply_garbage)
     await announce_without_serving(kernel, name, stage, fail_closed)
     await wait_for_chain(kernel, stage, [f"{name}.h"])
     expect(await kernel.intercept(stage, {}), fail_closed, "invalid")
@@ -116,7 +116,7 @@ async def test_silent_responder_times_out(kernel: Bus, fail_closed: bool) -> Non
     async def say_nothing(msg: Msg) -> None:
         return None
 
-    await kernel.nc.subscribe(request_subject(ghost(name, stage, fail_closed)), cb=say_nothing)
+    await kernel.port.nc.subscribe(request_subject(ghost(name, stage, fail_closed)), cb=say_nothing)
     await announce_without_serving(kernel, name, stage, fail_closed)  # handler timeout 0.5 s
     await wait_for_chain(kernel, stage, [f"{name}.h"])
     journal = await JournalRecorder().attach(kernel)
@@ -133,11 +133,11 @@ async def test_oversized_request_and_reply_are_faults_not_disconnects(
 
     @mod.stage(stage, fail_closed=fail_closed)
     async def inflate(stage: str, payload: dict[str, Any]) -> Patch:
-        return Patch({"blob": "x" * (kernel.nc.max_payload + 10)})
+        return Patch({"blob": "x" * (kernel.port.nc.max_payload + 10)})
 
     async with serving(mod, nats_url):
         await wait_for_chain(kernel, stage, [f"{mod.name}.inflate"])
-        too_big = {"blob": "y" * (kernel.nc.max_payload + 10)}
+        too_big = {"blob": "y" * (kernel.port.nc.max_payload + 10)}
         expect(await kernel.intercept(stage, too_big), fail_closed, "oversize")
         expect(await kernel.intercept(stage, {}), fail_closed, "invalid")
         assert kernel.connected

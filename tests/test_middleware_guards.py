@@ -299,7 +299,7 @@ async def test_a_held_stage_accounts_for_every_call_in_the_journal(nats_url: str
         journal = await JournalRecorder().attach(reader)
         kernel = await Bus(nats_url, managed=[decl.qualname]).start()
         view = await kernel.middleware.start()
-        guards = await open_bucket(kernel, GUARDS_BUCKET)
+        guards = await open_bucket(kernel.port, GUARDS_BUCKET)
         record = GuardRecord(decl, decl.identity(), time.time())
         await guards.put(record.key, record.to_bytes())
         await view.wait_until(lambda: bool(held(view, decl.stage)), 10)

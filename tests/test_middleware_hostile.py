@@ -58,12 +58,12 @@ class Harness:
     async def _start(self) -> None:
         options = MiddlewareOptions(drain_dir=self.drain_dir, drain_budget=4096)
         self.kernel = await Bus(self.url, trust_new=True, middleware=options).start()
-        kv = await open_bucket(self.kernel, MODULES_BUCKET)
+        kv = await open_bucket(self.kernel.port, MODULES_BUCKET)
         for fail_closed, name in self.names.items():
             stage = self.stage_of(fail_closed)
             decls = tuple(declare(name, h, stage, fail_closed=fail_closed, timeout=1.0) for h in ("one", "two"))
             ann = Announcement(name, "hostile", f"hookbus.mw.{name}", 30.0, True, decls)
-            await self.kernel.nc.subscribe(request_subject(ann), cb=self._answer)
+            await self.kernel.port.nc.subscribe(request_subject(ann), cb=self._answer)
             await kv.put(ann.key, ann.to_bytes())
             await wait_for_chain(self.kernel, stage, self.qualnames(fail_closed), timeout=START_TIMEOUT / 2)
 

@@ -82,7 +82,7 @@ async def journal(bus: Bus) -> list[JournalEntry]:
     async def take(msg: Any) -> None:
         entries.append(decode_entry(msg.data))
 
-    await bus.nc.subscribe("hookbus.journal.shell_hook", cb=take)
+    await bus.port.nc.subscribe("hookbus.journal.shell_hook", cb=take)
     return entries
 
 

@@ -99,8 +99,8 @@ async def journal(bus: Bus) -> list[JournalEntry]:
     async def take(msg: Any) -> None:
         entries.append(decode_entry(msg.data, msg.subject))
 
-    await bus.nc.subscribe("hookbus.journal.shell_hook", cb=take)
-    await bus.nc.subscribe("hookbus.journal.shell_hook.>", cb=take)
+    await bus.port.nc.subscribe("hookbus.journal.shell_hook", cb=take)
+    await bus.port.nc.subscribe("hookbus.journal.shell_hook.>", cb=take)
     await bus.flush()
     return entries
 
@@ -109,7 +109,7 @@ async def journal(bus: Bus) -> list[JournalEntry]:
 async def worker(bus: Bus, workspace: Path, logger_hook_wasm: Path) -> AsyncIterator[PluginWorker]:
     folder = prx_plugin(workspace, EXAMPLE / "plugin.toml", "logger-hook")
     shutil.copy(logger_hook_wasm, folder / "plugin.wasm")
-    js = bus.nc.jetstream()
+    js = bus.port.nc.jetstream()
     with contextlib.suppress(Exception):  # from an earlier test on the same server
         await js.delete_key_value(bucket_name("logger-hook"))
     plugins = PluginWorker(bus, workspace, WorkerSettings(queue=None, poll_interval_s=0.05))
@@ -131,7 +131,7 @@ async def test_prx_python_pdk_plugin_runs_on_real_events(
     assert [e.subject for e in events] == ["eva.plugin.logger-hook.prx.audit.event_received"] * 2
     assert [e.payload["count"] for e in events] == [1, 2], "the PDK's kv.increment, through the plugin's bucket"
     assert all(e.depth == 1 for e in events), "the handled event's depth + 1"
-    kv = await bus.nc.jetstream().key_value(bucket_name("logger-hook"))
+    kv = await bus.port.nc.jetstream().key_value(bucket_name("logger-hook"))
     assert (await kv.get("event_count/tool_call")).value == b"2"
     # ">" (PRX's Python PDK names no patterns) brings it its own audit events too: its decorator drops them.
     await wait_until(lambda: worker.stats.runs >= 2, what="the two runs")
@@ -162,7 +162,7 @@ async def test_prx_python_pdk_plugin_runs_on_real_events(
 
 async def test_a_plugins_bucket_refuses_rollup_and_purge_and_is_capped(bus: Bus, worker: PluginWorker) -> None:
     await bus.emit("prx.lifecycle.agent_start", {})
-    js = bus.nc.jetstream()
+    js = bus.port.nc.jetstream()
     name = bucket_name("logger-hook")
 
     async def made() -> bool:

@@ -171,7 +171,7 @@ async def test_a_js_module_serves_the_python_kernel(nats_url: str) -> None:
 
         # A handler the module does not know: an absent reaction (the kernel reads it per its own fail mode).
         request = {"stage": "tool.call", "payload": {}, "ctx": {"depth": 0}, "handlers": ["nope", "tag"]}
-        msg = await kernel.nc.request(ready["subject"], orjson.dumps(request), timeout=WAIT)
+        msg = await kernel.port.nc.request(ready["subject"], orjson.dumps(request), timeout=WAIT)
         reply = orjson.loads(msg.data)
         assert reply["decision"] == "patch"
         nope, tag = reply["reactions"]
@@ -184,7 +184,7 @@ async def test_a_js_module_serves_the_python_kernel(nats_url: str) -> None:
         }
         assert tag["handler"] == f"{name}.tag" and tag["outcome"] == "ok" and tag["decision"] == "patch"
         bad_depth = {**request, "ctx": {"depth": 8}}
-        msg = await kernel.nc.request(ready["subject"], orjson.dumps(bad_depth), timeout=WAIT)
+        msg = await kernel.port.nc.request(ready["subject"], orjson.dumps(bad_depth), timeout=WAIT)
         assert "ctx.depth 8" in orjson.loads(msg.data)["error"]
 
 
@@ -260,7 +260,7 @@ async def test_the_js_kernel_refuses_a_numeric_instance_as_the_python_kernel_doe
         view = await operator.middleware.start()
         for decl in decls.values():
             await view.approve(decl)
-        kv = await open_bucket(operator, MODULES_BUCKET)
+        kv = await open_bucket(operator.port, MODULES_BUCKET)
         async with js_process("kernel.js", "--servers", nats_url) as (kernel, _):
             numeric = Announcement(forged, "5", f"hookbus.mw.{forged}", 60.0, False, (decls[forged],))
             await kv.put(numeric.key, orjson.dumps({**orjson.loads(numeric.to_bytes()), "instance": 5}))

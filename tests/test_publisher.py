@@ -14,7 +14,7 @@ async def test_events_of_every_length_arrive_whole_past_the_length_cache(nats_ur
     """More distinct lengths on one subject than the PUB-line cache keeps, some lengths repeated."""
     lengths = [*range(_CACHED_SIZES + 50), 7, 7, 300, 300]
     async with Bus(nats_url, name="lengths") as emitter, Bus(nats_url) as receiver:
-        assert isinstance(emitter._conn, NatsConnection) and emitter._conn.fast
+        assert isinstance(emitter.port.conn, NatsConnection) and emitter.port.conn.fast
         recorder = EventRecorder()
         await receiver.subscribe("eva.custom.lengths", recorder)
         for n in lengths:

@@ -126,7 +126,7 @@ async def test_a_forged_spend_report_neither_starts_a_turn_nor_burns_evas_cooldo
         agent = Agent(eva)
         await eva.serve_turns("eva", agent)
         await bob.emit("eva.spend.day", {"agent": "eva", "total": 999})  # bob's numbers, vouched as bob
-        await bob.publish_raw("eva.spend.day", forged(999))  # and unvouched, on the plain subject
+        await bob.port.publish_raw("eva.spend.day", forged(999))  # and unvouched, on the plain subject
         await bob.flush()
         await wait_until(lambda: engine.state["spend"].suppressed["publisher"] == 2, what="both forgeries refused")
         await eva.emit("eva.spend.day", {"agent": "eva", "total": 12})
@@ -159,7 +159,7 @@ async def test_a_trigger_event_naming_a_user_does_not_charge_that_users_budget(
     server: NatsServer, worker: Bus, engine: TriggerEngine, llm: fake_llm.FakeLLM
 ) -> None:
     async with Bus(url(server, "bus")) as bus:
-        await ensure_buckets(bus)  # the agent's kernel reads them; only the bus role creates them
+        await ensure_buckets(bus.port)  # the agent's kernel reads them; only the bus role creates them
     llm.default = fake_llm.text("ok", usage=(30, 10))  # 40 tokens a call
     config = BudgetsFile(prices={"model-a": ModelPrice(input=1.0, output=2.0)}, user=BudgetLayer(max=80, unit="tokens"))
     book = BudgetBook(config, today=lambda: "2026-12-01")
@@ -211,7 +211,7 @@ async def test_a_malformed_vouched_subject_is_dropped_and_counted(server: NatsSe
     async with Bus(url(server, "operator")) as op:
         seen: list[Event] = []
         await op.subscribe("hookbus.from.>", seen.append)  # names the vouched subjects itself
-        await op.publish_raw("hookbus.from.agent-eva.hookbus.mw.guard", forged(1))
+        await op.port.publish_raw("hookbus.from.agent-eva.hookbus.mw.guard", forged(1))
         await op.emit("eva.spend.day", {"total": 2})  # vouched as operator: arrives
         await wait_until(lambda: len(seen) == 1, what="the valid event")
         assert (seen[0].subject, seen[0].publisher) == ("eva.spend.day", "operator")

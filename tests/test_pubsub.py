@@ -118,7 +118,7 @@ async def test_malformed_messages_leave_subscriber_alive(bus: Bus, raw: bytes, r
     await bus.subscribe("eva.custom.>", rec)
     await settle(bus)
     before = dict(bus.stats.dropped)
-    await bus.publish_raw("eva.custom.bad", raw)
+    await bus.port.publish_raw("eva.custom.bad", raw)
     await bus.emit("eva.custom.good", {"ok": True})
     [event] = await rec.wait_for(1)
     assert event.subject == "eva.custom.good"
@@ -242,7 +242,7 @@ async def test_handler_errors_are_journaled(bus: Bus) -> None:
     async def take(msg: object) -> None:
         entries.append(decode_entry(msg.data))  # type: ignore[attr-defined]
 
-    await bus.nc.subscribe("hookbus.journal.subscriber", cb=take)
+    await bus.port.nc.subscribe("hookbus.journal.subscriber", cb=take)
 
     async def broken_later(event: Event) -> None:
         await asyncio.sleep(0)  # not a wait: fail after the first step, in the handler's task, not inline

@@ -201,7 +201,7 @@ async def test_the_trigger_engine_drops_unreadable_turn_results(bus: Bus, loop_e
             b"[]",
             b'{"id": "' + b"x" * DEFAULT_MAX_BYTES + b'"}',
         ):
-            await bus.nc.publish(f"{engine._inbox}.t", data)
+            await bus.port.nc.publish(f"{engine._inbox}.t", data)
         await bus.flush()
         await wait_until(lambda: bus.stats.dropped["malformed"] == before + 5, what="five drops")
     finally:

@@ -48,12 +48,12 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
 @pytest.mark.parametrize("rewrite", [REWRITTEN, PLAIN_REWRITE], ids=["escaping", "plain"])
 async def test_an_agent_rewriting_a_managed_record_gets_nothing_served(server: NatsServer, rewrite: str) -> None:
     async with Bus(url(server, "bus")) as bus:
-        await ensure_buckets(bus)
+        await ensure_buckets(bus.port)
     name = f"shipped_{abs(hash(rewrite)) % 10_000}"
     shipped = from_fields({"name": name, "stage": "tool.call", "source": SHIPPED, "fail_closed": True})
     kernel = {"managed": [f"records.{name}"]}  # the agent's kernel runs what the operator ships, by name
     async with Bus(url(server, "module-records")) as runner_bus, Bus(url(server, "agent-eva"), **kernel) as agent:
-        store = RecordStore(agent, "records")
+        store = RecordStore(agent.port, "records")
         await store.put(shipped)
         pins = {name: shipped.identity("records")[:12]}
         runner = RecordsRunner(runner_bus, RecordsRunnerSettings(heartbeat=0.5, managed=pins))

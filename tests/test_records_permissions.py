@@ -32,12 +32,12 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
 
 async def test_agent_writes_drafts_the_runner_serves_only_what_the_operator_approved(server: NatsServer) -> None:
     async with Bus(url(server, "bus")) as bus:
-        await ensure_buckets(bus)
+        await ensure_buckets(bus.port)
     async with Bus(url(server, "module-records")) as runner_bus, Bus(url(server, "agent-eva")) as agent:
         runner = RecordsRunner(runner_bus, RecordsRunnerSettings(heartbeat=0.5))
         async with runner.running():
             record = from_fields({"name": "no_rm", "stage": "tool.call", "source": SOURCE}, author="agent:eva")
-            await RecordStore(agent, "records").put(record)
+            await RecordStore(agent.port, "records").put(record)
             await wait_until(lambda: "no_rm" in runner.waiting, what="the agent's draft announced as waiting")
 
             eva = await Attacker().connect(server, "agent-eva")

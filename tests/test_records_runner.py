@@ -72,7 +72,7 @@ async def approved_no_rm(kernel: Bus, runners: Any) -> tuple[str, RecordsRunner,
     """A fresh module's runner and store, with record ``no_rm`` put, approved and in the tool.call chain."""
     module = unique("rec")
     runner = await runners(module)
-    store = RecordStore(kernel, module)
+    store = RecordStore(kernel.port, module)
     await store.put(record("no_rm"))
     await approve_when_waiting(kernel, f"{module}.no_rm")
     await wait_for_chain(kernel, "tool.call", [f"{module}.no_rm"])
@@ -86,7 +86,7 @@ def call(command: str) -> dict[str, Any]:
 async def test_a_record_waits_for_approval_then_cancels_and_patches(kernel: Bus, runners: Any) -> None:
     module = unique("rec")
     runner = await runners(module)
-    store = RecordStore(kernel, module)
+    store = RecordStore(kernel.port, module)
     await store.put(record("no_rm"))
     await approve_when_waiting_check(kernel, f"{module}.no_rm", runner)
     assert await kernel.intercept("tool.call", call("rm -rf /")) == Continue()  # waiting: no effect at all
@@ -119,7 +119,7 @@ async def test_an_edit_waits_while_the_old_version_keeps_serving(kernel: Bus, ru
     assert isinstance(cancelled, Cancel) and cancelled.reason == "rm -rf / only by hand"  # the old version
     assert runner.served["no_rm"] == old
 
-    await (await kernel.open_bucket("hookbus_records")).delete(store.key("no_rm"))  # a hostile delete of the draft
+    await (await kernel.port.open_bucket("hookbus_records")).delete(store.key("no_rm"))  # a hostile delete of the draft
     await wait_until(lambda: "no_rm" not in runner.waiting, what="the deleted draft no longer waiting")
     cancelled = await kernel.intercept("tool.call", call("rm -rf /"))
     assert isinstance(cancelled, Cancel) and cancelled.reason == "rm -rf / only by hand"  # still served
@@ -163,7 +163,7 @@ async def test_faults_apply_the_fail_mode_and_a_record_that_keeps_failing_is_dis
 ) -> None:
     module = unique("rec")
     runner = await runners(module, max_failures=2)
-    store = RecordStore(kernel, module)
+    store = RecordStore(kernel.port, module)
     journal = await JournalRecorder().attach(kernel)
     await store.put(record("raises", RAISES, fail_closed=True, match=["danger"]))  # its guard outlives the test
     await store.put(record("loops", LOOPS, timeout=0.2, match=["other"]))
@@ -209,7 +209,7 @@ async def test_a_disabled_record_is_skipped_and_a_record_cannot_import_what_is_n
     await wait_for_chain(kernel, "tool.call", [])
     assert await kernel.intercept("tool.call", call("rm -rf /")) == Continue()
 
-    drafts = await kernel.open_bucket("hookbus_records")
+    drafts = await kernel.port.open_bucket("hookbus_records")
     await drafts.put(f"{module}.junk", b"\xff not json")  # garbage in the store: ignored, named in the log
     await drafts.put(f"{module}.renamed", record("other").to_bytes())  # named unlike its key: ignored
     await store.put(record("bad_import", IMPORTS_OS))
@@ -224,7 +224,7 @@ async def test_two_runners_share_the_load(kernel: Bus, runners: Any) -> None:
     module = unique("rec")
     first = await runners(module)
     second = await runners(module)
-    store = RecordStore(kernel, module)
+    store = RecordStore(kernel.port, module)
     counter = """
 async def handle(stage, payload, ctx):
     return Continue()
@@ -297,7 +297,7 @@ async def test_the_problems_turn_starts_on_a_broken_chain_and_stops_once_it_is_f
 ) -> None:
     module = unique("rec")
     runner = await runners(module)
-    store = RecordStore(kernel, module)
+    store = RecordStore(kernel.port, module)
     agent_name = unique("fixer")
     async with Bus(kernel.servers, name="agent") as agent_bus, Bus(kernel.servers, name="up") as up_bus:
         tools = with_record_tools(agent_bus, agent_name, module)

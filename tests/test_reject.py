@@ -119,7 +119,7 @@ async def test_the_hooks_api_lists_plugins_and_records_read_only_and_refuses_wit
     module = unique("recs")
     async with Bus(up.nats_url) as bus:
         source = "async def handle(stage, payload, ctx):\n    return Continue()\n"
-        await RecordStore(bus, module).put(from_fields({"name": "r1", "stage": "tool.call", "source": source}))
+        await RecordStore(bus.port, module).put(from_fields({"name": "r1", "stage": "tool.call", "source": source}))
     status, body = await client.call("GET", "/api/handlers")
     assert (status, body) == (401, {"error": "missing or wrong bearer token"})
     listing = await client.ok("GET", "/api/handlers")

@@ -48,7 +48,7 @@ async def test_reject_in_the_browser_and_plugins_and_records_on_the_hooks_page(
     write_plugin(console.workspace, plugin, "(component)")
     async with Bus(up.nats_url) as bus, serving(module, up.nats_url):
         source = "async def handle(stage, payload, ctx):\n    return Continue()\n"
-        await RecordStore(bus, "brecs").put(from_fields({"name": "r1", "stage": "tool.call", "source": source}))
+        await RecordStore(bus.port, "brecs").put(from_fields({"name": "r1", "stage": "tool.call", "source": source}))
         console.login()
         console.tab("middleware")
         box = console.wait(lambda: console.first(f".approval[data-name='{qualname}']"), f"{qualname} waiting")

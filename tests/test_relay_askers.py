@@ -58,7 +58,7 @@ async def relayed(shipped: NatsServer) -> AsyncIterator[Holder]:
     """The holder served as module-guard and trusted, and the relay running as ``bus``."""
     holder = Holder()
     async with Bus(as_user(shipped, "bus"), name="hookbus-up") as bus:
-        await ensure_buckets(bus)
+        await ensure_buckets(bus.port)
         relay = Relay(bus)
         try:
             async with serving(holder.module, as_user(shipped, "module-guard"), detach_on_stop=True):
@@ -113,7 +113,7 @@ async def test_an_intercept_through_the_relay_is_journaled_as_the_askers(
         async def keep(msg: Any) -> None:
             entries.append(orjson.loads(msg.data))
 
-        await operator.subscribe_raw("hookbus.journal.middleware.bus", keep)
+        await operator.port.subscribe_raw("hookbus.journal.middleware.bus", keep)
         await operator.flush()
         code, output, stderr = await claude_hook(bash("rm -rf /"), env_for(as_user(shipped, "agent-bob"), tmp_path))
         assert code == 0 and denial(output) == f"hookbus ({relayed.name}.gate): only by hand", stderr
@@ -128,12 +128,12 @@ async def test_one_agent_flooding_the_relay_does_not_starve_another(shipped: Nat
     async with Bus(as_user(shipped, "agent-bob")) as bob, Bus(as_user(shipped, "agent-eva")) as eva:
         held = [
             asyncio.ensure_future(
-                bob.request_raw(adapter_subject("claude-code", "agent-bob"), request_body("hold"), 60)
+                bob.port.request_raw(adapter_subject("claude-code", "agent-bob"), request_body("hold"), 60)
             )
             for _ in range(flood)
         ]
         await wait_until(lambda: relayed.held >= PER_USER, what="bob's calls reaching the holder")
-        reply = await eva.request_raw(adapter_subject("claude-code", "agent-eva"), request_body("rm -rf /"), 20)
+        reply = await eva.port.request_raw(adapter_subject("claude-code", "agent-eva"), request_body("rm -rf /"), 20)
         assert b"only by hand" in reply, reply  # eva answered while bob's flood waits
         assert relayed.held == PER_USER, "bob holds no more than his share"
         assert not any(task.done() for task in held)

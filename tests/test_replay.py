@@ -64,7 +64,7 @@ async def record_calls(nats_url: str, workspace: Path) -> None:
             if happened:
                 entry = JournalEntry(kind="middleware", point="tool.call", phase="request", who="oldguard.no_curl",
                                      decision=happened, cause="no curl", session="r1", trace_id=f"call{n}")  # fmt: skip
-                assert await publish_entry(bus, entry)
+                assert await publish_entry(bus.port, entry)
             # Calls and journal entries are joined by time (milliseconds): the next call comes a tick later.
             await next_millisecond()
         await bus.flush()

@@ -70,7 +70,7 @@ async def test_the_relay_answers_no_reply_subject_but_an_inbox(
 ) -> None:
     operator, bob = clients
     async with Bus(as_user(shipped, "bus"), name="hookbus-up") as bus:
-        await ensure_buckets(bus)
+        await ensure_buckets(bus.port)
         relay = Relay(bus)
         await relay.start()
         try:
@@ -90,7 +90,7 @@ async def test_a_module_answers_no_reply_subject_but_an_inbox(
         return Continue()
 
     async with Bus(as_user(shipped, "bus"), name="hookbus-up") as bus:
-        await ensure_buckets(bus)  # what hookbus up does; a module may not create them (nor rely on another test)
+        await ensure_buckets(bus.port)  # what hookbus up does; a module may not create them (nor rely on another test)
     async with serving(guard, as_user(shipped, "module-guard"), detach_on_stop=True):
         others = ("$KV.hookbus_modules.audit.forged", "hookbus.mw.audit")
         assert await aimed(operator, bob, request_subject(announcement_of(guard)), others) == []

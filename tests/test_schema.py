@@ -142,9 +142,9 @@ async def test_the_cli_refuses_a_forged_trigger_status_naming_the_field(
     forged = {"triggers": [{"name": "t", "on": "x.>", "agent": "eva", "enabled": True, "fired": -3}]}
 
     async def answer(msg: Any) -> None:  # the raw message type of subscribe_raw
-        await bus.publish_raw(msg.reply, orjson.dumps(forged))
+        await bus.port.publish_raw(msg.reply, orjson.dumps(forged))
 
-    await bus.subscribe_raw(TRIGGERS_STATUS, answer)
+    await bus.port.subscribe_raw(TRIGGERS_STATUS, answer)
     await bus.flush()
     args = ("triggers", "--workspace", str(tmp_path), "list", "--json", "--nats-url", nats_url)
     listing = await asyncio.to_thread(run_cli, *args)

@@ -47,7 +47,7 @@ async def journal(bus: Bus) -> list[dict[str, Any]]:
     async def keep(msg: Msg) -> None:
         entries.append(orjson.loads(msg.data))
 
-    await bus.nc.subscribe(f"{SUBJECT_PREFIX}.>", cb=keep)
+    await bus.port.nc.subscribe(f"{SUBJECT_PREFIX}.>", cb=keep)
     await bus.flush()
     return entries
 

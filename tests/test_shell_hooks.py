@@ -390,7 +390,7 @@ async def test_hook_runs_are_journaled_without_the_payload(
     async def take(msg: Any) -> None:
         entries.append(decode_entry(msg.data))
 
-    await bus.nc.subscribe("hookbus.journal.shell_hook", cb=take)
+    await bus.port.nc.subscribe("hookbus.journal.shell_hook", cb=take)
     script(workspace, "fail.sh", "exit 3\n")
     write_hooks(
         workspace, {"eva.custom.j": [{"id": "j_ok", "command": "/bin/true"}, {"id": "j_fail", "command": "./fail.sh"}]}

@@ -51,8 +51,8 @@ async def test_what_an_honest_emitter_never_sends_is_dropped_by_the_receive_chec
     async with TestBus() as bus:
         recorder = EventRecorder()
         await bus.subscribe("eva.custom.raw", recorder)
-        await bus.publish_raw("eva.custom.raw", b"not json")
-        await bus.publish_raw("eva.custom.raw", b'{"event":"custom.raw","payload":{},"depth":99}')
+        await bus.port.publish_raw("eva.custom.raw", b"not json")
+        await bus.port.publish_raw("eva.custom.raw", b'{"event":"custom.raw","payload":{},"depth":99}')
         await barrier(bus, "eva.custom.raw", recorder)
         assert without_barriers(recorder.events) == []
         assert sum(bus.stats.dropped.values()) == 2
@@ -147,13 +147,13 @@ async def test_without_an_object_store_oversized_events_are_cut_and_references_r
             envelope: dict[str, Any] = {"event": "custom.claimed", "timestamp": "2026-01-01T00:00:00.000Z"}
             envelope |= {"session_id": None, "payload": {}, "id": "claimed", "depth": 0, "truncated": True}
             envelope["payload_ref"] = bad
-            await bus.publish_raw("eva.custom.claimed", orjson.dumps(envelope))
+            await bus.port.publish_raw("eva.custom.claimed", orjson.dumps(envelope))
             [*_, claimed] = await recorder.wait_for(len(recorder.events) + 1)
             assert claimed.payload_ref is not None and claimed.payload_ref.bucket == bad["bucket"]
             with pytest.raises(PayloadRefError, match=reason):
                 await claimed.full_payload()
 
         with pytest.raises(RegistryError, match="cannot create the hookbus_payloads bucket: the in-process broker"):
-            await bus.ensure_payloads_bucket()
+            await bus.port.ensure_payloads_bucket()
         with pytest.raises(JournalError, match=f"cannot read stream {HISTORY_STREAM}: the in-process broker"):
-            [message async for message in bus.read_since(HISTORY_STREAM, datetime.now(UTC))]
+            [message async for message in bus.port.read_since(HISTORY_STREAM, datetime.now(UTC))]

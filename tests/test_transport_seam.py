@@ -16,7 +16,7 @@ from tests.conftest import run_cli, unique
 
 
 async def test_a_bucket_reads_writes_and_watches_in_hookbus_types(bus: Bus) -> None:
-    bucket = await bus.open_bucket(unique("seam"))
+    bucket = await bus.port.open_bucket(unique("seam"))
     assert await bucket.get("a") is None  # never written
     assert await bucket.create("a", b"1") is True
     assert await bucket.create("a", b"2") is False  # exists: not overwritten
@@ -51,23 +51,23 @@ async def test_a_server_without_jetstream_refuses_buckets_and_streams_in_hookbus
     with NatsServer(jetstream=False) as server:
         async with Bus(server.url) as plain:
             with pytest.raises(RegistryError, match="JetStream is not available"):
-                await plain.open_bucket("hookbus_modules")
+                await plain.port.open_bucket("hookbus_modules")
             with pytest.raises(JournalError, match="HOOKBUS_SEAM"):
-                await plain.ensure_stream(StreamSpec("HOOKBUS_SEAM", ("seam.>",), 60.0, 1 << 20, 60.0))
+                await plain.port.ensure_stream(StreamSpec("HOOKBUS_SEAM", ("seam.>",), 60.0, 1 << 20, 60.0))
 
 
 async def test_a_raw_request_fails_in_hookbus_terms(bus: Bus) -> None:
     subject = f"seam.{unique('req')}"
     with pytest.raises(NoResponders, match=subject):
-        await bus.request_raw(subject, b"", timeout=1.0)
+        await bus.port.request_raw(subject, b"", timeout=1.0)
 
     async def silent(msg: object) -> None:
         return None  # listens, never answers
 
-    await bus.subscribe_raw(subject, silent)
+    await bus.port.subscribe_raw(subject, silent)
     await bus.flush()
     with pytest.raises(RequestTimeout, match=subject):
-        await bus.request_raw(subject, b"", timeout=0.2)
+        await bus.port.request_raw(subject, b"", timeout=0.2)
 
 
 async def test_triggers_list_with_no_engine_running_says_so(nats_url: str, tmp_path: Path) -> None:

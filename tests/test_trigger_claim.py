@@ -64,14 +64,14 @@ async def engine(bus: Bus) -> Any:
 @pytest.fixture
 async def journal(bus: Bus) -> Journal:
     j = Journal()
-    await bus.nc.subscribe("hookbus.journal.trigger", cb=j.take)
+    await bus.port.nc.subscribe("hookbus.journal.trigger", cb=j.take)
     return j
 
 
 async def test_a_claimed_1_mib_event_fires_on_a_field_past_its_preview_and_renders_from_the_whole(
     bus: Bus, engine: TriggerEngine, journal: Journal
 ) -> None:
-    await bus.ensure_payloads_bucket()
+    await bus.port.ensure_payloads_bucket()
     agent = Agent(bus)
     await bus.serve_turns("eva", agent)
     await engine.apply(
@@ -113,7 +113,7 @@ async def test_a_tampered_reference_never_fires_on_the_object_and_says_why(
     bus: Bus, engine: TriggerEngine, journal: Journal, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The object named exists and holds the needle; only its SHA-256 differs from the reference's."""
-    await bus.ensure_payloads_bucket()
+    await bus.port.ensure_payloads_bucket()
     recorder = EventRecorder()
     await bus.subscribe(SUBJECT, recorder)
     await bus.emit(SUBJECT, claimed_payload())
@@ -129,7 +129,7 @@ async def test_a_tampered_reference_never_fires_on_the_object_and_says_why(
     )
     await bus.flush()
     with caplog.at_level(logging.WARNING, "hookbus.triggers"):
-        await bus.publish_raw(SUBJECT, claimed_envelope(ref))
+        await bus.port.publish_raw(SUBJECT, claimed_envelope(ref))
         await wait_until(lambda: len(journal.entries) == 2, 30, "two journal entries")
     assert journal.reasons("needle") == ["filter"]
     assert journal.reasons("tool") == ["fired"]
@@ -159,7 +159,7 @@ async def test_small_events_are_judged_as_before_and_received_as_is_a_field(
     await bus.subscribe(SUBJECT, recorder)
     await bus.emit(SUBJECT, {"tool": "shell", "output": f"x {NEEDLE} y", "diff": "d"}, session_id="s1")
     prx = {"event": "tool_call", "timestamp": "2026-01-01T00:00:00.000Z", "session_id": None, "payload": {"tool": "t"}}
-    await bus.publish_raw(SUBJECT, orjson.dumps(prx))
+    await bus.port.publish_raw(SUBJECT, orjson.dumps(prx))
     [small, completed] = await recorder.wait_for(2)
     assert small.payload_ref is None and completed.received_as == "prx-envelope"
     await wait_until(lambda: len(journal.entries) == 4, 30, "four journal entries")
@@ -183,7 +183,7 @@ def shipped(tmp_path: Path) -> Iterator[NatsServer]:
 async def test_on_the_shipped_permissions_the_bus_role_judges_an_agents_claimed_event(shipped: NatsServer) -> None:
     """``hookbus up`` runs triggers as the bus user; agent-eva emits the 1 MiB event and serves its turns."""
     async with Bus(url(shipped, "bus"), name="up") as up, Bus(url(shipped, "agent-eva"), name="eva") as eva:
-        await up.ensure_payloads_bucket()
+        await up.port.ensure_payloads_bucket()
         agent = Agent(eva)
         await eva.serve_turns("eva", agent)
         engine = await TriggerEngine(up).start()

@@ -71,7 +71,7 @@ async def test_hostile_payload_does_not_hold_up_the_next_event(bus: Bus) -> None
     async def take(msg: Any) -> None:
         entries.append(decode_entry(msg.data))
 
-    await bus.nc.subscribe("hookbus.journal.trigger", cb=take)
+    await bus.port.nc.subscribe("hookbus.journal.trigger", cb=take)
     await bus.serve_turns("eva", agent)
     specs = config.parse(
         {

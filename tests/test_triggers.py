@@ -162,7 +162,7 @@ async def engine(bus: Bus) -> AsyncIterator[TriggerEngine]:
 @pytest.fixture
 async def journal(bus: Bus) -> Journal:
     j = Journal()
-    await bus.nc.subscribe("hookbus.journal.trigger", cb=j.take)
+    await bus.port.nc.subscribe("hookbus.journal.trigger", cb=j.take)
     return j
 
 

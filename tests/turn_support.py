@@ -40,12 +40,12 @@ async def turn(
     runner = TurnRunner(bus, agent, ChatClient(llm.url, "model-a", provider="fake", **options), settings=settings)
     await bus.serve_turns(agent, runner.handle)
     results: list[dict[str, Any]] = []
-    inbox = bus.nc.new_inbox()
+    inbox = bus.port.nc.new_inbox()
 
     async def got(msg: Any) -> None:
         results.append(orjson.loads(msg.data))
 
-    await bus.nc.subscribe(inbox, cb=got)
+    await bus.port.nc.subscribe(inbox, cb=got)
     await bus.flush()
     await bus.request_turn(TurnRequest(agent=agent, prompt=prompt, depth=depth, session_id=session), reply=inbox)
     await wait_until(lambda: bool(results), timeout=30, what="the turn's result")

@@ -19,7 +19,7 @@ from bus.client import Bus
 from bus.core.clock import random_hex
 from bus.core.decisions import Cancel, Continue, Decision, Patch
 from bus.core.stages import Stage
-from bus.middleware.handler.module import Module
+from bus.module import Module
 from bus.turns.server import TurnRequest
 from triggers.engine import config
 from triggers.engine.engine import TriggerEngine

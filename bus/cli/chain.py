@@ -62,7 +62,7 @@ async def _stats(bus: Bus, seconds: float, stage: str | None) -> None:
     from subscribers.fleet_metrics.middleware_snapshot import MiddlewareSnapshot
 
     window = seconds if seconds >= 0 else interval_s() + 1
-    snapshot = await MiddlewareSnapshot(bus).start()
+    snapshot = await MiddlewareSnapshot(bus.port).start()
     try:
         await asyncio.sleep(window)  # the reports come on the kernels' own schedule: listen one interval
     finally:

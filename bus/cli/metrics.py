@@ -42,7 +42,7 @@ async def run(args: argparse.Namespace) -> int:
     stop = stop_on_signals()
     async with AsyncExitStack() as stack:
         bus = await stack.enter_async_context(Bus(args.nats_url, name="hookbus-metrics", **connection_args(args)))
-        receiver = await FleetReceiver(bus).start()
+        receiver = await FleetReceiver(bus.port).start()
         stack.push_async_callback(receiver.stop)
         url = serve_metrics(stack, args.host, args.metrics_port)
         print(f"hookbus metrics: {url} from {', '.join(bus.servers)}, queue group {QUEUE}; ready", flush=True)

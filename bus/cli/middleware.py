@@ -11,8 +11,9 @@ from bus.cli.workspace import add_workspace
 from bus.cli.workspace import resolve as resolve_workspace
 from bus.client import Bus
 from bus.core.declaration import Declaration
+from bus.middleware.kernel.chain import Link, StageChain
 from bus.middleware.kernel.intercept import MiddlewareOptions
-from bus.middleware.kernel.view import Link, StageChain, View
+from bus.middleware.kernel.view import View
 from bus.middleware.registry import Announcement
 
 

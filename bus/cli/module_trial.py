@@ -21,9 +21,9 @@ from bus.core.decisions import Cancel, Decision, Patch
 from bus.core.declaration import Declaration
 from bus.core.errors import BrokenChain
 from bus.core.stages import validate_stage
-from bus.middleware.handler.module import Module
 from bus.middleware.kernel.chain import order_with_bag
 from bus.middleware.kernel.view import View
+from bus.module import Module
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -83,7 +83,7 @@ async def run_once(
         entries.append(entry)
 
     async with TestBus(trust_new=False, broker=InProcessBroker(local_max), max_bytes=local_max) as bus:
-        await bus.subscribe_raw(f"{JOURNAL_PREFIX}.>", keep)
+        await bus.port.subscribe_raw(f"{JOURNAL_PREFIX}.>", keep)
         await bus.serve(module)
         view = await bus.middleware.start()
         for decl in module.declarations:

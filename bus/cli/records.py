@@ -66,7 +66,7 @@ async def run(args: argparse.Namespace) -> int:
     from bus.records.store import RecordStore
 
     async with Bus(args.nats_url, name="hookbus-records", **connection_args(args)) as bus:
-        store = RecordStore(bus, args.module)
+        store = RecordStore(bus.port, args.module)
         if args.action == "list":
             return await _list(store)
         if args.action == "show":

@@ -28,9 +28,9 @@ from bus.cli.workspace import bus_name
 from bus.client import Bus
 from bus.core.declaration import Declaration
 from bus.core.errors import ConfigError, RegistryError
-from bus.middleware.handler.module import Module
 from bus.middleware.registry import TRUST_BUCKET, open_bucket
 from bus.middleware.trust import approved_identity
+from bus.module import Module
 from bus.runtime.filewatch import FileVersion
 
 #: How often ``--dev`` looks at the file.
@@ -178,7 +178,7 @@ async def _changed(version: FileVersion) -> None:
 async def _report_trust(bus: Bus, declarations: list[Declaration]) -> None:
     """Print each handler's ready line, then ``approved NAME`` when the trust store approves it as served."""
     try:
-        kv = await open_bucket(bus, TRUST_BUCKET)
+        kv = await open_bucket(bus.port, TRUST_BUCKET)
         current = {decl.qualname: await kv.get(decl.qualname) for decl in declarations}
     except RegistryError as exc:
         print(f"hookbus serve: cannot read approvals ({exc})", file=sys.stderr, flush=True)

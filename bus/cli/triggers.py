@@ -84,7 +84,7 @@ async def _running_status(args: argparse.Namespace) -> tuple[list[dict[str, Any]
     where = bus_name(bus.servers)
     try:
         async with bus:
-            reply = await bus.request_raw(TRIGGERS_STATUS, b"", timeout=1.0)
+            reply = await bus.port.request_raw(TRIGGERS_STATUS, b"", timeout=1.0)
     except (ConnectError, NoResponders, RequestTimeout):
         return None, where
     status = decode(reply, TriggerStatusMsg, f"the status reply on {TRIGGERS_STATUS}", TriggerStatusError)

@@ -218,7 +218,7 @@ async def run(args: argparse.Namespace) -> int:
                 raise ConfigError(_joined_nothing(args, public_url_of(nats_url))) from None
             raise
         # agents and modules may read the middleware state, not create it
-        await ensure_buckets(bus, (PRESENCE_BUCKET, PRESENCE_MAX_AGE_S))
+        await ensure_buckets(bus.port, (PRESENCE_BUCKET, PRESENCE_MAX_AGE_S))
         from bus.sandbox.security import public_url  # workers load with the services, not with the CLI
 
         lines = [f"hookbus up: workspace {workspace}"]
@@ -278,7 +278,7 @@ def _components(workspace: Path, where: str, args: argparse.Namespace) -> list[P
 
 async def _approvals_line(bus: Bus, server: NatsServer | None, fresh_store: bool) -> str:
     """How many handler approvals the bus holds: they live in its JetStream store, not in the workspace."""
-    count = await approvals_held(bus)
+    count = await approvals_held(bus.port)
     if server is None:
         return f"{count} approved handlers on this bus (its JetStream store)"
     if count == 0 and fresh_store:

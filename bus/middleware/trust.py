@@ -33,6 +33,8 @@ from bus.middleware.schema import TrustApproval, TrustOrder, TrustRecord
 
 
 class TrustState(enum.StrEnum):
+    """Where a handler identity stands with the trust store: whether the kernel runs it, and why."""
+
     MANAGED = "managed"
     TRUSTED = "trusted"
     MODIFIED = "modified"

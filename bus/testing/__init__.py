@@ -23,7 +23,7 @@ from bus.client import Bus
 from bus.core.envelope import Event
 from bus.core.errors import JournalError
 from bus.journal.entries import SUBJECT_PREFIX, JournalEntry, decode_entry
-from bus.middleware.handler.module import Module
+from bus.module import Module
 from bus.testing.testbus import TestBus as TestBus
 from bus.transport.connection import URL_ENV
 from bus.transport.port import RawMessage
@@ -144,7 +144,7 @@ class JournalRecorder:
         self._changed = asyncio.Event()
 
     async def attach(self, bus: Bus) -> JournalRecorder:
-        await bus.subscribe_raw(f"{SUBJECT_PREFIX}.middleware", self._on_msg)
+        await bus.port.subscribe_raw(f"{SUBJECT_PREFIX}.middleware", self._on_msg)
         await bus.flush()
         return self
 
@@ -219,7 +219,7 @@ async def _wait_for_jetstream(urls: list[str], timeout: float) -> None:
         deadline = asyncio.get_running_loop().time() + timeout
         while True:
             try:
-                await bus.stream_state("HOOKBUS_CLUSTER_PROBE")
+                await bus.port.stream_state("HOOKBUS_CLUSTER_PROBE")
                 return
             except JournalError:
                 if asyncio.get_running_loop().time() > deadline:

@@ -23,8 +23,8 @@ from collections.abc import Iterable
 from bus.client import Bus
 from bus.core import depth as _depth
 from bus.core.envelope import DEFAULT_MAX_BYTES
-from bus.middleware.handler.module import Module
 from bus.middleware.kernel.intercept import MiddlewareOptions
+from bus.module import Module
 from bus.testing.broker import InProcessBroker
 from bus.transport.port import Connection
 

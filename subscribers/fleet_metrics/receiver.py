@@ -109,7 +109,7 @@ async def service(ctx: ServiceContext) -> AsyncIterator[None]:
     is counted (``hookbus_fleet_receiver_*``, docs/metrics.md).
     """
     async with ctx.connect(CONNECTION_NAME) as bus:
-        receiver = await FleetReceiver(bus).start()
+        receiver = await FleetReceiver(bus.port).start()
         ctx.lines.append(f"  fleet    metrics of every process, from the bus (queue group {QUEUE}, own connection)")
         try:
             yield

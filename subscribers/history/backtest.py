@@ -23,7 +23,7 @@ from bus.core.errors import ConfigError
 from bus.core.middleware_schema import MiddlewareRequest, RequestCtx
 from bus.core.stages import match_field
 from bus.journal.entries import JournalEntry
-from bus.middleware.handler.module import Module
+from bus.module import Module
 
 #: Per stage: the recorded event that announces a call, and the stage payload rebuilt from its payload.
 STAGE_EVENTS: Final[dict[str, tuple[str, Callable[[dict[str, Any]], dict[str, Any]]]]] = {

@@ -36,11 +36,11 @@ async def recorded_events(
 
     ConfigError when nothing is recorded (``hookbus up`` without ``--record``).
     """
-    if await bus.stream_state(HISTORY_STREAM) is None:
+    if await bus.port.stream_state(HISTORY_STREAM) is None:
         raise ConfigError(f"no recorded history on {', '.join(bus.servers)}: start 'hookbus up --record PATTERN'")
     nats_pattern = normalise_pattern(pattern)
     start = datetime.now(UTC) - timedelta(seconds=since_s)
-    async for message in bus.read_since(HISTORY_STREAM, start):
+    async for message in bus.port.read_since(HISTORY_STREAM, start):
         subject, publisher = message.subject, None
         if is_vouched(subject):  # recorded as published by a user (docs/protocol.md#publisher-identity)
             vouched = split_vouched(subject)

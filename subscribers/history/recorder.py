@@ -75,7 +75,7 @@ async def ensure_history(bus: Bus, settings: HistorySettings) -> StreamState:
     """Create or update the history stream; ConfigError naming what the server refused."""
     spec = stream_spec(settings)
     try:
-        return await bus.ensure_stream(spec)
+        return await bus.port.ensure_stream(spec)
     except JournalError as exc:
         raise ConfigError(f"cannot record {', '.join(spec.subjects)}: {exc}") from None
 

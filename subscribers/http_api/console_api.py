@@ -44,7 +44,8 @@ from bus.core.schema import decode
 from bus.journal.entries import KINDS, canonical_time
 from bus.middleware.guards import GuardRecord
 from bus.middleware.kernel.approvals import queue
-from bus.middleware.kernel.view import Link, StageChain, View
+from bus.middleware.kernel.chain import Link, StageChain
+from bus.middleware.kernel.view import View
 from bus.middleware.registry import TRUST_BUCKET, open_bucket
 from bus.middleware.schema import SwitchRecordMsg, TrustRecord
 from bus.middleware.trust import trust_key
@@ -233,7 +234,7 @@ def declaration_diff(approved: dict[str, Any] | None, now: dict[str, Any]) -> li
 
 async def _approved_declarations(console: Console, names: list[str]) -> dict[str, dict[str, Any]]:
     """The declaration each named handler was last approved as (from the trust store), where there is one."""
-    kv = await open_bucket(console.bus, TRUST_BUCKET)
+    kv = await open_bucket(console.bus.port, TRUST_BUCKET)
     out: dict[str, dict[str, Any]] = {}
     for name in names:
         entry = await kv.get(name)

@@ -28,7 +28,7 @@ def add_routes(app: web.Application) -> None:
 async def handlers(request: web.Request) -> web.Response:
     console = request.app[CONSOLE]
     try:
-        records = await every_record(console.bus)
+        records = await every_record(console.bus.port)
     except HookbusError as exc:  # JetStream off, or the bucket did not load in time
         body = {"plugins": plugins(console.workspace), "records": [], "records_error": str(exc)}
     else:

@@ -24,7 +24,7 @@ class Snapshots:
         self.current: MiddlewareSnapshot | None = None
 
     async def start(self, app: web.Application) -> None:
-        self.current = await MiddlewareSnapshot(self._console.bus).start()
+        self.current = await MiddlewareSnapshot(self._console.bus.port).start()
 
     async def stop(self, app: web.Application) -> None:
         if self.current is not None:

@@ -121,7 +121,7 @@ async def _written(request: web.Request, hook_id: str, event: str, decision: str
     if console is not None:
         actor = "console" if request.headers.get(ACTOR_HEADER) == "console" else "api"
         entry = JournalEntry("shell_hook", event, "config", hook_id, decision, f"{decision} by {actor}")
-        await publish_entry(console.bus, entry)
+        await publish_entry(console.bus.port, entry)
 
 
 async def list_hooks(request: web.Request) -> web.Response:

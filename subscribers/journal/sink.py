@@ -163,9 +163,9 @@ class JournalSink:
     async def _subscribe(self) -> PullConsumer:
         # the bus role makes the stream; the sink role may only look at it, unless it runs alone
         # on a server nobody prepared
-        info = await self.bus.stream_state(STREAM) or await ensure_journal_stream(self.bus)
+        info = await self.bus.port.stream_state(STREAM) or await ensure_journal_stream(self.bus.port)
         self._stream = info.created  # a stream deleted and made again counts its sequence from 1 again
-        return await self.bus.pull_consumer(
+        return await self.bus.port.pull_consumer(
             STREAM, f"{SUBJECT_PREFIX}.>", self.durable, ack_wait_s=ACK_WAIT_S, max_ack_pending=BATCH * 4
         )
 

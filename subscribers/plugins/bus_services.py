@@ -58,7 +58,7 @@ class BusServices:
         if self._kv is None:
             name = bucket_name(self.plugin)
             await self._request(JS_API_STREAM_CREATE + kv_stream(name), self._stream_config(name))
-            self._kv = await self.bus.open_bucket(name)
+            self._kv = await self.bus.port.open_bucket(name)
         return self._kv
 
     def _stream_config(self, name: str) -> dict[str, Any]:
@@ -81,7 +81,7 @@ class BusServices:
 
     async def _request(self, subject: str, body: dict[str, Any]) -> dict[str, Any]:
         """One JetStream API request; its answer (an ``error`` member when refused: an existing stream is fine)."""
-        msg = await self.bus.nc.request(subject, orjson.dumps(body), timeout=5)
+        msg = await self.bus.port.nc.request(subject, orjson.dumps(body), timeout=5)
         answer: dict[str, Any] = orjson.loads(msg.data)
         return answer
 

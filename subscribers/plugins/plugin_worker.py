@@ -214,7 +214,7 @@ class PluginWorker:
             log.warning("plugin %s on %s (id %s): %s", name, event.subject, visible(event.id), reason)
         try:
             for entry in [*lines, journal_entry(result, event)]:
-                await publish_entry(self.bus, entry)
+                await publish_entry(self.bus.port, entry)
         except Exception:
             log.exception("plugin %s on %s: could not journal the run", name, event.subject)
 

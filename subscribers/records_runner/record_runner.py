@@ -95,7 +95,7 @@ class RecordsRunner:
     def __init__(self, bus: Bus, settings: RecordsRunnerSettings | None = None) -> None:
         self.bus = bus
         self.settings = settings or RecordsRunnerSettings()
-        self.store = RecordStore(bus, self.settings.module)
+        self.store = RecordStore(bus.port, self.settings.module)
         self.state = _State()
         self._compiled: dict[str, RecordHandler] = {}
         self._failures: dict[str, int] = {}
@@ -112,7 +112,7 @@ class RecordsRunner:
     async def start(self) -> None:
         drafts = await self.store.drafts()
         approved = await self.store.approved_bucket()
-        trust = await open_bucket(self.bus, TRUST_BUCKET)
+        trust = await open_bucket(self.bus.port, TRUST_BUCKET)
         self._watches = [Watch(drafts, self._on_draft), Watch(approved, self._on_copy), Watch(trust, self._on_trust)]
         for watch in self._watches:
             await watch.start()
@@ -317,7 +317,7 @@ class RecordsRunner:
     async def _guard(self, served: RecordSet) -> None:
         if any(decl.fail_closed for decl in served.declarations):
             with contextlib.suppress(RegistryError):
-                await put_records(await open_bucket(self.bus, GUARDS_BUCKET), served.declarations)
+                await put_records(await open_bucket(self.bus.port, GUARDS_BUCKET), served.declarations)
 
     # -- calls
 
@@ -363,5 +363,5 @@ class RecordsRunner:
             cause=reason,
             identity=identity,
         )
-        await publish_entry(self.bus, entry)
+        await publish_entry(self.bus.port, entry)
         self._dirty.set()

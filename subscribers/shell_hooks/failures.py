@@ -91,7 +91,7 @@ async def failure_lines(ctx: ServiceContext) -> AsyncIterator[None]:
     async def on_message(msg: RawMessage) -> None:
         printer.take(msg.data, msg.subject)
 
-    subs = [await ctx.bus.subscribe_raw(subject, on_message) for subject in SUBJECTS]
+    subs = [await ctx.bus.port.subscribe_raw(subject, on_message) for subject in SUBJECTS]
     ctx.lines.append("  failures failing hook runs are printed here (rate-limited)")
     try:
         yield

@@ -227,7 +227,7 @@ class ShellWorker:
         hook_metrics.count_result(result)
         try:
             self._log(result, event)
-            await publish_entry(self.bus, journal_entry(result, event))
+            await publish_entry(self.bus.port, journal_entry(result, event))
         except Exception:  # whatever the event held, the run is over: never an unretrieved task exception
             log.exception("hook %s on %s: could not log or journal the run", entry.id, event.subject)
 

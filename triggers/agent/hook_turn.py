@@ -41,7 +41,8 @@ from bus.core.errors import ConfigError, HookbusError
 from bus.core.schema import convert
 from bus.core.stages import validate_stage
 from bus.core.subjects import TOKEN_RE
-from bus.middleware.handler.module import Module, StageCtx
+from bus.middleware.handler.module import StageCtx
+from bus.module import Module
 from bus.runtime.config_files import parse_entries, read_yaml
 from triggers.agent.config_schema import HOOK_TURN_TIMEOUT, HookTurn
 from triggers.agent.errors import HookTurnError

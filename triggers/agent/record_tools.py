@@ -50,7 +50,7 @@ class RecordTools:
     def __init__(self, bus: Bus, agent: str, module: str = RECORDS_MODULE) -> None:
         self.bus = bus
         self.agent = agent
-        self.store = RecordStore(bus, module)
+        self.store = RecordStore(bus.port, module)
 
     def specs(self) -> list[ToolSpec]:
         """Each tool as (name, description, JSON schema of its arguments, coroutine function)."""

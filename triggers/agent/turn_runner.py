@@ -266,7 +266,7 @@ class TurnRunner:
             "middleware", stage, phase(stage), f"agent:{self.agent}:{who}", decision, cause,
             session=turn.request.session_id, agent=self.agent, depth=turn.request.depth,
         )  # fmt: skip
-        await publish_entry(self.bus, entry)
+        await publish_entry(self.bus.port, entry)
 
     async def _evict(self, turn: _Turn, messages: list[dict[str, Any]]) -> None:
         """context.evict when the window overflows: the summary kept stands for what left."""

@@ -174,9 +174,9 @@ class TriggerEngine:
 
     async def start(self) -> TriggerEngine:
         register_metrics()
-        self._inbox = self.bus.new_inbox()
-        await self.bus.subscribe_raw(f"{self._inbox}.*", self._on_turn_result)
-        await self.bus.subscribe_raw(STATUS_SUBJECT, self._on_status)
+        self._inbox = self.bus.port.new_inbox()
+        await self.bus.port.subscribe_raw(f"{self._inbox}.*", self._on_turn_result)
+        await self.bus.port.subscribe_raw(STATUS_SUBJECT, self._on_status)
         return self
 
     async def apply(self, specs: dict[str, TriggerSpec]) -> None:
@@ -323,7 +323,7 @@ class TriggerEngine:
             depth=event.depth,
             trace_id=event.id,
         )
-        await publish_entry(self.bus, entry)
+        await publish_entry(self.bus.port, entry)
 
     async def _on_turn_result(self, msg: RawMessage) -> None:
         name = msg.subject.rsplit(".", 1)[-1]
@@ -361,7 +361,7 @@ class TriggerEngine:
     async def _on_status(self, msg: RawMessage) -> None:
         if msg.reply:
             with contextlib.suppress(*TRANSPORT_FAILURES):
-                await self.bus.publish_raw(msg.reply, orjson.dumps({"triggers": self.status()}))
+                await self.bus.port.publish_raw(msg.reply, orjson.dumps({"triggers": self.status()}))
 
     async def stop(self) -> None:
         for state in self.state.values():

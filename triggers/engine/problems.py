@@ -72,7 +72,7 @@ class ProblemsTrigger:
     def __init__(self, bus: Bus, settings: ProblemsSettings | None = None) -> None:
         self.bus = bus
         self.settings = settings or ProblemsSettings()
-        self.store = RecordStore(bus, self.settings.module)
+        self.store = RecordStore(bus.port, self.settings.module)
         self.open: dict[str, Problem] = {}
         self.closed: list[str] = []
 
@@ -139,7 +139,7 @@ class ProblemsTrigger:
         )
 
     async def _journal(self, stage: str, decision: str, cause: str) -> None:
-        await publish_entry(self.bus, JournalEntry("trigger", stage, "fire", NAME, decision, cause=cause))
+        await publish_entry(self.bus.port, JournalEntry("trigger", stage, "fire", NAME, decision, cause=cause))
 
 
 def _stage_of(event: Event) -> str | None:

@@ -36,7 +36,8 @@ from bus.adapters.claude_code.command_run import decide, environment, run_comman
 from bus.client import Bus
 from bus.core.decisions import Continue, Decision
 from bus.core.subjects import TOKEN_RE
-from bus.middleware.handler.module import Module, StageCtx
+from bus.middleware.handler.module import StageCtx
+from bus.module import Module
 from bus.runtime.filewatch import WatchedFile
 from bus.service import ServiceContext
 

@@ -92,7 +92,7 @@ class Relay:
                     _refused.warning("agent hook relay: reply subject %r is not an inbox; refused", msg.reply[:200])
 
             for served in (subject, f"{subject}.>"):
-                self._subs.append(await self._bus.subscribe_raw(served, on_request, queue=ADAPTER_QUEUE))
+                self._subs.append(await self._bus.port.subscribe_raw(served, on_request, queue=ADAPTER_QUEUE))
 
     def _admit(self, dialect: ClaudeCodeDialect, msg: RawMessage) -> None:
         """Start ``msg``'s answer in its asker's share of the slots, or refuse it at once when too many wait."""
@@ -111,7 +111,7 @@ class Relay:
 
     async def _answer(self, reply: str, answer: AdapterReplyMsg) -> None:
         try:
-            await self._bus.publish_raw(reply, encode(answer))
+            await self._bus.port.publish_raw(reply, encode(answer))
         except HookbusError as exc:
             log.warning("agent hook relay: no answer sent: %s", exc)
 

@@ -1,7 +1,9 @@
-"""The handler side: a Module declares stage handlers and serves them on the bus.
+"""The handler side: a named set of stage handlers, declared and answered (served by :class:`bus.module.Module`).
 
-``Module(name)`` collects handlers with ``@module.stage(...)``;
-``await module.serve(servers)`` announces the declarations in the registry
+``Handlers(name)`` collects handlers with ``@handlers.stage(...)`` and answers
+the kernel's requests (:meth:`Handlers.answer`); it imports nothing above its
+layer: the bus it hands its handlers is a :class:`HandlerBus`.
+:class:`bus.module.Module` adds ``serve``: ``await module.serve(servers)`` announces the declarations in the registry
 (see :mod:`bus.middleware.registry`) and its fail-closed handlers (:mod:`bus.middleware.guards`),
 answers the kernel's requests on ``hookbus.mw.<name>.<version>`` in a queue
 group (replicas of one version share the load) and runs until cancelled.
@@ -12,18 +14,16 @@ A -> B -> A re-entry does not deadlock.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import inspect
 import logging
 import time
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, TypeVar, cast, get_type_hints
+from typing import Any, Final, Protocol, TypeVar, cast, get_type_hints
 
 import msgspec
 
-from bus.client import Bus
 from bus.core import depth as _depth
 from bus.core.decisions import Cancel, Continue, Decision, Patch, reply_of
 from bus.core.declaration import DEFAULT_TIMEOUT, Declaration, declare
@@ -34,10 +34,9 @@ from bus.core.results import ChainRun
 from bus.core.schema import convert
 from bus.core.subjects import TOKEN_RE
 from bus.middleware.faults import Outcome, fault_decision
-from bus.middleware.handler.serving import ModuleServer
-from bus.middleware.registry import check_handler_count
 from bus.runtime import tracing as _tracing
 from bus.runtime.eager import HandlerTimedOut, fault_cause, run_bounded
+from bus.transport.port import Port
 
 log = logging.getLogger("hookbus.module")
 
@@ -47,6 +46,23 @@ DEFAULT_CONCURRENCY: Final = 64
 #: A stage handler: ``async def h(stage, payload[, ctx])`` returning a decision.
 StageHandler = Callable[..., Coroutine[Any, Any, Decision]]
 F = TypeVar("F", bound=StageHandler)
+
+
+class HandlerBus(Protocol):
+    """The bus a handler is given (``ctx.bus``): a :class:`bus.Bus`, seen through what handlers call on it."""
+
+    @property
+    def port(self) -> Port: ...
+
+    async def emit(
+        self, subject: str, payload: Mapping[str, Any] | None = None, session_id: str | None = None
+    ) -> bool: ...
+
+    async def intercept(
+        self, stage: str, payload: dict[str, Any], ctx: Mapping[str, Any] | None = None
+    ) -> Decision: ...
+
+    async def flush(self, timeout: float = 5.0) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +80,7 @@ class StageCtx:
     depth: int
     deadline: float  # Unix time (seconds) after which the kernel stops waiting
     request_id: str
-    bus: Bus | None
+    bus: HandlerBus | None
     #: Whose message (the agent's user), which agent template, which process: when the caller gave them.
     user: str | None = None
     template: str | None = None
@@ -83,8 +99,8 @@ class _Handler:
     payload_type: type | None
 
 
-class Module:
-    """A named set of stage handlers, served as one middleware module."""
+class Handlers:
+    """A named set of stage handlers: one middleware module's declarations and the answers to its requests."""
 
     def __init__(self, name: str, *, concurrency: int = DEFAULT_CONCURRENCY, heartbeat: float = 1.0) -> None:
         if not isinstance(name, str) or not TOKEN_RE.fullmatch(name):
@@ -155,7 +171,7 @@ class Module:
         """Every handler's declaration, in declaration order."""
         return [handler.decl for handler in self._handlers.values()]
 
-    async def handle(self, request: Mapping[str, Any], bus: Bus | None = None) -> dict[str, Any]:
+    async def handle(self, request: Mapping[str, Any], bus: HandlerBus | None = None) -> dict[str, Any]:
         """Answer one request given as a wire object ``{stage, payload, ctx, handlers}``, with the wire reply.
 
         Usable without NATS, to test handlers; ValueError naming the field if
@@ -165,7 +181,7 @@ class Module:
         wire: dict[str, Any] = msgspec.to_builtins(reply)
         return wire
 
-    async def answer(self, request: MiddlewareRequest, bus: Bus | None = None) -> MiddlewareReply:
+    async def answer(self, request: MiddlewareRequest, bus: HandlerBus | None = None) -> MiddlewareReply:
         """Answer one request: run the named handlers in order (all of the stage's if it names none).
 
         Patches compose in that order, a cancel ends the run, faults read per
@@ -195,7 +211,7 @@ class Module:
         stage: str,
         payload: dict[str, Any],
         wire_ctx: RequestCtx,
-        bus: Bus | None,
+        bus: HandlerBus | None,
         bag: dict[str, Any] | None = None,
     ) -> tuple[ReactionMsg, Decision]:
         decl = handler.decl
@@ -250,29 +266,6 @@ class Module:
                     bag.update(written)
         return reaction, result
 
-    async def serve(
-        self,
-        servers: str | list[str] | None = None,
-        *,
-        bus: Bus | None = None,
-        ready: asyncio.Event | None = None,
-        detach_on_stop: bool = False,
-    ) -> None:
-        """Announce the handlers and answer requests until cancelled.
-
-        ``servers`` as for :class:`bus.Bus`; or pass an open ``bus`` to share
-        its connection. ``ready`` is set once requests are being answered.
-        A fail-closed handler keeps guarding after its module stops, until an
-        operator detaches it; ``detach_on_stop=True`` (a demo, a test) detaches
-        it when this process stops cleanly.
-        """
-        check_handler_count(self.name, len(self.declarations))
-        if bus is not None:
-            await ModuleServer(self, bus, detach_on_stop=detach_on_stop).run(ready)
-            return
-        async with Bus(servers, name=f"hookbus-module-{self.name}") as own:
-            await ModuleServer(self, own, detach_on_stop=detach_on_stop).run(ready)
-
 
 def _check(result: object) -> tuple[Outcome, str | None]:
     """Whether a handler's return value is a valid decision, and why not."""
@@ -308,7 +301,7 @@ def _given(value: str | msgspec.UnsetType) -> str | None:
 
 
 def _stage_ctx(
-    decl: Declaration, wire_ctx: RequestCtx, bus: Bus | None, bag: Mapping[str, Any], outputs: dict[str, Any]
+    decl: Declaration, wire_ctx: RequestCtx, bus: HandlerBus | None, bag: Mapping[str, Any], outputs: dict[str, Any]
 ) -> StageCtx:
     return StageCtx(
         stage=decl.stage,

@@ -42,6 +42,13 @@ class Served(Protocol):
     async def answer(self, request: MiddlewareRequest, bus: Any = None) -> MiddlewareReply: ...
 
 
+class ServedOn(Protocol):
+    """What a module is served on: a bus whose port carries the requests (its handlers get the bus itself)."""
+
+    @property
+    def port(self) -> Port: ...
+
+
 #: How long a stopping module lets its in-flight handlers finish before cancelling them.
 STOP_GRACE: Final = 2.0
 #: Requests from agents queued while every slot is busy; beyond this they are dropped (the kernel's
@@ -52,9 +59,10 @@ MAX_WAITING: Final = 10_000
 class ModuleServer:
     """Runs one Module on one Bus until cancelled."""
 
-    def __init__(self, module: Served, bus: Port, *, detach_on_stop: bool = False) -> None:
+    def __init__(self, module: Served, bus: ServedOn, *, detach_on_stop: bool = False) -> None:
         self.module = module
-        self.bus = bus
+        self.bus = bus  # handed to the handlers (``ctx.bus``)
+        self.port = bus.port
         self.detach_on_stop = detach_on_stop
         self.announcement = announcement_of(module)
         check_handler_count(module.name, len(self.announcement.declarations))
@@ -65,11 +73,11 @@ class ModuleServer:
         self._waiting_nested: collections.deque[tuple[str, MiddlewareRequest]] = collections.deque()
 
     async def run(self, ready: asyncio.Event | None = None) -> None:
-        kv = await open_bucket(self.bus, MODULES_BUCKET)
+        kv = await open_bucket(self.port, MODULES_BUCKET)
         guards = await self._guard_records()
         subject = request_subject(self.announcement)
-        sub = await self.bus.subscribe_direct(subject, self._on_msg, queue=subject)
-        await self.bus.flush(5.0)  # the subscription is in place before the module announces itself
+        sub = await self.port.subscribe_direct(subject, self._on_msg, queue=subject)
+        await self.port.flush(5.0)  # the subscription is in place before the module announces itself
         key, data = self.announcement.key, self.announcement.to_bytes()
         try:
             await kv.put(key, data)
@@ -88,7 +96,7 @@ class ModuleServer:
         if not any(decl.fail_closed for decl in self.module.declarations):
             return None
         try:
-            guards = await open_bucket(self.bus, GUARDS_BUCKET)
+            guards = await open_bucket(self.port, GUARDS_BUCKET)
             await put_records(guards, self.module.declarations)
         except RegistryError as exc:
             log.warning("module %s: could not record its fail-closed handlers (%r)", self.module.name, exc)
@@ -189,11 +197,11 @@ class ModuleServer:
             data = encode(reply)
         except (TypeError, ValueError) as exc:  # a patch holding what JSON cannot carry: say so instead
             data = encode(MiddlewareReply(error=f"the reply cannot be encoded: {exc}"))
-        limit = self.bus.max_payload
+        limit = self.port.max_payload
         if len(data) > limit:  # the server would drop the connection for it: say so instead
             data = encode(
                 MiddlewareReply(error=f"reply of {len(data)} bytes is over the server's max_payload ({limit})")
             )
-        waiting = self.bus.push_now(inbox, data)
+        waiting = self.port.push_now(inbox, data)
         if waiting is not None:
             self._sending.start(waiting)

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 from bus.core.declaration import Declaration
 from bus.core.errors import MiddlewareError, RegistryError
-from bus.middleware.kernel.view import Link, View
+from bus.middleware.kernel.chain import Link
+from bus.middleware.kernel.view import View
 from bus.middleware.registry import LOAD_WITHIN_S, TRUST_BUCKET, open_bucket
 from bus.middleware.trust import TrustState, approved_identity
 from bus.transport.port import Port

@@ -1,4 +1,9 @@
-"""Ordering a stage's handlers into a chain by their before/after references, then priority.
+"""A stage's middleware chain: its links as the kernel calls them, their order, and how one is built.
+
+:class:`StageChain` is what ``intercept`` reads: the runnable :class:`Link`
+objects in order, the holds, the handlers waiting, disabled or rejected, or
+why the chain is broken; the view places each handler in its stage's
+:class:`ChainParts`, which build it.
 
 The order is a topological sort of the references; among the handlers the
 references leave unordered, higher ``priority`` runs first, then the handler
@@ -16,9 +21,13 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 from bus.core.declaration import Declaration
 from bus.core.errors import BrokenChain
+from bus.middleware.faults import Outcome
+from bus.middleware.trust import TrustState
 
 
 def order_with_bag(
@@ -112,3 +121,79 @@ def _need(stage: str, by_name: dict[str, Declaration], known: Collection[str], d
     if ref in known:
         return False
     raise BrokenChain(stage, f"{decl.qualname} refers to {ref}, which is not declared on {stage}")
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """One handler in a stage's chain, with what the kernel needs to call it."""
+
+    decl: Declaration
+    subject: str
+    batch: bool
+    trust: TrustState
+    match: frozenset[str] | None  # canonical names the handler wants; None: every call
+    identity: str  # the declaration's hash (trust, journal)
+    #: For a held guard (no live approved instance): why each call it wants is cancelled, and the outcome.
+    hold: str | None = None
+    outcome: Outcome = Outcome.OK
+    #: The agents it is granted to (None: every agent, global).
+    agents: frozenset[str] | None = None
+    #: Whether it takes only some calls by context (a ``when`` or grants): checked per call, before any request.
+    scoped: bool = False
+
+    def in_scope(self, ctx: Mapping[str, Any]) -> bool:
+        """Whether a call with this context reaches the handler (its grants and its ``when``)."""
+        if self.agents is not None:
+            agent = ctx.get("agent")
+            if not isinstance(agent, str) or agent not in self.agents:
+                return False
+        return self.decl.when.matches(ctx)
+
+
+@dataclass(frozen=True, slots=True)
+class StageChain:
+    stage: str
+    links: tuple[Link, ...]
+    broken: str | None = None
+    #: Gone or replaced trusted fail-closed handlers: a call any of them wants is cancelled at once.
+    holds: tuple[Link, ...] = ()
+    #: Declared handlers that may not run (untrusted, modified): journaled as denied, never called.
+    waiting: tuple[Link, ...] = ()
+    #: In a broken chain, the trusted fail-closed handler whose promise makes its calls cancel.
+    guard: str | None = None
+    #: Runnable handlers an operator disabled: never called, never holding (``hookbus enable`` restores them).
+    disabled: tuple[Link, ...] = ()
+    #: Why the order is not what the declarations ask (the bag's edges made a cycle and were dropped).
+    note: str | None = None
+    #: Whether a handler of the chain reads or writes the bag (the kernel then keeps the session's bag).
+    bag: bool = False
+    #: Declared versions an operator rejected (``hookbus reject``): never called, not in the approval queue.
+    rejected: tuple[Link, ...] = ()
+
+
+@dataclass
+class ChainParts:
+    """One stage's handlers while a chain is built."""
+
+    runs: list[Link] = field(default_factory=list)
+    holds: list[Link] = field(default_factory=list)
+    waiting: list[Link] = field(default_factory=list)
+    disabled: list[Link] = field(default_factory=list)
+    rejected: list[Link] = field(default_factory=list)
+
+    def chain(self, stage: str, known: frozenset[str], first: Mapping[str, float]) -> StageChain:
+        members = {link.decl.qualname: link for link in self.runs}
+        held = tuple(sorted(self.holds, key=lambda link: link.decl.qualname))
+        waiting = tuple(sorted(self.waiting, key=lambda link: link.decl.qualname))
+        disabled = tuple(sorted(self.disabled, key=lambda link: link.decl.qualname))
+        rejected = tuple(sorted(self.rejected, key=lambda link: link.decl.qualname))
+        decls = [link.decl for link in self.runs] + [link.decl for link in held]
+        try:
+            ordered, note = order_with_bag(stage, decls, known, first)
+        except BrokenChain as exc:
+            guards = sorted(decl.qualname for decl in decls if decl.fail_closed)
+            guard = guards[0] if guards else None
+            return StageChain(stage, (), exc.reason, held, waiting, guard, disabled, rejected=rejected)
+        links = tuple(members[decl.qualname] for decl in ordered if decl.qualname in members)
+        bag = any(link.decl.inputs or link.decl.outputs for link in links)
+        return StageChain(stage, links, None, held, waiting, None, disabled, note, bag, rejected)

@@ -25,19 +25,19 @@ from typing import Any, Final
 import msgspec
 
 from bus.core import depth as _depth
-from bus.core.clock import timestamp_ms
 from bus.core.decisions import CONTINUE, Cancel, Decision, Patch, read_reply
 from bus.core.errors import Aborted, BusClosedError, DecisionError, NoResponders, RequestTimeout
-from bus.core.middleware_schema import MiddlewareReply, MiddlewareRequest, ReactionMsg, RequestCtx
-from bus.core.results import ChainRun, ends_run, hide_output
+from bus.core.middleware_schema import MiddlewareRequest, RequestCtx
+from bus.core.results import ChainRun, hide_output
 from bus.core.schema import encode
 from bus.core.stages import Stage, match_field, phase
-from bus.journal.entries import PROCESS, JournalEntry, JournalPublisher
-from bus.middleware.faults import REPORTED, Outcome, fault_decision
+from bus.journal.entries import JournalEntry, JournalPublisher
+from bus.middleware.faults import Outcome
 from bus.middleware.kernel import bag as _bag
+from bus.middleware.kernel.chain import Link, StageChain
 from bus.middleware.kernel.drain import DEFAULT_BUDGET, Drain
-from bus.middleware.kernel.metrics import MIDDLEWARE
-from bus.middleware.kernel.view import Link, StageChain, View
+from bus.middleware.kernel.reactions import Reactions, answered, bounded, broken_chain, fault_of, faulted
+from bus.middleware.kernel.view import View
 from bus.middleware.registry import LIVENESS_FACTOR
 from bus.middleware.trust import Managed
 from bus.runtime import tracing as _tracing
@@ -51,8 +51,6 @@ REPLY_GRACE: Final = 0.5
 #: How long closing a Bus waits for pending intercepts before it gives up on them.
 DEFAULT_SHUTDOWN_CLAMP: Final = 2.0
 _TOOL_STAGES: Final = frozenset({Stage.TOOL_CALL.value, Stage.TOOL_RESULT.value})
-#: Characters of a module-reported cause the journal keeps (a module cannot flood it).
-CAUSE_LIMIT: Final = 1000
 _EMPTY: Final[Mapping[str, Any]] = {}
 #: A held stage journals its first cancel at once, then one entry per this many seconds counting the rest.
 HELD_WINDOW: Final = 1.0
@@ -175,7 +173,7 @@ class Interceptor:
             return CONTINUE  # the recursion limit: nothing runs at or past it
         rid = self._bus.new_id()
         wire_ctx = _wire_ctx(ctx, depth, rid)
-        journal = _Journal(self._journal, stage, wire_ctx, self.options.journal_neutral)
+        journal = Reactions(self._journal, stage, wire_ctx, self.options.journal_neutral)
         run = ChainRun(stage, self._canonical(stage, payload))
         bag = self.bags.of(wire_ctx.session) if chain.bag else None
         for link in chain.waiting:
@@ -183,7 +181,7 @@ class Interceptor:
                 journal.add(link, Outcome.UNTRUSTED, CONTINUE, 0.0, f"{link.trust.value}: not approved")
         if chain.broken:
             journal.flush()
-            return _broken(chain, journal)
+            return broken_chain(chain, journal)
         # Matchers, grants and ``when`` are read here, before any request: a handler they exclude costs nothing.
         links = [
             link for link in chain.links if _wants(link, stage, run.payload) and (not link.scoped or link.in_scope(ctx))
@@ -196,7 +194,7 @@ class Interceptor:
                 lacking = _bag.missing(batch[0].decl, bag)
                 if lacking is not None:
                     why = f"required input {lacking} is not in the bag"
-                    skipped = _fault(batch[0], Outcome.SKIPPED, why, 0.0, journal)
+                    skipped = fault_of(batch[0], Outcome.SKIPPED, why, 0.0, journal)
                     if not run.take(skipped, batch[0].decl.qualname):
                         break
                     index -= len(batch) - 1  # only the consumer is skipped: the rest of its run is asked next
@@ -236,7 +234,7 @@ class Interceptor:
         timer = asyncio.get_running_loop().call_later(HELD_WINDOW, self._held_window_ends, link.hold)
         self._held[link.hold] = [link, 0, timer, decision]
         wire_ctx = _wire_ctx(ctx, _depth.current_depth(), self._bus.new_id())
-        journal = _Journal(self._journal, link.decl.stage, wire_ctx, self.options.journal_neutral)
+        journal = Reactions(self._journal, link.decl.stage, wire_ctx, self.options.journal_neutral)
         journal.add(link, link.outcome, decision, 0.0, link.hold)
         journal.flush()
         return decision
@@ -246,7 +244,7 @@ class Interceptor:
         timer.cancel()
         if not count:
             return
-        journal = _Journal(self._journal, link.decl.stage, RequestCtx(), self.options.journal_neutral)
+        journal = Reactions(self._journal, link.decl.stage, RequestCtx(), self.options.journal_neutral)
         cause = f"{reason}; {count} more call{'s' if count != 1 else ''} cancelled alike within {HELD_WINDOW:g}s"
         journal.add(link, link.outcome, Cancel(cause, link.decl.qualname), 0.0, cause, count)
         journal.flush()
@@ -266,7 +264,7 @@ class Interceptor:
         batch: Sequence[Link],
         payload: dict[str, Any],
         wire_ctx: RequestCtx,
-        journal: _Journal,
+        journal: Reactions,
         bag: dict[str, Any] | None = None,
     ) -> tuple[Decision, str]:
         """One request for a run of handlers of one module; journal their reactions.
@@ -283,24 +281,24 @@ class Interceptor:
         limit = self._bus.max_payload
         if len(data) > limit:
             cause = f"request of {len(data)} bytes is over the server's max_payload ({limit})"
-            return _faulted(batch, Outcome.OVERSIZE, cause, started, journal)
+            return faulted(batch, Outcome.OVERSIZE, cause, started, journal)
         try:
             raw = await self._requester.request(subject, data, timeout)
         except NoResponders:
-            return _faulted(batch, Outcome.ABSENT, "no responders: the module is not running", started, journal)
+            return faulted(batch, Outcome.ABSENT, "no responders: the module is not running", started, journal)
         except RequestTimeout:
-            return _faulted(batch, Outcome.TIMEOUT, f"no reply within {timeout:g}s", started, journal)
+            return faulted(batch, Outcome.TIMEOUT, f"no reply within {timeout:g}s", started, journal)
         except Aborted:
-            return _faulted(batch, Outcome.SHUTDOWN, "the bus closed while waiting", started, journal)
+            return faulted(batch, Outcome.SHUTDOWN, "the bus closed while waiting", started, journal)
         try:
             reply, decision = read_reply(raw, subject)
             if bag is not None:
                 _bag.take_outputs(batch, reply.reactions, bag)
         except DecisionError as exc:
-            return _faulted(
-                batch, Outcome.INVALID, _bounded(f"invalid reply: {exc}") or "invalid reply", started, journal
+            return faulted(
+                batch, Outcome.INVALID, bounded(f"invalid reply: {exc}") or "invalid reply", started, journal
             )
-        return _answered(batch, reply, decision, started, journal)
+        return answered(batch, reply, decision, started, journal)
 
     def _final(self, run: ChainRun, rid: str) -> Decision:
         if run.cancel is not None:
@@ -395,17 +393,6 @@ def _wants(link: Link, stage: str, payload: dict[str, Any]) -> bool:
     return True
 
 
-def _broken(chain: StageChain, journal: _Journal) -> Decision:
-    """A broken chain: nothing called; cancelled if a trusted fail-closed handler is in it, else continue."""
-    assert chain.broken is not None
-    if chain.guard is None:
-        journal.add(None, Outcome.BROKEN, CONTINUE, 0.0, chain.broken)
-        return CONTINUE
-    decision = Cancel(f"chain of {chain.stage} broken: {chain.broken}", chain.guard)
-    journal.add(None, Outcome.BROKEN, decision, 0.0, decision.reason)
-    return decision
-
-
 def _batch(links: Sequence[Link], start: int) -> list[Link]:
     """The run of handlers from ``start`` that one module answers in one request."""
     first = links[start]
@@ -417,197 +404,6 @@ def _batch(links: Sequence[Link], start: int) -> list[Link]:
             break
         batch.append(link)
     return batch
-
-
-def _faulted(
-    batch: Sequence[Link], outcome: Outcome, cause: str, started: float, journal: _Journal
-) -> tuple[Decision, str]:
-    """Every handler of a failed request reads per its own fail mode, in order; the first fail-closed one cancels."""
-    elapsed = _elapsed(started)
-    for link in batch:
-        decision = _fault(link, outcome, cause, elapsed, journal)
-        if isinstance(decision, Cancel):
-            return decision, link.decl.qualname
-    return CONTINUE, batch[-1].decl.qualname
-
-
-def _fault(link: Link, outcome: Outcome, cause: str, ms: float, journal: _Journal) -> Decision:
-    """One handler's fault read through the kernel's own declaration of it, journaled."""
-    decl = link.decl
-    decision = fault_decision(decl.fail_closed, decl.qualname, outcome, cause)
-    journal.add(link, outcome, decision, ms, cause)
-    return decision
-
-
-def _answered(
-    batch: Sequence[Link], reply: MiddlewareReply, decision: Decision, started: float, journal: _Journal
-) -> tuple[Decision, str]:
-    """Read a module's reply through the kernel's declarations: its faults per their declared fail mode."""
-    reactions = reply.reactions
-    if isinstance(reactions, list) and reactions:
-        return _accounted(batch, reactions, decision, started, journal)
-    # No account per handler: the decision is the run's as a whole, named by the kernel.
-    link = batch[0]
-    for candidate in batch:
-        if reply.handler == candidate.decl.qualname:
-            link = candidate
-    journal.add(link, Outcome.OK, decision, _elapsed(started), None)
-    return decision, link.decl.qualname
-
-
-def _accounted(
-    batch: Sequence[Link], reactions: list[ReactionMsg], decision: Decision, started: float, journal: _Journal
-) -> tuple[Decision, str]:
-    """Walk the batch with the module's reactions: a fault reads per the kernel's declared fail mode."""
-    count = len(reactions)
-    for index, link in enumerate(batch):
-        decl = link.decl
-        qualname = decl.qualname
-        item = reactions[index] if index < count else None
-        if item is None or (item.handler != qualname and item.handler != decl.name):
-            fault = _fault(
-                link, Outcome.INVALID, "the module's reply does not account for it", _elapsed(started), journal
-            )
-            if isinstance(fault, Cancel):
-                return fault, qualname
-            continue
-        outcome, kind, ms = item.outcome, item.decision, item.duration_ms
-        if ms is None:
-            ms = _elapsed(started)
-        if outcome == _OK:
-            if kind == "continue" or kind == "patch":
-                journal.ok(link, qualname, kind, ms)
-                if index == count - 1 and isinstance(decision, Patch) and ends_run(decl.stage, decision.payload):
-                    return decision, qualname  # the module's run ended at a terminal patch: the rest not asked
-                continue
-            if kind == "cancel":
-                reason = decision.reason if isinstance(decision, Cancel) else item.reason
-                cancel = Cancel(reason if isinstance(reason, str) else "cancelled", qualname)
-                journal.add(link, Outcome.OK, cancel, ms, None)
-                return cancel, qualname
-        read = Outcome(outcome) if outcome in REPORTED and outcome != _OK else Outcome.INVALID
-        cause = _bounded(item.cause) or f"reported {_bounded(repr(outcome))}, {_bounded(repr(kind))}"
-        fault = _fault(link, read, cause, ms, journal)
-        if isinstance(fault, Cancel):
-            return fault, qualname
-    return decision, batch[-1].decl.qualname
-
-
-_OK: Final = Outcome.OK.value
-
-
-def _elapsed(started: float) -> float:
-    return (time.perf_counter() - started) * 1000
-
-
-def _bounded(value: Any) -> str | None:
-    """A module-supplied text, cut to CAUSE_LIMIT characters; None if it is not text."""
-    if not isinstance(value, str):
-        return None
-    return value if len(value) <= CAUSE_LIMIT else value[:CAUSE_LIMIT] + "…"
-
-
-class _Journal:
-    """Collects one call's reactions as shared-journal entries (kind ``middleware``), in chain order.
-
-    The call's path keeps each reaction as a tuple and its time; the entries
-    are made and encoded when the journal publisher sends them (off the call's
-    path: see :meth:`bus.journal.entries.JournalPublisher.add_later`).
-    """
-
-    __slots__ = ("_ctx", "_neutral", "_phase", "_reactions", "_sink", "_stage")
-
-    def __init__(self, sink: JournalPublisher, stage: str, wire_ctx: RequestCtx, neutral: bool) -> None:
-        self._sink = sink
-        self._neutral = neutral
-        self._stage = stage
-        self._phase = phase(stage)
-        self._ctx = wire_ctx
-        self._reactions: list[tuple[str, str | None, str, str | None, float | None, int]] = []
-
-    def add(
-        self,
-        link: Link | None,
-        outcome: Outcome,
-        decision: Decision,
-        duration_ms: float,
-        cause: str | None,
-        count: int = 1,
-    ) -> None:
-        reason = decision.reason if isinstance(decision, Cancel) else None
-        self._add(
-            link.decl.qualname if link else "*",
-            link.identity if link else None,
-            outcome.value,
-            decision.kind,
-            reason,
-            cause,
-            duration_ms,
-            count,
-        )
-
-    def ok(self, link: Link, who: str, kind: str, duration_ms: float) -> None:
-        """A handler's continue or patch, as its module reported it (the common case: kept cheap)."""
-        MIDDLEWARE.observe(who, self._stage, _OK, kind, duration_ms / 1000)
-        if kind == "patch" or self._neutral:
-            self._reactions.append((who, link.identity, kind, None, duration_ms, time.time_ns() // 1_000_000))
-
-    def _add(
-        self,
-        who: str,
-        identity: str | None,
-        outcome: str,
-        kind: str,
-        reason: str | None,
-        cause: Any,
-        ms: Any,
-        count: int = 1,
-    ) -> None:
-        if outcome == _OK:
-            verdict, why = kind, reason
-        elif outcome == Outcome.UNTRUSTED:
-            verdict, why = "denied", cause
-        elif outcome in (Outcome.BROKEN, Outcome.CHANGED) or reason == cause:  # a hold: the cause is the reason
-            verdict, why = outcome, cause
-        else:  # a fault: the outcome, and what it read as
-            verdict = outcome
-            why = f"{cause}; read as {kind} ({'fail-closed' if kind == 'cancel' else 'fail-open'})"
-        seconds = float(ms) / 1000 if isinstance(ms, int | float) else None
-        MIDDLEWARE.observe(who, self._stage, outcome, kind, seconds, count)
-        if verdict == "continue" and not self._neutral:
-            return  # a neutral continue changes nothing: counted, not journaled
-        duration = float(ms) if isinstance(ms, int | float) else None
-        cause_text = why if isinstance(why, str) else None
-        self._reactions.append((who, identity, verdict, cause_text, duration, time.time_ns() // 1_000_000))
-
-    def _entries(self) -> list[JournalEntry]:
-        """The journal entries of the reactions kept (called when they are published)."""
-        ctx, stage, phase_ = self._ctx, self._stage, self._phase
-        #: The caller's process when it named one (a relay names the agent it asks for), else this one's.
-        process = ctx.process if isinstance(ctx.process, str) else PROCESS
-        return [
-            JournalEntry(
-                kind="middleware",
-                point=stage,
-                phase=phase_,
-                who=who,
-                decision=verdict,
-                cause=cause,
-                duration_ms=ms,
-                session=ctx.session,
-                agent=ctx.agent,
-                depth=ctx.depth,
-                trace_id=ctx.id or None,
-                identity=identity,
-                process=process,
-                time=timestamp_ms(epoch_ms),
-            )
-            for who, identity, verdict, cause, ms, epoch_ms in self._reactions
-        ]
-
-    def flush(self) -> None:
-        if self._reactions:
-            self._sink.add_later(self._entries)
 
 
 def _log_failure(task: asyncio.Task[Any]) -> None:

@@ -21,17 +21,17 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Final
 
 from bus.core.catalog import closest
 from bus.core.declaration import Declaration
-from bus.core.errors import BrokenChain, ForeignAnnouncement, HookbusError, RegistryError, TooManyHandlers
+from bus.core.errors import ForeignAnnouncement, HookbusError, RegistryError, TooManyHandlers
 from bus.core.stages import Stage
-from bus.core.subjects import BROKEN_CLEARED, BROKEN_SET, MODULE_ATTACHED, MODULE_DETACHED
 from bus.middleware.faults import Outcome
-from bus.middleware.guards import GUARDS_BUCKET, GuardRecord, parse_record
-from bus.middleware.kernel.chain import order_with_bag
+from bus.middleware.guards import GUARDS_BUCKET, GuardRecord
+from bus.middleware.kernel.chain import ChainParts, Link, StageChain
+from bus.middleware.kernel.reports import Noted, Notify, Reports
+from bus.middleware.kernel.trust_records import TrustRecords
 from bus.middleware.registry import (
     LIVENESS_FACTOR,
     MAX_HANDLERS,
@@ -44,14 +44,10 @@ from bus.middleware.registry import (
     parse_announcement,
     request_subject,
 )
-from bus.middleware.rejections import parse_rejected, rejected_handler
 from bus.middleware.switches import DEFAULT as DEFAULT_SWITCHES
-from bus.middleware.switches import Switches, parse_switches, switched_handler
 from bus.middleware.trust import (
     Managed,
     TrustState,
-    approved_identity,
-    first_approved,
     state_of,
     trust_key,
     trust_record,
@@ -61,10 +57,6 @@ from bus.transport.kv import Bucket
 from bus.transport.port import Port
 
 log = logging.getLogger("hookbus.middleware")
-#: When a view of this process last logged a module's departure (several views share one log, and each
-#: sees it at its own moment): said again only after this many seconds.
-_GONE_SAID: dict[str, float] = {}
-_GONE_SAID_FOR_S: Final = 60.0
 
 #: Longest pause between liveness checks (shorter when a module beats faster).
 SWEEP_EVERY: Final = 0.5
@@ -72,60 +64,8 @@ SWEEP_EVERY: Final = 0.5
 CONFIRM_TIMEOUT: Final = 2.0
 _BUILT_IN: Final = frozenset(stage.value for stage in Stage)
 
-#: Called with (subject, payload) for the events the view reports: broken chains, modules attached/detached.
-Notify = Callable[[str, dict[str, Any]], None]
 #: Called with (registry key, why) for an announcement refused as impersonation.
 Denied = Callable[[str, str], None]
-#: Called with (stage, why) when a chain's order drops the bag's edges (a cycle among them).
-Noted = Callable[[str, str], None]
-
-
-@dataclass(frozen=True, slots=True)
-class Link:
-    """One handler in a stage's chain, with what the kernel needs to call it."""
-
-    decl: Declaration
-    subject: str
-    batch: bool
-    trust: TrustState
-    match: frozenset[str] | None  # canonical names the handler wants; None: every call
-    identity: str  # the declaration's hash (trust, journal)
-    #: For a held guard (no live approved instance): why each call it wants is cancelled, and the outcome.
-    hold: str | None = None
-    outcome: Outcome = Outcome.OK
-    #: The agents it is granted to (None: every agent, global).
-    agents: frozenset[str] | None = None
-    #: Whether it takes only some calls by context (a ``when`` or grants): checked per call, before any request.
-    scoped: bool = False
-
-    def in_scope(self, ctx: Mapping[str, Any]) -> bool:
-        """Whether a call with this context reaches the handler (its grants and its ``when``)."""
-        if self.agents is not None:
-            agent = ctx.get("agent")
-            if not isinstance(agent, str) or agent not in self.agents:
-                return False
-        return self.decl.when.matches(ctx)
-
-
-@dataclass(frozen=True, slots=True)
-class StageChain:
-    stage: str
-    links: tuple[Link, ...]
-    broken: str | None = None
-    #: Gone or replaced trusted fail-closed handlers: a call any of them wants is cancelled at once.
-    holds: tuple[Link, ...] = ()
-    #: Declared handlers that may not run (untrusted, modified): journaled as denied, never called.
-    waiting: tuple[Link, ...] = ()
-    #: In a broken chain, the trusted fail-closed handler whose promise makes its calls cancel.
-    guard: str | None = None
-    #: Runnable handlers an operator disabled: never called, never holding (``hookbus enable`` restores them).
-    disabled: tuple[Link, ...] = ()
-    #: Why the order is not what the declarations ask (the bag's edges made a cycle and were dropped).
-    note: str | None = None
-    #: Whether a handler of the chain reads or writes the bag (the kernel then keeps the session's bag).
-    bag: bool = False
-    #: Declared versions an operator rejected (``hookbus reject``): never called, not in the approval queue.
-    rejected: tuple[Link, ...] = ()
 
 
 class View:
@@ -148,27 +88,22 @@ class View:
         self.trust_new = trust_new
         self.aliases = dict(aliases)
         self.liveness_factor = liveness_factor
-        self._notify = notify
         self._on_denied = on_denied
-        self._on_note = on_note
-        self._notes: dict[str, str] = {}
+        self._reports = Reports(notify, on_note)
         #: Registry keys already reported for claiming another module's name (reported once each).
         self._denied_keys: set[str] = set()
         self.chains: dict[str, StageChain] = {}
         self.instances: dict[str, tuple[Announcement, float]] = {}
-        self.approved: dict[str, str] = {}
-        #: qualname -> Unix time first approved: equal priorities run in this order.
-        self.first_approved: dict[str, float] = {}
-        #: qualname -> the operator's switches (absent: enabled, global).
-        self.switches: dict[str, Switches] = {}
-        #: qualname -> the identities an operator rejected (``hookbus reject``): never queued, never called.
-        self.rejected: dict[str, frozenset[str]] = {}
-        self.guards: dict[str, GuardRecord] = {}
+        #: What the trust and guard buckets hold; its dicts are read here under the same names.
+        self.trust = TrustRecords()
+        self.approved = self.trust.approved
+        self.first_approved = self.trust.first_approved
+        self.switches = self.trust.switches
+        self.rejected = self.trust.rejected
+        self.guards = self.trust.guards
         self._revisions: dict[str, int] = {}  # registry revision of each instance's latest beat
         self._heard: dict[str, float] = {}  # Unix time each instance was last heard of
         self._gone_at: dict[str, float] = {}  # module -> Unix time its last instance was last heard of
-        self._modules: set[str] = set()
-        self._broken: dict[str, str] = {}
         self._watches: list[Watch] = []
         self._modules_watch: Watch | None = None
         self._modules_kv: Bucket | None = None
@@ -193,7 +128,7 @@ class View:
             await watch.start()
         self._started = True
         self._drop_dead()
-        self._modules = self._live_modules()  # present at start: not reported as attached
+        self._reports.modules = self._live_modules()  # present at start: not reported as attached
         self._rebuild()
         self._spawn(self._sweep())
 
@@ -265,66 +200,12 @@ class View:
         return now - min(max(0.0, time.time() - ann.at), MODULES_MAX_AGE)
 
     def _on_trust(self, key: str, data: bytes | None, revision: int) -> None:
-        switched = switched_handler(key)
-        if switched is not None:
-            self._on_switch(switched, data)
-            return
-        rejected = rejected_handler(key)
-        if rejected is not None:
-            self._on_rejected(rejected, data)
-            return
-        identity = approved_identity(data)
-        if identity is None:
-            self.approved.pop(key, None)
-            self.first_approved.pop(key, None)
-        else:
-            self.approved[key] = identity
-            first = first_approved(data)
-            if first is None:
-                self.first_approved.pop(key, None)
-            else:
-                self.first_approved[key] = first
-        self._rebuild()
-
-    def _on_rejected(self, qualname: str, data: bytes | None) -> None:
-        try:
-            identities = parse_rejected(data)
-        except ValueError as exc:
-            log.warning("rejection record of %s is malformed (%s): ignored", qualname, exc)
-            return
-        if identities:
-            self.rejected[qualname] = identities
-        else:
-            self.rejected.pop(qualname, None)
-        self._rebuild()
-
-    def _on_switch(self, qualname: str, data: bytes | None) -> None:
-        try:
-            switches = parse_switches(data)
-        except ValueError as exc:
-            log.warning("switch record of %s is malformed (%s): ignored", qualname, exc)
-            return
-        if switches == DEFAULT_SWITCHES:
-            self.switches.pop(qualname, None)
-        else:
-            self.switches[qualname] = switches
-        self._rebuild()
+        if self.trust.on_trust(key, data):
+            self._rebuild()
 
     def _on_guard(self, key: str, data: bytes | None, revision: int) -> None:
-        if data is None and revision == 0 and key in self.guards:
-            # gone without a delete marker (purged, or missing from a new watch): what erased it is not the
-            # record's writer nor the operator, so the guard holds on (docs/security.md, Integrity)
-            log.error("guard record %s vanished from %s without a detach: still enforced", key, GUARDS_BUCKET)
-            return
-        if data is None:
-            self.guards.pop(key, None)
-        else:
-            try:
-                self.guards[key] = parse_record(key, data)
-            except ValueError as exc:
-                log.warning("%s: ignored", exc)
-                return
-        self._rebuild()
+        if self.trust.on_guard(key, data, revision):
+            self._rebuild()
 
     # -- liveness
 
@@ -436,15 +317,13 @@ class View:
         records: dict[str, list[GuardRecord]] = {}
         for rec in self.guards.values():
             records.setdefault(rec.decl.qualname, []).append(rec)
-        by_stage: dict[str, _Parts] = {}
+        by_stage: dict[str, ChainParts] = {}
         for qualname in sorted(live.keys() | records.keys()):  # trust_new approves in name order: every run alike
             self._place(qualname, live.get(qualname, {}), records.get(qualname, []), by_stage)
         known = frozenset(live) | frozenset(self.approved) | frozenset(records)
         first = self.first_approved
         self.chains = {stage: parts.chain(stage, known, first) for stage, parts in by_stage.items()}
-        self._report_broken(self.chains)
-        self._report_notes(self.chains)
-        self._report_modules()
+        self._reports.report(self.chains, self._live_modules())
         self.generation += 1
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
@@ -462,7 +341,7 @@ class View:
         qualname: str,
         live: dict[str, tuple[Declaration, Announcement]],
         records: list[GuardRecord],
-        by_stage: dict[str, _Parts],
+        by_stage: dict[str, ChainParts],
     ) -> None:
         """Put one handler where it belongs: a runnable link, a hold, the disabled or the waiting list.
 
@@ -505,10 +384,10 @@ class View:
             self._parts(by_stage, decl.stage).waiting.append(self._link(decl, ann, state, identity))
 
     @staticmethod
-    def _parts(by_stage: dict[str, _Parts], stage: str) -> _Parts:
+    def _parts(by_stage: dict[str, ChainParts], stage: str) -> ChainParts:
         parts = by_stage.get(stage)
         if parts is None:
-            parts = by_stage[stage] = _Parts()
+            parts = by_stage[stage] = ChainParts()
         return parts
 
     def _link(self, decl: Declaration, ann: Announcement, trust: TrustState, identity: str) -> Link:
@@ -552,60 +431,6 @@ class View:
             while not predicate():
                 await self._changed.wait()
 
-    # -- what the view reports
-
-    def _report_broken(self, chains: dict[str, StageChain]) -> None:
-        now_broken = {stage: chain.broken for stage, chain in chains.items() if chain.broken}
-        for stage, reason in now_broken.items():
-            if self._broken.get(stage) != reason:
-                guard = chains[stage].guard
-                if guard:
-                    log.error("middleware chain of %s broken: %s; calls cancelled (%s)", stage, reason, guard)
-                else:
-                    log.error("middleware chain of %s disabled: %s; its handlers are not called", stage, reason)
-                self._emit(BROKEN_SET, {"stage": stage, "reason": reason})
-        for stage in self._broken.keys() - now_broken.keys():
-            log.warning("middleware chain of %s works again", stage)
-            self._emit(BROKEN_CLEARED, {"stage": stage})
-        self._broken = now_broken
-
-    def _report_notes(self, chains: dict[str, StageChain]) -> None:
-        """Say once (per change) that a stage's order dropped its bag edges."""
-        notes = {stage: chain.note for stage, chain in chains.items() if chain.note}
-        for stage, note in notes.items():
-            if self._notes.get(stage) != note:
-                log.warning("middleware chain of %s: %s", stage, note)
-                if self._on_note is not None:
-                    self._on_note(stage, note)
-        self._notes = notes
-
-    def _report_modules(self) -> None:
-        """eva.module.attached when a module appears; eva.module.detached when one leaves without a guard."""
-        now = self._live_modules()
-        held = {link.decl.module for chain in self.chains.values() for link in chain.holds}
-        for module in sorted(now - self._modules):
-            self._emit(MODULE_ATTACHED, {"module": module})
-        for module in sorted(self._modules - now):
-            if module in held:
-                said = _GONE_SAID.get(module)
-                clock = time.monotonic()
-                if said is not None and clock - said < _GONE_SAID_FOR_S:
-                    continue  # another view of this process said it (hookbus up runs several): one line per fact
-                _GONE_SAID[module] = clock
-                log.error(
-                    "module %s is gone: its fail-closed handlers cancel their stages until it is back "
-                    "or detached (hookbus detach %s)",
-                    module,
-                    module,
-                )
-            else:
-                self._emit(MODULE_DETACHED, {"module": module, "reason": "gone"})
-        self._modules = now
-
-    def _emit(self, subject: str, payload: dict[str, Any]) -> None:
-        if self._notify is not None:
-            self._notify(subject, payload)
-
     # -- writes an operator (or trust_new) makes
 
     async def approve(self, decl: Declaration, how: str = "approved") -> None:
@@ -621,34 +446,6 @@ class View:
         with contextlib.suppress(RegistryError):
             if await self._trust_kv.create(trust_key(decl), trust_record(decl, "trust-new")):
                 log.warning("trust_new: approved new handler %s on first sight", decl.qualname)
-
-
-@dataclass
-class _Parts:
-    """One stage's handlers while a chain is built."""
-
-    runs: list[Link] = field(default_factory=list)
-    holds: list[Link] = field(default_factory=list)
-    waiting: list[Link] = field(default_factory=list)
-    disabled: list[Link] = field(default_factory=list)
-    rejected: list[Link] = field(default_factory=list)
-
-    def chain(self, stage: str, known: frozenset[str], first: Mapping[str, float]) -> StageChain:
-        members = {link.decl.qualname: link for link in self.runs}
-        held = tuple(sorted(self.holds, key=lambda link: link.decl.qualname))
-        waiting = tuple(sorted(self.waiting, key=lambda link: link.decl.qualname))
-        disabled = tuple(sorted(self.disabled, key=lambda link: link.decl.qualname))
-        rejected = tuple(sorted(self.rejected, key=lambda link: link.decl.qualname))
-        decls = [link.decl for link in self.runs] + [link.decl for link in held]
-        try:
-            ordered, note = order_with_bag(stage, decls, known, first)
-        except BrokenChain as exc:
-            guards = sorted(decl.qualname for decl in decls if decl.fail_closed)
-            guard = guards[0] if guards else None
-            return StageChain(stage, (), exc.reason, held, waiting, guard, disabled, rejected=rejected)
-        links = tuple(members[decl.qualname] for decl in ordered if decl.qualname in members)
-        bag = any(link.decl.inputs or link.decl.outputs for link in links)
-        return StageChain(stage, links, None, held, waiting, None, disabled, note, bag, rejected)
 
 
 def _clock(moment: float) -> str:
