@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from bus.client import Bus, BusState, EventHandler, Handler, Subscription
     from bus.core.catalog import EventSpec
-    from bus.core.decisions import Cancel, Continue, Decision, Patch
+    from bus.core.decisions import Ask, Cancel, Continue, Decision, Patch
     from bus.core.envelope import Event, EventDict
     from bus.core.errors import (
         BusClosedError,
@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from bus.metrics import register_collectors
     from bus.middleware.faults import Outcome
     from bus.middleware.handler.module import Module, StageCtx
+    from bus.middleware.kernel.asking import Asked
     from bus.middleware.kernel.intercept import MiddlewareOptions
     from bus.middleware.trust import TrustState
     from bus.sync import SyncBus
@@ -64,6 +65,8 @@ if TYPE_CHECKING:
 _WHERE: dict[str, str] = {
     "AgentSpawn": "bus.core.payloads",
     "AgentTerminate": "bus.core.payloads",
+    "Ask": "bus.core.decisions",
+    "Asked": "bus.middleware.kernel.asking",
     "AssistantMessage": "bus.core.payloads",
     "Bus": "bus.client",
     "BusClosedError": "bus.core.errors",
@@ -136,6 +139,8 @@ def __dir__() -> list[str]:
 __all__ = [
     "AgentSpawn",
     "AgentTerminate",
+    "Ask",
+    "Asked",
     "AssistantMessage",
     "Bus",
     "BusClosedError",

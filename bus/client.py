@@ -16,7 +16,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Mapping
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Final
+from typing import Any, Final, Literal, overload
 
 from bus.core import depth as _depth
 from bus.core import tracing as _tracing
@@ -31,6 +31,7 @@ from bus.core.stats import COLLECTOR, BusStats
 from bus.core.subjects import TOKEN_RE, normalise_pattern, publisher_token, vouched_pattern, wire_subject
 from bus.core.tasks import TaskSet
 from bus.counters import CountersReporter
+from bus.middleware.kernel.asking import Asked
 from bus.middleware.kernel.intercept import Interceptor, MiddlewareOptions
 from bus.middleware.trust import Managed
 from bus.subscription import DEFAULT_CLOSE_TIMEOUT, settle
@@ -39,6 +40,7 @@ from bus.subscription import Subscription as Subscription
 from bus.transport.connection import Credentials, auth_options, resolve_servers, with_private_inbox
 from bus.transport.kv import Bucket
 from bus.transport.nats_connection import NatsConnection
+from bus.transport.once import OnceBucket, once_bucket
 from bus.transport.port import Connection, ObjectStore, RawMessage, RawSubscription, Trouble
 from bus.transport.server import NatsServer
 from bus.transport.streams import PullConsumer, StreamMessage, StreamSpec, StreamState
@@ -340,6 +342,10 @@ class Bus:
         """A fresh reply subject under this connection's private inbox prefix."""
         return self._connection().new_inbox()
 
+    def once_bucket(self, name: str, max_age_s: float) -> OnceBucket:
+        """A write-once KV bucket on this connection (bus.transport.once: the asks are kept so)."""
+        return once_bucket(self._connection().raw, name, max_age_s)
+
     async def open_bucket(self, name: str, ttl_s: float | None = None) -> Bucket:
         """Bind to a KV bucket, creating it on first use; RegistryError when JetStream is off or denies it."""
         return await self._connection().open_bucket(name, ttl_s)
@@ -450,14 +456,34 @@ class Bus:
         """A unique id (the one generator of event ids; middleware calls use it too)."""
         return self._encoder.new_id()
 
-    async def intercept(self, stage: str, payload: dict[str, Any], ctx: Mapping[str, Any] | None = None) -> Decision:
+    @overload
+    async def intercept(
+        self, stage: str, payload: dict[str, Any], ctx: Mapping[str, Any] | None = None, *, hold: Literal[True] = True
+    ) -> Decision: ...
+
+    @overload
+    async def intercept(
+        self, stage: str, payload: dict[str, Any], ctx: Mapping[str, Any] | None = None, *, hold: bool
+    ) -> Decision | Asked: ...
+
+    async def intercept(
+        self, stage: str, payload: dict[str, Any], ctx: Mapping[str, Any] | None = None, *, hold: bool = True
+    ) -> Decision | Asked:
         """Run the middleware chain of ``stage``; return Continue(), Cancel(reason) or Patch(payload).
 
         A stage nobody declared returns Continue() without touching the
         network. ``ctx`` may carry ``session`` and ``agent``; the recursion
         depth is the current one (:mod:`bus.core.depth`). See :mod:`bus.middleware.kernel.intercept`.
+        A handler's Ask holds the call until an operator answers (or its deadline); with ``hold=False``
+        it returns ``Asked(id, deadline)`` at once instead, and ``await bus.answer(id)`` gives the decision.
         """
-        return await self.middleware.intercept(stage, payload, ctx)
+        if hold:
+            return await self.middleware.intercept(stage, payload, ctx)
+        return await self.middleware.intercept_unheld(stage, payload, ctx)
+
+    async def answer(self, ask_id: str) -> Decision:
+        """The decision of a call ``intercept(..., hold=False)`` returned ``Asked`` for, once answered or expired."""
+        return await self.middleware.answer(ask_id)
 
     async def subscribe(
         self,

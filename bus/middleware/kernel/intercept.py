@@ -15,6 +15,7 @@ the fail mode, never an exception. Every reaction is journaled on
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -27,14 +28,15 @@ import msgspec
 from bus.core import depth as _depth
 from bus.core import tracing as _tracing
 from bus.core.clock import timestamp_ms
-from bus.core.decisions import CONTINUE, Cancel, Decision, Patch, read_reply
-from bus.core.errors import Aborted, BusClosedError, DecisionError, NoResponders, RequestTimeout
+from bus.core.decisions import CONTINUE, Ask, Cancel, Decision, HandlerDecision, Patch, read_reply
+from bus.core.errors import Aborted, BusClosedError, DecisionError, MiddlewareError, NoResponders, RequestTimeout
 from bus.core.results import ChainRun, ends_run, hide_output
 from bus.core.schema import MiddlewareReply, MiddlewareRequest, ReactionMsg, RequestCtx, encode
 from bus.core.stages import Stage, match_field, phase
 from bus.journal.entries import PROCESS, JournalEntry, JournalPublisher
 from bus.middleware.faults import REPORTED, Outcome, fault_decision
 from bus.middleware.kernel import bag as _bag
+from bus.middleware.kernel.asking import Asked, AskHolder, Held
 from bus.middleware.kernel.drain import DEFAULT_BUDGET, Drain
 from bus.middleware.kernel.metrics import MIDDLEWARE
 from bus.middleware.kernel.view import Link, StageChain, View
@@ -55,6 +57,8 @@ CAUSE_LIMIT: Final = 1000
 _EMPTY: Final[Mapping[str, Any]] = {}
 #: A held stage journals its first cancel at once, then one entry per this many seconds counting the rest.
 HELD_WINDOW: Final = 1.0
+#: Set by ``intercept_unheld`` for the run it starts: told the ask's id and deadline once a handler asks.
+_ASKED: contextvars.ContextVar[asyncio.Future[Asked] | None] = contextvars.ContextVar("hookbus_asked", default=None)
 
 
 @dataclass
@@ -94,6 +98,8 @@ class Interceptor:
         self._held: dict[str, list[Any]] = {}  # hold reason -> [link, calls since its last entry, timer, the cancel]
         #: Each session's bag, cleared by the session's next user.message (bus.middleware.kernel.bag).
         self.bags = _bag.Bags()
+        self.asks = AskHolder(bus)
+        self._unheld: dict[str, asyncio.Task[Decision]] = {}  # ask id -> the run waiting for its answer
 
     async def start(self) -> View:
         """Load the registry and start following it (done by the first intercept if not before)."""
@@ -149,6 +155,41 @@ class Interceptor:
             return await self._traced(chain, payload, ctx or _EMPTY)
         return await self._run(chain, payload, ctx or _EMPTY)
 
+    async def intercept_unheld(
+        self, stage: str, payload: dict[str, Any], ctx: Mapping[str, Any] | None = None
+    ) -> Decision | Asked:
+        """``intercept``, but a handler's ask returns Asked(id, deadline) at once; :meth:`answer` waits for it.
+
+        The chain goes on in a task of its own: after the answer, the handlers after the asking one run on
+        what was approved, and ``answer(id)`` returns the composed decision.
+        """
+        asked: asyncio.Future[Asked] = asyncio.get_running_loop().create_future()
+        token = _ASKED.set(asked)
+        try:
+            task = asyncio.get_running_loop().create_task(self.intercept(stage, payload, ctx))
+        finally:
+            _ASKED.reset(token)
+        either: set[asyncio.Future[Any]] = {task, asked}
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+        if task.done():
+            asked.cancel()
+            return task.result()
+        held = asked.result()
+        self._unheld[held.id] = task
+        task.add_done_callback(lambda _: None)  # its result is retrieved by answer()
+        return held
+
+    async def answer(self, ask_id: str) -> Decision:
+        """The decision of a call ``intercept_unheld`` returned Asked for, once its ask is answered or expired."""
+        task = self._unheld.get(ask_id)
+        if task is None:
+            raise MiddlewareError(f"ask {ask_id} is not held by this process (or its answer was already taken)")
+        try:
+            return await asyncio.shield(task)
+        finally:
+            if task.done():
+                self._unheld.pop(ask_id, None)
+
     async def _traced(self, chain: StageChain, payload: dict[str, Any], ctx: Mapping[str, Any]) -> Decision:
         """``_run`` in a span of its own (child of the caller's current span), whose context the requests carry."""
         with _tracing.span(f"hookbus intercept {chain.stage}", attributes={_tracing.ATTR_STAGE: chain.stage}) as span:
@@ -203,10 +244,39 @@ class Interceptor:
                 values = _bag.inputs_for(batch, bag)
                 wire_ctx.inputs = msgspec.UNSET if values is None else values
             decision, who = await self._call(stage, batch, run.payload, wire_ctx, journal, bag)
+            if isinstance(decision, Ask):  # the chain stops here until the answer; then the rest runs on it
+                position = next((i for i, link in enumerate(links) if link.decl.qualname == who), index - 1)
+                if decision.payload is not None:  # handlers before it in its module's run patched
+                    run.payload, run.patched = decision.payload, True
+                decision = await self._hold(decision, links[position], run.payload, wire_ctx)
+                index = position + 1
             if not run.take(decision, who):
                 break
         journal.flush()
         return self._final(run, rid)
+
+    async def _hold(self, ask: Ask, link: Link, payload: dict[str, Any], wire_ctx: RequestCtx) -> Decision:
+        """Hold the call for an operator; journal the ask at once and its end when it comes."""
+        decl = link.decl
+        started = time.perf_counter()
+
+        def asked(record: Any) -> None:
+            left = record.deadline - time.time()
+            cause = f"{record.reason} (ask {record.id}; {left:.0f}s left, then {record.on_timeout})"
+            entry = _Journal(self._journal, decl.stage, wire_ctx, True)
+            entry.note(link, "asked", cause, 0.0)
+            entry.flush()
+            waiting = _ASKED.get()
+            if waiting is not None and not waiting.done():
+                waiting.set_result(Asked(record.id, record.deadline))
+
+        held: Held = await self.asks.hold(
+            ask, decl.qualname, link.identity, decl.fail_closed, decl.stage, payload, wire_ctx, asked
+        )
+        entry = _Journal(self._journal, decl.stage, wire_ctx, True)
+        entry.note(link, held.verdict, held.cause, _elapsed(started))
+        entry.flush()
+        return held.decision
 
     def _held_call(self, chain: StageChain, payload: dict[str, Any], ctx: Mapping[str, Any]) -> Decision | None:
         """The cancel of a held guard that wants this call (no request), journaled; None if none wants it.
@@ -267,7 +337,7 @@ class Interceptor:
         wire_ctx: RequestCtx,
         journal: _Journal,
         bag: dict[str, Any] | None = None,
-    ) -> tuple[Decision, str]:
+    ) -> tuple[HandlerDecision, str]:
         """One request for a run of handlers of one module; journal their reactions.
 
         Returns the run's decision (a cancel named by the kernel) and the handler it is attributed to.
@@ -439,8 +509,8 @@ def _fault(link: Link, outcome: Outcome, cause: str, ms: float, journal: _Journa
 
 
 def _answered(
-    batch: Sequence[Link], reply: MiddlewareReply, decision: Decision, started: float, journal: _Journal
-) -> tuple[Decision, str]:
+    batch: Sequence[Link], reply: MiddlewareReply, decision: HandlerDecision, started: float, journal: _Journal
+) -> tuple[HandlerDecision, str]:
     """Read a module's reply through the kernel's declarations: its faults per their declared fail mode."""
     reactions = reply.reactions
     if isinstance(reactions, list) and reactions:
@@ -455,8 +525,8 @@ def _answered(
 
 
 def _accounted(
-    batch: Sequence[Link], reactions: list[ReactionMsg], decision: Decision, started: float, journal: _Journal
-) -> tuple[Decision, str]:
+    batch: Sequence[Link], reactions: list[ReactionMsg], decision: HandlerDecision, started: float, journal: _Journal
+) -> tuple[HandlerDecision, str]:
     """Walk the batch with the module's reactions: a fault reads per the kernel's declared fail mode."""
     count = len(reactions)
     for index, link in enumerate(batch):
@@ -484,6 +554,9 @@ def _accounted(
                 cancel = Cancel(reason if isinstance(reason, str) else "cancelled", qualname)
                 journal.add(link, Outcome.OK, cancel, ms, None)
                 return cancel, qualname
+            if kind == "ask" and isinstance(decision, Ask):
+                journal.add(link, Outcome.OK, decision, ms, None)
+                return decision, qualname
         read = Outcome(outcome) if outcome in REPORTED and outcome != _OK else Outcome.INVALID
         cause = _bounded(item.cause) or f"reported {_bounded(repr(outcome))}, {_bounded(repr(kind))}"
         fault = _fault(link, read, cause, ms, journal)
@@ -528,12 +601,12 @@ class _Journal:
         self,
         link: Link | None,
         outcome: Outcome,
-        decision: Decision,
+        decision: HandlerDecision,
         duration_ms: float,
         cause: str | None,
         count: int = 1,
     ) -> None:
-        reason = decision.reason if isinstance(decision, Cancel) else None
+        reason = decision.reason if isinstance(decision, Cancel | Ask) else None
         self._add(
             link.decl.qualname if link else "*",
             link.identity if link else None,
@@ -544,6 +617,11 @@ class _Journal:
             duration_ms,
             count,
         )
+
+    def note(self, link: Link, verdict: str, cause: str, duration_ms: float) -> None:
+        """An entry of the kernel's own (an ask held, and how it ended): journaled as it is, not counted."""
+        when = time.time_ns() // 1_000_000
+        self._reactions.append((link.decl.qualname, link.identity, verdict, cause, duration_ms, when))
 
     def ok(self, link: Link, who: str, kind: str, duration_ms: float) -> None:
         """A handler's continue or patch, as its module reported it (the common case: kept cheap)."""
@@ -573,8 +651,8 @@ class _Journal:
             why = f"{cause}; read as {kind} ({'fail-closed' if kind == 'cancel' else 'fail-open'})"
         seconds = float(ms) / 1000 if isinstance(ms, int | float) else None
         MIDDLEWARE.observe(who, self._stage, outcome, kind, seconds, count)
-        if verdict == "continue" and not self._neutral:
-            return  # a neutral continue changes nothing: counted, not journaled
+        if (verdict == "continue" and not self._neutral) or verdict == "ask":
+            return  # a neutral continue changes nothing: counted, not journaled; an ask is journaled by its hold
         duration = float(ms) if isinstance(ms, int | float) else None
         cause_text = why if isinstance(why, str) else None
         self._reactions.append((who, identity, verdict, cause_text, duration, time.time_ns() // 1_000_000))
