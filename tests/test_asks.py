@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -17,7 +18,7 @@ from bus.middleware.asks.store import AskStore, Pending
 from bus.middleware.kernel.asking import ASKS
 from bus.testing import EventRecorder, JournalRecorder, serving, wait_for_chain
 
-from .conftest import run_cli, unique
+from .conftest import hookbus_cmd, run_cli, unique
 from .waiting import wait_until
 
 
@@ -190,3 +191,37 @@ async def test_allow_from_the_cli_resumes_an_intercept(kernel: Bus, nats_url: st
         assert await call == Patch({"n": 10, "after_saw": {"n": 10}})
         again = await asyncio.to_thread(run_cli, "deny", item.ask.id, "--reason", "late", "--nats-url", nats_url)
         assert again.returncode != 0 and "already answered" in again.stderr
+
+
+@pytest.mark.parametrize("expire", [False, True])
+async def test_a_kernel_restarted_mid_ask_finds_it_again(
+    kernel: Bus, nats_url: str, operator: AskStore, expire: bool
+) -> None:
+    stage = f"custom.{unique('k')}"
+    mod = _asker(unique("ask"), stage, timeout=2.0 if expire else 60.0)
+    session = unique("s")
+    journal = await JournalRecorder().attach(kernel)
+    async with serving(mod, nats_url):
+        await wait_for_chain(kernel, stage, [f"{mod.name}.ask", f"{mod.name}.after"])
+        args = ["intercept", stage, '{"n": 11}', "--session", session, "--trust-new", "--nats-url", nats_url]
+        first = subprocess.Popen([*hookbus_cmd(), *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            item = await _pending(operator, session)
+        finally:
+            first.kill()
+            first.wait()
+        if expire:
+            await wait_until(lambda: time.time() > item.ask.deadline, what="the deadline")
+        call = asyncio.create_task(kernel.intercept(stage, {"n": 11}, {"session": session}))
+        if not expire:
+            await wait_until(lambda: item.ask.id in ASKS.holding, what="the restarted kernel holding the ask")
+            await operator.answer(item.ask.id, "allow", "alice")
+        decision = await call
+    # Answered or expired (fail-open: the deadline continues), the rest of the chain runs after it.
+    assert decision == Patch({"n": 11, "after_saw": {"n": 11}})
+    ended = "expired" if expire else "allowed"
+    await wait_until(lambda: any(e.decision == ended for e in journal.entries), what=f"the ask {ended}")
+    entry = next(e for e in journal.entries if e.decision == ended)
+    assert ("found again after a restart" in (entry.cause or "")) == expire
+    asked = [e.cause or "" for e in journal.entries if e.decision == "asked"]
+    assert asked and all(f"ask {item.ask.id};" in cause for cause in asked), "the same ask, not a new one"

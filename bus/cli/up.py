@@ -29,6 +29,7 @@ from bus.core.private_files import private_dir
 from bus.core.quantities import parse_duration, parse_size
 from bus.core.schema import PresenceComponent
 from bus.core.subjects import PRESENCE_BUCKET
+from bus.middleware.asks.store import ensure_asks_bucket
 from bus.middleware.kernel.approvals import approvals_held
 from bus.middleware.registry import ensure_buckets
 from bus.presence import MAX_AGE_S as PRESENCE_MAX_AGE_S
@@ -215,6 +216,7 @@ async def run(args: argparse.Namespace) -> int:
             raise
         # agents and modules may read the middleware state, not create it
         await ensure_buckets(bus, (PRESENCE_BUCKET, PRESENCE_MAX_AGE_S))
+        await ensure_asks_bucket(bus)  # agents write their asks there and may not create it
         from subscribers.shell_hooks.security import public_url  # workers load with the services, not with the CLI
 
         lines = [f"hookbus up: workspace {workspace}"]

@@ -245,6 +245,11 @@ class AskStore:
         await publish_entry(self._port, entry)
 
 
+async def ensure_asks_bucket(port: Port) -> None:
+    """Create ``hookbus_asks`` if it is missing (``hookbus up``, as the bus role); RegistryError if refused."""
+    await port.once_bucket(ASKS_BUCKET, MAX_AGE_S).ensure()
+
+
 def _detail(answer: AnswerMsg) -> str:
     if answer.kind == "deny":
         return f": {answer.reason or 'no reason given'}"
