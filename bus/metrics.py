@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from prometheus_client.registry import REGISTRY, Collector, CollectorRegistry
 
 from bus.core.stats import COLLECTOR
+from bus.middleware.kernel.asking import ASKS
 from bus.middleware.kernel.metrics import MIDDLEWARE
 
 _registered: set[tuple[int, int]] = set()  # (registry, collector) pairs, by identity; both live for the process
@@ -27,5 +28,5 @@ def register_once(collectors: Iterable[Collector], registry: CollectorRegistry =
 
 
 def register_collectors(registry: CollectorRegistry = REGISTRY) -> None:
-    """Expose the bus counters and the middleware metrics on ``registry`` (once; again is a no-op)."""
-    register_once((COLLECTOR, MIDDLEWARE), registry)
+    """Expose the bus counters, the middleware and the asks metrics on ``registry`` (once; again is a no-op)."""
+    register_once((COLLECTOR, MIDDLEWARE, ASKS), registry)

@@ -10,8 +10,9 @@ from typing import Any
 
 import orjson
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
 
-from bus import Ask, Asked, Bus, Cancel, Module, Patch
+from bus import Ask, Asked, Bus, Cancel, Module, Patch, register_collectors
 from bus.core.errors import AskRefused
 from bus.middleware.asks.records import payload_sha256
 from bus.middleware.asks.store import AskStore, Pending
@@ -20,6 +21,12 @@ from bus.testing import EventRecorder, JournalRecorder, serving, wait_for_chain
 
 from .conftest import hookbus_cmd, run_cli, unique
 from .waiting import wait_until
+
+
+def _registry_with_asks() -> CollectorRegistry:
+    registry = CollectorRegistry()
+    register_collectors(registry)
+    return registry
 
 
 @pytest.fixture
@@ -67,9 +74,14 @@ async def test_allow_resumes_the_chain_after_the_asking_handler(kernel: Bus, nat
         assert item.ask.payload == {"n": 1} and item.ask.payload_sha256 == payload_sha256({"n": 1})
         assert item.ask.handler == f"{mod.name}.ask" and item.ask.reason == "a person decides"
         assert not call.done()
+        assert ASKS.holding.get(item.ask.id) == item.ask.asked_at
+        allowed = ASKS.answered.get("allow", 0)
         await operator.answer(item.ask.id, "allow", "alice", item.ask.payload_sha256)
         decision = await call
     assert decision == Patch({"n": 1, "after_saw": {"n": 1}})
+    assert ASKS.answered["allow"] == allowed + 1 and item.ask.id not in ASKS.holding
+    scraped = generate_latest(_registry_with_asks()).decode()
+    assert "hookbus_asks_pending 0.0" in scraped and 'hookbus_asks_answered_total{kind="allow"}' in scraped
     wanted = {"asked", "allowed", "answered allow"}
     await wait_until(lambda: wanted <= {entry.decision for entry in journal.entries}, what="the ask's journal")
     by_decision = {entry.decision: entry for entry in journal.entries}

@@ -62,17 +62,17 @@ class AskStats(Collector):
         self.expired = 0
 
     def collect(self) -> Iterable[Any]:
-        pending = GaugeMetricFamily(f"{PREFIX}asks_pending", "Asks this process holds for an operator's answer")
+        pending = GaugeMetricFamily(f"{PREFIX}_asks_pending", "Asks this process holds for an operator's answer")
         pending.add_metric([], len(self.holding))
         yield pending
-        oldest = GaugeMetricFamily(f"{PREFIX}asks_oldest_age_seconds", "Age of the oldest ask held (0: none)")
+        oldest = GaugeMetricFamily(f"{PREFIX}_asks_oldest_age_seconds", "Age of the oldest ask held (0: none)")
         oldest.add_metric([], time.time() - min(self.holding.values()) if self.holding else 0.0)
         yield oldest
-        answered = CounterMetricFamily(f"{PREFIX}asks_answered", "Asks answered, by kind", labels=["kind"])
+        answered = CounterMetricFamily(f"{PREFIX}_asks_answered", "Asks answered, by kind", labels=["kind"])
         for kind, count in sorted(self.answered.items()):
             answered.add_metric([kind], count)
         yield answered
-        expired = CounterMetricFamily(f"{PREFIX}asks_expired", "Asks whose deadline came before any answer")
+        expired = CounterMetricFamily(f"{PREFIX}_asks_expired", "Asks whose deadline came before any answer")
         expired.add_metric([], self.expired)
         yield expired
 
