@@ -32,7 +32,7 @@ from typing import Any, Final
 import orjson
 
 from bus.client import Bus
-from bus.core.decisions import Continue, Decision
+from bus.core.decisions import Continue, HandlerDecision
 from bus.core.filewatch import WatchedFile
 from bus.core.subjects import TOKEN_RE
 from bus.middleware.handler.module import Module, StageCtx
@@ -98,7 +98,7 @@ def build(hooks: ClaudeHooks, project: Path, nats_url: str | None, name: str = M
 
         async def handler(
             stage: str, payload: dict[str, Any], ctx: StageCtx, event: str = event, groups: Any = groups
-        ) -> Decision:
+        ) -> HandlerDecision:
             commands = _wanted(event, groups, payload)
             if not commands:
                 return Continue()
