@@ -13,6 +13,8 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from bus import Ask, Asked, Bus, Cancel, Module, Patch, register_collectors
+from bus.adapters.claude_code import answer as claude_answer
+from bus.adapters.claude_code import parse as parse_hook
 from bus.core.errors import AskRefused
 from bus.middleware.asks.records import payload_sha256
 from bus.middleware.asks.store import AskStore, Pending
@@ -237,3 +239,40 @@ async def test_a_kernel_restarted_mid_ask_finds_it_again(
     assert ("found again after a restart" in (entry.cause or "")) == expire
     asked = [e.cause or "" for e in journal.entries if e.decision == "asked"]
     assert asked and all(f"ask {item.ask.id};" in cause for cause in asked), "the same ask, not a new one"
+
+
+def _pre_tool_use(session: str, command: str) -> Any:
+    raw = {
+        "hook_event_name": "PreToolUse",
+        "session_id": session,
+        "tool_name": "Bash",
+        "tool_input": {"command": command},
+    }
+    return parse_hook(orjson.dumps(raw))
+
+
+async def test_claude_code_asks_at_its_terminal_or_holds_for_the_fleet(
+    kernel: Bus, nats_url: str, operator: AskStore
+) -> None:
+    mod = Module(unique("ccask"))
+
+    @mod.stage("tool.call")
+    async def confirm(stage: str, payload: dict[str, Any]) -> Ask:
+        return Ask("confirm the push")
+
+    async with serving(mod, nats_url):
+        await wait_for_chain(kernel, "tool.call", [f"{mod.name}.confirm"])
+        session = unique("s")
+        terminal = await claude_answer(kernel, _pre_tool_use(session, "git push"), asks="terminal")
+        specific = (terminal.output or {})["hookSpecificOutput"]
+        assert specific["permissionDecision"] == "ask" and "confirm the push" in specific["permissionDecisionReason"]
+        assert [p for p in await operator.pending() if p.ask.session == session] == [], "nothing held for the fleet"
+        fleet = asyncio.create_task(claude_answer(kernel, _pre_tool_use(session, "git push")))
+        item = await _pending(operator, session)
+        await operator.answer(item.ask.id, "deny", "alice", reason="not from here")
+        denied = await fleet
+    specific = (denied.output or {})["hookSpecificOutput"]
+    assert (
+        specific["permissionDecision"] == "deny"
+        and "denied by alice: not from here" in specific["permissionDecisionReason"]
+    )

@@ -38,8 +38,9 @@ _FAIL_MODE: Final = {True: "cancel", False: "continue"}
 class Asked:
     """``intercept(..., hold=False)``'s answer when a handler asked: wait with ``await bus.answer(id)``."""
 
-    id: str
+    id: str  # "" for an ask not kept (the agent's own terminal answers it)
     deadline: float  # Unix time
+    reason: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -58,7 +58,10 @@ _EMPTY: Final[Mapping[str, Any]] = {}
 #: A held stage journals its first cancel at once, then one entry per this many seconds counting the rest.
 HELD_WINDOW: Final = 1.0
 #: Set by ``intercept_unheld`` for the run it starts: told the ask's id and deadline once a handler asks.
-_ASKED: contextvars.ContextVar[asyncio.Future[Asked] | None] = contextvars.ContextVar("hookbus_asked", default=None)
+#: And whether the ask is kept for an operator (False: the caller's own person answers it, nothing is held).
+_ASKED: contextvars.ContextVar[tuple[asyncio.Future[Asked], bool] | None] = contextvars.ContextVar(
+    "hookbus_asked", default=None
+)
 
 
 @dataclass
@@ -156,25 +159,30 @@ class Interceptor:
         return await self._run(chain, payload, ctx or _EMPTY)
 
     async def intercept_unheld(
-        self, stage: str, payload: dict[str, Any], ctx: Mapping[str, Any] | None = None
+        self, stage: str, payload: dict[str, Any], ctx: Mapping[str, Any] | None = None, *, keep: bool = True
     ) -> Decision | Asked:
         """``intercept``, but a handler's ask returns Asked(id, deadline) at once; :meth:`answer` waits for it.
 
         The chain goes on in a task of its own: after the answer, the handlers after the asking one run on
-        what was approved, and ``answer(id)`` returns the composed decision.
+        what was approved, and ``answer(id)`` returns the composed decision. ``keep=False``: the ask is not
+        held for an operator at all (an agent whose own person answers, ``hookbus claude-hook --asks
+        terminal``): Asked with no id and the handler's reason, and the chain ends there.
         """
         asked: asyncio.Future[Asked] = asyncio.get_running_loop().create_future()
-        token = _ASKED.set(asked)
+        token = _ASKED.set((asked, keep))
         try:
             task = asyncio.get_running_loop().create_task(self.intercept(stage, payload, ctx))
         finally:
             _ASKED.reset(token)
         either: set[asyncio.Future[Any]] = {task, asked}
         await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
-        if task.done():
+        if not asked.done():
             asked.cancel()
             return task.result()
         held = asked.result()
+        if not held.id:
+            await task  # ended at the ask, nothing held
+            return held
         self._unheld[held.id] = task
         task.add_done_callback(lambda _: None)  # its result is retrieved by answer()
         return held
@@ -259,6 +267,14 @@ class Interceptor:
         """Hold the call for an operator; journal the ask at once and its end when it comes."""
         decl = link.decl
         started = time.perf_counter()
+        waiting = _ASKED.get()
+        if waiting is not None and not waiting[1]:  # the caller's own person answers: nothing is held
+            note = _Journal(self._journal, decl.stage, wire_ctx, True)
+            note.note(link, "asked", f"{ask.reason} (passed to the agent's own user)", 0.0)
+            note.flush()
+            if not waiting[0].done():
+                waiting[0].set_result(Asked("", time.time() + float(ask.timeout), ask.reason))
+            return Cancel(f"{decl.qualname} asks: {ask.reason}")
 
         def asked(record: Any) -> None:
             left = record.deadline - time.time()
@@ -266,9 +282,8 @@ class Interceptor:
             entry = _Journal(self._journal, decl.stage, wire_ctx, True)
             entry.note(link, "asked", cause, 0.0)
             entry.flush()
-            waiting = _ASKED.get()
-            if waiting is not None and not waiting.done():
-                waiting.set_result(Asked(record.id, record.deadline))
+            if waiting is not None and not waiting[0].done():
+                waiting[0].set_result(Asked(record.id, record.deadline, record.reason))
 
         held: Held = await self.asks.hold(
             ask, decl.qualname, link.identity, decl.fail_closed, decl.stage, payload, wire_ctx, asked
