@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import subprocess
 import time
 from collections.abc import AsyncIterator
@@ -276,3 +277,29 @@ async def test_claude_code_asks_at_its_terminal_or_holds_for_the_fleet(
         specific["permissionDecision"] == "deny"
         and "denied by alice: not from here" in specific["permissionDecisionReason"]
     )
+
+
+async def test_watch_sees_each_new_ask_and_its_answer(kernel: Bus, nats_url: str, operator: AskStore) -> None:
+    stage = f"custom.{unique('w')}"
+    mod = _asker(unique("ask"), stage)
+    seen: list[tuple[str, Any]] = []
+
+    async def follow() -> None:
+        async for kind, msg in operator.watch():
+            seen.append((kind, msg))
+
+    watching = asyncio.create_task(follow())
+    try:
+        async with serving(mod, nats_url):
+            await wait_for_chain(kernel, stage, [f"{mod.name}.ask", f"{mod.name}.after"])
+            session = unique("s")
+            call = asyncio.create_task(kernel.intercept(stage, {"n": 12}, {"session": session}))
+            await wait_until(lambda: any(kind == "ask" and msg.session == session for kind, msg in seen), what="ask")
+            ask_id = next(msg.id for kind, msg in seen if kind == "ask" and msg.session == session)
+            await operator.answer(ask_id, "allow", "alice")
+            await call
+            await wait_until(lambda: any(kind == "answer" and msg.id == ask_id for kind, msg in seen), what="answer")
+    finally:
+        watching.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watching

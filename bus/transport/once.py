@@ -131,12 +131,19 @@ class OnceBucket:
         prefix = self._prefix
         return sorted(subject[len(prefix) :] for subject in (info.state.subjects or {}) if subject.startswith(prefix))
 
+    async def _subscribe(self, pattern: str) -> Any:
+        return await self._js.subscribe(
+            self._prefix + pattern, ordered_consumer=True, deliver_policy=api.DeliverPolicy.NEW
+        )
+
     async def follow(self, pattern: str = ">") -> AsyncIterator[tuple[str, bytes]]:
         """Each key written under ``pattern`` from now on, with its value (an ordered consumer, new messages only)."""
         try:
-            sub = await self._js.subscribe(
-                self._prefix + pattern, ordered_consumer=True, deliver_policy=api.DeliverPolicy.NEW
-            )
+            try:
+                sub = await self._subscribe(pattern)
+            except js_errors.NotFoundError:  # nothing was ever kept: make the bucket (where one may), then follow
+                await self.ensure()
+                sub = await self._subscribe(pattern)
         except _FAILURES as exc:
             raise RegistryError(f"bucket {self.name}: follow failed ({exc!r})") from None
         try:

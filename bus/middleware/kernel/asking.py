@@ -30,6 +30,8 @@ from bus.transport.port import Port
 
 log = logging.getLogger("hookbus.middleware")
 
+#: Characters of a handler's reason an ask keeps (a module cannot fill the bucket with it).
+REASON_LIMIT: Final = 1000
 #: How a fail mode reads at an ask's deadline.
 _FAIL_MODE: Final = {True: "cancel", False: "continue"}
 
@@ -116,7 +118,7 @@ class AskHolder:
             payload_sha256=payload_sha256(payload),
             handler=handler,
             identity=identity,
-            reason=ask.reason,
+            reason=ask.reason if len(ask.reason) <= REASON_LIMIT else ask.reason[:REASON_LIMIT] + "…",
             agent=ctx.agent,
             session=ctx.session,
             asked_at=now,
