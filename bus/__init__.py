@@ -20,12 +20,14 @@ if TYPE_CHECKING:
     from bus.client import Handler as Handler
     from bus.client import Subscription as Subscription
     from bus.core.catalog import EventSpec as EventSpec
+    from bus.core.decisions import Ask as Ask
     from bus.core.decisions import Cancel as Cancel
     from bus.core.decisions import Continue as Continue
     from bus.core.decisions import Decision as Decision
     from bus.core.decisions import Patch as Patch
     from bus.core.envelope import Event as Event
     from bus.core.envelope import EventDict as EventDict
+    from bus.core.errors import AskRefused as AskRefused
     from bus.core.errors import BusClosedError as BusClosedError
     from bus.core.errors import CatalogError as CatalogError
     from bus.core.errors import ConfigError as ConfigError
@@ -66,6 +68,7 @@ if TYPE_CHECKING:
     from bus.metrics import register_collectors as register_collectors
     from bus.middleware.faults import Outcome as Outcome
     from bus.middleware.handler.module import StageCtx as StageCtx
+    from bus.middleware.kernel.asking import Asked as Asked
     from bus.middleware.kernel.intercept import MiddlewareOptions as MiddlewareOptions
     from bus.middleware.trust import TrustState as TrustState
     from bus.module import Module as Module

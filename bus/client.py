@@ -14,7 +14,7 @@ import contextlib
 import logging
 from collections.abc import Iterable, Mapping
 from types import TracebackType
-from typing import Any, Final
+from typing import Any, Final, Literal, overload
 
 from bus.core import depth as _depth
 from bus.core.catalog import check_strict
@@ -25,6 +25,7 @@ from bus.core.envelope import DEFAULT_MAX_BYTES
 from bus.core.errors import BusClosedError, ConfigError, NotSent, SubjectError, TransportError
 from bus.core.subjects import TOKEN_RE, normalise_pattern, publisher_token, vouched_pattern, wire_subject
 from bus.counters import CountersReporter
+from bus.middleware.kernel.asking import Asked
 from bus.middleware.kernel.intercept import Interceptor, MiddlewareOptions
 from bus.middleware.trust import Managed
 from bus.port import BusPort
@@ -323,14 +324,34 @@ class Bus:
         """
         return self._port.journal_origin
 
-    async def intercept(self, stage: str, payload: dict[str, Any], ctx: Mapping[str, Any] | None = None) -> Decision:
+    @overload
+    async def intercept(
+        self, stage: str, payload: dict[str, Any], ctx: Mapping[str, Any] | None = None, *, hold: Literal[True] = True
+    ) -> Decision: ...
+
+    @overload
+    async def intercept(
+        self, stage: str, payload: dict[str, Any], ctx: Mapping[str, Any] | None = None, *, hold: bool
+    ) -> Decision | Asked: ...
+
+    async def intercept(
+        self, stage: str, payload: dict[str, Any], ctx: Mapping[str, Any] | None = None, *, hold: bool = True
+    ) -> Decision | Asked:
         """Run the middleware chain of ``stage``; return Continue(), Cancel(reason) or Patch(payload).
 
         A stage nobody declared returns Continue() without touching the
         network. ``ctx`` may carry ``session`` and ``agent``; the recursion
         depth is the current one (:mod:`bus.core.depth`). See :mod:`bus.middleware.kernel.intercept`.
+        A handler's Ask holds the call until an operator answers (or its deadline); with ``hold=False``
+        it returns ``Asked(id, deadline)`` at once instead, and ``await bus.answer(id)`` gives the decision.
         """
-        return await self.middleware.intercept(stage, payload, ctx)
+        if hold:
+            return await self.middleware.intercept(stage, payload, ctx)
+        return await self.middleware.intercept_unheld(stage, payload, ctx)
+
+    async def answer(self, ask_id: str) -> Decision:
+        """The decision of a call ``intercept(..., hold=False)`` returned ``Asked`` for, once answered or expired."""
+        return await self.middleware.answer(ask_id)
 
     async def subscribe(
         self,

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 
 from prometheus_client.registry import REGISTRY, Collector, CollectorRegistry
 
+from bus.middleware.kernel.asking import ASKS
 from bus.middleware.kernel.metrics import MIDDLEWARE
 from bus.runtime.stats import COLLECTOR
 
@@ -27,5 +28,5 @@ def register_once(collectors: Iterable[Collector], registry: CollectorRegistry =
 
 
 def register_collectors(registry: CollectorRegistry = REGISTRY) -> None:
-    """Expose the bus counters and the middleware metrics on ``registry`` (once; again is a no-op)."""
-    register_once((COLLECTOR, MIDDLEWARE), registry)
+    """Expose the bus counters, the middleware and the asks metrics on ``registry`` (once; again is a no-op)."""
+    register_once((COLLECTOR, MIDDLEWARE, ASKS), registry)

@@ -23,6 +23,7 @@ from bus.core.envelope_schema import PayloadRefMsg
 from bus.core.errors import BusClosedError, NotSent, PayloadRefError
 from bus.runtime.stats import BusStats
 from bus.transport.kv import Bucket
+from bus.transport.once import OnceBucket, once_bucket
 from bus.transport.port import Connection, ObjectStore, RawMessage, RawSubscription
 from bus.transport.streams import PullConsumer, StreamMessage, StreamSpec, StreamState
 
@@ -113,6 +114,10 @@ class BusPort:
     def new_inbox(self) -> str:
         """A fresh reply subject under this connection's private inbox prefix."""
         return self.connection().new_inbox()
+
+    def once_bucket(self, name: str, max_age_s: float) -> OnceBucket:
+        """A write-once KV bucket on this connection (bus.transport.once: the asks are kept so)."""
+        return once_bucket(self.connection().raw, name, max_age_s)
 
     async def emit(self, subject: str, payload: Mapping[str, Any] | None = None, session_id: str | None = None) -> bool:
         """:meth:`bus.client.Bus.emit` (the kernel's and the services' events go out as any other)."""

@@ -68,7 +68,7 @@ NATS_OUTSIDE_TRANSPORT: frozenset[str] = frozenset()
 MAX_MODULE_LINES = 500
 #: Modules still over MAX_MODULE_LINES, each to split; the test fails when one is added and when one listed
 #: here is back under (so the list only shrinks).
-LONG_MODULES: frozenset[str] = frozenset({"bus.core.envelope", "bus.core.schema"})
+LONG_MODULES: frozenset[str] = frozenset()
 
 
 def _module_name(path: Path) -> str:

@@ -13,6 +13,7 @@ older ``{"decision": "block"}`` taken for a pass.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 import sys
@@ -29,9 +30,11 @@ from bus.adapters.claude_code.command_modules import MODULE, ClaudeHooksServer, 
 from bus.adapters.claude_code.mapping import ClaudeCodeDialect, custom_subject, plan
 from bus.adapters.claude_code.mapping import parse as parse_input
 from bus.core.errors import ConfigError
+from bus.middleware.asks.store import AskStore
 
 from .conftest import nats_for_tests, require_binary
 from .test_claude_code_handlers import approved
+from .waiting import wait_until
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "claude"
 CTX = {"session": "s-community", "agent": "eva"}
@@ -184,8 +187,8 @@ async def test_a_bash_guard_in_a_whole_settings_json_blocks_and_asks(nats_url: s
     async with serving(nats_url, workspace, config, wanted) as kernel:
         decision = await kernel.intercept("tool.call", bash("rm -rf ~"), CTX)
         assert isinstance(decision, Cancel) and "BLOCKED" in decision.reason, decision
-        decision = await kernel.intercept("tool.call", bash("git push --force origin main"), CTX)
-        assert isinstance(decision, Cancel) and "CONFIRM" in decision.reason, "ask, and nobody to answer it"
+        decision = await answered(kernel, nats_url, bash("git push --force origin main"), "CONFIRM", "deny")
+        assert isinstance(decision, Cancel) and "denied by operator" in decision.reason, "its ask, denied"
         decision = await kernel.intercept("tool.call", bash("ls -la"), CTX)
         assert isinstance(decision, Continue), decision
 
@@ -198,13 +201,30 @@ print(json.dumps({"hookSpecificOutput": {"hookEventName": "PreToolUse", "permiss
 """
 
 
-async def test_ask_from_a_script_is_its_fail_mode_never_continue(nats_url: str, workspace: Path) -> None:
+async def answered(kernel: Bus, nats_url: str, call: dict[str, Any], reason: str, kind: str) -> Any:
+    """The decision of ``call`` once its ask (whose reason holds ``reason``) is answered ``kind`` by an operator."""
+    intercept = asyncio.create_task(kernel.intercept("tool.call", call, CTX))
+    async with Bus(nats_url, name="operator") as op:
+        store = AskStore(op)
+        found: list[Any] = []
+
+        async def asked() -> bool:
+            found[:] = [p.ask for p in await store.pending() if p.ask.payload == call and reason in p.ask.reason]
+            return bool(found)
+
+        await wait_until(asked, what="the hook's ask")
+        await store.answer(found[0].id, kind, "operator", reason="not now" if kind == "deny" else None)
+    return await intercept
+
+
+async def test_ask_from_a_script_is_held_for_an_operator(nats_url: str, workspace: Path) -> None:
     (workspace / "ask.py").write_text(ASK)
     config = {"hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [
         {"type": "command", "command": f"{sys.executable} $CLAUDE_PROJECT_DIR/ask.py"}]}]}}  # fmt: skip
     async with serving(nats_url, workspace, config, {f"{MODULE}.PreToolUse"}) as kernel:
-        decision = await kernel.intercept("tool.call", bash("ls"), CTX)
-        assert isinstance(decision, Cancel) and "confirm this" in decision.reason, decision
+        decision = await answered(kernel, nats_url, bash("ls"), "confirm this", "deny")
+        assert isinstance(decision, Cancel) and decision.reason == "denied by operator: not now", decision
+        assert await answered(kernel, nats_url, bash("pwd"), "confirm this", "allow") == Continue()
 
 
 def test_a_context_only_answer_lets_the_prompt_through_with_its_context() -> None:

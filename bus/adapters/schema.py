@@ -53,6 +53,8 @@ class AdapterRequestMsg(msgspec.Struct, kw_only=True):
 
     input: dict[str, Any]
     depth: RequestDepth = 0
+    #: What a handler's ask becomes: held for an operator (``fleet``), or the agent's own ``ask`` (``terminal``).
+    asks: Literal["fleet", "terminal"] = "fleet"
 
 
 class AdapterReplyMsg(msgspec.Struct, kw_only=True):

@@ -91,6 +91,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--fail-closed", action="store_true", help="refuse every guarded call when the bus cannot be reached"
     )
     parser.add_argument("--state", type=Path, default=None, help="file remembering the fail-closed guards")
+    parser.add_argument(
+        "--asks",
+        choices=("fleet", "terminal"),
+        default="fleet",
+        help="a handler's ask: held for an operator ('hookbus allow'; the default, for headless runs; give "
+        "--timeout and the hook's own timeout room for it), or 'terminal': Claude Code's own ask, at its prompt",
+    )
     add_nats_url(parser)
 
 
@@ -165,7 +172,7 @@ def hook_now(args: argparse.Namespace) -> int:
         return 0  # at the recursion limit an intercept continues and events are dropped: nothing to ask
     servers = resolve_servers(args.nats_url)
     settings = credential_values(overrides=credentials_of(args).overrides())
-    body = orjson.dumps({"input": raw, "depth": depth})
+    body = orjson.dumps({"input": raw, "depth": depth, "asks": getattr(args, "asks", "fleet")})
     try:
         data = None
         if oneshot.supported(servers, settings):
@@ -219,7 +226,7 @@ async def run_full(args: argparse.Namespace, hook: AgentHookInput, raw: dict[str
     bus: Bus | None = None
     try:
         async with Bus(args.nats_url, name=f"hookbus-{args.command}", **connection_args(args)) as bus:
-            done = await answer(bus, hook, dialect_of(args.flavor))
+            done = await answer(bus, hook, dialect_of(args.flavor), asks=getattr(args, "asks", "fleet"))
             guards = fail_closed_guards(bus)
             await bus.flush()
     except HookbusError as exc:  # no server, a refused grant, a registry it cannot read: no decision

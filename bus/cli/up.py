@@ -25,6 +25,7 @@ from bus.cli.workspace import resolve as resolve_workspace
 from bus.client import Bus
 from bus.core.errors import ConfigError, ConnectError, PortInUse, ServerError
 from bus.core.subjects import PRESENCE_BUCKET
+from bus.middleware.asks.store import ensure_asks_bucket
 from bus.middleware.kernel.approvals import approvals_held
 from bus.middleware.registry import ensure_buckets
 from bus.presence import MAX_AGE_S as PRESENCE_MAX_AGE_S
@@ -219,6 +220,7 @@ async def run(args: argparse.Namespace) -> int:
             raise
         # agents and modules may read the middleware state, not create it
         await ensure_buckets(bus.port, (PRESENCE_BUCKET, PRESENCE_MAX_AGE_S))
+        await ensure_asks_bucket(bus.port)  # agents write their asks there and may not create it
         from bus.sandbox.security import public_url  # workers load with the services, not with the CLI
 
         lines = [f"hookbus up: workspace {workspace}"]

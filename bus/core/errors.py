@@ -25,6 +25,7 @@ here. The tree of this module::
     │   ├── DeclarationError       a handler declaration is invalid (also ValueError)
     │   ├── RecordError            a stored handler record is invalid, or cannot be read or written (also ValueError)
     │   ├── DecisionError          a reply is not a valid decision (names who sent it)
+    │   ├── AskRefused             an answer to an ask is refused: missing, expired, another payload, answered
     │   ├── RegistryError          the registry/trust store (JetStream KV) is unavailable
     │   ├── BrokenChain            a stage's declarations cannot be ordered
     │   ├── ForeignAnnouncement    a registry entry claims another module's name (also ValueError)
@@ -182,6 +183,15 @@ class PayloadRefError(HookbusError):
 
 class MiddlewareError(HookbusError):
     """The middleware (handlers, registry, trust) could not do what was asked."""
+
+
+class AskRefused(MiddlewareError):
+    """An answer the asks store refused: no such ask, expired, another payload hash, or already answered."""
+
+    def __init__(self, ask_id: str, reason: str) -> None:
+        super().__init__(f"ask {ask_id}: {reason}")
+        self.ask_id = ask_id
+        self.reason = reason
 
 
 class StageError(MiddlewareError, ValueError):

@@ -29,7 +29,9 @@ RequestDepth = Annotated[int, msgspec.Meta(ge=0, lt=DEFAULT_MAX_DEPTH)]
 #: A duration a module may report for a handler (ms); beyond it the number means nothing.
 ReportedMs = Annotated[float, msgspec.Meta(ge=0, lt=1e8)]
 #: The three decisions, as the wire names them.
-DecisionKind = Literal["continue", "cancel", "patch"]
+DecisionKind = Literal["continue", "cancel", "patch", "ask"]
+#: An ask's wait in seconds: at most a day (bus.core.decisions.ASK_TIMEOUT_MAX).
+AskSeconds = Annotated[float, msgspec.Meta(gt=0, le=86400)]
 
 
 class RequestCtx(msgspec.Struct, kw_only=True):
@@ -81,7 +83,9 @@ class MiddlewareReply(msgspec.Struct, kw_only=True):
 
     decision: DecisionKind | msgspec.UnsetType = msgspec.UNSET
     reason: str | msgspec.UnsetType = msgspec.UNSET  # a cancel's
-    handler: str | msgspec.UnsetType = msgspec.UNSET  # a cancel's: who cancelled (``module.handler``)
+    handler: str | msgspec.UnsetType = msgspec.UNSET  # a cancel's (or ask's): who cancelled (``module.handler``)
+    timeout: AskSeconds | msgspec.UnsetType = msgspec.UNSET  # an ask's: how long it waits for an operator
+    on_timeout: Literal["continue", "cancel"] | msgspec.UnsetType = msgspec.UNSET  # an ask's: what its deadline does
     payload: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET  # a patch's: the payload after the run
     reactions: list[ReactionMsg] | msgspec.UnsetType = msgspec.UNSET
     error: str | msgspec.UnsetType = msgspec.UNSET  # instead of a decision: the request could not be run

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from bus.core.decisions import CONTINUE, Cancel, Decision, Patch
+from bus.core.decisions import CONTINUE, Ask, Cancel, HandlerDecision, Patch
 from bus.core.payloads import to_dict
 from bus.core.stages import Stage
 
@@ -57,17 +57,19 @@ def hide_output(payload: dict[str, Any], reason: str, handler: str) -> dict[str,
 
 
 class ChainRun:
-    """One walk along a chain of handlers: the payload as patched so far, and the cancel that ended it."""
+    """One walk along a chain of handlers: the payload as patched so far, and the cancel (or ask) that ended it."""
 
-    __slots__ = ("cancel", "patched", "payload", "stage")
+    __slots__ = ("ask", "cancel", "patched", "payload", "stage")
 
     def __init__(self, stage: str, payload: dict[str, Any]) -> None:
         self.stage = stage
         self.payload = payload
         self.patched = False
         self.cancel: Cancel | None = None
+        #: An Ask stops the run where it stands: the kernel holds it, then goes on after the asking handler.
+        self.ask: Ask | None = None
 
-    def take(self, decision: Decision, handler: str) -> bool:
+    def take(self, decision: HandlerDecision, handler: str) -> bool:
         """Apply ``handler``'s decision (a cancel is named ``handler``); False once the run is cancelled or decided."""
         if isinstance(decision, Patch):
             self.payload = apply_patch(self.stage, to_dict(decision.payload), handler)
@@ -76,10 +78,20 @@ class ChainRun:
         if isinstance(decision, Cancel):
             self.cancel = Cancel(decision.reason, handler)
             return False
+        if isinstance(decision, Ask):
+            patched = self.payload if self.patched else None
+            self.ask = Ask(decision.reason, decision.timeout, decision.on_timeout, handler, patched)
+            return False
         return True
 
-    def decision(self) -> Decision:
-        """The run's decision: its cancel, else a patch of the final payload if any handler patched, else continue."""
+    def decision(self) -> HandlerDecision:
+        """The run's decision: its cancel or ask, else a patch of the final payload if any patched, else continue.
+
+        An ask carries the payload as patched before it (when a handler of the run patched): the payload it
+        asks about.
+        """
         if self.cancel is not None:
             return self.cancel
+        if self.ask is not None:
+            return self.ask
         return Patch(self.payload) if self.patched else CONTINUE

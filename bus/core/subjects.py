@@ -280,6 +280,11 @@ GUARDS_BUCKET = "hookbus_guards"
 #: record runner keeps of the versions operators approved (only runners and operators write those).
 RECORDS_BUCKET = "hookbus_records"
 RECORDS_APPROVED_BUCKET = "hookbus_records_approved"
+#: Asks held for an operator's answer (docs/middleware.md, Asks): write-once keys ``ask.<user>.<id>``
+#: (the asking kernel), ``answer.<user>.<id>`` (operators only), ``done.<user>.<id>`` (the asking kernel).
+ASKS_BUCKET = "hookbus_asks"
+#: The event a kernel emits when it holds a call for an operator.
+ASK_REQUESTED = "eva.ask.requested"
 
 
 def kv_stream(bucket: str) -> str:

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from bus.core.decisions import Decision
+from bus.core.decisions import HandlerDecision
 from bus.core.declaration import Declaration
 from bus.middleware.faults import Outcome, fault_decision
 from bus.middleware.handler.module import _check
@@ -26,7 +26,7 @@ class RecordRun:
     """How one call of a record ended: the decision (its fail mode applied to a fault) and why."""
 
     outcome: Outcome
-    decision: Decision
+    decision: HandlerDecision
     cause: str | None
     duration_ms: float
 
@@ -46,5 +46,5 @@ async def run_record(handler: RecordHandler, decl: Declaration, payload: dict[st
     elapsed = (time.perf_counter() - started) * 1000
     if outcome is not Outcome.OK:
         return RecordRun(outcome, fault_decision(decl.fail_closed, decl.qualname, outcome, cause or ""), cause, elapsed)
-    assert isinstance(result, Decision)
+    assert isinstance(result, HandlerDecision)
     return RecordRun(outcome, result, None, elapsed)

@@ -1,8 +1,8 @@
 """Compiling a record's source into its handler, with a restricted set of builtins and imports.
 
 The source must define ``async def handle(stage, payload, ctx)`` returning
-``Continue()``, ``Cancel(reason)`` or ``Patch(payload)`` (the names are in
-scope, with ``sleep``). It sees a reduced ``__builtins__`` (no ``open``,
+``Continue()``, ``Cancel(reason)``, ``Patch(payload)`` or ``Ask(reason)`` (the
+names are in scope, with ``sleep``). It sees a reduced ``__builtins__`` (no ``open``,
 ``exec``, ``eval``, ``compile``, ``input``, ``breakpoint``, ``globals``,
 ``vars``, ``getattr``, ``setattr``, ``delattr``) and may import only the
 modules the runner allows, each seen as the public, non-module names it
@@ -37,7 +37,7 @@ from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from bus.core.decisions import Cancel, Continue, Decision, Patch
+from bus.core.decisions import Ask, Cancel, Continue, HandlerDecision, Patch
 from bus.core.errors import RecordError
 
 #: Modules a record may import unless the runner's configuration says otherwise: pure computation.
@@ -61,7 +61,7 @@ _FORBIDDEN_ATTRIBUTE: Final = re.compile(
 _MODULE_WITHHELD: Final = {"functools": frozenset({"update_wrapper", "wraps"}), "string": frozenset({"Formatter"})}
 
 #: A compiled record: ``await handle(stage, payload, ctx)`` gives its decision.
-RecordHandler = Callable[[str, dict[str, Any], "RecordCtx"], Coroutine[Any, Any, Decision]]
+RecordHandler = Callable[[str, dict[str, Any], "RecordCtx"], Coroutine[Any, Any, HandlerDecision]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +171,7 @@ def compile_record(name: str, source: str, allowed: Iterable[str] = DEFAULT_IMPO
         "Continue": Continue,
         "Cancel": Cancel,
         "Patch": Patch,
+        "Ask": Ask,
         "sleep": asyncio.sleep,
     }
     try:

@@ -28,6 +28,7 @@ from bus.core.envelope_schema import PayloadRefMsg
 from bus.core.errors import TransportError
 from bus.runtime.stats import BusStats
 from bus.transport.kv import Bucket
+from bus.transport.once import OnceBucket
 from bus.transport.streams import PullConsumer, StreamMessage, StreamSpec, StreamState
 
 #: What a publish, subscribe or unsubscribe on a Port may raise when the connection fails
@@ -183,6 +184,10 @@ class Port(Protocol):
         ...
 
     def new_inbox(self) -> str: ...
+
+    def once_bucket(self, name: str, max_age_s: float) -> OnceBucket:
+        """A write-once KV bucket (bus.transport.once), made on the first write that needs it."""
+        ...
 
     async def load_payload(self, subject: str, ref: PayloadRefMsg) -> dict[str, Any]:
         """The whole payload a claimed event refers to, checked; PayloadRefError if refused or not what it names."""

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from bus.core.decisions import CONTINUE, Decision, reply_of
+from bus.core.decisions import CONTINUE, Decision, HandlerDecision, reply_of
 from bus.core.declaration import Declaration
 from bus.core.middleware_schema import MiddlewareReply, MiddlewareRequest, ReactionMsg, RequestCtx
 from bus.core.results import ChainRun
@@ -90,7 +90,7 @@ class RecordSet:
 
     async def _one(
         self, entry: Entry, payload: dict[str, Any], wire: RequestCtx, bag: dict[str, Any]
-    ) -> tuple[ReactionMsg, Decision]:
+    ) -> tuple[ReactionMsg, HandlerDecision]:
         decl = entry.decl
         handler = entry.handler
         if handler is None:

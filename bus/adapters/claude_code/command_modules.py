@@ -34,7 +34,7 @@ import orjson
 from bus.adapters.claude_code.command_file import FILE, MARGIN_S, STAGES, ClaudeHooks, Places, load
 from bus.adapters.claude_code.command_run import decide, environment, run_command
 from bus.client import Bus
-from bus.core.decisions import Continue, Decision
+from bus.core.decisions import Continue, HandlerDecision
 from bus.core.subjects import TOKEN_RE
 from bus.middleware.handler.module import StageCtx
 from bus.module import Module
@@ -99,7 +99,7 @@ def build(hooks: ClaudeHooks, project: Path, nats_url: str | None, name: str = M
 
         async def handler(
             stage: str, payload: dict[str, Any], ctx: StageCtx, event: str = event, groups: Any = groups
-        ) -> Decision:
+        ) -> HandlerDecision:
             commands = _wanted(event, groups, payload)
             if not commands:
                 return Continue()

@@ -19,9 +19,11 @@ Claude Code runs them, and their answers are read as Claude Code reads them:
   ``systemMessage`` is logged; ``suppressOutput`` and ``updatedPermissions``
   have nothing to act on here;
 - the decisions of the commands combine deny > defer > ask > allow
-  (:func:`bus.adapters.claude_code.hook_rules.strongest`); ``ask`` and ``defer`` wait for
-  someone hookbus cannot reach yet, so they are read through the asking
-  command's fail mode: fail-closed refuses, fail-open goes on (logged);
+  (:func:`bus.adapters.claude_code.hook_rules.strongest`); ``ask`` is an :class:`~bus.Ask`:
+  the call is held until an operator answers (``hookbus allow``), and its
+  deadline applies the asking command's fail mode; ``defer`` waits for someone
+  hookbus cannot reach, so it is read through that fail mode at once:
+  fail-closed refuses, fail-open goes on (logged);
 - any other exit, a timeout, a command that cannot start: a fault of that
   command, read through its fail mode (see :mod:`bus.adapters.claude_code.command_file`).
 
@@ -43,7 +45,7 @@ import orjson
 
 from bus.adapters.claude_code.command_file import Command, Places
 from bus.adapters.claude_code.hook_rules import Permission, permission_of, strongest
-from bus.core.decisions import Cancel, Continue, Decision, Patch
+from bus.core.decisions import Ask, Cancel, Continue, Decision, HandlerDecision, Patch
 from bus.core.depth import DEPTH_ENV, child_depth
 from bus.sandbox.process import DEFAULT_KILL_GRACE, kill_group, spawn
 from bus.sandbox.security import nul_problem, public_url, safe_path
@@ -208,7 +210,7 @@ def _cancel(verdict: Verdict, what: str) -> Cancel:
 
 def decide(
     stage: str, payload: dict[str, Any], runs: list[Run], event: str = "", commands: list[Command] | None = None
-) -> Decision:
+) -> HandlerDecision:
     """The decision of the runs of one call (``commands[i]`` ran as ``runs[i]``), in configuration order."""
     if commands is None:
         commands = [Command(r.command, (r.command,), 0.0) for r in runs]
@@ -229,7 +231,14 @@ def decide(
     for verdict in verdicts:
         if verdict.stop is not None:
             return _cancel(verdict, verdict.stop)
-    if decision in ("defer", "ask"):
+    if decision == "ask":  # held for an operator, about the call as the hooks left it
+        asking = [v for v in verdicts if v.permission == "ask"]
+        strict = any(v.command.fail_closed for v in asking)
+        passed = _patched(stage, payload, verdicts)
+        asked = passed.payload if isinstance(passed, Patch) else None
+        reason = f"{asking[0].command.text}: {asking[0].reason}"
+        return Ask(reason, on_timeout="cancel" if strict else "continue", payload=asked)
+    if decision == "defer":
         waiting = [v for v in verdicts if v.permission == decision]
         closed = [v for v in waiting if v.command.fail_closed]
         if closed:

@@ -163,6 +163,15 @@ class ClaudeCodeDialect:
         """What ``hook`` asks of the bus in this agent's events (the table above; a dialect adds its own)."""
         return plan(hook, self.agent)
 
+    def asks_at_terminal(self, event: str) -> bool:
+        """Whether the agent has its own ``ask`` for ``event`` (Claude Code: PreToolUse)."""
+        return event == "PreToolUse" and type(self) is ClaudeCodeDialect
+
+    def ask(self, event: str, reason: str) -> HookAnswer:
+        """Let the person at the agent decide (Claude Code's own permission prompt), showing ``reason``."""
+        specific = {"hookEventName": event, "permissionDecision": "ask", "permissionDecisionReason": reason}
+        return HookAnswer(output={"hookSpecificOutput": specific})
+
     def deny(self, event: str, reason: str) -> HookAnswer:
         """Refuse the call or prompt of ``event`` with ``reason`` (shown to the model, or to the user for a prompt)."""
         if event == "PreToolUse":
@@ -261,12 +270,19 @@ def fail_closed_guards(bus: Bus) -> dict[str, list[str]]:
 
 
 async def answer(
-    bus: Bus, hook: AgentHookInput, dialect: ClaudeCodeDialect | None = None, *, asker: str | None = None
+    bus: Bus,
+    hook: AgentHookInput,
+    dialect: ClaudeCodeDialect | None = None,
+    *,
+    asker: str | None = None,
+    asks: str = "fleet",
 ) -> HookAnswer:
     """Run ``hook``'s intercept on ``bus``, emit its events, and return the hook output for the decision.
 
     ``asker``: the NATS user a relay answers for; the intercept's context carries it as ``process``
-    (handlers and the journal see which agent asked, not only the relay's own user).
+    (handlers and the journal see which agent asked, not only the relay's own user). ``asks``: a handler's
+    Ask is held for an operator (``fleet``), or, ``terminal``, answered as the agent's own ``ask`` where the
+    dialect has one (Claude Code's PreToolUse), so the person at that agent decides.
     """
     from bus.core.decisions import Cancel, Continue
 
@@ -277,7 +293,15 @@ async def answer(
         ctx = {"session": hook.session_id, "agent": dialect.agent}
         if asker is not None:
             ctx["process"] = f"{RELAYED_FOR}{asker}"
-        decision = await bus.intercept(step.stage, step.payload, ctx)
+        if asks == "terminal" and dialect.asks_at_terminal(step.event):
+            from bus.middleware.kernel.asking import Asked
+
+            result = await bus.middleware.intercept_unheld(step.stage, step.payload, ctx, keep=False)
+            if isinstance(result, Asked):
+                return dialect.ask(step.event, f"hookbus: {result.reason}")
+            decision = result
+        else:
+            decision = await bus.intercept(step.stage, step.payload, ctx)
     if step.always or not isinstance(decision, Cancel):
         for subject, payload in step.events:
             await bus.emit(subject, payload, session_id=hook.session_id)

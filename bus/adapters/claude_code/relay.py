@@ -59,7 +59,7 @@ async def reply_to(bus: Bus, dialect: ClaudeCodeDialect, data: bytes, asker: str
         request = decode(data, AdapterRequestMsg, "adapter request", AgentHookError)
         hook = parse(request.input)
         set_depth(request.depth)  # this task's intercept and events carry the hook command's depth
-        done = await answer(bus, hook, dialect, asker=asker)
+        done = await answer(bus, hook, dialect, asker=asker, asks=request.asks)
     except AgentHookError as exc:
         return AdapterReplyMsg(error=str(exc))
     except HookbusError as exc:

@@ -25,7 +25,7 @@ from typing import Any, Final, Protocol, TypeVar, cast, get_type_hints
 import msgspec
 
 from bus.core import depth as _depth
-from bus.core.decisions import Cancel, Continue, Decision, Patch, reply_of
+from bus.core.decisions import Ask, Cancel, Continue, Decision, HandlerDecision, Patch, ask_problem, reply_of
 from bus.core.declaration import DEFAULT_TIMEOUT, Declaration, declare
 from bus.core.errors import DeclarationError
 from bus.core.middleware_schema import MiddlewareReply, MiddlewareRequest, ReactionMsg, RequestCtx
@@ -44,7 +44,7 @@ log = logging.getLogger("hookbus.module")
 DEFAULT_CONCURRENCY: Final = 64
 
 #: A stage handler: ``async def h(stage, payload[, ctx])`` returning a decision.
-StageHandler = Callable[..., Coroutine[Any, Any, Decision]]
+StageHandler = Callable[..., Coroutine[Any, Any, HandlerDecision]]
 F = TypeVar("F", bound=StageHandler)
 
 
@@ -213,7 +213,7 @@ class Handlers:
         wire_ctx: RequestCtx,
         bus: HandlerBus | None,
         bag: dict[str, Any] | None = None,
-    ) -> tuple[ReactionMsg, Decision]:
+    ) -> tuple[ReactionMsg, HandlerDecision]:
         decl = handler.decl
         outputs: dict[str, Any] = {}
         depth = wire_ctx.depth
@@ -281,13 +281,16 @@ def _check(result: object) -> tuple[Outcome, str | None]:
         except TypeError as exc:
             return Outcome.INVALID, str(exc)
         return Outcome.OK, None
-    return Outcome.INVALID, f"returned {type(result).__name__}, not Continue/Cancel/Patch"
+    if isinstance(result, Ask):
+        problem = ask_problem(result)
+        return (Outcome.OK, None) if problem is None else (Outcome.INVALID, problem)
+    return Outcome.INVALID, f"returned {type(result).__name__}, not Continue/Cancel/Patch/Ask"
 
 
-def _reaction(handler: str, outcome: Outcome, decision: Decision, ms: float, cause: str | None) -> ReactionMsg:
-    """How one handler reacted, as the reply reports it (a cancel's reason with it)."""
+def _reaction(handler: str, outcome: Outcome, decision: HandlerDecision, ms: float, cause: str | None) -> ReactionMsg:
+    """How one handler reacted, as the reply reports it (a cancel's or ask's reason with it)."""
     kind = decision.kind
-    if isinstance(decision, Cancel):
+    if isinstance(decision, Cancel | Ask):
         reason = decision.reason
         return ReactionMsg(
             handler=handler, outcome=outcome.value, decision=kind, reason=reason, duration_ms=ms, cause=cause

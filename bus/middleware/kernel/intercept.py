@@ -15,6 +15,7 @@ the fail mode, never an exception. Every reaction is journaled on
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -25,8 +26,8 @@ from typing import Any, Final
 import msgspec
 
 from bus.core import depth as _depth
-from bus.core.decisions import CONTINUE, Cancel, Decision, Patch, read_reply
-from bus.core.errors import Aborted, BusClosedError, DecisionError, NoResponders, RequestTimeout
+from bus.core.decisions import CONTINUE, Ask, Cancel, Decision, HandlerDecision, Patch, read_reply
+from bus.core.errors import Aborted, BusClosedError, DecisionError, MiddlewareError, NoResponders, RequestTimeout
 from bus.core.middleware_schema import MiddlewareRequest, RequestCtx
 from bus.core.results import ChainRun, hide_output
 from bus.core.schema import encode
@@ -34,6 +35,7 @@ from bus.core.stages import Stage, match_field, phase
 from bus.journal.entries import JournalEntry, JournalPublisher
 from bus.middleware.faults import Outcome
 from bus.middleware.kernel import bag as _bag
+from bus.middleware.kernel.asking import Asked, AskHolder, Held
 from bus.middleware.kernel.chain import Link, StageChain
 from bus.middleware.kernel.drain import DEFAULT_BUDGET, Drain
 from bus.middleware.kernel.reactions import Reactions, answered, bounded, broken_chain, fault_of, faulted
@@ -54,6 +56,11 @@ _TOOL_STAGES: Final = frozenset({Stage.TOOL_CALL.value, Stage.TOOL_RESULT.value}
 _EMPTY: Final[Mapping[str, Any]] = {}
 #: A held stage journals its first cancel at once, then one entry per this many seconds counting the rest.
 HELD_WINDOW: Final = 1.0
+#: Set by ``intercept_unheld`` for the run it starts: told the ask's id and deadline once a handler asks.
+#: And whether the ask is kept for an operator (False: the caller's own person answers it, nothing is held).
+_ASKED: contextvars.ContextVar[tuple[asyncio.Future[Asked], bool] | None] = contextvars.ContextVar(
+    "hookbus_asked", default=None
+)
 
 
 @dataclass
@@ -93,6 +100,8 @@ class Interceptor:
         self._held: dict[str, list[Any]] = {}  # hold reason -> [link, calls since its last entry, timer, the cancel]
         #: Each session's bag, cleared by the session's next user.message (bus.middleware.kernel.bag).
         self.bags = _bag.Bags()
+        self.asks = AskHolder(bus)
+        self._unheld: dict[str, asyncio.Task[Decision]] = {}  # ask id -> the run waiting for its answer
 
     async def start(self) -> View:
         """Load the registry and start following it (done by the first intercept if not before)."""
@@ -148,6 +157,46 @@ class Interceptor:
             return await self._traced(chain, payload, ctx or _EMPTY)
         return await self._run(chain, payload, ctx or _EMPTY)
 
+    async def intercept_unheld(
+        self, stage: str, payload: dict[str, Any], ctx: Mapping[str, Any] | None = None, *, keep: bool = True
+    ) -> Decision | Asked:
+        """``intercept``, but a handler's ask returns Asked(id, deadline) at once; :meth:`answer` waits for it.
+
+        The chain goes on in a task of its own: after the answer, the handlers after the asking one run on
+        what was approved, and ``answer(id)`` returns the composed decision. ``keep=False``: the ask is not
+        held for an operator at all (an agent whose own person answers, ``hookbus claude-hook --asks
+        terminal``): Asked with no id and the handler's reason, and the chain ends there.
+        """
+        asked: asyncio.Future[Asked] = asyncio.get_running_loop().create_future()
+        token = _ASKED.set((asked, keep))
+        try:
+            task = asyncio.get_running_loop().create_task(self.intercept(stage, payload, ctx))
+        finally:
+            _ASKED.reset(token)
+        either: set[asyncio.Future[Any]] = {task, asked}
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+        if not asked.done():
+            asked.cancel()
+            return task.result()
+        held = asked.result()
+        if not held.id:
+            await task  # ended at the ask, nothing held
+            return held
+        self._unheld[held.id] = task
+        task.add_done_callback(lambda _: None)  # its result is retrieved by answer()
+        return held
+
+    async def answer(self, ask_id: str) -> Decision:
+        """The decision of a call ``intercept_unheld`` returned Asked for, once its ask is answered or expired."""
+        task = self._unheld.get(ask_id)
+        if task is None:
+            raise MiddlewareError(f"ask {ask_id} is not held by this process (or its answer was already taken)")
+        try:
+            return await asyncio.shield(task)
+        finally:
+            if task.done():
+                self._unheld.pop(ask_id, None)
+
     async def _traced(self, chain: StageChain, payload: dict[str, Any], ctx: Mapping[str, Any]) -> Decision:
         """``_run`` in a span of its own (child of the caller's current span), whose context the requests carry."""
         with _tracing.span(f"hookbus intercept {chain.stage}", attributes={_tracing.ATTR_STAGE: chain.stage}) as span:
@@ -202,10 +251,46 @@ class Interceptor:
                 values = _bag.inputs_for(batch, bag)
                 wire_ctx.inputs = msgspec.UNSET if values is None else values
             decision, who = await self._call(stage, batch, run.payload, wire_ctx, journal, bag)
+            if isinstance(decision, Ask):  # the chain stops here until the answer; then the rest runs on it
+                position = next((i for i, link in enumerate(links) if link.decl.qualname == who), index - 1)
+                if decision.payload is not None:  # handlers before it in its module's run patched
+                    run.payload, run.patched = decision.payload, True
+                decision = await self._hold(decision, links[position], run.payload, wire_ctx)
+                index = position + 1
             if not run.take(decision, who):
                 break
         journal.flush()
         return self._final(run, rid)
+
+    async def _hold(self, ask: Ask, link: Link, payload: dict[str, Any], wire_ctx: RequestCtx) -> Decision:
+        """Hold the call for an operator; journal the ask at once and its end when it comes."""
+        decl = link.decl
+        started = time.perf_counter()
+        waiting = _ASKED.get()
+        if waiting is not None and not waiting[1]:  # the caller's own person answers: nothing is held
+            note = Reactions(self._journal, decl.stage, wire_ctx, True)
+            note.note(link, "asked", f"{ask.reason} (passed to the agent's own user)", 0.0)
+            note.flush()
+            if not waiting[0].done():
+                waiting[0].set_result(Asked("", time.time() + float(ask.timeout), ask.reason))
+            return Cancel(f"{decl.qualname} asks: {ask.reason}")
+
+        def asked(record: Any) -> None:
+            left = record.deadline - time.time()
+            cause = f"{record.reason} (ask {record.id}; {left:.0f}s left, then {record.on_timeout})"
+            entry = Reactions(self._journal, decl.stage, wire_ctx, True)
+            entry.note(link, "asked", cause, 0.0)
+            entry.flush()
+            if waiting is not None and not waiting[0].done():
+                waiting[0].set_result(Asked(record.id, record.deadline, record.reason))
+
+        held: Held = await self.asks.hold(
+            ask, decl.qualname, link.identity, decl.fail_closed, decl.stage, payload, wire_ctx, asked
+        )
+        entry = Reactions(self._journal, decl.stage, wire_ctx, True)
+        entry.note(link, held.verdict, held.cause, (time.perf_counter() - started) * 1000)
+        entry.flush()
+        return held.decision
 
     def _held_call(self, chain: StageChain, payload: dict[str, Any], ctx: Mapping[str, Any]) -> Decision | None:
         """The cancel of a held guard that wants this call (no request), journaled; None if none wants it.
@@ -266,7 +351,7 @@ class Interceptor:
         wire_ctx: RequestCtx,
         journal: Reactions,
         bag: dict[str, Any] | None = None,
-    ) -> tuple[Decision, str]:
+    ) -> tuple[HandlerDecision, str]:
         """One request for a run of handlers of one module; journal their reactions.
 
         Returns the run's decision (a cancel named by the kernel) and the handler it is attributed to.

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from bus.core.clock import timestamp_ms
-from bus.core.decisions import CONTINUE, Cancel, Decision, Patch
+from bus.core.decisions import CONTINUE, Ask, Cancel, Decision, HandlerDecision, Patch
 from bus.core.middleware_schema import MiddlewareReply, ReactionMsg, RequestCtx
 from bus.core.results import ends_run
 from bus.core.stages import phase
@@ -58,8 +58,8 @@ def fault_of(link: Link, outcome: Outcome, cause: str, ms: float, journal: React
 
 
 def answered(
-    batch: Sequence[Link], reply: MiddlewareReply, decision: Decision, started: float, journal: Reactions
-) -> tuple[Decision, str]:
+    batch: Sequence[Link], reply: MiddlewareReply, decision: HandlerDecision, started: float, journal: Reactions
+) -> tuple[HandlerDecision, str]:
     """Read a module's reply through the kernel's declarations: its faults per their declared fail mode."""
     reactions = reply.reactions
     if isinstance(reactions, list) and reactions:
@@ -74,8 +74,8 @@ def answered(
 
 
 def _accounted(
-    batch: Sequence[Link], reactions: list[ReactionMsg], decision: Decision, started: float, journal: Reactions
-) -> tuple[Decision, str]:
+    batch: Sequence[Link], reactions: list[ReactionMsg], decision: HandlerDecision, started: float, journal: Reactions
+) -> tuple[HandlerDecision, str]:
     """Walk the batch with the module's reactions: a fault reads per the kernel's declared fail mode."""
     count = len(reactions)
     for index, link in enumerate(batch):
@@ -103,6 +103,9 @@ def _accounted(
                 cancel = Cancel(reason if isinstance(reason, str) else "cancelled", qualname)
                 journal.add(link, Outcome.OK, cancel, ms, None)
                 return cancel, qualname
+            if kind == "ask" and isinstance(decision, Ask):
+                journal.add(link, Outcome.OK, decision, ms, None)
+                return decision, qualname
         read = Outcome(outcome) if outcome in REPORTED and outcome != _OK else Outcome.INVALID
         cause = bounded(item.cause) or f"reported {bounded(repr(outcome))}, {bounded(repr(kind))}"
         fault = fault_of(link, read, cause, ms, journal)
@@ -147,12 +150,12 @@ class Reactions:
         self,
         link: Link | None,
         outcome: Outcome,
-        decision: Decision,
+        decision: HandlerDecision,
         duration_ms: float,
         cause: str | None,
         count: int = 1,
     ) -> None:
-        reason = decision.reason if isinstance(decision, Cancel) else None
+        reason = decision.reason if isinstance(decision, Cancel | Ask) else None
         self._add(
             link.decl.qualname if link else "*",
             link.identity if link else None,
@@ -163,6 +166,11 @@ class Reactions:
             duration_ms,
             count,
         )
+
+    def note(self, link: Link, verdict: str, cause: str, duration_ms: float) -> None:
+        """An entry of the kernel's own (an ask held, and how it ended): journaled as it is, not counted."""
+        when = time.time_ns() // 1_000_000
+        self._reactions.append((link.decl.qualname, link.identity, verdict, cause, duration_ms, when))
 
     def ok(self, link: Link, who: str, kind: str, duration_ms: float) -> None:
         """A handler's continue or patch, as its module reported it (the common case: kept cheap)."""
@@ -192,8 +200,8 @@ class Reactions:
             why = f"{cause}; read as {kind} ({'fail-closed' if kind == 'cancel' else 'fail-open'})"
         seconds = float(ms) / 1000 if isinstance(ms, int | float) else None
         MIDDLEWARE.observe(who, self._stage, outcome, kind, seconds, count)
-        if verdict == "continue" and not self._neutral:
-            return  # a neutral continue changes nothing: counted, not journaled
+        if (verdict == "continue" and not self._neutral) or verdict == "ask":
+            return  # a neutral continue changes nothing: counted, not journaled; an ask is journaled by its hold
         duration = float(ms) if isinstance(ms, int | float) else None
         cause_text = why if isinstance(why, str) else None
         self._reactions.append((who, identity, verdict, cause_text, duration, time.time_ns() // 1_000_000))

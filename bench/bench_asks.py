@@ -1,0 +1,119 @@
+"""Asks benchmark: from the operator's answer to the agent's return, against a raw NATS request/reply.
+
+    python bench/bench_asks.py [--asks 200] [--raw 2000]
+
+One nats-server; the kernel, the asking module and the operator in this
+process, each on its own connection. For each ask the kernel's intercept is
+held (its ask written, the kernel waiting), then the clock runs from the
+operator's ``AskStore.answer`` (find the ask, check it, write the answer, wake
+the kernel) until ``intercept`` returns. The baseline is a raw nats-py
+request/reply on the same server. Prints p50 and p99 of each and their ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import nats
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import print_table
+from bus import Ask, Bus, Module, NatsServer
+from bus.middleware.asks.store import AskStore
+from bus.middleware.kernel.asking import ASKS
+from bus.testing import serving, wait_for_chain
+
+STAGE = "bench.ask"
+#: How long each answer itself took (the rest is the kernel's wake-up and return).
+PHASES: list[float] = []
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def raw_round_trips(url: str, count: int) -> list[float]:
+    """Sequential raw request/reply: a responder echoing on its own connection."""
+    server, client = await nats.connect(url), await nats.connect(url)
+
+    async def echo(msg: Any) -> None:
+        await msg.respond(msg.data)
+
+    await server.subscribe("bench.echo", cb=echo)
+    await server.flush()
+    times = []
+    for _ in range(count):
+        started = time.perf_counter()
+        await client.request("bench.echo", b'{"decision": "continue"}', timeout=5)
+        times.append(time.perf_counter() - started)
+    await client.close()
+    await server.close()
+    return times
+
+
+async def answered_asks(url: str, count: int) -> list[float]:
+    module = Module("bench_asker")
+
+    @module.stage(STAGE)
+    async def ask(stage: str, payload: dict[str, Any]) -> Ask:
+        return Ask("bench", timeout=60)
+
+    times = []
+    async with (
+        serving(module, url),
+        Bus(url, name="bench-kernel", trust_new=True) as kernel,
+        Bus(url, name="bench-operator") as op,
+    ):
+        await wait_for_chain(kernel, STAGE, ["bench_asker.ask"])
+        store = AskStore(op.port)
+        for n in range(count):
+            call = asyncio.create_task(kernel.intercept(STAGE, {"n": n}, {"session": "bench"}))
+            while not ASKS.holding:  # the kernel has written its ask and waits
+                await asyncio.sleep(0.001)
+            ask_id = next(iter(ASKS.holding))
+            await asyncio.sleep(0.01)  # the kernel is inside its wait, subscribed to its wake-up
+            started = time.perf_counter()
+            await store.answer(ask_id, "allow", "bench")
+            written = time.perf_counter()
+            await call
+            times.append(time.perf_counter() - started)
+            PHASES.append(written - started)
+            while ASKS.holding:
+                await asyncio.sleep(0.001)
+    return times
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--asks", type=int, default=200)
+    parser.add_argument("--raw", type=int, default=2000)
+    args = parser.parse_args()
+    with NatsServer() as server:
+        raw = await raw_round_trips(server.url, args.raw)
+        asks = await answered_asks(server.url, args.asks)
+    rows = []
+    for name, q in (("p50", 0.5), ("p99", 0.99)):
+        base, mine = _percentile(raw, q), _percentile(asks, q)
+        rows.append([name, f"{base * 1e6:.0f} us", f"{mine * 1e6:.0f} us", f"{mine / base:.1f}x"])
+    answer_p50 = _percentile(PHASES, 0.5)
+    rows.append(["answer written, p50", "", f"{answer_p50 * 1e6:.0f} us", f"{answer_p50 / _percentile(raw, 0.5):.1f}x"])
+    print_table(
+        f"answer -> agent's return ({args.asks} asks) vs raw request/reply ({args.raw})",
+        rows,
+        ["", "raw request/reply", "ask answered", "ratio"],
+    )
+    print(
+        "An answer is a few JetStream round trips (list the ask's key, read it, write the answer, wake the\n"
+        "kernel) and the kernel's read of the answer: several raw round trips by construction."
+    )
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
