@@ -127,9 +127,15 @@ async def test_the_history_keeps_to_its_size_limit(own_server: NatsServer) -> No
         for i in range(300):  # about 300 KiB: well over the limit
             await bus.emit("eva.custom.sized.x", {"n": i, "text": "y" * 900})
         await bus.flush()
+        js = bus.port.jetstream()
+
+        async def all_stored() -> bool:  # the stream stores what the server took on its own time
+            return bool((await js.stream_info(HISTORY_STREAM)).state.last_seq == 300)
+
+        await wait_until(all_stored, timeout=15, what="the 300th event stored")
         state = await bus.port.stream_state(HISTORY_STREAM)
         assert state is not None and 0 < state.messages < 300
-        info = await bus.port.jetstream().stream_info(HISTORY_STREAM)
+        info = await js.stream_info(HISTORY_STREAM)
         assert info.state.bytes <= limit
         kept = [event.payload["n"] async for event in recorded_events(bus, 3600, skipped=Skipped())]
     assert kept == list(range(300 - len(kept), 300))  # the newest kept, the oldest dropped first
