@@ -224,7 +224,8 @@ class AnnouncementMsg(msgspec.Struct, kw_only=True):
 #: A short text of a presence record, as ``hookbus status`` shows it.
 ShortText = Annotated[str, msgspec.Meta(max_length=200)]
 #: What a process runs, as ``hookbus status`` groups it.
-ComponentKind = Literal["bus", "agent", "worker", "trigger_engine", "journal_sink"]
+#: ``kernel``: a middleware kernel's own trust settings (a handler it manages, or ``*`` with ``trust-new``).
+ComponentKind = Literal["bus", "agent", "worker", "trigger_engine", "journal_sink", "kernel"]
 
 
 class PresenceComponent(msgspec.Struct, kw_only=True):

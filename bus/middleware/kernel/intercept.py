@@ -95,6 +95,16 @@ class Interceptor:
         #: Each session's bag, cleared by the session's next user.message (bus.middleware.kernel.bag).
         self.bags = _bag.Bags()
 
+    @property
+    def managed(self) -> frozenset[str]:
+        """The handlers this kernel runs without approval (the operator's config)."""
+        return self._managed.names
+
+    @property
+    def trust_new(self) -> bool:
+        """Whether this kernel approves never-seen handlers on first sight (development)."""
+        return self._trust_new
+
     async def start(self) -> View:
         """Load the registry and start following it (done by the first intercept if not before)."""
         if self.view is not None:
