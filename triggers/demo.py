@@ -150,13 +150,15 @@ async def run_demo(
     seed: int | None = None,
     for_s: float | None = None,
     agent_bus: AgentBus | None = None,
+    hooks: bool = False,
 ) -> DemoReport:
     """Drive ``bus`` like a small fleet; returns what was done. ``pace`` scales the simulated latencies.
 
     ``for_s``: keep the agents playing sessions until that many seconds have passed (at least ``sessions``
     of them). ``agent_bus``: each agent emits on a Bus of its own, so its events carry its name as their
     source; without it all share ``bus``. The demo announces itself (its agents, its kernel's managed
-    guard) in the presence bucket while it runs.
+    guard) in the presence bucket while it runs. ``hooks``: run the demo's own shell hooks beside it
+    (:mod:`triggers.demo_hooks`).
     """
     rng = random.Random(seed)  # noqa: S311 - a simulation, not security
     report = DemoReport()
@@ -168,6 +170,11 @@ async def run_demo(
                 own[name] = await stack.enter_async_context(agent_bus(name))
         parts = [component("agent", name, "demo agent") for name in [*names, DEMO_AGENT]]
         parts.append(component("trigger_engine", "demo-spend", "demo trigger on eva.spend.day"))
+        if hooks:
+            from triggers.demo_hooks import HOOKS, demo_hooks
+
+            await stack.enter_async_context(demo_hooks(bus))
+            parts.append(component("worker", "demo shell hooks", ", ".join(HOOKS)))
         await stack.enter_async_context(presence(bus, "hookbus demo", parts))
         fleet = Fleet(bus, rng, report, pace, own)
         await _play(fleet, names, sessions, for_s, own.get(DEMO_AGENT, bus))

@@ -44,6 +44,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--sessions", type=int, default=None, help=f"agent sessions to play, at least (default: {DEFAULT_SESSIONS})"
     )
+    parser.add_argument(
+        "--no-hooks",
+        dest="hooks",
+        action="store_false",
+        help="run without the demo's own shell hooks (an audit on tool calls, a flaky check on LLM responses)",
+    )
     parser.add_argument("--agents", type=int, default=3, help="agents the sessions are spread over (default: 3)")
     parser.add_argument("--pace", type=float, default=1.0, help="scale of simulated latencies (0: as fast as possible)")
     parser.add_argument("--seed", type=int, default=None, help="repeat a run exactly")
@@ -74,6 +80,7 @@ async def run(args: argparse.Namespace) -> int:
             seed=args.seed,
             for_s=for_s,
             agent_bus=agent_bus,
+            hooks=args.hooks,
         )
     for line in report.lines():
         print(line)
