@@ -27,7 +27,12 @@ HOOKS: Final = {
     "demo-audit": ("tool_call", "#!/bin/sh\ncat > /dev/null\n"),
     # fails on about one response in four: the failure panels have something to show
     "demo-llm-check": ("llm_response", "#!/bin/sh\ncat > /dev/null\n[ $(( $$ % 4 )) -ne 0 ]\n"),
+    # a pager that hangs on every error: stopped at its timeout (TIMEOUT_MS), as slow hooks are
+    "demo-pager": ("error", "#!/bin/sh\ncat > /dev/null\nsleep 5\n"),
 }
+#: The timeouts of the demo's hooks; the pager always outlives its own.
+TIMEOUT_MS: Final = {"demo-pager": 200}
+DEFAULT_TIMEOUT_MS: Final = 5000
 
 
 def write_workspace(folder: Path) -> Path:
@@ -38,9 +43,9 @@ def write_workspace(folder: Path) -> Path:
         script = folder / f"{hook_id}.sh"
         script.write_text(text)
         script.chmod(0o700)
-        hooks.setdefault(event, []).append(
-            {"id": hook_id, "command": str(script), "stdin_json": True, "timeout_ms": 5000}
-        )
+        timeout_ms = TIMEOUT_MS.get(hook_id, DEFAULT_TIMEOUT_MS)
+        hook = {"id": hook_id, "command": str(script), "stdin_json": True, "timeout_ms": timeout_ms}
+        hooks.setdefault(event, []).append(hook)
     (folder / "hooks.json").write_text(json.dumps({"hooks": hooks}))
     return folder
 

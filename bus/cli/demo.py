@@ -28,8 +28,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="play a small fleet of agents against the running bus (watch it in tail, journal, dashboards)",
         description=(
             "Sessions with LLM calls (several models, some failing), tool calls through a guard module it "
-            "serves (cancels rm -rf, patches deploys), custom events, and a trigger on eva.spend.day answered "
-            "by a demo agent. Run `hookbus up` first, then `hookbus tail` in another terminal."
+            "serves (cancels rm -rf, patches deploys, hangs on a downloaded script), custom events, shell hooks of "
+            "its own (one fails now and then, one times out), and a trigger on eva.spend.day answered by a demo "
+            "agent; each agent names itself. Run `hookbus up` first, then `hookbus tail` in another terminal."
         ),
     )
     parser.add_argument(
