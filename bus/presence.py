@@ -40,7 +40,8 @@ from bus.transport.kv import Bucket
 #: A short text of a presence record, as ``hookbus status`` shows it.
 ShortText = Annotated[str, msgspec.Meta(max_length=200)]
 #: What a process runs, as ``hookbus status`` groups it.
-ComponentKind = Literal["bus", "agent", "worker", "trigger_engine", "journal_sink"]
+#: ``kernel``: a middleware kernel's own trust settings (a handler it manages, or ``*`` with ``trust-new``).
+ComponentKind = Literal["bus", "agent", "worker", "trigger_engine", "journal_sink", "kernel"]
 
 
 class PresenceComponent(msgspec.Struct, kw_only=True):
@@ -96,11 +97,33 @@ def component(kind: str, name: str, detail: str = "") -> PresenceComponent:
     return msgspec.convert({"kind": kind, "name": name[:200], "detail": detail[:200]}, PresenceComponent)
 
 
+#: The most components a presence record holds (PresenceMsg.components).
+MAX_COMPONENTS: Final = 32
+#: The most kernel components a record carries .
+MAX_KERNEL_COMPONENTS: Final = 16
+
+
+def kernel_components(managed: frozenset[str], trust_new: bool) -> list[PresenceComponent]:
+    """What a process's own middleware kernel trusts beyond the trust store, for the console and status.
+
+    Managed handlers and ``trust-new`` are settings of one kernel, invisible to the others: said here, the
+    console can show a handler as the kernel that runs it sees it.
+    """
+    parts = [component("kernel", "*", "trust-new")] if trust_new else []
+    parts += [component("kernel", name, "managed") for name in sorted(managed)]
+    return parts[:MAX_KERNEL_COMPONENTS]
+
+
 @asynccontextmanager
 async def presence(
     bus: Bus, process: str, components: list[PresenceComponent], heartbeat_s: float = DEFAULT_HEARTBEAT_S
 ) -> AsyncIterator[None]:
-    """Keep this process's presence record while the block runs; delete it after."""
+    """Keep this process's presence record while the block runs; delete it after.
+
+    The Bus's own kernel settings (managed handlers, trust-new) are added as ``kernel`` components.
+    """
+    kernel = kernel_components(bus.middleware.managed, bus.middleware.trust_new)
+    components = [*components[: MAX_COMPONENTS - len(kernel)], *kernel]
     user = bus.journal_origin or NO_USER
     if not TOKEN_RE.fullmatch(user):
         user = NO_USER

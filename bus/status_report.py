@@ -19,6 +19,7 @@ SECTIONS = {
     "worker": "workers",
     "trigger_engine": "trigger engines",
     "journal_sink": "journal sinks",
+    "kernel": "kernels' own trust (managed handlers, trust-new)",
 }
 
 

@@ -21,14 +21,20 @@ def free_port() -> int:
 
 
 class Prometheus:
-    """One prometheus process scraping ``targets`` (host:port) every second."""
+    """One prometheus process scraping ``targets`` (host:port) every ``interval`` (a second unless told)."""
 
-    def __init__(self, binary: str, targets: dict[str, list[str]], rule_files: list[Path] | None = None) -> None:
+    def __init__(
+        self,
+        binary: str,
+        targets: dict[str, list[str]],
+        rule_files: list[Path] | None = None,
+        interval: str = "1s",
+    ) -> None:
         self.binary = binary
         self.dir = Path(tempfile.mkdtemp(prefix="hookbus-prom-"))
         self.port = free_port()
         config: dict[str, Any] = {
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+            "global": {"scrape_interval": interval, "evaluation_interval": interval},
             "scrape_configs": [
                 {"job_name": job, "static_configs": [{"targets": addrs}]} for job, addrs in targets.items()
             ],

@@ -218,6 +218,19 @@ def links(listing: dict[str, Any], part: str) -> list[tuple[str, str]]:
     return [(link["name"], link["state"]) for chain in listing["chains"] for link in chain[part]]
 
 
+async def test_a_handler_approved_on_first_sight_is_shown_trust_new_not_approved(client: Client, up: UpProcess) -> None:
+    with module_process(up.nats_url, "tnguard", Stage.TOOL_CALL.value, "--behaviour", "cancel"):
+        async with Bus(up.nats_url, trust_new=True) as kernel:  # a development kernel: approves what is new
+            view = await kernel.middleware.start()
+            await view.wait_until(lambda: bool(view.chains.get(Stage.TOOL_CALL.value, None) and view.chains[
+                Stage.TOOL_CALL.value].links), 15)  # fmt: skip
+            listing = await console_shows(
+                client, lambda got: ("tnguard.h", "trusted") in links(got, "links"), "tnguard.h trusted"
+            )
+    [shown] = [link for chain in listing["chains"] for link in chain["links"] if link["name"] == "tnguard.h"]
+    assert shown["shown"] == "trust-new" and "first sight" in shown["by"], shown
+
+
 async def test_approving_through_the_console_runs_the_handler_and_is_journaled_as_the_console(
     client: Client, up: UpProcess
 ) -> None:
@@ -237,7 +250,9 @@ async def test_approving_through_the_console_runs_the_handler_and_is_journaled_a
                 "name"
             ] == "apiguard.h"
             trusted = ("apiguard.h", "trusted")
-            await console_shows(client, lambda got: trusted in links(got, "links"), "apiguard.h trusted")
+            listing = await console_shows(client, lambda got: trusted in links(got, "links"), "apiguard.h trusted")
+            [shown] = [link for chain in listing["chains"] for link in chain["links"] if link["name"] == "apiguard.h"]
+            assert shown["shown"] == "approved" and "@" in shown["by"], "approved, by whom, as the trust store says"
             status, body = await client.call("POST", "/api/middleware/approve", {"name": "apiguard.h"}, client.auth)
             assert status == 409 and "no handler named 'apiguard.h' is waiting" in body["error"]
             await view.wait_until(lambda: bool(view.chains[Stage.TOOL_CALL.value].links), 15)

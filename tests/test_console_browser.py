@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from bus import Bus, Cancel, Stage
+from bus.presence import component, presence
 
 from .conftest import IN_CI, require_binary
 from .hooks_support import script, wait_for_file
@@ -156,7 +157,7 @@ async def test_an_emitted_event_appears_live_and_shows_its_envelope(console: Con
     console.wait(lambda: console.text_of("live-state").startswith("live"), "the live stream connected")
     assert console.text_of("live-state") in ("live: every event", "live: events matching prx.>"), "in words"
     assert "sampled" in console.text_of("page-live"), "the page says the display is sampled above its rate"
-    async with Bus(up.nats_url) as bus:
+    async with Bus(up.nats_url, source="browser-agent") as bus:
         await bus.emit("prx.lifecycle.tool_call", {"tool": "shell", "marker": "seen-live"}, session_id="browser-live")
         await bus.flush()
     row = console.wait(
@@ -164,6 +165,11 @@ async def test_an_emitted_event_appears_live_and_shows_its_envelope(console: Con
         "the event in the live table",
     )
     assert "prx.lifecycle.tool_call" in row.text and "browser-live" in row.text
+    assert "browser-agent" in row.text, f"the event's source is named: {row.text}"
+    console.find("live-pause").click()
+    assert console.text_of("live-state").startswith("paused: "), "the paused state in words"
+    console.find("live-pause").click()
+    assert console.text_of("live-state") in ("live: every event", "live: events matching prx.>"), "in words again"
     row.click()
     console.wait(lambda: "seen-live" in console.text_of("live-envelope"), "the event's envelope")
     assert '"session_id": "browser-live"' in console.text_of("live-envelope")
@@ -237,6 +243,44 @@ async def test_approving_a_waiting_guard_answers_the_next_intercept_by_it(consol
             console.shot("middleware-disabled")
             await view.wait_until(lambda: bool(view.chains[stage].disabled), 15)
             assert not isinstance(await kernel.intercept(Stage.TOOL_CALL, danger), Cancel), "disabled: not called"
+
+
+async def test_a_handler_another_kernel_manages_is_shown_managed_there_as_the_journal_shows_it(
+    console: Console, up: UpProcess
+) -> None:
+    stage = Stage.TOOL_CALL.value
+    with module_process(up.nats_url, "mguard", stage, "--behaviour", "cancel"):
+        async with Bus(up.nats_url, managed=["mguard.h"]) as kernel:
+            parts = [component("agent", "browser-fleet-agent", "an agent of the test kernel")]
+            async with presence(kernel, "browser test kernel", parts, heartbeat_s=1.0):
+                view = await kernel.middleware.start()
+                await view.wait_until(lambda: stage in view.chains and bool(view.chains[stage].links), 15)
+                decision = await kernel.intercept(Stage.TOOL_CALL, {"name": "shell"}, {"session": "browser-managed"})
+                assert isinstance(decision, Cancel), "the test kernel runs it: managed there"
+                console.login()
+                console.tab("middleware")
+                row = console.wait(
+                    lambda: console.first("tr.link[data-name='mguard.h'].state-managed"), "mguard.h managed"
+                )
+                assert "managed by browser test kernel" in row.text, row.text
+                assert "waiting" not in row.text and "untrusted" not in row.text, row.text
+                assert row.find_elements(By.CSS_SELECTOR, "button") == [], "nothing to approve or reject"
+                assert console.first(".approval[data-name='mguard.h']") is None, "not in the approval queue"
+                console.shot("middleware-managed-elsewhere")
+                console.tab("status")
+                console.wait(lambda: "browser-fleet-agent" in console.text_of("status-body"), "the agent named")
+                assert "none" not in console.find("status-body").find_element(By.CSS_SELECTOR, ".status-agent").text
+                assert "mguard.h" in console.find("status-body").find_element(By.CSS_SELECTOR, ".status-kernel").text
+    console.tab("journal")
+    console.type("j-who", "mguard.h")
+
+    def found() -> str:
+        console.find("j-search").click()  # the sink stores entries a moment after they are published
+        row = console.first("#j-rows tr")
+        return str(row.text) if row is not None else ""
+
+    assert "cancel" in console.wait(found, "mguard.h deciding in the journal")
+    console.type("j-who", "")
 
 
 async def test_a_hook_made_and_disabled_in_the_browser_stops_running(console: Console, up: UpProcess) -> None:

@@ -4,7 +4,8 @@ The blocks are fed to one bash, as a reader would type them. A command ending
 in ``& NAME=$!`` runs in the background; like the reader, the test waits for
 its first line (the README names it) before feeding the rest. The ports the
 tour takes come from the variables its first block sets (free ones here); the
-agent runs on the built-in model, as the README has it, and the tour checks its answer. The Python
+agent runs on the built-in model, as the README has it, and the tour checks its answer. A trailing
+``# prints: TEXT`` or ``# prints N JSON objects`` comment is a claim the run's output is checked against. The Python
 examples the README shows are the files in examples/, byte for byte.
 """
 
@@ -97,6 +98,84 @@ def test_the_block_parser_sees_markers_and_backgrounds() -> None:
     assert not BACKGROUND.search("kill $UP && wait $UP")
 
 
+#: A claim about what a command prints, in a trailing comment: ``# prints: TEXT`` (``...`` elides) or
+#: ``# prints N JSON objects`` (one a line).
+PRINTS = re.compile(r"\s#\s+prints(?::\s+(?P<text>.+?)|\s+(?P<count>\w+) JSON objects?\b.*?)\s*$")
+NUMBERS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5}
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What the README says a command prints, and the markers that bound the command's output."""
+
+    number: int
+    command: str
+    text: str | None  # the literal, with ``...`` for anything on the line
+    count: int | None  # how many JSON objects
+
+    @property
+    def begin(self) -> str:
+        return f"@@claim-{self.number}-begin"
+
+    @property
+    def end(self) -> str:
+        return f"@@claim-{self.number}-end"
+
+    def pattern(self) -> re.Pattern[str]:
+        assert self.text is not None
+        return re.compile(".*?".join(re.escape(part) for part in self.text.split("...")))
+
+    def check(self, out: str) -> str | None:
+        """Why the output breaks the claim; None when it holds. A literal is looked for in the whole output (a
+        background command prints when it prints: ``wait $TURN`` may come after the line it claims); a count
+        in the command's own output."""
+        if self.text is not None:
+            return None if self.pattern().search(out) else f"{self.command!r} never printed {self.text!r}"
+        start = out.index(f"{self.begin}\n") + len(self.begin) + 1  # what ran before may end without a newline
+        own = out[start : out.index(self.end, start)]
+        objects = [line for line in own.splitlines() if line.startswith("{") and line.endswith("}")]
+        return None if len(objects) == self.count else f"{self.command!r} printed {len(objects)} JSON objects"
+
+
+def with_claims(script: str) -> tuple[str, list[Claim]]:
+    """The script with markers echoed around each command that has a ``# prints`` claim, and the claims."""
+    lines: list[str] = []
+    claims: list[Claim] = []
+    for line in script.splitlines(keepends=True):
+        found = PRINTS.search(line.rstrip("\n"))
+        if found is None:
+            lines.append(line)
+            continue
+        count = found.group("count")
+        number = None if count is None else int(count) if count.isdigit() else NUMBERS.get(count)
+        assert count is None or number is not None, f"say how many in digits or words: {line.strip()!r}"
+        claim = Claim(len(claims), line.split("#")[0].strip(), found.group("text"), number)
+        claims.append(claim)
+        lines += [f"echo {claim.begin}\n", line]
+        if not BACKGROUND.search(line.rstrip("\n")):
+            lines.append(f"echo {claim.end}\n")
+    return "".join(lines), claims
+
+
+def test_the_output_claims_are_found_and_checked_as_written() -> None:
+    """The claim parser is not vacuous: literals and counts are found, and a wrong claim fails."""
+    script, claims = with_claims("ls   # prints: a ... b\nx & X=$!  # prints: ready\ny  # prints two JSON objects\n")
+    assert [(c.text, c.count) for c in claims] == [("a ... b", None), ("ready", None), (None, 2)]
+    assert script.splitlines()[:3] == ["echo @@claim-0-begin", "ls   # prints: a ... b", "echo @@claim-0-end"]
+
+    def ran(first: str, third: str) -> str:  # what bash prints running the script, given what ls and y print
+        ls = f"\n@@claim-0-begin\n{first}@@claim-0-end\n"
+        return ls + f"@@claim-1-begin\nready\n@@claim-2-begin\n{third}@@claim-2-end\n"
+
+    assert claims[0].check(ran("a then b\n", "")) is None and claims[1].check(ran("", "")) is None
+    assert claims[0].check(ran("b then a\n", "")) is not None, "a literal nobody printed"
+    assert claims[0].check(ran("a\nb\n", "")) is not None, "a literal is one line"
+    assert claims[2].check(ran("", '{"a":1}\n{"b":2}\n')) is None
+    assert claims[2].check(ran("", '{"a":1}\n')) is not None, "one JSON object too few"
+    _, readme_claims = with_claims("".join(b.text for b in blocks(README) if b.lang == "sh"))
+    assert len(readme_claims) >= 6, "the tour's output comments are claims the test checks"
+
+
 def chunks(script: str) -> list[tuple[str, str | None]]:
     """The script cut after each background step: (text to feed, the background command or None)."""
     out: list[tuple[str, str | None]] = []
@@ -187,7 +266,8 @@ async def test_the_tour_runs_as_written(tmp_path: Path) -> None:
     shell = Shell(proc)
     try:
         await shell.feed("set -euo pipefail\n")
-        for number, (text, background) in enumerate(chunks("".join(runnable))):
+        script, claims = with_claims("".join(runnable))
+        for number, (text, background) in enumerate(chunks(script)):
             start = len(shell.output)
             await shell.feed(text)
             if background is not None:
@@ -215,6 +295,8 @@ async def test_the_tour_runs_as_written(tmp_path: Path) -> None:
         "hookbus_events_emitted_total",
         "hookbus up: stopped",
     ]
+    broken = [why for claim in claims if (why := claim.check(out)) is not None]
+    assert broken == [], f"the README's output comments: {broken}\n--- output:\n{out}"
     missing = [line for line in expected if line not in out]
     assert missing == [], f"{missing}\n--- output:\n{out}"
     assert '"event":"tool_call"' in (tmp_path / "ws" / "audit.jsonl").read_text()

@@ -6,6 +6,7 @@ import asyncio
 import hashlib
 import inspect
 import re
+import tomllib
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,13 @@ async def test_the_example_in_docs_testing_runs() -> None:
     assert len(tests) == 3
     for test in tests:
         await test()
+
+
+def test_the_extra_docs_testing_names_brings_what_its_examples_need() -> None:
+    [extra] = re.findall(r"pip install 'hookbus\[(\w+)\]'", DOCS.read_text())
+    extras = tomllib.loads((DOCS.parent.parent / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    names = {re.split(r"[<>=\[ ]", requirement)[0] for requirement in extras[extra]}
+    assert {"pytest", "pytest-asyncio"} <= names, f"hookbus[{extra}] brings {sorted(names)}"
 
 
 async def test_flush_returns_once_subscribers_have_what_was_sent() -> None:

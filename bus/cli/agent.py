@@ -119,6 +119,7 @@ async def run(args: argparse.Namespace) -> int:
         async with Bus(
             args.nats_url,
             name=f"hookbus-agent-{args.name}",
+            source=args.name,  # its events name it (the console's source, the dashboards' "by agent")
             **connection_args(args),
             managed=managed,
             middleware=middleware_options(args),

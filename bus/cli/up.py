@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
 import os
 import sys
 from contextlib import AsyncExitStack
@@ -207,10 +208,20 @@ async def run(args: argparse.Namespace) -> int:
         nats_url = args.nats_url or os.environ.get(URL_ENV)
         fresh_store = not (workspace / "jetstream").exists()
         if not nats_url:
-            server = NatsServer(port=args.port, host=args.host, store_dir=workspace / "jetstream", die_with_parent=True)
+            # Monitoring (for the NATS dashboard, exported on /metrics) only on a loopback address: it has no auth.
+            monitored = _loopback(args.host) and args.metrics_port >= 0
+            server = NatsServer(
+                port=args.port,
+                host=args.host,
+                store_dir=workspace / "jetstream",
+                die_with_parent=True,
+                http_port=0 if monitored else None,
+            )
             stack.callback(server.cleanup)
             await _start(server)
             nats_url = server.url
+            if monitored and server.http_port:
+                _export_varz(args.host, server.http_port)
         connect = _connector(nats_url, args)
         try:
             bus = await stack.enter_async_context(connect("hookbus-up"))
@@ -240,6 +251,21 @@ async def run(args: argparse.Namespace) -> int:
         await _wait(stop, server)
     print("hookbus up: stopped", flush=True)
     return 0
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def _export_varz(host: str, port: int) -> None:
+    """The embedded server's figures on /metrics as ``gnatsd_varz_*`` (the NATS dashboard's names)."""
+    from bus.metrics import register_once
+    from subscribers.fleet_metrics.nats_varz import VarzCollector  # services load with the services
+
+    register_once([VarzCollector(host, port)])
 
 
 def _joined_nothing(args: argparse.Namespace, shown: str) -> str:

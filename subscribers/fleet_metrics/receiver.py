@@ -8,8 +8,10 @@ counting an event is a decode and a dict update, no handler task.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Final
 
 from prometheus_client.registry import REGISTRY, CollectorRegistry
@@ -22,8 +24,11 @@ from bus.core.subjects import (
 )
 from bus.journal.subjects import JOURNAL_PREFIX
 from bus.metrics import register_once
+from bus.middleware.kernel.view import View
+from bus.middleware.trust import Managed
 from bus.service import ServiceContext
 from bus.transport.port import Port, RawMessage, RawSubscription, unsubscribe_all
+from subscribers.fleet_metrics import known
 from subscribers.fleet_metrics.feeders import count_entry, event_counter
 from subscribers.fleet_metrics.fleet_series import FleetMetrics
 from subscribers.fleet_metrics.reports import apply_report
@@ -97,6 +102,8 @@ class FleetReceiver:
 
 #: The client name of the receiver's connection in ``hookbus up`` (shown by the server's monitoring).
 CONNECTION_NAME: Final = "hookbus-up-fleet-metrics"
+#: How often the series of hooks, triggers and handlers that appeared since are put at zero (a scrape is 15 s).
+KNOWN_EVERY_S: Final = 5.0
 
 
 @asynccontextmanager
@@ -110,8 +117,24 @@ async def service(ctx: ServiceContext) -> AsyncIterator[None]:
     """
     async with ctx.connect(CONNECTION_NAME) as bus:
         receiver = await FleetReceiver(bus.port).start()
+        view = View(bus.port, managed=Managed.of(()), trust_new=False, aliases={})  # reads; reports nothing
+        await view.start()
+        known.from_workspace(receiver.fleet, ctx.workspace)
+        known.from_view(receiver.fleet, view)
         ctx.lines.append(f"  fleet    metrics of every process, from the bus (queue group {QUEUE}, own connection)")
+        refreshing = asyncio.create_task(_known(receiver.fleet, ctx.workspace, view))
         try:
             yield
         finally:
+            refreshing.cancel()
+            await asyncio.gather(refreshing, return_exceptions=True)
+            await view.stop()
             await receiver.stop()
+
+
+async def _known(fleet: FleetMetrics, workspace: Path, view: View) -> None:
+    """Hooks, triggers and handlers added while the bus runs start at zero too (adding 0 twice is nothing)."""
+    while True:
+        await asyncio.sleep(KNOWN_EVERY_S)
+        known.from_workspace(fleet, workspace)
+        known.from_view(fleet, view)

@@ -50,11 +50,13 @@ from bus.middleware.registry import TRUST_BUCKET, open_bucket
 from bus.middleware.schema import SwitchRecordMsg, TrustRecord
 from bus.middleware.trust import trust_key
 from bus.operator import approve_journaled, detach_journaled, reject_journaled
+from bus.presence import read_presence
 from bus.runtime.quantities import parse_duration
 from bus.service import ServiceContext
 from bus.status_report import status_report
 from bus.switching import disable_handler, enable_handler
 from subscribers.history.timeline import MAX_ENTRIES, entry_lines, event_lines, merged
+from subscribers.http_api.kernel_trust import Kernels, shown, waiting_words
 from subscribers.http_api.live import LiveFeed, LiveFilter, next_batch, sse
 from subscribers.journal.decisions import known_decisions
 from subscribers.journal.store import DB_NAME, JournalStore, Query, entry_json
@@ -212,16 +214,45 @@ def _granted(view: View, qualname: str) -> list[str] | None:
     return sorted(switches.agents) if switches is not None and switches.agents is not None else None
 
 
-def _chain(chain: StageChain, view: View) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class _Trust:
+    """What the chains are shown against: the trust store's records and the present kernels' settings."""
+
+    records: dict[str, TrustRecord]
+    kernels: Kernels
+
+
+def _runs(link: Link, view: View, trust: _Trust, state: str | None = None) -> dict[str, Any]:
+    out = _link(link, view, state)
+    word, by = shown(out["state"], trust.records.get(link.decl.qualname))
+    return out | {"shown": word, "by": by}
+
+
+def _waits(link: Link, view: View, trust: _Trust) -> dict[str, Any]:
+    out = _link(link, view, "waiting") | {"trust": link.trust.value}
+    eager = trust.kernels.trust_new
+    first_sight = f"; {', '.join(eager)} approves it on first sight" if eager else ""
+    return out | {"shown": "waiting", "by": waiting_words(link.trust.value) + first_sight}
+
+
+def _chain(chain: StageChain, view: View, trust: _Trust) -> dict[str, Any]:
+    managed = [link for link in chain.waiting if trust.kernels.managers(link.decl.qualname)]
+    waiting = [link for link in chain.waiting if link not in managed]
     return {
         "stage": chain.stage,
         "broken": chain.broken,
         "guard": chain.guard,
-        "links": [_link(link, view) for link in chain.links],
-        "holds": [_link(link, view, "gone") for link in chain.holds],
-        "waiting": [_link(link, view, "waiting") | {"trust": link.trust.value} for link in chain.waiting],
-        "disabled": [_link(link, view, "disabled") for link in chain.disabled],
-        "rejected": [_link(link, view, "rejected") for link in chain.rejected],
+        "links": [_runs(link, view, trust) for link in chain.links],
+        "holds": [_runs(link, view, trust, "gone") for link in chain.holds],
+        "waiting": [_waits(link, view, trust) for link in waiting],
+        # run by another process's kernel, which manages them; every other kernel would wait for an approval
+        "elsewhere": [
+            _link(link, view, "managed")
+            | {"shown": "managed", "by": ", ".join(trust.kernels.managers(link.decl.qualname))}
+            for link in managed
+        ],
+        "disabled": [_runs(link, view, trust, "disabled") for link in chain.disabled],
+        "rejected": [_runs(link, view, trust, "rejected") for link in chain.rejected],
     }
 
 
@@ -232,26 +263,38 @@ def declaration_diff(approved: dict[str, Any] | None, now: dict[str, Any]) -> li
     return list(difflib.unified_diff(before.splitlines(), after.splitlines(), "approved", "declared now", lineterm=""))
 
 
-async def _approved_declarations(console: Console, names: list[str]) -> dict[str, dict[str, Any]]:
-    """The declaration each named handler was last approved as (from the trust store), where there is one."""
+async def _trust_records(console: Console, names: set[str]) -> dict[str, TrustRecord]:
+    """The trust store's record of each named handler (who approved it, how, as what), where there is one."""
     kv = await open_bucket(console.bus.port, TRUST_BUCKET)
-    out: dict[str, dict[str, Any]] = {}
-    for name in names:
+    out: dict[str, TrustRecord] = {}
+    for name in sorted(names):
         entry = await kv.get(name)
         if entry is None or not entry.value:
             continue
         try:
-            out[name] = decode(entry.value, TrustRecord, "trust value", ValueError).declaration
+            out[name] = decode(entry.value, TrustRecord, "trust value", ValueError)
         except ValueError:
             continue  # unreadable: shown as a new declaration
     return out
 
 
+async def _kernels(console: Console) -> Kernels:
+    """The present processes' kernel settings (none known when presence cannot be read)."""
+    try:
+        present, _ = await read_presence(console.bus, within_s=2.0)
+    except HookbusError:
+        return Kernels()
+    return Kernels.of(present)
+
+
 async def middleware(request: web.Request) -> web.Response:
     console = request.app[CONSOLE]
     view = console.view
-    waiting = queue(view)
-    approved = await _approved_declarations(console, [trust_key(w.decl) for w in waiting])
+    kernels = await _kernels(console)
+    waiting = [w for w in queue(view) if not kernels.managers(w.decl.qualname)]
+    names = {trust_key(link.decl) for chain in view.chains.values() for link in chain.links + chain.holds}
+    records = await _trust_records(console, names | {trust_key(w.decl) for w in waiting})
+    trust = _Trust(records, kernels)
     approvals = [
         {
             "name": w.decl.qualname,
@@ -259,12 +302,16 @@ async def middleware(request: web.Request) -> web.Response:
             "state": w.state.value,
             "fail_closed": w.decl.fail_closed,
             "identity": w.decl.identity(),
-            "diff": declaration_diff(approved.get(trust_key(w.decl)), w.decl.to_wire()),
+            "diff": declaration_diff(_declared(records.get(trust_key(w.decl))), w.decl.to_wire()),
         }
         for w in waiting
     ]
-    chains = [_chain(view.chains[stage], view) for stage in sorted(view.chains)]
+    chains = [_chain(view.chains[stage], view, trust) for stage in sorted(view.chains)]
     return _json({"chains": chains, "approvals": approvals})
+
+
+def _declared(record: TrustRecord | None) -> dict[str, Any] | None:
+    return record.declaration if record is not None else None
 
 
 async def _name(request: web.Request) -> str:

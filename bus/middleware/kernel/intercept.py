@@ -103,6 +103,16 @@ class Interceptor:
         self.asks = AskHolder(bus)
         self._unheld: dict[str, asyncio.Task[Decision]] = {}  # ask id -> the run waiting for its answer
 
+    @property
+    def managed(self) -> frozenset[str]:
+        """The handlers this kernel runs without approval (the operator's config)."""
+        return self._managed.names
+
+    @property
+    def trust_new(self) -> bool:
+        """Whether this kernel approves never-seen handlers on first sight (development)."""
+        return self._trust_new
+
     async def start(self) -> View:
         """Load the registry and start following it (done by the first intercept if not before)."""
         if self.view is not None:

@@ -155,8 +155,8 @@ function onMessage(block) {
   const body = JSON.parse(data);
   if (name === "hello") {
     $("live-rate").textContent = body.rate;
-    say("live-state", body.pattern === ">" || body.pattern === "" ? "live: every event"
-      : "live: events matching " + body.pattern);
+    liveLine = liveWords(body.pattern);
+    say("live-state", liveLine);
   } else if (name === "events") {
     addEvents(body);
   } else if (name === "sampled") {
@@ -165,13 +165,21 @@ function onMessage(block) {
   }
 }
 
+// The live state line in words: never a bare subject pattern such as ">".
+let liveLine = "live";
+
+function liveWords(pattern) {
+  if (!pattern || pattern === ">") return "live: every event";
+  return "live: events matching " + pattern;
+}
+
 function addEvents(events) {
   if (paused) { missedWhilePaused += events.length; say("live-state", "paused: " + missedWhilePaused + " events not shown"); return; }
   const rows = $("live-rows");
   const fragment = document.createDocumentFragment();
   for (const event of events) {
     byId.set(event.id, event);
-    const tr = row([event.timestamp, event.subject, event.session_id, event.depth, event.publisher || event.source]);
+    const tr = row([event.timestamp, event.subject, event.session_id, event.depth, sourceWords(event)]);
     tr.dataset.id = event.id;
     tr.className = "live-event";
     tr.addEventListener("click", () => showEnvelope(event.id));
@@ -183,6 +191,12 @@ function addEvents(events) {
     byId.delete(rows.lastElementChild.dataset.id);
     rows.lastElementChild.remove();
   }
+}
+
+// Who sent an event: the agent (the envelope's source) and the NATS user that vouched for it, where known.
+function sourceWords(event) {
+  if (event.source && event.publisher && event.publisher !== event.source) return event.source + " (as " + event.publisher + ")";
+  return event.source || event.publisher || "unnamed";
 }
 
 let selected = null;
@@ -211,7 +225,7 @@ function togglePause() {
   paused = !paused;
   missedWhilePaused = 0;
   $("live-pause").textContent = paused ? "Resume" : "Pause";
-  say("live-state", paused ? "paused" : "live");
+  say("live-state", paused ? "paused: new events are counted, not shown" : liveLine);
 }
 
 // -- journal
@@ -292,6 +306,7 @@ async function loadMiddleware() {
       chain.links.forEach((l, i) => table.appendChild(linkRow(i + 1, l, button("Disable", () => act("disable", l.name), "disable"))));
       for (const l of chain.disabled) table.appendChild(linkRow("off", l, button("Enable", () => act("enable", l.name), "enable")));
       for (const l of chain.holds) table.appendChild(linkRow("!", l, button("Detach", () => act("detach", l.name), "danger")));
+      for (const l of chain.elsewhere || []) table.appendChild(linkRow("·", l, null));
       for (const l of chain.waiting) table.appendChild(linkRow("-", l, null));
       for (const l of chain.rejected || []) table.appendChild(linkRow("x", l, null));
       chains.appendChild(table);
@@ -314,9 +329,20 @@ async function loadMiddleware() {
   }
 }
 
+// A handler's trust in words, as the kernel that runs it sees it: managed (by whom), approved (by whom),
+// trust-new (approved on first sight), waiting (why), gone (why), disabled, rejected.
+function trustWords(l) {
+  const word = l.shown || l.state;
+  if (l.hold) return word + ": " + l.hold;
+  if (word === "managed" && l.by) {
+    return "managed by " + l.by + (l.by.startsWith("this console") ? "" : " (runs there; other kernels wait for an approval)");
+  }
+  if (word === "waiting") return "waiting for approval: " + (l.by || l.trust);
+  return l.by ? word + " (" + l.by + ")" : word;
+}
+
 function linkRow(position, l, action) {
-  const state = (l.hold ? l.state + ": " + l.hold : l.state) + (l.trust ? " (" + l.trust + ")" : "")
-    + (l.agents ? " (only for " + l.agents.join(", ") + ")" : "");
+  const state = trustWords(l) + (l.agents ? " (only for " + l.agents.join(", ") + ")" : "");
   const tr = row([position, l.name, state, l.fail_closed ? "fail-closed" : "fail-open",
     l.timeout + "s", l.instances, ago(l.last_seen_s), action || ""]);
   tr.dataset.name = l.name;
@@ -357,7 +383,7 @@ async function loadHooks() {
       return tr;
     }));
     $("hook-metrics").replaceChildren(...metrics.metrics.map((m) =>
-      row([m.hook, m.point, m.calls, m.failures, m.timeouts, m.refusals, m.mean_ms, m.last_error])));
+      row([m.hook, m.point, m.calls, m.failures, m.timeouts, m.refusals, milliseconds(m.mean_ms), m.last_error])));
     $("hook-runs").replaceChildren(...runs.entries.map((e) => {
       const box = el("div", null, "run");
       box.appendChild(el("div", e.received + "  " + e.who + " on " + e.point + ": " + e.decision + (e.cause ? " (" + e.cause + ")" : "")));
@@ -438,7 +464,8 @@ function startStatus() { stopStatus(); loadStatus(); statusTimer = setInterval(l
 
 function stopStatus() { if (statusTimer) { clearInterval(statusTimer); statusTimer = null; } }
 
-const SECTIONS = { bus: "buses (hookbus up)", agent: "agents", worker: "workers", trigger_engine: "trigger engines", journal_sink: "journal sinks" };
+const SECTIONS = { bus: "buses (hookbus up)", agent: "agents", worker: "workers", trigger_engine: "trigger engines", journal_sink: "journal sinks",
+  kernel: "kernels' own trust (managed handlers, trust-new)" };
 
 async function loadStatus() {
   try {
