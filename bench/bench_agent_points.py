@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import median, print_table, verdict
 from bus import Bus, Continue, Module, NatsServer, Stage, TurnRequest
 from bus.testing import wait_for_chain
-from tests import fake_llm
+from tests.support import fake_llm
 from triggers.agent.llm import ChatClient
 from triggers.agent.turn_runner import TurnRunner
 

@@ -4,7 +4,7 @@
 
 Each run starts a 3-node cluster, serves a fail-closed guard on node 2, runs an
 agent on node 1 that emits and intercepts steadily, and kills node 1 under that
-load (the scenario of tests/test_failover.py). Per run it prints the decisions
+load (the scenario of tests/transport/test_failover.py). Per run it prints the decisions
 that came from the handler against all decisions, those the fail-closed mode
 gave during the outage, and any continue nobody gave (there must be none).
 """
@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import print_table
-from tests.test_failover import ALLOWED, cluster_failover, from_handler
+from tests.transport.test_failover import ALLOWED, cluster_failover, from_handler
 
 
 async def main() -> int:

@@ -77,7 +77,7 @@ print(json.dumps(audit))
 
 def prx_component(workspace: Path) -> object | None:
     """PRX's logger-hook example as a loaded component, or None without componentize-py."""
-    from tests.prx_build import EXAMPLE, build_logger_hook, componentize_py
+    from tests.support.prx_build import EXAMPLE, build_logger_hook, componentize_py
 
     tool = componentize_py()
     if tool is None:

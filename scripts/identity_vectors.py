@@ -16,7 +16,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.protocol_support import canonical, declaration_from_wire, identity, version  # noqa: E402
+from tests.support.protocol_support import canonical, declaration_from_wire, identity, version  # noqa: E402
 
 BASE = {"module": "guard", "name": "no_rm", "stage": "tool.call"}
 

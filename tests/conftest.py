@@ -20,8 +20,7 @@ from bus.middleware.kernel.metrics import MIDDLEWARE
 from bus.testing import nats_for_tests
 from subscribers.shell_hooks.settings import WorkerSettings
 from subscribers.shell_hooks.shell_worker import ShellWorker
-
-from .fake_llm import FakeLLM
+from tests.support.fake_llm import FakeLLM
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 

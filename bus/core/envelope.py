@@ -22,7 +22,7 @@ flagged in ``received_as``; they are tried only after the fast check failed.
 
 The wire type is declared once, ``EnvelopeMsg`` in :mod:`bus.core.envelope_schema`;
 the receive check here is hand-written for the delivery path (no msgspec at
-import) and held to that type by tests/test_envelope_one_type.py. Encoding is
+import) and held to that type by tests/core/test_envelope_one_type.py. Encoding is
 :mod:`bus.core.encoder`'s; cutting strings to fit, :mod:`bus.core.truncation`'s.
 """
 

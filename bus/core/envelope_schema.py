@@ -1,7 +1,7 @@
 """The event envelope's one declared type, ``EnvelopeMsg``, and its claim-check reference.
 
 The delivery path decodes envelopes with the hand-written check of :mod:`bus.core.envelope` (faster, and
-without msgspec at import); tests/test_envelope_one_type.py holds the check, ``EventDict`` and ``Event`` to
+without msgspec at import); tests/core/test_envelope_one_type.py holds the check, ``EventDict`` and ``Event`` to
 this type, field by field and on generated envelopes.
 """
 

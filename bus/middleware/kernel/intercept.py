@@ -15,7 +15,6 @@ the fail mode, never an exception. Every reaction is journaled on
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -35,9 +34,10 @@ from bus.core.stages import Stage, match_field, phase
 from bus.journal.entries import JournalEntry, JournalPublisher
 from bus.middleware.faults import Outcome
 from bus.middleware.kernel import bag as _bag
-from bus.middleware.kernel.asking import Asked, AskHolder, Held
+from bus.middleware.kernel.asking import Asked, AskHolder
 from bus.middleware.kernel.chain import Link, StageChain
 from bus.middleware.kernel.drain import DEFAULT_BUDGET, Drain
+from bus.middleware.kernel.holding import ASKED, hold_for_operator
 from bus.middleware.kernel.reactions import Reactions, answered, bounded, broken_chain, fault_of, faulted
 from bus.middleware.kernel.view import View
 from bus.middleware.registry import LIVENESS_FACTOR
@@ -56,11 +56,6 @@ _TOOL_STAGES: Final = frozenset({Stage.TOOL_CALL.value, Stage.TOOL_RESULT.value}
 _EMPTY: Final[Mapping[str, Any]] = {}
 #: A held stage journals its first cancel at once, then one entry per this many seconds counting the rest.
 HELD_WINDOW: Final = 1.0
-#: Set by ``intercept_unheld`` for the run it starts: told the ask's id and deadline once a handler asks.
-#: And whether the ask is kept for an operator (False: the caller's own person answers it, nothing is held).
-_ASKED: contextvars.ContextVar[tuple[asyncio.Future[Asked], bool] | None] = contextvars.ContextVar(
-    "hookbus_asked", default=None
-)
 
 
 @dataclass
@@ -178,11 +173,11 @@ class Interceptor:
         terminal``): Asked with no id and the handler's reason, and the chain ends there.
         """
         asked: asyncio.Future[Asked] = asyncio.get_running_loop().create_future()
-        token = _ASKED.set((asked, keep))
+        token = ASKED.set((asked, keep))
         try:
             task = asyncio.get_running_loop().create_task(self.intercept(stage, payload, ctx))
         finally:
-            _ASKED.reset(token)
+            ASKED.reset(token)
         either: set[asyncio.Future[Any]] = {task, asked}
         await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
         if not asked.done():
@@ -273,34 +268,8 @@ class Interceptor:
         return self._final(run, rid)
 
     async def _hold(self, ask: Ask, link: Link, payload: dict[str, Any], wire_ctx: RequestCtx) -> Decision:
-        """Hold the call for an operator; journal the ask at once and its end when it comes."""
-        decl = link.decl
-        started = time.perf_counter()
-        waiting = _ASKED.get()
-        if waiting is not None and not waiting[1]:  # the caller's own person answers: nothing is held
-            note = Reactions(self._journal, decl.stage, wire_ctx, True)
-            note.note(link, "asked", f"{ask.reason} (passed to the agent's own user)", 0.0)
-            note.flush()
-            if not waiting[0].done():
-                waiting[0].set_result(Asked("", time.time() + float(ask.timeout), ask.reason))
-            return Cancel(f"{decl.qualname} asks: {ask.reason}")
-
-        def asked(record: Any) -> None:
-            left = record.deadline - time.time()
-            cause = f"{record.reason} (ask {record.id}; {left:.0f}s left, then {record.on_timeout})"
-            entry = Reactions(self._journal, decl.stage, wire_ctx, True)
-            entry.note(link, "asked", cause, 0.0)
-            entry.flush()
-            if waiting is not None and not waiting[0].done():
-                waiting[0].set_result(Asked(record.id, record.deadline, record.reason))
-
-        held: Held = await self.asks.hold(
-            ask, decl.qualname, link.identity, decl.fail_closed, decl.stage, payload, wire_ctx, asked
-        )
-        entry = Reactions(self._journal, decl.stage, wire_ctx, True)
-        entry.note(link, held.verdict, held.cause, (time.perf_counter() - started) * 1000)
-        entry.flush()
-        return held.decision
+        """Hold the call for an operator (bus.middleware.kernel.holding)."""
+        return await hold_for_operator(self.asks, self._journal, ask, link, payload, wire_ctx)
 
     def _held_call(self, chain: StageChain, payload: dict[str, Any], ctx: Mapping[str, Any]) -> Decision | None:
         """The cancel of a held guard that wants this call (no request), journaled; None if none wants it.

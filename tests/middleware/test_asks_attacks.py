@@ -1,0 +1,164 @@
+"""The asks bucket under the shipped permissions: only operators answer; agents neither answer, erase nor peek.
+
+Each attack runs as ``agent-bob`` and as the asking agent ``agent-eva``
+against deploy/nats/permissions.conf on a real server; the operator's answer
+is the control that shows the ask was live all along.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import nats.errors
+import nats.js.errors
+import pytest
+
+from bus import Ask, Bus, Cancel, Continue, Module, NatsServer, Patch, Stage
+from bus.core.errors import RegistryError
+from bus.core.subjects import ASKS_BUCKET, kv_key_subject, kv_stream
+from bus.journal.entries import ensure_stream
+from bus.middleware.asks.records import AnswerMsg, answer_key, ask_key, done_key, encode_msg
+from bus.middleware.asks.store import AskStore, ensure_asks_bucket
+from bus.testing import serving, wait_for_chain
+from tests.conftest import as_user as url
+from tests.conftest import shipped_server
+from tests.middleware.test_attacks import Attacker
+from tests.support.waiting import wait_until
+
+CALL = {"name": "shell", "input": {"command": "git push --force"}}
+ASKS = kv_key_subject(ASKS_BUCKET)
+DIRECT = f"$JS.API.DIRECT.GET.{kv_stream(ASKS_BUCKET)}."
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
+    yield from shipped_server(tmp_path_factory, "asks-attacks")
+
+
+@pytest.fixture
+async def state(server: NatsServer) -> None:
+    """What `hookbus up` makes as the bus role: the buckets, the journal stream, the asks bucket."""
+    async with Bus(url(server, "bus")) as up:
+        await up.middleware.start()
+        await ensure_stream(up)
+        await ensure_asks_bucket(up.port)
+
+
+@pytest.fixture
+async def attacker() -> AsyncIterator[Attacker]:
+    attack = Attacker()
+    yield attack
+    await attack.nc.close()
+
+
+def asking_guard() -> Module:
+    guard = Module("guard", heartbeat=0.5)
+
+    @guard.stage(Stage.TOOL_CALL, fail_closed=True)
+    async def ask_push(stage: str, payload: dict[str, Any]) -> Ask:
+        return Ask("force-push: a person decides", timeout=60)
+
+    return guard
+
+
+@contextlib.asynccontextmanager
+async def held_call(server: NatsServer) -> AsyncIterator[tuple[asyncio.Task[Any], str, AskStore]]:
+    """Eva's call held by the guard's ask: (the intercept, the ask's id, the operator's store)."""
+    served = serving(asking_guard(), url(server, "module-guard"))
+    async with (
+        served,
+        Bus(url(server, "agent-eva"), managed=["guard.ask_push"]) as eva,
+        Bus(url(server, "operator")) as op,
+    ):
+        await wait_for_chain(eva, "tool.call", ["guard.ask_push"])
+        call = asyncio.create_task(eva.intercept(Stage.TOOL_CALL, CALL, {"session": "s-attacks", "agent": "eva"}))
+        store = AskStore(op.port)
+        found: list[str] = []
+
+        async def pending() -> bool:
+            found[:] = [item.ask.id for item in await store.pending("agent-eva") if not call.done()]
+            return bool(found)
+
+        await wait_until(pending, what="eva's ask")
+        try:
+            yield call, found[0], store
+        finally:
+            if not call.done():
+                call.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await call
+
+
+async def _js_publish(attacker: Attacker, subject: str, data: bytes, headers: dict[str, str] | None = None) -> str:
+    """A JetStream publish as the attacker: 'denied' (no ack: the server dropped it), 'refused' or 'stored'."""
+    js = attacker.nc.jetstream(timeout=1.0)
+    try:
+        await js.publish(subject, data, headers=headers)
+    except nats.errors.TimeoutError:
+        return "denied"
+    except nats.js.errors.APIError:
+        return "refused"
+    return "stored"
+
+
+@pytest.mark.parametrize("user", ["agent-eva", "agent-bob"])
+async def test_an_agent_cannot_answer_an_ask(server: NatsServer, state: None, attacker: Attacker, user: str) -> None:
+    await attacker.connect(server, user)
+    async with held_call(server) as (call, ask_id, store):
+        ask = await store.find(ask_id)
+        assert ask is not None
+        forged = AnswerMsg(id=ask_id, kind="allow", by=user, payload_sha256=ask.payload_sha256, answered_at=0.0)
+        assert await _js_publish(attacker, ASKS + answer_key("agent-eva", ask_id), encode_msg(forged)) == "denied"
+        async with Bus(url(server, user)) as agent:  # the store's own answer path, as that agent
+            with pytest.raises(RegistryError):
+                await AskStore(agent.port).answer(ask_id, "allow", user)
+        await attacker.settle()
+        assert not call.done()
+        await store.answer(ask_id, "deny", "operator", ask.payload_sha256, reason="not today")
+        decision = await call
+    assert isinstance(decision, Cancel) and decision.reason == "denied by operator: not today"
+
+
+@pytest.mark.parametrize("user", ["agent-eva", "agent-bob"])
+async def test_an_agent_cannot_erase_an_ask(server: NatsServer, state: None, attacker: Attacker, user: str) -> None:
+    await attacker.connect(server, user)
+    async with held_call(server) as (call, ask_id, store):
+        key = ASKS + ask_key("agent-eva", ask_id)
+        for headers in ({"KV-Operation": "DEL"}, {"KV-Operation": "PURGE", "Nats-Rollup": "sub"}):
+            outcome = await _js_publish(attacker, key, b"", headers)
+            # Eva may write her own ask keys, but the stream refuses a second write of a key; Bob may not at all.
+            assert outcome == ("refused" if user == "agent-eva" else "denied")
+        done = await _js_publish(attacker, ASKS + done_key("agent-eva", "0000000000000000-0"), b"1")
+        assert done == ("stored" if user == "agent-eva" else "denied")  # a done marker of no ask: harmless
+        stream = kv_stream(ASKS_BUCKET)
+        for api in (f"$JS.API.STREAM.PURGE.{stream}", f"$JS.API.STREAM.MSG.DELETE.{stream}"):
+            with pytest.raises(nats.errors.TimeoutError):
+                await attacker.nc.request(api, b'{"seq": 1}', timeout=1.0)
+        assert await store.find(ask_id) is not None
+        await store.answer(ask_id, "allow", "operator")
+        assert await call == Continue()
+
+
+async def test_no_agent_reads_another_agents_asks(server: NatsServer, state: None, attacker: Attacker) -> None:
+    await attacker.connect(server, "agent-bob")
+    async with held_call(server) as (call, ask_id, store):
+        for key in (ask_key("agent-eva", ask_id), answer_key("agent-eva", ask_id)):
+            with pytest.raises(nats.errors.TimeoutError):
+                await attacker.nc.request(DIRECT + ASKS + key, b"", timeout=1.0)
+        with pytest.raises(nats.errors.TimeoutError):
+            await attacker.nc.request(f"$JS.API.STREAM.INFO.{kv_stream(ASKS_BUCKET)}", b"{}", timeout=1.0)
+        forged = await _js_publish(attacker, ASKS + ask_key("agent-eva", "0000000000000000-1"), b"{}")
+        assert forged == "denied"  # nor ask in eva's name
+        await attacker.settle()
+        assert len(attacker.denied) >= 4
+        await store.answer(ask_id, "edit", "operator", payload={**CALL, "input": {"command": "git push"}})
+        assert await call == Patch({**CALL, "input": {"command": "git push"}})
+
+
+async def test_the_bus_answers_for_the_operator(server: NatsServer, state: None) -> None:
+    async with held_call(server) as (call, ask_id, _), Bus(url(server, "bus")) as up:
+        await AskStore(up.port).answer(ask_id, "allow", "console")
+        assert await call == Continue()

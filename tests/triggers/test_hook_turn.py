@@ -1,0 +1,118 @@
+"""The model as a middleware handler: decisions, a model that ignores the tools or hangs, no re-entry."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bus import Bus, Cancel, ConfigError, Continue, Module, Patch, Stage
+from bus.testing import serving, wait_for_chain
+from tests.support import fake_llm
+from triggers.agent import hook_turn
+from triggers.agent.hook_turn import HookTurnSpec
+from triggers.agent.llm import ChatClient
+
+
+async def judged(kernel: Bus, nats_url: str, llm: fake_llm.FakeLLM, payload: dict[str, Any], **spec: Any) -> Any:
+    name = f"ht{uuid.uuid4().hex[:6]}"
+    fields = {"name": "judge", "stage": "tool.call", "prompt": "block rm -rf", "timeout": 2.0, **spec}
+    client = ChatClient(llm.url, "judge-model", attempts=1)
+    module = hook_turn.build_module(name, [HookTurnSpec(**fields)], client)
+    try:
+        async with serving(module, nats_url, detach_on_stop=True):  # tests share tool.call
+            await wait_for_chain(kernel, fields["stage"], [f"{name}.judge"])
+            return await kernel.intercept(fields["stage"], payload)
+    finally:
+        await client.close()
+
+
+CALL = {"name": "shell", "input": {"command": "rm -rf /"}}
+
+
+async def test_each_decision(kernel: Bus, nats_url: str, llm: fake_llm.FakeLLM) -> None:
+    llm.script = [fake_llm.tool_calls(("hook_cancel", {"reason": "deletes everything"}))]
+    decision = await judged(kernel, nats_url, llm, CALL)
+    assert isinstance(decision, Cancel) and decision.reason == "deletes everything"
+    request = llm.requests[-1]
+    assert [t["function"]["name"] for t in request["tools"]] == ["hook_continue", "hook_cancel", "hook_patch"]
+    assert request["tool_choice"] == "required" and "block rm -rf" in request["messages"][0]["content"]
+    assert '"command":"rm -rf /"' in request["messages"][1]["content"]
+
+    llm.script = [fake_llm.tool_calls(("hook_continue", {}))]
+    assert await judged(kernel, nats_url, llm, CALL) == Continue()
+
+    safe = {"name": "shell", "input": {"command": "rm -rf /tmp/x"}}
+    llm.script = [fake_llm.tool_calls(("hook_patch", {"payload": safe}))]
+    assert await judged(kernel, nats_url, llm, CALL) == Patch(safe)
+
+
+@pytest.mark.parametrize("fail_closed", [False, True])
+@pytest.mark.parametrize(
+    "answer",
+    [
+        fake_llm.text("I think it is fine"),
+        fake_llm.tool_calls(("hook_continue", {}), ("hook_cancel", {"reason": "x"})),
+        fake_llm.tool_calls(("hook_cancel", {})),
+        fake_llm.hang(5),
+        fake_llm.status(500),
+    ],
+    ids=["text", "two-calls", "no-reason", "hangs", "http-500"],
+)
+async def test_a_model_without_a_decision_gets_the_fail_mode(
+    kernel: Bus, nats_url: str, llm: fake_llm.FakeLLM, answer: dict[str, Any], fail_closed: bool
+) -> None:
+    llm.script = [answer]
+    decision = await judged(kernel, nats_url, llm, CALL, fail_closed=fail_closed, timeout=0.5)
+    if fail_closed:
+        assert isinstance(decision, Cancel) and decision.reason
+    else:
+        assert decision == Continue()
+
+
+async def test_middleware_is_not_re_entered_from_a_hook_turn(kernel: Bus, nats_url: str, llm: fake_llm.FakeLLM) -> None:
+    seen: list[str] = []
+    spy = Module(f"spy{uuid.uuid4().hex[:6]}")
+
+    @spy.stage(Stage.LLM_REQUEST)
+    async def watch(stage: str, payload: dict[str, Any]) -> Continue:
+        seen.append(stage)
+        return Continue()
+
+    async with serving(spy, nats_url):
+        await wait_for_chain(kernel, "llm.request", [f"{spy.name}.watch"])
+        llm.script = [fake_llm.tool_calls(("hook_continue", {}))]
+        assert await judged(kernel, nats_url, llm, CALL) == Continue()
+        assert len(llm.requests) == 1  # the model was asked ...
+        assert seen == []  # ... and no llm.request handler saw that call
+        await kernel.intercept(Stage.LLM_REQUEST, {"model": "m", "messages": []})
+        assert seen == ["llm.request"]  # while the spy does see the agent's own calls
+
+
+def test_hook_turns_yaml_is_validated(tmp_path: Path) -> None:
+    path = tmp_path / "hook_turns.yaml"
+    path.write_text(
+        "hook_turns:\n  - {name: j, stage: tool.call, prompt: p, match: [shell, write_file], fail_closed: true}\n"
+    )
+    [spec] = hook_turn.load(path)
+    assert spec.match == ("shell", "write_file") and spec.fail_closed
+    for text, message in [
+        ("hook_turns:\n  - {name: j, stage: tool.call}\n", "field 'prompt' is required"),
+        ("hook_turns:\n  - {name: j, stage: 'a..b', prompt: p}\n", "field 'stage'"),
+        ("hook_turns:\n  - {name: j, stage: tool.call, prompt: p, timeout_s: 99}\n", "'timeout_s'"),
+        ("hook_turns:\n  - {name: j, stage: tool.call, prompt: p, timeout: 99}\n", "'timeout'"),
+        ("hook_turns:\n  - {name: j, stage: tool.call, prompt: p, colour: red}\n", "unknown field 'colour'"),
+        ("hooks: []\n", "one key, 'hook_turns'"),
+    ]:
+        path.write_text(text)
+        with pytest.raises(ConfigError, match=message):
+            hook_turn.load(path)
+
+
+def test_a_changed_prompt_is_a_changed_identity() -> None:
+    client = ChatClient("http://127.0.0.1:1/v1", "m")
+    a = hook_turn.build_module("same", [HookTurnSpec("j", "tool.call", "rule one")], client)
+    b = hook_turn.build_module("same", [HookTurnSpec("j", "tool.call", "rule two")], client)
+    assert a.declarations[0].identity != b.declarations[0].identity
