@@ -32,7 +32,7 @@ from bench.common import median, print_table, verdict
 from bus import Bus, Continue, Module, NatsServer, Stage, TurnRequest
 from bus.testing import wait_for_chain
 from tests.support import fake_llm
-from triggers.agent.llm import ChatClient
+from triggers.agent._llm import ChatClient
 from triggers.agent.turn_runner import TurnRunner
 
 POINTS = [

@@ -25,8 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import print_table
 from bus import Ask, Bus, Module, NatsServer
-from bus.middleware.asks.store import AskStore
-from bus.middleware.kernel.asking import ASKS
+from bus._middleware.asks.store import AskStore
+from bus._middleware.kernel.asking import ASKS
 from bus.testing import serving, wait_for_chain
 
 STAGE = "bench.ask"

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import median, print_table
 from bus import Bus, Event, NatsServer
-from subscribers.shell_hooks.settings import WorkerSettings
+from subscribers.shell_hooks._settings import WorkerSettings
 from subscribers.shell_hooks.shell_worker import ShellWorker
 
 SUBJECT = "prx.lifecycle.tool_call"

@@ -37,7 +37,7 @@ import aiohttp
 
 from bench.common import median, print_table
 from bus import Bus, Cancel, Continue, Decision, Module, NatsServer
-from bus.adapters.claude_code import http_hook
+from bus.adapters.claude_code import _http_hook as http_hook
 from bus.adapters.claude_code.command_modules import MODULE, ClaudeHooksServer
 from bus.adapters.claude_code.relay import Relay
 from bus.testing import wait_for_chain
@@ -84,7 +84,7 @@ def timed(args: list[str], env: dict[str, str], stdin: str | None = None, cwd: P
 async def command_times(url: str, runs: int, state: Path) -> dict[str, list[float]]:
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("HOOKBUS_")}, "NATS_URL": url}
     env["XDG_STATE_HOME"] = str(state)
-    hookbus = [sys.executable, "-m", "bus.cli"]
+    hookbus = [sys.executable, "-m", "bus._cli"]
     hook, emit = [*hookbus, "claude-hook"], [*hookbus, "emit", "prx.lifecycle.tool_call", '{"tool": "Bash"}']
     times: dict[str, list[float]] = {"relay": [], "emit": [], "own": []}
     async with Bus(url, name="bench-relay") as bus:
@@ -151,7 +151,7 @@ async def script_times(url: str, runs: int, state: Path) -> dict[str, list[float
         f"'{c.replace('~', str(home)).replace('$CLAUDE_PROJECT_DIR', str(workspace))}'" for c in SCRIPTS
     )
     loop = ["bash", "-c", f'input=$(cat); for c in {commands}; do echo "$input" | $c >/dev/null || exit 1; done']
-    hook = [sys.executable, "-m", "bus.cli", "claude-hook"]
+    hook = [sys.executable, "-m", "bus._cli", "claude-hook"]
     times: dict[str, list[float]] = {"scripts": [], "loop": []}
     async with Bus(url, name="bench-scripts") as bus, Bus(url, trust_new=True) as kernel:
         server = ClaudeHooksServer(bus, workspace, url)

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import median, print_table, rss_mib, start_up, verdict
 from bus import Bus, NatsServer
-from bus.core.subjects import wire_subject
+from bus._core.subjects import wire_subject
 
 SUBJECT = "prx.lifecycle.tool_call"
 #: Ratios to raw nats-py the core must keep (issue #12): emit at least 0.95, delivery at least 0.85.

@@ -8,7 +8,7 @@ this interpreter and environment, and times each process from start to exit.
 Prints the median of each over ``--calls`` rounds and their ratio (target
 <= 4x), and, for comparison, the full client's path (``hookbus -v emit``,
 what every emit cost before the one-shot path). ``hookbus`` is run the way
-its console script runs it (``from bus.cli import main``), from this
+its console script runs it (``from bus._cli import main``), from this
 checkout. Also checks that every event arrived, so a failing emit cannot
 look fast.
 """
@@ -31,7 +31,7 @@ from bus import Bus, NatsServer  # noqa: E402
 from bus.testing import EventRecorder  # noqa: E402
 
 #: What the installed ``hookbus`` script does, run from this checkout.
-CONSOLE_SCRIPT = "import sys; from bus.cli import main; sys.exit(main())"
+CONSOLE_SCRIPT = "import sys; from bus._cli import main; sys.exit(main())"
 SUBJECT = "prx.lifecycle.tool_call"
 PAYLOAD = '{"tool": "shell", "success": true, "output": "ok"}'
 TARGET = 4.0

@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import print_table, rss_mib, start_up, verdict
 from bus import NatsServer
-from bus.core.encoder import Encoder
+from bus._core.encoder import Encoder
 
 SUBJECT = "prx.lifecycle.tool_call"
 PAYLOAD = {"tool": "shell", "success": True, "output": "total 0\n" * 30}

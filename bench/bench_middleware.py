@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import median, print_table, verdict
 from bus import Bus, Continue, Module, NatsServer, Patch
-from bus.core.declaration import declare
-from bus.middleware.guards import GuardRecord
+from bus._core.declaration import declare
+from bus._middleware.guards import GuardRecord
 from bus.testing import wait_for_chain
 
 PAYLOAD = {"name": "shell", "input": {"command": "ls -la /srv/project"}, "call_id": "c-0001"}

@@ -34,13 +34,13 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import median, print_table, verdict
-from bus.sandbox.outcome import HookOutcome
-from subscribers.plugins.host import load_code
-from subscribers.plugins.manifest import load_manifest
+from bus._sandbox.outcome import HookOutcome
+from subscribers.plugins._host import load_code
+from subscribers.plugins._manifest import load_manifest
 from subscribers.plugins.plugin_worker import call_plugin
-from subscribers.shell_hooks.hook_trial import make_event
-from subscribers.shell_hooks.hooks_file import HOOKS_FILE, load
-from subscribers.shell_hooks.shell import ShellRunner
+from subscribers.shell_hooks._hook_trial import make_event
+from subscribers.shell_hooks._hooks_file import HOOKS_FILE, load
+from subscribers.shell_hooks._shell import ShellRunner
 
 SUBJECT = "prx.lifecycle.tool_call"
 PAYLOAD = {"tool": "shell", "success": True, "output": "ok"}

@@ -25,8 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import median, print_table, verdict
 from bus import Bus, Cancel, Module, NatsServer, Patch
-from bus.records.record import from_fields
-from bus.records.store import RecordStore
+from bus._records.record import from_fields
+from bus._records.store import RecordStore
 from bus.testing import wait_for_chain
 
 PAYLOAD = {"name": "shell", "input": {"command": "ls -la /srv/project"}}

@@ -24,8 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import median, print_table, rss_mib, verdict
 from bus import Bus, NatsServer
-from bus.sandbox.process import spawn
-from subscribers.shell_hooks.settings import WorkerSettings
+from bus._sandbox.process import spawn
+from subscribers.shell_hooks._settings import WorkerSettings
 from subscribers.shell_hooks.shell_worker import ShellWorker
 
 SUBJECT = "prx.lifecycle.tool_call"

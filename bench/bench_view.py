@@ -26,9 +26,9 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import median, print_table, verdict
-from bus.middleware.kernel.view import View
-from bus.middleware.registry import parse_announcement
-from bus.middleware.trust import Managed
+from bus._middleware.kernel.view import View
+from bus._middleware.registry import parse_announcement
+from bus._middleware.trust import Managed
 
 PER_MODULE = 250
 SIZES = (1, 100, 1000)

@@ -55,7 +55,7 @@ def start_up(*args: str, quiet: bool = False) -> tuple[subprocess.Popen[str], st
     ``quiet`` drops its stderr.
     """
     env = {k: v for k, v in os.environ.items() if k != "NATS_URL"}
-    command = [sys.executable, "-m", "bus.cli", "up", *args]
+    command = [sys.executable, "-m", "bus._cli", "up", *args]
     stderr = subprocess.DEVNULL if quiet else None
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, text=True, env=env)
     assert proc.stdout is not None

@@ -38,12 +38,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import print_table, rss_mib
 from bus import Bus, NatsServer
-from bus.core.clock import now_timestamp
-from bus.journal.entries import STREAM, JournalEntry
-from subscribers.fleet_metrics.fleet_series import FleetMetrics
+from bus._core.clock import now_timestamp
+from bus._journal.entries import STREAM, JournalEntry
+from subscribers.fleet_metrics._fleet_series import FleetMetrics
 from subscribers.fleet_metrics.receiver import FleetReceiver
 from subscribers.journal.sink import JournalSink
-from subscribers.shell_hooks.settings import WorkerSettings
+from subscribers.shell_hooks._settings import WorkerSettings
 from subscribers.shell_hooks.shell_worker import ShellWorker
 
 LINEAR_WITHIN = 2.0

@@ -2,7 +2,7 @@
 
 Synchronous frameworks (LangChain's sync callbacks, tool functions, scripts)
 cannot ``await``. A SyncBus owns one daemon thread running an asyncio loop
-with a :class:`bus.client.Bus` in it; ``emit``, ``intercept`` and
+with a :class:`bus._client.Bus` in it; ``emit``, ``intercept`` and
 ``subscribe`` hand their work to that loop and wait for the answer, so they
 are safe to call from any number of threads at once. The caller's recursion
 depth travels with each call (a sync handler that emits carries its event's
@@ -20,11 +20,11 @@ from collections.abc import Callable, Coroutine, Mapping
 from types import TracebackType
 from typing import Any, Final, TypeVar
 
-from bus.client import Bus, Subscription
-from bus.core import depth as _depth
-from bus.core.decisions import CONTINUE, Decision
-from bus.core.envelope import Event
-from bus.core.errors import BusClosedError, SyncCallError
+from bus._client import Bus, Subscription
+from bus._core import depth as _depth
+from bus._core.decisions import CONTINUE, Decision
+from bus._core.envelope import Event
+from bus._core.errors import BusClosedError, SyncCallError
 
 T = TypeVar("T")
 
@@ -56,11 +56,11 @@ class SyncSubscription:
 class SyncBus:
     """A Bus for synchronous code: ``emit``, ``intercept``, ``subscribe`` from any thread.
 
-    ``SyncBus(servers, **options)`` takes what :class:`bus.client.Bus` takes and
+    ``SyncBus(servers, **options)`` takes what :class:`bus._client.Bus` takes and
     connects before returning. ``timeout`` bounds each call's wait (None: wait
     as long as the Bus takes; intercept is bounded by its handlers' timeouts).
     Calling it from a handler running on its own loop would wait for itself:
-    that is refused with :class:`bus.core.errors.SyncCallError`.
+    that is refused with :class:`bus._core.errors.SyncCallError`.
     """
 
     def __init__(self, servers: str | list[str] | None = None, *, timeout: float | None = 30.0, **options: Any) -> None:
@@ -108,11 +108,11 @@ class SyncBus:
         return threading.get_ident() == self._thread.ident
 
     def emit(self, subject: str, payload: Mapping[str, Any] | None = None, session_id: str | None = None) -> bool:
-        """:meth:`bus.client.Bus.emit`, waited for: True if it went out, False if dropped."""
+        """:meth:`bus._client.Bus.emit`, waited for: True if it went out, False if dropped."""
         return self._call(self.bus.emit(subject, payload, session_id), _depth.current_depth())
 
     def intercept(self, stage: str, payload: dict[str, Any], ctx: Mapping[str, Any] | None = None) -> Decision:
-        """:meth:`bus.client.Bus.intercept`, waited for: Continue(), Cancel(reason) or Patch(payload).
+        """:meth:`bus._client.Bus.intercept`, waited for: Continue(), Cancel(reason) or Patch(payload).
 
         A stage nobody declared answers Continue() in the calling thread, as the
         Bus does without a network round trip: no hand-over to the loop either
@@ -141,7 +141,7 @@ class SyncBus:
         return self._call(coro, _depth.current_depth())
 
     def flush(self, timeout: float = 5.0) -> None:
-        """:meth:`bus.client.Bus.flush`, waited for."""
+        """:meth:`bus._client.Bus.flush`, waited for."""
         self._call(self.bus.flush(timeout), None)
 
     def close(self) -> None:

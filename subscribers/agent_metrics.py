@@ -18,12 +18,12 @@ from typing import Any, Final
 from prometheus_client import Counter, Histogram
 from prometheus_client.registry import REGISTRY, CollectorRegistry
 
-from bus.client import Bus
-from bus.core.envelope import Event
-from bus.core.subjects import AGENT_METRICS_QUEUE
-from bus.metrics import register_once
-from bus.runtime.stats import LabelCap
-from bus.service import ServiceContext
+from bus._client import Bus
+from bus._core.envelope import Event
+from bus._core.subjects import AGENT_METRICS_QUEUE
+from bus._metrics import register_once
+from bus._runtime.stats import LabelCap
+from bus._service import ServiceContext
 
 QUEUE: Final = AGENT_METRICS_QUEUE
 

@@ -17,7 +17,7 @@ A handler gets the decoded :class:`bus.Event` and the :class:`bus.Bus`; what it
 emits carries the event's depth + 1 (the bus sets it for handlers), so loops
 stop at the recursion limit. Subscribers with the same ``queue`` share the
 events: each handler subscribes in a queue group of its own within ``queue``
-(:func:`bus.core.subjects.key_queue` of its pattern and name), so an event
+(:func:`bus._core.subjects.key_queue` of its pattern and name), so an event
 matching several handlers reaches each of them once across the members, never
 just one of them. Handlers run at most ``concurrency`` at a time per pattern;
 ``stop()`` stops taking events and lets in-flight handlers finish within
@@ -33,9 +33,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Final
 
-from bus.client import DEFAULT_CONCURRENCY, Bus, Subscription
-from bus.core.envelope import Event
-from bus.core.subjects import key_queue, normalise_pattern
+from bus._client import DEFAULT_CONCURRENCY, Bus, Subscription
+from bus._core.envelope import Event
+from bus._core.subjects import key_queue, normalise_pattern
 
 #: A Subscriber's handler: like an EventHandler, also given the Bus (to emit, intercept, request turns).
 SubscriberHandler = Callable[[Event, Bus], Awaitable[None]]

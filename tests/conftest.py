@@ -16,9 +16,9 @@ import pytest
 from nats.aio.client import Client
 
 from bus import Bus, NatsServer
-from bus.middleware.kernel.metrics import MIDDLEWARE
+from bus._middleware.kernel.metrics import MIDDLEWARE
 from bus.testing import nats_for_tests
-from subscribers.shell_hooks.settings import WorkerSettings
+from subscribers.shell_hooks._settings import WorkerSettings
 from subscribers.shell_hooks.shell_worker import ShellWorker
 from tests.support.fake_llm import FakeLLM
 
@@ -92,7 +92,7 @@ async def bus(nats_url: str) -> AsyncIterator[Bus]:
 
 def hookbus_cmd() -> list[str]:
     """The ``hookbus`` console script of this interpreter's environment."""
-    return [sys.executable, "-m", "bus.cli"]
+    return [sys.executable, "-m", "bus._cli"]
 
 
 def run_cli(

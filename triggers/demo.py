@@ -18,15 +18,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from bus.client import Bus
-from bus.core.clock import random_hex
-from bus.core.decisions import Cancel, Continue, Decision, Patch
-from bus.core.envelope import Event
-from bus.core.stages import Stage
-from bus.module import Module
-from bus.presence import component, presence
-from bus.turns.server import TurnRequest
-from triggers.engine import config
+from bus._client import Bus
+from bus._core.clock import random_hex
+from bus._core.decisions import Cancel, Continue, Decision, Patch
+from bus._core.envelope import Event
+from bus._core.stages import Stage
+from bus._module import Module
+from bus._presence import component, presence
+from bus._turns.server import TurnRequest
+from triggers.engine import _config as config
 from triggers.engine.engine import TriggerEngine
 
 MODELS: Final = (("openai", "gpt-4o", 900), ("openai", "gpt-4o-mini", 300), ("local", "llama-3.1-8b", 1500))
@@ -171,7 +171,7 @@ async def run_demo(
     of them). ``agent_bus``: each agent emits on a Bus of its own, so its events carry its name as their
     source; without it all share ``bus``. The demo announces itself (its agents, its kernel's managed
     guard) in the presence bucket while it runs. ``hooks``: run the demo's own shell hooks beside it
-    (:mod:`triggers.demo_hooks`).
+    (:mod:`triggers._demo_hooks`).
     """
     rng = random.Random(seed)  # noqa: S311 - a simulation, not security
     report = DemoReport()
@@ -184,7 +184,7 @@ async def run_demo(
         parts = [component("agent", name, "demo agent") for name in [*names, DEMO_AGENT]]
         parts.append(component("trigger_engine", "demo-spend", "demo trigger on eva.spend.day"))
         if hooks:
-            from triggers.demo_hooks import HOOKS, demo_hooks
+            from triggers._demo_hooks import HOOKS, demo_hooks
 
             await stack.enter_async_context(demo_hooks(bus))
             parts.append(component("worker", "demo shell hooks", ", ".join(HOOKS)))

@@ -6,7 +6,7 @@
 ``tool_call_start``/``tool_call`` for tools and ``error`` for failures.
 ``guard_tool(tool, bus)`` puts any LangChain tool behind ``tool.call`` and
 ``tool.result`` middleware: a cancel returns the reason to the model as the
-tool's answer, a patch changes the input (bus/adapters/tool_guard.py).
+tool's answer, a patch changes the input (bus/adapters/_tool_guard.py).
 
 Needs ``langchain-core`` (``pip install 'hookbus[langchain]'``).
 """
@@ -29,10 +29,10 @@ from langchain_core.outputs import LLMResult
 from langchain_core.tools import BaseTool, ToolException
 from pydantic import ConfigDict
 
-from bus.adapters.calls import AnyBus, aemit, need_sync
-from bus.adapters.lifecycle import Emitted, Lifecycle
-from bus.adapters.tool_guard import ToolGuard, output_text
-from bus.core.errors import HookbusError
+from bus._core.errors import HookbusError
+from bus.adapters._calls import AnyBus, aemit, need_sync
+from bus.adapters._lifecycle import Emitted, Lifecycle
+from bus.adapters._tool_guard import ToolGuard, output_text
 
 __all__ = ["AsyncHookbusCallbackHandler", "GuardedTool", "HookbusCallbackHandler", "guard_tool"]
 

@@ -35,11 +35,11 @@ from langchain.agents.middleware.types import ToolCallRequest, hook_config
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, RemoveMessage, ToolMessage
 from langchain_core.messages.utils import convert_to_messages
 
-from bus.adapters.calls import AnyBus, aintercept, need_sync
-from bus.adapters.tool_guard import TOOL_CALL, TOOL_RESULT, after, before, output_text
-from bus.core.decisions import Cancel, Decision, Patch
-from bus.core.errors import DecisionError
-from bus.turns.errors import TurnFailed
+from bus._core.decisions import Cancel, Decision, Patch
+from bus._core.errors import DecisionError
+from bus._turns.errors import TurnFailed
+from bus.adapters._calls import AnyBus, aintercept, need_sync
+from bus.adapters._tool_guard import TOOL_CALL, TOOL_RESULT, after, before, output_text
 
 __all__ = ["HookbusMiddleware"]
 

@@ -46,12 +46,12 @@ from agents import (
 )
 from agents.items import ModelResponse
 
-from bus.adapters.calls import AnyBus, aemit, aintercept
-from bus.adapters.lifecycle import Emitted, Lifecycle
-from bus.adapters.tool_guard import TOOL_CALL, TOOL_RESULT, ToolGuard, after, before, output_text
-from bus.core.decisions import Cancel, Decision, Patch
-from bus.core.json_types import json_type
-from bus.core.subjects import EVA_DOMAIN
+from bus._core.decisions import Cancel, Decision, Patch
+from bus._core.json_types import json_type
+from bus._core.subjects import EVA_DOMAIN
+from bus.adapters._calls import AnyBus, aemit, aintercept
+from bus.adapters._lifecycle import Emitted, Lifecycle
+from bus.adapters._tool_guard import TOOL_CALL, TOOL_RESULT, ToolGuard, after, before, output_text
 
 __all__ = [
     "HookbusAgentHooks",

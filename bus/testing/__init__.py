@@ -19,15 +19,15 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager, contextmanager
 
-from bus.client import Bus
-from bus.core.envelope import Event
-from bus.core.errors import JournalError
-from bus.journal.entries import SUBJECT_PREFIX, JournalEntry, decode_entry
-from bus.module import Module
-from bus.testing.testbus import TestBus as TestBus
-from bus.transport.connection import URL_ENV
-from bus.transport.port import RawMessage
-from bus.transport.server import NatsServer
+from bus._client import Bus
+from bus._core.envelope import Event
+from bus._core.errors import JournalError
+from bus._journal.entries import SUBJECT_PREFIX, JournalEntry, decode_entry
+from bus._module import Module
+from bus._transport.connection import URL_ENV
+from bus._transport.port import RawMessage
+from bus._transport.server import NatsServer
+from bus.testing._testbus import TestBus as TestBus
 
 
 def docker_engine_answers() -> bool:

@@ -16,24 +16,24 @@ from typing import Final
 
 from prometheus_client.registry import REGISTRY, CollectorRegistry
 
-from bus.core.subjects import (
+from bus._core.subjects import (
     COUNTERS_PREFIX,
     EVA_DOMAIN,
     PRX_DOMAIN,
     vouched_pattern,
 )
-from bus.journal.subjects import JOURNAL_PREFIX
-from bus.metrics import register_once
-from bus.middleware.kernel.view import View
-from bus.middleware.trust import Managed
-from bus.service import ServiceContext
-from bus.transport.port import Port, RawMessage, RawSubscription, unsubscribe_all
-from subscribers.fleet_metrics import known
-from subscribers.fleet_metrics.feeders import count_entry, event_counter
-from subscribers.fleet_metrics.fleet_series import FleetMetrics
-from subscribers.fleet_metrics.reports import apply_report
-from subscribers.fleet_metrics.series import FleetCollector, ReadCounter
-from subscribers.fleet_metrics.subjects import FLEET_METRICS_QUEUE
+from bus._journal.subjects import JOURNAL_PREFIX
+from bus._metrics import register_once
+from bus._middleware.kernel.view import View
+from bus._middleware.trust import Managed
+from bus._service import ServiceContext
+from bus._transport.port import Port, RawMessage, RawSubscription, unsubscribe_all
+from subscribers.fleet_metrics import _known as known
+from subscribers.fleet_metrics._feeders import count_entry, event_counter
+from subscribers.fleet_metrics._fleet_series import FleetMetrics
+from subscribers.fleet_metrics._reports import apply_report
+from subscribers.fleet_metrics._series import FleetCollector, ReadCounter
+from subscribers.fleet_metrics._subjects import FLEET_METRICS_QUEUE
 
 QUEUE: Final = FLEET_METRICS_QUEUE
 #: Messages a subscription holds before NATS-side drops: a 100k-event burst waits, it is not lost.

@@ -13,12 +13,12 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Final
 
-from bus.client import Bus
-from bus.core.errors import ConfigError, JournalError, SubjectError
-from bus.core.subjects import hides_internal, is_internal, normalise_pattern, vouched_pattern
-from bus.service import ServiceContext
-from bus.transport.streams import StreamSpec, StreamState
-from subscribers.history.subjects import HISTORY_STREAM
+from bus._client import Bus
+from bus._core.errors import ConfigError, JournalError, SubjectError
+from bus._core.subjects import hides_internal, is_internal, normalise_pattern, vouched_pattern
+from bus._service import ServiceContext
+from bus._transport.streams import StreamSpec, StreamState
+from subscribers.history._subjects import HISTORY_STREAM
 
 DEFAULT_MAX_AGE_S: Final = 7 * 24 * 3600.0
 DEFAULT_MAX_BYTES: Final = 1024**3

@@ -36,21 +36,25 @@ from typing import TYPE_CHECKING, Any, Final
 import orjson
 from aiohttp import web
 
-from bus.adapters.claude_code import http_hook
-from bus.core.errors import ConfigError
-from bus.journal.entries import JournalEntry, publish_entry
-from subscribers.http_api import bag_api, console_api, console_files, handlers_api, middleware_metrics
-from subscribers.http_api.console_api import CONSOLE, Console, open_console
-from subscribers.http_api.token import HOOK_TOKENS_DIR, hook_agent, load_token, token_matches
-from subscribers.shell_hooks.errors import HookConfigError, HookNotFound
-from subscribers.shell_hooks.hook_metrics import snapshot as hook_snapshot
-from subscribers.shell_hooks.hooks_file import HOOKS_FILE
-from subscribers.shell_hooks.hooks_store import HooksStore
-from subscribers.shell_hooks.prx_api import is_prx_body
+from bus._core.errors import ConfigError
+from bus._journal.entries import JournalEntry, publish_entry
+from bus.adapters.claude_code import _http_hook as http_hook
+from subscribers.http_api import _bag_api as bag_api
+from subscribers.http_api import _console_api as console_api
+from subscribers.http_api import _console_files as console_files
+from subscribers.http_api import _handlers_api as handlers_api
+from subscribers.http_api import _middleware_metrics as middleware_metrics
+from subscribers.http_api._console_api import CONSOLE, Console, open_console
+from subscribers.http_api._token import HOOK_TOKENS_DIR, hook_agent, load_token, token_matches
+from subscribers.shell_hooks._errors import HookConfigError, HookNotFound
+from subscribers.shell_hooks._hook_metrics import snapshot as hook_snapshot
+from subscribers.shell_hooks._hooks_file import HOOKS_FILE
+from subscribers.shell_hooks._hooks_store import HooksStore
+from subscribers.shell_hooks._prx_api import is_prx_body
 
 if TYPE_CHECKING:
-    from bus.client import Bus
-    from bus.service import ServiceContext
+    from bus._client import Bus
+    from bus._service import ServiceContext
 
 log = logging.getLogger("hookbus.api")
 

@@ -2,7 +2,7 @@
 
 A durable pull consumer reads the ``HOOKBUS_JOURNAL`` stream in batches. Every
 entry is checked and clamped as if its publisher were hostile
-(:func:`bus.journal.entries.decode_checked`); one that cannot be stored is logged
+(:func:`bus._journal.entries.decode_checked`); one that cannot be stored is logged
 (rate-limited), counted and skipped, and the sink goes on. Each batch is
 stored in one SQLite transaction keyed by stream sequence, written to JSONL,
 and only then acknowledged: a sink that crashes after storing but before
@@ -28,10 +28,10 @@ from typing import Final
 from prometheus_client import Counter
 from prometheus_client.registry import REGISTRY, CollectorRegistry
 
-from bus.client import Bus
-from bus.core.clock import timestamp_ms
-from bus.core.errors import JournalError
-from bus.journal.entries import (
+from bus._client import Bus
+from bus._core.clock import timestamp_ms
+from bus._core.errors import JournalError
+from bus._journal.entries import (
     STREAM,
     SUBJECT_PREFIX,
     TEXT_CAP,
@@ -39,13 +39,13 @@ from bus.journal.entries import (
     ensure_journal_stream,
     subject_origin,
 )
-from bus.journal.subjects import JOURNAL_DURABLE_PREFIX
-from bus.metrics import register_once
-from bus.runtime.ratelog import RateLimitedLog
-from bus.runtime.stats import PREFIX
-from bus.service import ServiceContext
-from bus.transport.streams import PullConsumer, StreamMessage, ack, nak
-from subscribers.journal.store import DB_NAME, JSONL_DIR, JournalStore, JsonlWriter, Received
+from bus._journal.subjects import JOURNAL_DURABLE_PREFIX
+from bus._metrics import register_once
+from bus._runtime.ratelog import RateLimitedLog
+from bus._runtime.stats import PREFIX
+from bus._service import ServiceContext
+from bus._transport.streams import PullConsumer, StreamMessage, ack, nak
+from subscribers.journal._store import DB_NAME, JSONL_DIR, JournalStore, JsonlWriter, Received
 
 log = logging.getLogger("hookbus.journal")
 

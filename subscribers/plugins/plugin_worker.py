@@ -12,7 +12,7 @@ run is counted like a shell hook's (hook ``plugin:<name>``, its pattern as the
 event: ``/api/hooks/metrics`` and the ``hookbus_shell_hook_*`` series) and
 journaled as a ``shell_hook`` entry with phase ``plugin``, after one entry
 with phase ``log`` per line it logged (at most ``MAX_LINES_PER_CALL``, and one
-counting the rest: ``subscribers.plugins.plugin_log``); ``Err`` and traps are
+counting the rest: ``subscribers.plugins._plugin_log``); ``Err`` and traps are
 logged. Nothing a plugin does reaches the agent.
 """
 
@@ -29,28 +29,28 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from bus.client import Bus, Subscription
-from bus.core.envelope import Event
-from bus.core.subjects import key_queue, matches
-from bus.journal.entries import JournalEntry, publish_entry
-from bus.runtime.tasks import TaskSet
-from bus.runtime.visible import visible
-from bus.sandbox.outcome import HookOutcome
-from bus.service import ServiceContext
-from subscribers.plugins.bus_services import BusServices
-from subscribers.plugins.errors import PluginTrap
-from subscribers.plugins.manifest import PLUGINS_DIR
-from subscribers.plugins.plugin_log import dropped_cause
-from subscribers.plugins.plugin_set import PluginSet
-from subscribers.plugins.threads import DaemonThreads
-from subscribers.shell_hooks import hook_metrics
-from subscribers.shell_hooks.settings import WorkerSettings
-from subscribers.shell_hooks.shell import HookResult, hook_payload
+from bus._client import Bus, Subscription
+from bus._core.envelope import Event
+from bus._core.subjects import key_queue, matches
+from bus._journal.entries import JournalEntry, publish_entry
+from bus._runtime.tasks import TaskSet
+from bus._runtime.visible import visible
+from bus._sandbox.outcome import HookOutcome
+from bus._service import ServiceContext
+from subscribers.plugins._bus_services import BusServices
+from subscribers.plugins._errors import PluginTrap
+from subscribers.plugins._manifest import PLUGINS_DIR
+from subscribers.plugins._plugin_log import dropped_cause
+from subscribers.plugins._plugin_set import PluginSet
+from subscribers.plugins._threads import DaemonThreads
+from subscribers.shell_hooks import _hook_metrics as hook_metrics
+from subscribers.shell_hooks._settings import WorkerSettings
+from subscribers.shell_hooks._shell import HookResult, hook_payload
 from subscribers.shell_hooks.shell_worker import WorkerStats
 from subscribers.shell_hooks.shell_worker import journal_entry as hook_journal_entry
 
 if TYPE_CHECKING:
-    from subscribers.plugins.host import PluginCode
+    from subscribers.plugins._host import PluginCode
 
 log = logging.getLogger("hookbus.plugins")
 

@@ -3,7 +3,7 @@
 It watches the drafts, the approved copies and the trust store; after each
 change it works out which version of each record to serve and which drafts
 wait for approval, and announces them as two instances of its module
-(:mod:`subscribers.records_runner.served`). An instance whose set of versions
+(:mod:`subscribers.records_runner._served`). An instance whose set of versions
 changed is replaced by a new one that is answering before the old one stops,
 so a swap loses no call. Each version is compiled once, only once approved.
 A record that fails (raises, times out, answers garbage) ``max_failures``
@@ -22,22 +22,22 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from bus.client import Bus
-from bus.core.errors import RecordError, RegistryError
-from bus.core.subjects import GUARDS_BUCKET, TRUST_BUCKET
-from bus.journal.entries import JournalEntry, publish_entry
-from bus.middleware.faults import Outcome
-from bus.middleware.guards import put_records
-from bus.middleware.handler.serving import ModuleServer
-from bus.middleware.registry import Watch, open_bucket
-from bus.middleware.trust import approved_identity
-from bus.records.execute import RecordRun
-from bus.records.record import Record, parse_safely
-from bus.records.sandbox import DEFAULT_IMPORTS, RecordHandler, compile_record
-from bus.records.store import Approved, RecordStore, parse_approved
-from bus.records.subjects import RECORDS_MODULE
-from bus.runtime.tasks import TaskSet, stop_if_cancelled
-from subscribers.records_runner.served import Entry, RecordSet
+from bus._client import Bus
+from bus._core.errors import RecordError, RegistryError
+from bus._core.subjects import GUARDS_BUCKET, TRUST_BUCKET
+from bus._journal.entries import JournalEntry, publish_entry
+from bus._middleware.faults import Outcome
+from bus._middleware.guards import put_records
+from bus._middleware.handler.serving import ModuleServer
+from bus._middleware.registry import Watch, open_bucket
+from bus._middleware.trust import approved_identity
+from bus._records.execute import RecordRun
+from bus._records.record import Record, parse_safely
+from bus._records.sandbox import DEFAULT_IMPORTS, RecordHandler, compile_record
+from bus._records.store import Approved, RecordStore, parse_approved
+from bus._records.subjects import RECORDS_MODULE
+from bus._runtime.tasks import TaskSet, stop_if_cancelled
+from subscribers.records_runner._served import Entry, RecordSet
 
 log = logging.getLogger("hookbus.records")
 

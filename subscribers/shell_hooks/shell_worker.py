@@ -25,21 +25,21 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bus.client import Bus, Subscription
-from bus.core.envelope import Event
-from bus.core.subjects import key_queue
-from bus.journal.entries import JournalEntry, output_tail, publish_entry
-from bus.runtime import tracing as _tracing
-from bus.runtime.ratelog import RateLimitedLog
-from bus.runtime.tasks import TaskSet
-from bus.runtime.visible import visible, visible_lines
-from bus.sandbox.outcome import HookOutcome
-from bus.service import ServiceContext
-from subscribers.shell_hooks import hook_metrics
-from subscribers.shell_hooks.hooks_config import HookEntry, HooksConfig
-from subscribers.shell_hooks.hooks_file import HOOKS_FILE, HooksFile
-from subscribers.shell_hooks.settings import WorkerSettings
-from subscribers.shell_hooks.shell import HookResult, ShellRunner
+from bus._client import Bus, Subscription
+from bus._core.envelope import Event
+from bus._core.subjects import key_queue
+from bus._journal.entries import JournalEntry, output_tail, publish_entry
+from bus._runtime import tracing as _tracing
+from bus._runtime.ratelog import RateLimitedLog
+from bus._runtime.tasks import TaskSet
+from bus._runtime.visible import visible, visible_lines
+from bus._sandbox.outcome import HookOutcome
+from bus._service import ServiceContext
+from subscribers.shell_hooks import _hook_metrics as hook_metrics
+from subscribers.shell_hooks._hooks_config import HookEntry, HooksConfig
+from subscribers.shell_hooks._hooks_file import HOOKS_FILE, HooksFile
+from subscribers.shell_hooks._settings import WorkerSettings
+from subscribers.shell_hooks._shell import HookResult, ShellRunner
 
 log = logging.getLogger("hookbus.shell")
 

@@ -23,10 +23,10 @@ import orjson
 import pytest
 
 from bus import Bus, Cancel, Continue, Decision, Module, NatsServer, Patch
-from bus.adapters.claude_code.mapping import parse, plan
+from bus.adapters._errors import AgentHookError
+from bus.adapters._subjects import adapter_subject
+from bus.adapters.claude_code._mapping import parse, plan
 from bus.adapters.claude_code.relay import Relay
-from bus.adapters.errors import AgentHookError
-from bus.adapters.subjects import adapter_subject
 from bus.testing import EventRecorder, serving, wait_for_chain
 from tests.conftest import run_cli, unique
 from tests.support.waiting import barrier, without_barriers
@@ -263,7 +263,7 @@ async def test_malformed_inputs_are_named_and_never_run(nats_url: str, relay: Bu
 
 def test_the_hook_command_loads_no_nats_client_nor_event_loop(nats_url: str) -> None:
     script = (
-        "import sys\nfrom bus.cli import agent_hook\n"
+        "import sys\nfrom bus._cli import agent_hook\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('nats', 'aiohttp', 'asyncio', 'tenacity')))\n"
     )
     done = run_cli_python(script)

@@ -25,12 +25,12 @@ from typing import Any
 import pytest
 
 from bus import Bus, Cancel, Continue, Patch
-from bus.adapters.claude_code.command_file import parse
+from bus._core.errors import ConfigError
+from bus._middleware.asks.store import AskStore
+from bus.adapters.claude_code._command_file import parse
+from bus.adapters.claude_code._mapping import ClaudeCodeDialect, custom_subject, plan
+from bus.adapters.claude_code._mapping import parse as parse_input
 from bus.adapters.claude_code.command_modules import MODULE, ClaudeHooksServer, ClaudePluginsServer
-from bus.adapters.claude_code.mapping import ClaudeCodeDialect, custom_subject, plan
-from bus.adapters.claude_code.mapping import parse as parse_input
-from bus.core.errors import ConfigError
-from bus.middleware.asks.store import AskStore
 from tests.adapters.test_claude_code_handlers import approved
 from tests.conftest import nats_for_tests, require_binary
 from tests.support.waiting import wait_until

@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 
 from bus import Bus, Cancel, Continue, Patch
-from bus.adapters.claude_code.command_file import parse
+from bus._core.errors import ConfigError
+from bus.adapters.claude_code._command_file import parse
 from bus.adapters.claude_code.command_modules import MODULE, ClaudeHooksServer
-from bus.core.errors import ConfigError
 from tests.conftest import hookbus_cmd
 
 BLOCK_RM = """

@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 from bus import Bus, Decision, Module, Patch
-from bus.adapters.subjects import adapter_subject
+from bus.adapters._subjects import adapter_subject
 from bus.testing import EventRecorder, serving, wait_for_chain
 from tests.adapters.test_claude_code import SESSION, bash, claude_hook, denial, env_for, guard, hook_input
 from tests.cli.test_cli import UpProcess
@@ -42,7 +42,7 @@ async def guarded(up: UpProcess) -> AsyncIterator[str]:
 
 def api(up: UpProcess) -> tuple[str, str]:
     """The endpoint's URL and agent eva's hook-only token in ``up``'s workspace."""
-    from subscribers.http_api.token import hook_token
+    from subscribers.http_api._token import hook_token
 
     base = re.search(r"api\s+(http://\S+)/api/hooks", "\n".join(up.lines)).group(1)  # type: ignore[union-attr]
     workspace = Path(re.search(r"workspace (\S+)", up.lines[0]).group(1))  # type: ignore[union-attr]

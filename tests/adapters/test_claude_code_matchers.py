@@ -1,4 +1,4 @@
-"""Matchers and permission precedence as Claude Code reads them (bus.adapters.claude_code.hook_rules).
+"""Matchers and permission precedence as Claude Code reads them (bus.adapters.claude_code._hook_rules).
 
 The cases are the ones Claude Code's hooks reference names: ``*``/empty select
 every tool, a plain name is exact, ``Edit|Write`` a list, anything else an
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from bus.adapters.claude_code.hook_rules import claude_matcher, regex_matcher, strongest
-from bus.adapters.errors import PatternError
+from bus.adapters._errors import PatternError
+from bus.adapters.claude_code._hook_rules import claude_matcher, regex_matcher, strongest
 
 
 @pytest.mark.parametrize(

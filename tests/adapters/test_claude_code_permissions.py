@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from bus import Bus, Cancel, NatsServer
+from bus._middleware.registry import ensure_buckets
 from bus.adapters.claude_code.command_modules import MODULE, ClaudeHooksServer
 from bus.adapters.claude_code.relay import Relay
-from bus.middleware.registry import ensure_buckets
 from bus.testing import serving, wait_for_chain
 from tests.adapters.test_claude_code import bash, claude_hook, denial, env_for, guard
 from tests.conftest import as_user, shipped_server

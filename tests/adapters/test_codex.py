@@ -13,8 +13,8 @@ import orjson
 import pytest
 
 from bus import Bus, Cancel, Continue, Patch
-from bus.adapters.claude_code import codex
-from bus.adapters.claude_code.mapping import Step, parse
+from bus.adapters.claude_code import _codex as codex
+from bus.adapters.claude_code._mapping import Step, parse
 from bus.testing import EventRecorder
 from tests.adapters import test_claude_code as claude
 from tests.adapters.test_claude_code import denial, env_for, run_hook

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from bus import Bus, Cancel, Continue, Decision, Module, Patch
-from bus.adapters.claude_code import gemini
-from bus.adapters.claude_code.mapping import parse
+from bus.adapters.claude_code import _gemini as gemini
+from bus.adapters.claude_code._mapping import parse
 from bus.adapters.claude_code.relay import Relay
 from bus.testing import EventRecorder, serving, wait_for_chain
 from tests.adapters.test_claude_code import env_for, guarded, run_hook

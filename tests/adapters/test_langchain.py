@@ -166,7 +166,7 @@ async def test_async_agent_on_a_bus(nats_url: str, llm: FakeLLM, kernel: Bus, bu
 
 
 async def test_a_sync_handler_refuses_an_asyncio_bus(kernel: Bus) -> None:
-    from bus.core.errors import SyncCallError
+    from bus._core.errors import SyncCallError
 
     with pytest.raises(SyncCallError, match="give it a SyncBus"):
         HookbusCallbackHandler(kernel)
@@ -282,8 +282,8 @@ async def test_a_langchain_v1_agent_through_the_middleware(nats_url: str, llm: F
     pytest.importorskip("langchain.agents")
     from langchain.agents import create_agent
 
+    from bus._turns.errors import TurnFailed
     from bus.adapters.langchain_agents import HookbusMiddleware
-    from bus.turns.errors import TurnFailed
 
     guard = _agent_guard(unique("lcmw"))
     ran: list[str] = []

@@ -16,13 +16,13 @@ import orjson
 import pytest
 
 from bus import Bus, Cancel, Continue, Decision, Module, NatsServer
-from bus.adapters.claude_code.fair_slots import ANONYMOUS, FairSlots
+from bus._core.errors import PublishDenied
+from bus._middleware.registry import ensure_buckets
+from bus._transport import oneshot
+from bus.adapters._subjects import adapter_subject
+from bus.adapters.claude_code._fair_slots import ANONYMOUS, FairSlots
 from bus.adapters.claude_code.relay import PER_USER, Relay
-from bus.adapters.subjects import adapter_subject
-from bus.core.errors import PublishDenied
-from bus.middleware.registry import ensure_buckets
 from bus.testing import serving, wait_for_chain
-from bus.transport import oneshot
 from tests.adapters.test_claude_code import bash, claude_hook, denial, env_for, hook_input
 from tests.conftest import as_user, shipped_server
 from tests.support.waiting import wait_until

@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 
 from bus import Bus, Continue, Module, Stage
-from bus.core.catalog import check_emitted, suggest_event, warn_misspelt
+from bus._core.catalog import check_emitted, suggest_event, warn_misspelt
 from bus.testing import EventRecorder, serving, wait_for_chain
-from subscribers.shell_hooks.hooks_config import parse_config
+from subscribers.shell_hooks._hooks_config import parse_config
 from tests.conftest import run_cli, unique
-from triggers.engine import config as triggers_config
+from triggers.engine import _config as triggers_config
 
 
 async def test_any_sends_a_free_subject_and_strict_passes_a_good_payload(nats_url: str, bus: Bus) -> None:

@@ -11,9 +11,9 @@ from concurrent.futures import ThreadPoolExecutor
 from importlib.metadata import version
 from pathlib import Path
 
-from bus.cli import build_parser, main
-from bus.journal.entries import JournalEntry
-from subscribers.journal.store import DB_NAME, JournalStore, Received
+from bus._cli import build_parser, main
+from bus._journal.entries import JournalEntry
+from subscribers.journal._store import DB_NAME, JournalStore, Received
 from tests.conftest import run_cli
 
 
@@ -124,7 +124,7 @@ def test_journal_columns_are_aligned(tmp_path: Path) -> None:
 
 def test_long_running_services_wait_the_service_connect_budget() -> None:
     """Services may start before their server: each retries its first connect for SERVICE_CONNECT_S, not one-shot's."""
-    from bus.cli.options import ONE_SHOT_CONNECT_S, SERVICE_CONNECT_S
+    from bus._cli.options import ONE_SHOT_CONNECT_S, SERVICE_CONNECT_S
 
     budgets = {}
     for path, parser in every_parser(build_parser()):

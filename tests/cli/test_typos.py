@@ -8,7 +8,7 @@ import os
 import signal
 from pathlib import Path
 
-from subscribers.journal.store import DB_NAME, JournalStore
+from subscribers.journal._store import DB_NAME, JournalStore
 from tests.conftest import hookbus_cmd, run_cli
 
 

@@ -73,7 +73,7 @@ def test_hookbus_workspace_is_the_fallback_and_the_default_is_named(tmp_path: Pa
 
 
 def test_an_empty_answer_names_the_workspace_it_read(workspace: Path) -> None:
-    from subscribers.journal.store import DB_NAME, JournalStore
+    from subscribers.journal._store import DB_NAME, JournalStore
 
     JournalStore(workspace / DB_NAME).close()
     done = run_cli("journal", "--workspace", str(workspace), "--kind", "trigger")

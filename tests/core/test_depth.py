@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from bus import Bus, Event
-from bus.core.depth import depth_from_env
+from bus._core.depth import depth_from_env
 from bus.testing import EventRecorder
 from tests.conftest import run_cli
 from tests.support.waiting import barrier, is_barrier, wait_until, without_barriers

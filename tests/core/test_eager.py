@@ -1,4 +1,4 @@
-"""Handlers start inline and continue in a task only if they wait (bus.runtime.eager)."""
+"""Handlers start inline and continue in a task only if they wait (bus._runtime.eager)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from bus.runtime import eager
-from bus.runtime.eager import run_bounded, run_eager, start_eager
+from bus._runtime import eager
+from bus._runtime.eager import run_bounded, run_eager, start_eager
 
 VAR: contextvars.ContextVar[str] = contextvars.ContextVar("VAR", default="unset")
 
@@ -118,7 +118,7 @@ async def test_failed_futures_raise_inside_the_handler() -> None:
 
 @pytest.fixture(params=eager.modes_available())
 def swap(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Every way bus.runtime.eager starts a coroutine on this Python: asyncio's eager start (3.12 and later),
+    """Every way bus._runtime.eager starts a coroutine on this Python: asyncio's eager start (3.12 and later),
     the first step inline in its own task (3.11), and an ordinary task started by the loop (everywhere)."""
     monkeypatch.setattr(eager, "MODE", request.param)
     return str(request.param)

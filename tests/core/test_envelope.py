@@ -8,10 +8,10 @@ import orjson
 import pytest
 
 from bus import EnvelopeError, NotSerializableError, PayloadTooLarge, SubjectError
-from bus.core.clock import format_timestamp
-from bus.core.encoder import Encoder
-from bus.core.envelope import decode_event
-from bus.core.subjects import event_name, matches, normalise_pattern, subject_for, validate_pattern, validate_subject
+from bus._core.clock import format_timestamp
+from bus._core.encoder import Encoder
+from bus._core.envelope import decode_event
+from bus._core.subjects import event_name, matches, normalise_pattern, subject_for, validate_pattern, validate_subject
 
 STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 

@@ -11,14 +11,14 @@ import orjson
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from bus.core import envelope
-from bus.core.depth import DEFAULT_MAX_DEPTH
-from bus.core.encoder import Encoder
-from bus.core.envelope import Event, EventDict
-from bus.core.envelope_schema import EnvelopeMsg, PayloadRefMsg
-from bus.core.errors import EnvelopeError
-from bus.core.schema import decode
-from bus.core.traceparent import valid_traceparent
+from bus._core import envelope
+from bus._core.depth import DEFAULT_MAX_DEPTH
+from bus._core.encoder import Encoder
+from bus._core.envelope import Event, EventDict
+from bus._core.envelope_schema import EnvelopeMsg, PayloadRefMsg
+from bus._core.errors import EnvelopeError
+from bus._core.schema import decode
+from bus._core.traceparent import valid_traceparent
 
 TYPE = msgspec.inspect.type_info(EnvelopeMsg)
 assert isinstance(TYPE, msgspec.inspect.StructType)

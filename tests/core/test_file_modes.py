@@ -21,10 +21,10 @@ import orjson
 import pytest
 
 from bus import Bus, Cancel, Continue, Module, Stage
-from bus.journal.entries import ensure_journal_stream
+from bus._journal.entries import ensure_journal_stream
 from bus.testing import serving
+from subscribers.journal._store import DB_NAME, JournalStore, Query
 from subscribers.journal.sink import JournalSink
-from subscribers.journal.store import DB_NAME, JournalStore, Query
 from tests.conftest import hookbus_cmd, unique
 from tests.support.waiting import wait_until
 

@@ -8,11 +8,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bus import EnvelopeError
-from bus.core.depth import DEFAULT_MAX_DEPTH
-from bus.core.encoder import Encoder
-from bus.core.envelope import decode_event
-from bus.core.errors import JournalError
-from bus.journal.entries import JournalEntry, decode_entry
+from bus._core.depth import DEFAULT_MAX_DEPTH
+from bus._core.encoder import Encoder
+from bus._core.envelope import decode_event
+from bus._core.errors import JournalError
+from bus._journal.entries import JournalEntry, decode_entry
 
 json_values = st.recursive(
     st.none()

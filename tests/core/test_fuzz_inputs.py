@@ -11,14 +11,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bus import Continue, HookbusError, Module
-from bus.core.decisions import Cancel, Patch, from_wire
-from bus.core.errors import ConfigError
-from bus.middleware.registry import parse_announcement, version_of
+from bus._core.decisions import Cancel, Patch, from_wire
+from bus._core.errors import ConfigError
+from bus._middleware.registry import parse_announcement, version_of
+from bus._turns.errors import TurnRequestError
+from bus._turns.server import TurnRequest, decode_turn_request
 from bus.testing import serving
-from bus.turns.errors import TurnRequestError
-from bus.turns.server import TurnRequest, decode_turn_request
-from subscribers.shell_hooks.hooks_config import parse_config
-from triggers.engine import config as trigger_config
+from subscribers.shell_hooks._hooks_config import parse_config
+from triggers.engine import _config as trigger_config
 
 scalars = (
     st.none()

@@ -8,9 +8,9 @@ import sys
 from prometheus_client import REGISTRY, generate_latest
 
 from bus import Bus, Event, register_collectors
+from bus._transport.nats_connection import NatsConnection
+from bus._transport.publisher import fast_path_available
 from bus.testing import EventRecorder
-from bus.transport.nats_connection import NatsConnection
-from bus.transport.publisher import fast_path_available
 from tests.support.waiting import barrier, wait_until
 
 register_collectors()  # explicit: importing bus registers nothing
@@ -88,7 +88,7 @@ def test_importing_the_services_registers_nothing_until_they_start() -> None:
     """Workers' metrics appear on the global registry when their service starts, not when imported."""
     code = (
         "import subscribers.shell_hooks.shell_worker, subscribers.journal.sink, subscribers.agent_metrics\n"
-        "import triggers.engine.engine, bus.cli\n"
+        "import triggers.engine.engine, bus._cli\n"
         "from prometheus_client import REGISTRY, generate_latest\n"
         "print(b'hookbus_' in generate_latest(REGISTRY))\n"
         "from subscribers.shell_hooks import hook_metrics as metrics\n"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bus.runtime.private_files import append_private, write_new_private
+from bus._runtime.private_files import append_private, write_new_private
 
 
 @pytest.fixture

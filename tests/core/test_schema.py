@@ -1,4 +1,4 @@
-"""bus/core/schema.py: decoding names the message and the field, and docs/protocol.md describes every message."""
+"""bus/_core/schema.py: decoding names the message and the field, and docs/protocol.md describes every message."""
 
 from __future__ import annotations
 
@@ -11,34 +11,35 @@ import msgspec
 import orjson
 import pytest
 
-from bus import Bus, presence
-from bus.adapters import schema as adapter_schema
-from bus.core import envelope_schema, middleware_schema
-from bus.core.declaration import Declaration
-from bus.core.errors import ConfigError, JournalError
-from bus.core.middleware_schema import AnnouncementMsg
-from bus.core.schema import convert, decode
-from bus.journal import schema as journal_schema
-from bus.journal.entries import CAUSE_CAP, JournalEntry, decode_checked
-from bus.middleware import schema as stored_schema
-from bus.middleware.guards import GuardRecord, parse_record
-from bus.middleware.registry import Announcement, parse_announcement
-from bus.middleware.schema import TrustRecord
-from bus.middleware.trust import approved_identity, trust_record
-from bus.records import schema as record_schema
-from bus.turns import schema as turn_schema
-from bus.turns.errors import TurnRequestError
-from bus.turns.schema import (
+from bus import Bus
+from bus import _presence as presence
+from bus._core import envelope_schema, middleware_schema
+from bus._core.declaration import Declaration
+from bus._core.errors import ConfigError, JournalError
+from bus._core.middleware_schema import AnnouncementMsg
+from bus._core.schema import convert, decode
+from bus._journal import schema as journal_schema
+from bus._journal.entries import CAUSE_CAP, JournalEntry, decode_checked
+from bus._middleware import schema as stored_schema
+from bus._middleware.guards import GuardRecord, parse_record
+from bus._middleware.registry import Announcement, parse_announcement
+from bus._middleware.schema import TrustRecord
+from bus._middleware.trust import approved_identity, trust_record
+from bus._records import schema as record_schema
+from bus._turns import schema as turn_schema
+from bus._turns.errors import TurnRequestError
+from bus._turns.schema import (
     TurnRequestMsg,
     TurnResultMsg,
 )
-from bus.turns.server import TurnRequest, decode_turn_request
+from bus._turns.server import TurnRequest, decode_turn_request
+from bus.adapters import _schema as adapter_schema
 from tests.conftest import run_cli
-from triggers.agent import hook_turn
-from triggers.agent.config_schema import HOOK_TURN_TIMEOUT, HookTurn
-from triggers.engine import config as trigger_config
-from triggers.engine import schema as trigger_schema
-from triggers.engine.subjects import TRIGGERS_STATUS
+from triggers.agent import _hook_turn as hook_turn
+from triggers.agent._config_schema import HOOK_TURN_TIMEOUT, HookTurn
+from triggers.engine import _config as trigger_config
+from triggers.engine import _schema as trigger_schema
+from triggers.engine._subjects import TRIGGERS_STATUS
 
 PROTOCOL = (Path(__file__).resolve().parents[2] / "docs/protocol.md").read_text()
 #: The wire messages docs/protocol.md describes, each where its owner declares it (counters: docs/metrics.md).

@@ -1,5 +1,5 @@
 """Every hookbus subject, bucket and queue name lives in a subjects module (the protocol's in
-bus/core/subjects.py, a feature's in its package's subjects.py), and the shipped
+bus/_core/subjects.py, a feature's in its package's subjects.py), and the shipped
 deploy/nats/permissions.conf allows each role the subjects the code gives it."""
 
 from __future__ import annotations
@@ -12,9 +12,8 @@ from types import ModuleType
 
 import pytest
 
-from bus.adapters.subjects import adapter_subject
-from bus.core import subjects
-from bus.core.subjects import (
+from bus._core import subjects
+from bus._core.subjects import (
     GUARDS_BUCKET,
     MODULES_BUCKET,
     TRUST_BUCKET,
@@ -23,14 +22,15 @@ from bus.core.subjects import (
     module_subject,
     subject_for,
 )
-from bus.journal.entries import JournalEntry
-from bus.journal.subjects import (
+from bus._journal.entries import JournalEntry
+from bus._journal.subjects import (
     JOURNAL_PREFIX,
     JOURNAL_STREAM,
 )
-from bus.turns.subjects import TURN_PREFIX, turn_queue, turn_subject
-from subscribers.shell_hooks.subjects import SHELL_QUEUE
-from triggers.engine.subjects import TRIGGERS_STATUS
+from bus._turns.subjects import TURN_PREFIX, turn_queue, turn_subject
+from bus.adapters._subjects import adapter_subject
+from subscribers.shell_hooks._subjects import SHELL_QUEUE
+from triggers.engine._subjects import TRIGGERS_STATUS
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = ("bus", "subscribers", "triggers")
@@ -79,12 +79,12 @@ def _literals(tree: ast.AST) -> list[tuple[int, str]]:
 
 
 def test_no_subject_bucket_or_stream_name_is_spelled_outside_the_subjects_modules() -> None:
-    assert ROOT / "bus/core/subjects.py" in SUBJECT_FILES and len(SUBJECT_FILES) > 5
+    assert ROOT / "bus/_core/subjects.py" in SUBJECT_FILES and len(SUBJECT_FILES) > 5
     offenders = []
     for top in SOURCES:
         for path in sorted((ROOT / top).rglob("*.py")):
             # tracing: span attribute names, not subjects
-            if path in SUBJECT_FILES or path == ROOT / "bus/runtime/tracing.py":
+            if path in SUBJECT_FILES or path == ROOT / "bus/_runtime/tracing.py":
                 continue
             for line, text in _literals(ast.parse(path.read_text(), str(path))):
                 if PLUMBING.search(text) and not re.search(r"\s", text):  # prose (help texts) may name them

@@ -7,7 +7,7 @@ import contextlib
 
 import pytest
 
-from bus.runtime.tasks import TaskSet, stop_if_cancelled
+from bus._runtime.tasks import TaskSet, stop_if_cancelled
 from tests.support.waiting import wait_until
 
 

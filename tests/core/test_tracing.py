@@ -27,8 +27,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from bus import Bus, Cancel, Continue, Decision, Module, TurnRequest
-from bus.core.traceparent import valid_traceparent
-from bus.middleware.registry import announcement_of, request_subject
+from bus._core.traceparent import valid_traceparent
+from bus._middleware.registry import announcement_of, request_subject
 from bus.testing import EventRecorder, serving, wait_for_chain
 from tests.conftest import IN_CI, StartWorker, unique
 from tests.support.hooks_support import script, wait_for_file, write_hooks
@@ -122,7 +122,7 @@ def test_traceparent_checks() -> None:
 
 def test_a_process_without_opentelemetry_never_imports_it() -> None:
     code = (
-        "import sys, bus.middleware.kernel.intercept, bus.middleware.handler.module, bus.runtime.tracing as t\n"
+        "import sys, bus._middleware.kernel.intercept, bus._middleware.handler.module, bus._runtime.tracing as t\n"
         "assert not t.active() and t.current_traceparent() is None\n"
         "with t.span('x') as s: assert s is None\n"
         "assert not [m for m in sys.modules if m.startswith('opentelemetry')], 'imported'\n"

@@ -17,8 +17,8 @@ import orjson
 import pytest
 
 from bus import Bus, Cancel, Continue, Event, Module, Patch, Stage, StageCtx, TurnRequest
+from bus._transport.port import RawMessage
 from bus.testing import EventRecorder, JournalRecorder, TestBus, serving
-from bus.transport.port import RawMessage
 from tests.support.waiting import barrier, is_barrier, probe_until, wait_until, without_barriers
 
 BACKENDS = ("nats", "in_process")

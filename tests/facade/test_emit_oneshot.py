@@ -1,6 +1,6 @@
 """``hookbus emit``'s one-shot path, as real processes against a real nats-server.
 
-The one-shot path (bus/transport/oneshot.py: a plain socket, no nats-py) must
+The one-shot path (bus/_transport/oneshot.py: a plain socket, no nats-py) must
 put on the wire exactly what the full client puts there, keep the bus's
 rules (depth, size limit, permissions) and load nothing heavy.
 """
@@ -21,7 +21,7 @@ import pytest
 from nats.aio.client import Client
 
 from bus import Bus, NatsServer
-from bus.core.envelope import DEFAULT_MAX_BYTES, decode_event
+from bus._core.envelope import DEFAULT_MAX_BYTES, decode_event
 from bus.testing import EventRecorder
 from tests.conftest import hookbus_cmd, run_cli, shipped_permissions
 from tests.support.waiting import barrier, wait_until, without_barriers
@@ -58,7 +58,7 @@ def emit(*args: str, env: dict[str, str], stdin: str | None = None) -> subproces
 def test_emit_loads_nothing_heavy(nats_url: str) -> None:
     script = (
         "import sys\n"
-        "from bus.cli import main\n"
+        "from bus._cli import main\n"
         "code = main(['emit', 'eva.custom.light', '{}'])\n"
         f"print(sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r}))\n"
         "sys.exit(code)\n"

@@ -25,7 +25,7 @@ from types import ModuleType
 import pytest
 
 import bus
-from bus.core.errors import HookbusError
+from bus._core.errors import HookbusError
 
 INIT = Path(bus.__file__)
 
@@ -155,13 +155,13 @@ class _Facade:
 
 #: The modules whose code a public method runs before it reaches the transport (or a handler's code).
 FACADE = (
-    "bus.client",
-    "bus.port",
+    "bus._client",
+    "bus._port",
     "bus.sync",
-    "bus.module",
-    "bus.subscription",
-    "bus.core.envelope",
-    "bus.middleware.kernel.intercept",
+    "bus._module",
+    "bus._subscription",
+    "bus._core.envelope",
+    "bus._middleware.kernel.intercept",
 )
 
 
@@ -194,7 +194,7 @@ def test_the_walk_sees_raises_in_what_a_method_calls(tmp_path: Path) -> None:
     path.write_text(
         textwrap.dedent(
             '''
-            from bus.core.errors import NotSent, RequestTimeout
+            from bus._core.errors import NotSent, RequestTimeout
 
             def helper():
                 raise NotSent("closed", "probe")

@@ -9,16 +9,16 @@ import orjson
 import pytest
 
 from bus import Bus, Continue, Module, Patch, StageCtx
-from bus.middleware.kernel.approvals import approve
-from bus.records.record import from_fields
-from bus.records.store import RecordStore
+from bus._middleware.kernel.approvals import approve
+from bus._records.record import from_fields
+from bus._records.store import RecordStore
 from bus.testing import serving, wait_for_chain
 from subscribers.records_runner.record_runner import RecordsRunner, RecordsRunnerSettings
 from tests.conftest import unique
 from tests.support import fake_llm
-from triggers.agent import hook_turn
-from triggers.agent.hook_turn import HookTurnSpec
-from triggers.agent.llm import ChatClient
+from triggers.agent import _hook_turn as hook_turn
+from triggers.agent._hook_turn import HookTurnSpec
+from triggers.agent._llm import ChatClient
 
 CTX = {"agent": "eva", "session": "s-ctx", "user": "ann", "template": "coder", "process": "p-7"}
 

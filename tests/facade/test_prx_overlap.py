@@ -22,14 +22,14 @@ import orjson
 import pytest
 
 from bus import Bus, Event, TurnRequest
-from bus.core.errors import SubjectError
-from bus.core.subjects import key_queue
+from bus._core.errors import SubjectError
+from bus._core.subjects import key_queue
 from subscribers import Subscriber
-from subscribers.shell_hooks.settings import WorkerSettings
+from subscribers.shell_hooks._settings import WorkerSettings
 from subscribers.shell_hooks.shell_worker import ShellWorker
 from tests.support.hooks_support import script, wait_until, write_hooks
 from tests.support.waiting import probe_until
-from triggers.engine import config
+from triggers.engine import _config as config
 from triggers.engine.engine import TriggerEngine
 
 GROUP = "overlap-test"

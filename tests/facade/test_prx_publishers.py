@@ -17,13 +17,13 @@ import pytest
 from nats.aio.client import Client
 
 from bus import Bus, Event, TurnRequest
-from bus.core.encoder import Encoder
-from bus.core.envelope import decode_event
-from bus.core.errors import EnvelopeError
+from bus._core.encoder import Encoder
+from bus._core.envelope import decode_event
+from bus._core.errors import EnvelopeError
 from subscribers import Subscriber
 from tests.conftest import StartWorker
 from tests.support.hooks_support import script, wait_until, write_hooks
-from triggers.engine import config
+from triggers.engine import _config as config
 from triggers.engine.engine import TriggerEngine
 
 #: PRX's envelope exactly as its documentation shows it: no ``id``, no ``depth``.

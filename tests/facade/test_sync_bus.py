@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from bus import BusClosedError, Cancel, Continue, Event, Module, Patch, Stage
-from bus.core.errors import SyncCallError
+from bus._core.errors import SyncCallError
 from bus.sync import SyncBus
 from bus.testing import EventRecorder, serving, wait_for_chain
 from tests.conftest import unique

@@ -15,11 +15,11 @@ import orjson
 import pytest
 
 from bus import BusClosedError, Cancel, Continue, Event, Module, Stage
-from bus.core.errors import JournalError, PayloadRefError, RegistryError
-from bus.core.subjects import PAYLOADS_BUCKET
+from bus._core.errors import JournalError, PayloadRefError, RegistryError
+from bus._core.subjects import PAYLOADS_BUCKET
 from bus.testing import EventRecorder, TestBus
-from bus.testing.broker import InProcessBroker
-from subscribers.history.subjects import HISTORY_STREAM
+from bus.testing._broker import InProcessBroker
+from subscribers.history._subjects import HISTORY_STREAM
 from tests.support.waiting import barrier, wait_until, without_barriers
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "testing.md"

@@ -1,5 +1,5 @@
 """A heartbeat (the same announcement with a new trailing ``at``) is taken from the checked one; anything else is
-checked in full (bus/middleware/registry.py: every kernel gets every module's heartbeats)."""
+checked in full (bus/_middleware/registry.py: every kernel gets every module's heartbeats)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import msgspec
 import pytest
 
 from bus import Continue, Module
-from bus.core.errors import ForeignAnnouncement
-from bus.middleware.registry import announcement_of, parse_announcement
+from bus._core.errors import ForeignAnnouncement
+from bus._middleware.registry import announcement_of, parse_announcement
 
 
 def _announcement(name: str) -> bytes:

@@ -14,12 +14,12 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from bus import Ask, Asked, Bus, Cancel, Module, Patch, register_collectors
+from bus._core.errors import AskRefused
+from bus._middleware.asks.records import payload_sha256
+from bus._middleware.asks.store import AskStore, Pending
+from bus._middleware.kernel.asking import ASKS
 from bus.adapters.claude_code import answer as claude_answer
 from bus.adapters.claude_code import parse as parse_hook
-from bus.core.errors import AskRefused
-from bus.middleware.asks.records import payload_sha256
-from bus.middleware.asks.store import AskStore, Pending
-from bus.middleware.kernel.asking import ASKS
 from bus.testing import EventRecorder, JournalRecorder, serving, wait_for_chain
 from tests.conftest import hookbus_cmd, run_cli, unique
 from tests.support.waiting import wait_until

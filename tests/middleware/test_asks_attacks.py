@@ -17,11 +17,11 @@ import nats.js.errors
 import pytest
 
 from bus import Ask, Bus, Cancel, Continue, Module, NatsServer, Patch, Stage
-from bus.core.errors import RegistryError
-from bus.core.subjects import ASKS_BUCKET, kv_key_subject, kv_stream
-from bus.journal.entries import ensure_stream
-from bus.middleware.asks.records import AnswerMsg, answer_key, ask_key, done_key, encode_msg
-from bus.middleware.asks.store import AskStore, ensure_asks_bucket
+from bus._core.errors import RegistryError
+from bus._core.subjects import ASKS_BUCKET, kv_key_subject, kv_stream
+from bus._journal.entries import ensure_stream
+from bus._middleware.asks.records import AnswerMsg, answer_key, ask_key, done_key, encode_msg
+from bus._middleware.asks.store import AskStore, ensure_asks_bucket
 from bus.testing import serving, wait_for_chain
 from tests.conftest import as_user as url
 from tests.conftest import shipped_server

@@ -21,10 +21,10 @@ import pytest
 from nats.aio.client import Client
 
 from bus import Bus, Cancel, Continue, Module, NatsServer, Stage
-from bus.core.errors import RegistryError
-from bus.core.subjects import PRESENCE_BUCKET, counters_subject
-from bus.journal.entries import ensure_journal_stream
-from bus.middleware.registry import MODULES_BUCKET, Announcement, announcement_of, request_subject
+from bus._core.errors import RegistryError
+from bus._core.subjects import PRESENCE_BUCKET, counters_subject
+from bus._journal.entries import ensure_journal_stream
+from bus._middleware.registry import MODULES_BUCKET, Announcement, announcement_of, request_subject
 from bus.testing import serving, wait_for_chain
 from tests.cli.test_cli import UpProcess
 from tests.conftest import as_user as url

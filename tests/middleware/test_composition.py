@@ -11,13 +11,13 @@ import msgspec
 import pytest
 
 from bus import Bus, Cancel, Continue, Module, Patch
-from bus.core.declaration import declare
-from bus.core.errors import MiddlewareError
-from bus.middleware.registry import TRUST_BUCKET, open_bucket
-from bus.middleware.schema import TrustRecord
-from bus.switching import disable_handler, enable_handler, grant_handler, revoke_handler
+from bus._core.declaration import declare
+from bus._core.errors import MiddlewareError
+from bus._middleware.registry import TRUST_BUCKET, open_bucket
+from bus._middleware.schema import TrustRecord
+from bus._switching import disable_handler, enable_handler, grant_handler, revoke_handler
+from bus._transport.port import RawMessage
 from bus.testing import JournalRecorder, serving, wait_for_chain
-from bus.transport.port import RawMessage
 from tests.conftest import run_cli, unique
 from tests.support.waiting import wait_until
 

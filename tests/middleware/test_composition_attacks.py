@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from bus import Bus, Cancel, Continue, NatsServer
-from bus.middleware.registry import ensure_buckets
-from bus.switching import disable_handler
+from bus._middleware.registry import ensure_buckets
+from bus._switching import disable_handler
 from bus.testing import serving, wait_for_chain
 from tests.conftest import as_user as url
 from tests.conftest import shipped_server

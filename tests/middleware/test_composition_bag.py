@@ -11,8 +11,8 @@ import aiohttp
 
 from bus import Bus, Continue, Module, Patch, StageCtx
 from bus.testing import JournalRecorder, serving, wait_for_chain
-from subscribers.http_api.console_api import Console
-from subscribers.http_api.live import LiveFeed
+from subscribers.http_api._console_api import Console
+from subscribers.http_api._live import LiveFeed
 from subscribers.http_api.server import make_app, serve
 from tests.conftest import run_cli, unique
 from tests.support.waiting import wait_until

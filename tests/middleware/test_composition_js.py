@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from bus import Bus, Module, Patch
-from bus.switching import disable_handler, grant_handler
+from bus._switching import disable_handler, grant_handler
 from bus.testing import serving, wait_for_chain
 from tests.conftest import unique
 from tests.middleware.test_protocol_js import approve, js_process, node

@@ -10,12 +10,12 @@ import aiohttp
 import pytest
 
 from bus import Bus, Module, Patch
-from bus.counters import INTERVAL_ENV
+from bus._counters import INTERVAL_ENV
 from bus.testing import serving, wait_for_chain
-from subscribers.fleet_metrics.middleware_snapshot import quantile_ms
-from subscribers.http_api.console_api import Console
-from subscribers.http_api.live import LiveFeed
-from subscribers.http_api.middleware_metrics import SNAPSHOT
+from subscribers.fleet_metrics._middleware_snapshot import quantile_ms
+from subscribers.http_api._console_api import Console
+from subscribers.http_api._live import LiveFeed
+from subscribers.http_api._middleware_metrics import SNAPSHOT
 from subscribers.http_api.server import make_app, serve
 from tests.conftest import run_cli, unique
 from tests.support.waiting import wait_until

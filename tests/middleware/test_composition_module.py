@@ -7,7 +7,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from bus.core.declaration import declare
+from bus._core.declaration import declare
 from tests.conftest import run_cli
 
 GUARD = """

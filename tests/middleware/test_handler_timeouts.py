@@ -1,6 +1,6 @@
 """Handlers that bound their own waits, use anyio, set context variables, or cancel themselves; real server.
 
-Handlers run their first step inline (bus.runtime.eager). asyncio.timeout and
+Handlers run their first step inline (bus._runtime.eager). asyncio.timeout and
 TaskGroup cancel "the current task" later; inline, that was the subscription's
 reader, so the timeout stopped the module (or the subscriber) for good: a
 fail-closed guard then cancelled every call, a fail-open one let them all by.
@@ -19,8 +19,8 @@ import anyio
 import pytest
 
 from bus import Bus, Cancel, Continue, Event, Module, Patch
+from bus._transport.internals import use_internals
 from bus.testing import serving, wait_for_chain
-from bus.transport.internals import use_internals
 from tests.conftest import unique
 from tests.support.waiting import wait_until
 

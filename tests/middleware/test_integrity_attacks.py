@@ -25,8 +25,8 @@ import pytest
 from nats.aio.client import Client
 
 from bus import Bus, Cancel, Continue, Module, NatsServer, Stage
-from bus.core.errors import MiddlewareError
-from bus.core.subjects import (
+from bus._core.errors import MiddlewareError
+from bus._core.subjects import (
     GUARDS_BUCKET,
     PAYLOADS_CHUNKS,
     PAYLOADS_METAS,
@@ -36,15 +36,15 @@ from bus.core.subjects import (
     RECORDS_BUCKET,
     TRUST_BUCKET,
 )
-from bus.journal.entries import ensure_journal_stream
-from bus.middleware.guards import GuardRecord
-from bus.middleware.kernel.view import View
-from bus.middleware.registry import MAX_HANDLERS, MODULES_BUCKET, ensure_buckets
-from bus.middleware.trust import Managed
-from bus.presence import MAX_AGE_S as PRESENCE_MAX_AGE_S
-from bus.presence import component, presence
+from bus._journal.entries import ensure_journal_stream
+from bus._middleware.guards import GuardRecord
+from bus._middleware.kernel.view import View
+from bus._middleware.registry import MAX_HANDLERS, MODULES_BUCKET, ensure_buckets
+from bus._middleware.trust import Managed
+from bus._presence import MAX_AGE_S as PRESENCE_MAX_AGE_S
+from bus._presence import component, presence
+from bus._transport.objects import CHUNK_BYTES, PUBLISHER_MESSAGES, ensure_payloads_bucket
 from bus.testing import EventRecorder, serving, wait_for_chain
-from bus.transport.objects import CHUNK_BYTES, PUBLISHER_MESSAGES, ensure_payloads_bucket
 from tests.conftest import as_user as url
 from tests.conftest import shipped_server
 from tests.middleware.test_attacks import RM, guard_module

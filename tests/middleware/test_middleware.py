@@ -23,7 +23,7 @@ from bus import (
     StageCtx,
     ToolCall,
 )
-from bus.core.declaration import MAX_TIMEOUT
+from bus._core.declaration import MAX_TIMEOUT
 from bus.testing import JournalRecorder, serving, wait_for_chain
 from tests.conftest import unique
 from tests.support.waiting import wait_until
@@ -151,7 +151,7 @@ async def test_stage_ctx_carries_context_and_depth(kernel: Bus, nats_url: str) -
     @mod.stage("llm.request")
     async def look(stage: str, payload: dict[str, Any], ctx: StageCtx) -> Continue:
         got.append(ctx)
-        from bus.core import depth
+        from bus._core import depth
 
         inner_depths.append(depth.current_depth())
         assert ctx.bus is not None

@@ -9,8 +9,8 @@ import pytest
 from nats.aio.msg import Msg
 
 from bus import Bus, Cancel, Continue, Module, Patch
-from bus.core.declaration import declare
-from bus.middleware.registry import MODULES_BUCKET, Announcement, open_bucket, request_subject
+from bus._core.declaration import declare
+from bus._middleware.registry import MODULES_BUCKET, Announcement, open_bucket, request_subject
 from bus.testing import JournalRecorder, serving, wait_for_chain
 from tests.conftest import unique
 from tests.support.mwproc import module_process

@@ -17,11 +17,11 @@ import orjson
 import pytest
 
 from bus import Bus, Cancel, Continue, Decision, MiddlewareOptions, Module, Patch
-from bus.core.declaration import declare
-from bus.journal.entries import JournalEntry
-from bus.middleware.guards import GUARDS_BUCKET, GuardRecord
-from bus.middleware.kernel.view import View
-from bus.middleware.registry import open_bucket
+from bus._core.declaration import declare
+from bus._journal.entries import JournalEntry
+from bus._middleware.guards import GUARDS_BUCKET, GuardRecord
+from bus._middleware.kernel.view import View
+from bus._middleware.registry import open_bucket
 from bus.testing import EventRecorder, JournalRecorder, serving, wait_for_chain
 from tests.conftest import run_cli, unique
 from tests.support.mwproc import module_process

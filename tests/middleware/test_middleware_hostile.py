@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 from nats.aio.msg import Msg
 
 from bus import Bus, Cancel, Continue, Decision, MiddlewareOptions, Module, Patch
-from bus.core.declaration import declare
-from bus.middleware.handler.serving import ModuleServer
-from bus.middleware.registry import MODULES_BUCKET, Announcement, open_bucket, request_subject, version_of
+from bus._core.declaration import declare
+from bus._middleware.handler.serving import ModuleServer
+from bus._middleware.registry import MODULES_BUCKET, Announcement, open_bucket, request_subject, version_of
 from bus.testing import wait_for_chain
 from tests.conftest import unique
 

@@ -8,7 +8,7 @@ from typing import Any
 from prometheus_client import REGISTRY
 
 from bus import Bus, Cancel, Continue, Module, register_collectors
-from bus.middleware.kernel.intercept import MiddlewareOptions
+from bus._middleware.kernel.intercept import MiddlewareOptions
 from bus.testing import JournalRecorder, serving, wait_for_chain
 
 register_collectors()  # explicit: importing bus registers nothing

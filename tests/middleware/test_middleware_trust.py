@@ -10,8 +10,8 @@ import orjson
 import pytest
 
 from bus import Bus, Cancel, Continue, MiddlewareOptions, Module, Patch, Stage, TrustState
-from bus.core.declaration import declare
-from bus.core.errors import ConfigError
+from bus._core.declaration import declare
+from bus._core.errors import ConfigError
 from bus.testing import EventRecorder, JournalRecorder, serving, wait_for_chain
 from tests.conftest import run_cli, unique
 from tests.support.mwproc import module_process

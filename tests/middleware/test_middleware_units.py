@@ -9,13 +9,13 @@ import orjson
 import pytest
 
 from bus import Cancel, Continue, DecisionError, Module, Patch, ToolResult
-from bus.core.decisions import from_wire, read_reply, reply_of
-from bus.core.declaration import declare
-from bus.core.errors import BrokenChain
-from bus.core.middleware_schema import MiddlewareRequest, ReactionMsg
-from bus.core.schema import encode
-from bus.middleware.kernel.chain import order
-from bus.middleware.kernel.drain import Drain
+from bus._core.decisions import from_wire, read_reply, reply_of
+from bus._core.declaration import declare
+from bus._core.errors import BrokenChain
+from bus._core.middleware_schema import MiddlewareRequest, ReactionMsg
+from bus._core.schema import encode
+from bus._middleware.kernel.chain import order
+from bus._middleware.kernel.drain import Drain
 from bus.testing import TestBus
 
 

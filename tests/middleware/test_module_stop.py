@@ -9,8 +9,8 @@ import nats
 import orjson
 
 from bus import Bus, Cancel, Module
-from bus.middleware.handler.serving import ModuleServer
-from bus.middleware.registry import request_subject
+from bus._middleware.handler.serving import ModuleServer
+from bus._middleware.registry import request_subject
 from tests.conftest import unique
 
 #: Requests kept in flight at once while one instance stops.

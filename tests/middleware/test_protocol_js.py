@@ -21,8 +21,8 @@ import orjson
 import pytest
 
 from bus import Bus, Cancel, Continue, Module, Patch
-from bus.core.declaration import declare
-from bus.middleware.registry import MODULES_BUCKET, Announcement, open_bucket
+from bus._core.declaration import declare
+from bus._middleware.registry import MODULES_BUCKET, Announcement, open_bucket
 from bus.testing import serving, wait_for_chain
 from tests.conftest import IN_CI, require_binary, unique
 

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 from bus import DecisionError, HookbusError, Module
-from bus.core.decisions import read_reply
-from bus.core.middleware_schema import MiddlewareRequest
-from bus.core.schema import decode
-from bus.middleware.registry import parse_announcement
+from bus._core.decisions import read_reply
+from bus._core.middleware_schema import MiddlewareRequest
+from bus._core.schema import decode
+from bus._middleware.registry import parse_announcement
 from tests.support.protocol_support import canonical, declaration_from_wire, identity, version
 
 VECTORS = Path(__file__).resolve().parents[1] / "vectors"

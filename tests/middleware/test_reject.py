@@ -10,10 +10,10 @@ import aiohttp
 import pytest
 
 from bus import Bus, Cancel, Continue, Module, StageCtx
-from bus.journal.entries import JournalEntry
-from bus.middleware.kernel.approvals import approve, queue, rejected
-from bus.records.record import from_fields
-from bus.records.store import RecordStore
+from bus._journal.entries import JournalEntry
+from bus._middleware.kernel.approvals import approve, queue, rejected
+from bus._records.record import from_fields
+from bus._records.store import RecordStore
 from bus.testing import JournalRecorder, serving, wait_for_chain
 from tests.cli.test_cli import UpProcess
 from tests.conftest import run_cli, unique

@@ -23,45 +23,45 @@ PACKAGES = ("bus", "subscribers", "triggers")
 
 #: Layers from the top down: (name, module prefixes). The first matching prefix, longest first, wins.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("cli", ("bus.cli",)),
+    ("cli", ("bus._cli",)),
     ("workers", ("subscribers", "triggers")),
     # Adapters for agent frameworks (LangChain, the OpenAI Agents SDK), on the façade and SyncBus.
     ("adapters", ("bus.adapters",)),
     # The sandbox: processes started on a user's behalf, bounded (shell hooks, command hooks, hookbus isolate).
-    ("sandbox", ("bus.sandbox",)),
+    ("sandbox", ("bus._sandbox",)),
     # The façade: Bus, Module (whose serve() opens a Bus), the service contract of ``hookbus up``, test helpers.
-    # (bus.presence: each process's presence record, kept through the Bus; bus.operator: approve and detach,
-    # journaled; bus.status_report: what hookbus status lists; bus.switching: enable/disable/grant/revoke, journaled.)
+    # (bus._presence: each process's presence record, kept through the Bus; bus._operator: approve and detach,
+    # journaled; bus._status_report: what hookbus status lists; bus._switching: enable/disable/grant/revoke, journaled.)
     (
         "facade",
         (
             "bus",
-            "bus.client",
-            "bus.counters",
-            "bus.metrics",
-            "bus.module",
-            "bus.operator",
-            "bus.presence",
-            "bus.records",
-            "bus.service",
-            "bus.status_report",
-            "bus.switching",
+            "bus._client",
+            "bus._counters",
+            "bus._metrics",
+            "bus._module",
+            "bus._operator",
+            "bus._presence",
+            "bus._records",
+            "bus._service",
+            "bus._status_report",
+            "bus._switching",
             "bus.sync",
             "bus.testing",
         ),
     ),
     # The Bus's plumbing (bus.port): its connection, handed to everything under the façade.
-    ("port", ("bus.port",)),
+    ("port", ("bus._port",)),
     # The receive path of event subscriptions, under the façade that makes them.
-    ("subscriptions", ("bus.subscription",)),
-    ("middleware sides", ("bus.middleware.kernel", "bus.middleware.handler")),
-    ("middleware shared, journal, turns", ("bus.middleware", "bus.journal", "bus.turns")),
-    ("transport", ("bus.transport",)),
+    ("subscriptions", ("bus._subscription",)),
+    ("middleware sides", ("bus._middleware.kernel", "bus._middleware.handler")),
+    ("middleware shared, journal, turns", ("bus._middleware", "bus._journal", "bus._turns")),
+    ("transport", ("bus._transport",)),
     # What a running process needs beside the protocol: eager starts, task sets, files, spans, counters.
-    ("runtime", ("bus.runtime",)),
-    ("core", ("bus.core",)),
+    ("runtime", ("bus._runtime",)),
+    ("core", ("bus._core",)),
 )
-#: Modules outside bus/transport that still import nats-py directly, each to move behind the transport.
+#: Modules outside bus/_transport that still import nats-py directly, each to move behind the transport.
 #: The test fails when one is added and when one listed here no longer does (so the list only shrinks).
 NATS_OUTSIDE_TRANSPORT: frozenset[str] = frozenset()
 #: The longest a module may be, in lines: past it, split it by what its parts do.
@@ -115,7 +115,7 @@ def _imports(name: str, path: Path) -> Iterator[str]:
                 parent = parent[: len(parent) - (node.level - 1)]
                 base = ".".join([*parent, base] if base else parent)
             yield base
-            for alias in node.names:  # ``from bus.core import depth`` imports the module bus.core.depth
+            for alias in node.names:  # ``from bus._core import depth`` imports the module bus._core.depth
                 if f"{base}.{alias.name}" in MODULES:
                     yield f"{base}.{alias.name}"
 
@@ -202,7 +202,11 @@ def test_no_upward_import() -> None:
 def test_core_does_not_import_the_transport() -> None:
     graph = _graph()
     wrong = [
-        f"{s} imports {t}" for s in graph if s.startswith("bus.core") for t in graph[s] if t.startswith("bus.transport")
+        f"{s} imports {t}"
+        for s in graph
+        if s.startswith("bus._core")
+        for t in graph[s]
+        if t.startswith("bus._transport")
     ]
     assert wrong == []
 
@@ -211,17 +215,17 @@ def test_only_the_transport_imports_nats() -> None:
     importing = {
         name
         for name, path in MODULES.items()
-        if not name.startswith("bus.transport")
+        if not name.startswith("bus._transport")
         and any(target == "nats" or target.startswith("nats.") for target in _imports(name, path))
     }
-    assert sorted(importing - NATS_OUTSIDE_TRANSPORT) == [], "import nats-py only in bus/transport"
+    assert sorted(importing - NATS_OUTSIDE_TRANSPORT) == [], "import nats-py only in bus/_transport"
     assert sorted(NATS_OUTSIDE_TRANSPORT - importing) == [], "no longer imports nats: remove from the list"
 
 
 def _nats_names_taken_from_the_transport(name: str, path: Path) -> Iterator[str]:
-    """Names ``name`` imports from bus/transport that are nats-py's own objects (a type, a function, a module)."""
+    """Names ``name`` imports from bus/_transport that are nats-py's own objects (a type, a function, a module)."""
     for node in ast.walk(_parse(path)):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("bus.transport"):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("bus._transport"):
             source = importlib.import_module(node.module)
             for alias in node.names:
                 value = getattr(source, alias.name, None)
@@ -241,7 +245,7 @@ def test_nats_types_stay_in_the_transport() -> None:
     found = [
         taken
         for name, path in MODULES.items()
-        if not name.startswith("bus.transport")
+        if not name.startswith("bus._transport")
         for taken in _nats_names_taken_from_the_transport(name, path)
     ]
     assert found == [], "use the transport's own types and errors, not nats-py's"
@@ -249,9 +253,9 @@ def test_nats_types_stay_in_the_transport() -> None:
 
 def test_the_re_export_check_sees_a_nats_type(tmp_path: Path) -> None:
     path = tmp_path / "probe.py"
-    path.write_text("from bus.transport.kv import nats_errors\nfrom bus.transport.kv import Bucket\n")
+    path.write_text("from bus._transport.kv import nats_errors\nfrom bus._transport.kv import Bucket\n")
     assert list(_nats_names_taken_from_the_transport("bus.probe", path)) == [
-        "bus.probe takes nats_errors (nats.errors) from bus.transport.kv"
+        "bus.probe takes nats_errors (nats.errors) from bus._transport.kv"
     ]
 
 
@@ -259,10 +263,10 @@ def test_the_re_export_check_sees_a_nats_type(tmp_path: Path) -> None:
     ("source", "expected"),
     [
         ("import a.b\n", ["a.b"]),
-        ("def f():\n    from bus.core import errors\n", ["bus.core", "bus.core.errors"]),
+        ("def f():\n    from bus._core import errors\n", ["bus._core", "bus._core.errors"]),
         (
-            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from bus.client import Bus\n",
-            ["typing", "bus.client"],
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from bus._client import Bus\n",
+            ["typing", "bus._client"],
         ),
     ],
 )
@@ -274,14 +278,14 @@ def test_the_scanner_sees_every_import(tmp_path: Path, source: str, expected: li
 
 def test_the_checks_catch_a_circle_and_an_upward_import() -> None:
     assert _cycles({"a": {"b"}, "b": {"a"}, "c": set()}) == [["a", "b"]]
-    assert _layer("bus.core.errors") > _layer("bus.client") > _layer("subscribers.sdk") > _layer("bus.cli.up")
-    assert _layer("bus.middleware.kernel.view") < _layer("bus.middleware.trust")
+    assert _layer("bus._core.errors") > _layer("bus._client") > _layer("subscribers.sdk") > _layer("bus._cli.up")
+    assert _layer("bus._middleware.kernel.view") < _layer("bus._middleware.trust")
 
 
 def test_exceptions_form_one_tree_under_hookbus_error() -> None:
     """Every public exception derives from HookbusError and is declared in an ``errors`` module: the core's
-    bases in bus/core/errors.py, a feature's own errors in its package's errors.py."""
-    from bus.core.errors import HookbusError
+    bases in bus/_core/errors.py, a feature's own errors in its package's errors.py."""
+    from bus._core.errors import HookbusError
 
     wrong = []
     for name in MODULES:
@@ -293,7 +297,7 @@ def test_exceptions_form_one_tree_under_hookbus_error() -> None:
                 continue
             if not issubclass(value, HookbusError):
                 wrong.append(f"{name}.{attr} does not derive from HookbusError")
-            elif not name.endswith(".errors") and not attr.startswith("_"):
+            elif not name.endswith((".errors", "._errors")) and not attr.startswith("_"):
                 wrong.append(f"{name}.{attr} is declared outside an errors module")
     assert wrong == []
 
@@ -310,12 +314,12 @@ def _imports_outside(graph: dict[str, set[str]], prefix: str, allowed: tuple[str
 
 
 def test_the_core_imports_only_the_core() -> None:
-    """bus/core holds the protocol: it needs nothing else of hookbus (``bus`` itself would run the façade)."""
-    assert _imports_outside(_graph(), "bus.core", ("bus.core",)) == []
+    """bus/_core holds the protocol: it needs nothing else of hookbus (``bus`` itself would run the façade)."""
+    assert _imports_outside(_graph(), "bus._core", ("bus._core",)) == []
 
 
 def test_the_runtime_imports_only_itself_and_the_core() -> None:
-    assert _imports_outside(_graph(), "bus.runtime", ("bus.runtime", "bus.core")) == []
+    assert _imports_outside(_graph(), "bus._runtime", ("bus._runtime", "bus._core")) == []
 
 
 #: The most lines a module of the core or the runtime may have: past it, split it by what its parts do.
@@ -326,14 +330,15 @@ def test_no_core_or_runtime_module_is_over_the_line_limit() -> None:
     long = {
         name: lines
         for name, path in MODULES.items()
-        if name.startswith(("bus.core.", "bus.runtime.")) and (lines := len(path.read_text().splitlines())) > MAX_LINES
+        if name.startswith(("bus._core.", "bus._runtime."))
+        and (lines := len(path.read_text().splitlines())) > MAX_LINES
     }
     assert long == {}
 
 
 def test_the_isolation_check_sees_an_import_from_above() -> None:
-    graph = {"bus.core.a": {"bus.core.b", "bus.transport.kv"}, "bus.core.b": set(), "bus.coreish": {"bus.client"}}
-    assert _imports_outside(graph, "bus.core", ("bus.core",)) == ["bus.core.a imports bus.transport.kv"]
+    graph = {"bus._core.a": {"bus._core.b", "bus._transport.kv"}, "bus._core.b": set(), "bus._coreish": {"bus._client"}}
+    assert _imports_outside(graph, "bus._core", ("bus._core",)) == ["bus._core.a imports bus._transport.kv"]
 
 
 def test_the_architecture_doc_names_only_paths_that_exist() -> None:
@@ -345,7 +350,7 @@ def test_the_architecture_doc_names_only_paths_that_exist() -> None:
 
 
 #: The parts whose modules must stay under MAX_MODULE_LINES: services, triggers, adapters, the sandbox, the CLI.
-SIZED: tuple[str, ...] = ("subscribers", "triggers", "bus.adapters", "bus.sandbox", "bus.cli")
+SIZED: tuple[str, ...] = ("subscribers", "triggers", "bus.adapters", "bus._sandbox", "bus._cli")
 MAX_MODULE_LINES = 500
 
 
@@ -402,9 +407,9 @@ def _defines_a_service(path: Path) -> bool:
 
 def test_every_service_is_composed_by_up() -> None:
     """One composition root: every module with a ``service`` is imported by ``hookbus up``'s list of services."""
-    up = ROOT / "bus" / "cli" / "up.py"
-    composed = set(_imports("bus.cli.up", up))
-    services = {name for name, path in MODULES.items() if name != "bus.service" and _defines_a_service(path)}
+    up = ROOT / "bus" / "_cli" / "up.py"
+    composed = set(_imports("bus._cli.up", up))
+    services = {name for name, path in MODULES.items() if name != "bus._service" and _defines_a_service(path)}
     assert len(services) > 8
     assert sorted(services - composed) == []
 
@@ -425,8 +430,8 @@ def test_no_two_service_modules_share_a_name() -> None:
     ``config_schema`` (its files' types)."""
     by_name: dict[str, list[str]] = {}
     for name, path in MODULES.items():
-        if path.stem in FEATURE_DECLARATIONS:
+        if path.stem.lstrip("_") in FEATURE_DECLARATIONS:
             continue
-        if name.startswith(("subscribers", "triggers", "bus.adapters", "bus.sandbox")) and path.stem != "__init__":
+        if name.startswith(("subscribers", "triggers", "bus.adapters", "bus._sandbox")) and path.stem != "__init__":
             by_name.setdefault(path.stem, []).append(name)
     assert {stem: names for stem, names in by_name.items() if len(names) > 1} == {}

@@ -132,7 +132,7 @@ GOOD = """# Changelog
         (("### Fixed\n\n- A fix.\n", "### Fixed\n"), "an empty group"),
         (("- A fix.", "- A fix. " + "x" * 160), "characters (under 160)"),
         (("- A fix.", "- A fix (`tests/test_fix.py`)."), "names an internal path"),
-        (("- A fix.", "- A fix in `bus/core/envelope.py`."), "names an internal path"),
+        (("- A fix.", "- A fix in `bus/_core/envelope.py`."), "names an internal path"),
         (("- A fix.", "- A fix.\n  carried on a second line"), "one-line changes only"),
         (("### Fixed\n\n- A fix.\n", ""), None),
     ],

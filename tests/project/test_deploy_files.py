@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from bus.transport.server import find_binary
+from bus._transport.server import find_binary
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 COMPOSE = DEPLOY / "compose" / "docker-compose.yml"

@@ -13,8 +13,8 @@ import nats.errors
 import pytest
 
 from bus import Bus, Cancel, ConnectError, Continue, Credentials, Module, NatsServer, Stage, TurnRequest
+from bus._transport.publisher import ordered_flush
 from bus.testing import EventRecorder, serving, wait_for_chain
-from bus.transport.publisher import ordered_flush
 from tests.conftest import run_cli, shipped_permissions
 from tests.support.waiting import barrier, wait_until, without_barriers
 
@@ -205,8 +205,8 @@ async def test_credentials_reach_the_bus_as_arguments_and_win_over_the_environme
 def test_the_command_line_passes_flags_as_credentials_without_writing_the_environment(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from bus.cli import build_parser
-    from bus.cli.common import connection_args
+    from bus._cli import build_parser
+    from bus._cli.common import connection_args
 
     monkeypatch.delenv("HOOKBUS_NATS_TOKEN", raising=False)
     args = build_parser().parse_args(["emit", "eva.custom.x", "{}", "--nats-token", "t0k", "--tls-ca", "/ca.pem"])

@@ -7,7 +7,7 @@ import ast
 import re
 from pathlib import Path
 
-from subscribers.plugins.bus_services import BUCKET_PREFIX
+from subscribers.plugins._bus_services import BUCKET_PREFIX
 from tests.core.test_subjects_one_place import NAMES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,7 +47,7 @@ def test_every_http_route_has_a_row() -> None:
     for source in (ROOT / "subscribers" / "http_api").glob("*.py"):
         routes.update(re.findall(r"add_(?:get|post|put|delete)\(\s*\"([^\"]+)\"", source.read_text()))
     routes.update(
-        re.findall(r"^PATH[^=]*= \"([^\"]+)\"", (ROOT / "bus/adapters/claude_code/http_hook.py").read_text(), re.M)
+        re.findall(r"^PATH[^=]*= \"([^\"]+)\"", (ROOT / "bus/adapters/claude_code/_http_hook.py").read_text(), re.M)
     )
     assert len(routes) > 20
     missing = sorted(route for route in routes if f"`{route}`" not in table)

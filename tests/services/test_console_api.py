@@ -14,11 +14,11 @@ import orjson
 import pytest
 
 from bus import Bus, Cancel, Continue, Stage
-from bus.core.subjects import MODULE_DETACHED
+from bus._core.subjects import MODULE_DETACHED
 from bus.testing import EventRecorder
-from subscribers.http_api.console_api import Console
-from subscribers.http_api.console_files import POLICY
-from subscribers.http_api.live import DISPLAY_RATE
+from subscribers.http_api._console_api import Console
+from subscribers.http_api._console_files import POLICY
+from subscribers.http_api._live import DISPLAY_RATE
 from subscribers.http_api.server import make_app
 from tests.cli.test_cli import UpProcess
 from tests.support.mwproc import module_process

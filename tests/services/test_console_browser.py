@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from bus import Bus, Cancel, Stage
-from bus.presence import component, presence
+from bus._presence import component, presence
 from tests.cli.test_cli import UpProcess
 from tests.conftest import IN_CI, require_binary
 from tests.support.hooks_support import script, wait_for_file

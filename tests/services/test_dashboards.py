@@ -17,9 +17,9 @@ import pytest
 import yaml
 
 from bus import Bus, Cancel, Continue, Event, Module, Patch, Stage
-from bus.core.decisions import Decision
-from bus.core.depth import set_depth
-from bus.counters import INTERVAL_ENV
+from bus._core.decisions import Decision
+from bus._core.depth import set_depth
+from bus._counters import INTERVAL_ENV
 from bus.testing import EventRecorder, serving, wait_for_chain
 from deploy.grafana.build_dashboards import render
 from tests.cli.test_cli import UpProcess
@@ -130,11 +130,11 @@ triggers:
 """
 
 
-#: A hook that re-emits the event it reacts to with `hookbus emit`, run from the checkout (``python -m bus.cli``,
+#: A hook that re-emits the event it reacts to with `hookbus emit`, run from the checkout (``python -m bus._cli``,
 #: as ``hookbus_cmd`` does: the hook's environment is rebuilt from nothing, and an editable install may not
 #: be importable from the workspace).
 LOOP_SCRIPT = f"""#!/bin/sh
-cd {ROOT} && exec {sys.executable} -m bus.cli emit eva.custom.loop '{{}}'
+cd {ROOT} && exec {sys.executable} -m bus._cli emit eva.custom.loop '{{}}'
 """
 #: The recursion alert waits 10 minutes on the shipped rules; here it may fire at once (same expression).
 FAST_ALERTS = {"HookbusRecursionLimitHit": "0s"}

@@ -12,14 +12,14 @@ import orjson
 import pytest
 
 from bus import Bus
-from bus.core.depth import DEPTH_ENV, set_depth
-from bus.core.subjects import counters_subject
-from bus.counters import INTERVAL_ENV, MIDDLEWARE_PER_MESSAGE, CountersMsg, MiddlewareCountsMsg, _reports, _Totals
-from bus.journal.entries import JournalEntry
-from bus.middleware.kernel.metrics import BUCKETS
-from subscribers.fleet_metrics.fleet_series import INVALID, FleetMetrics
+from bus._core.depth import DEPTH_ENV, set_depth
+from bus._core.subjects import counters_subject
+from bus._counters import INTERVAL_ENV, MIDDLEWARE_PER_MESSAGE, CountersMsg, MiddlewareCountsMsg, _reports, _Totals
+from bus._journal.entries import JournalEntry
+from bus._middleware.kernel.metrics import BUCKETS
+from subscribers.fleet_metrics._fleet_series import INVALID, FleetMetrics
+from subscribers.fleet_metrics._reports import MAX_COUNT, MAX_KEYS
 from subscribers.fleet_metrics.receiver import FleetReceiver
-from subscribers.fleet_metrics.reports import MAX_COUNT, MAX_KEYS
 from tests.conftest import hookbus_cmd, run_cli
 from tests.support.waiting import wait_until
 

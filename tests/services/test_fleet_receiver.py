@@ -21,7 +21,7 @@ import nats
 import pytest
 
 from bus import NatsServer
-from bus.core.encoder import Encoder
+from bus._core.encoder import Encoder
 from tests.cli.test_cli import UpProcess
 from tests.support.hooks_support import write_hooks
 from tests.support.waiting import wait_until
@@ -126,8 +126,8 @@ async def test_a_fleet_receiver_cut_as_slow_consumer_costs_the_shell_hooks_nothi
 
 def test_remembered_labels_are_the_capped_ones_and_bounded() -> None:
     """The per-event label lookup gives what the caps decide, also for pairs past the cap, and stays bounded."""
-    from bus.runtime.stats import OTHER
-    from subscribers.fleet_metrics.fleet_series import MAX_EVENT_PAIRS, MAX_REMEMBERED_KEYS, FleetMetrics
+    from bus._runtime.stats import OTHER
+    from subscribers.fleet_metrics._fleet_series import MAX_EVENT_PAIRS, MAX_REMEMBERED_KEYS, FleetMetrics
 
     fleet = FleetMetrics()
     for n in range(MAX_EVENT_PAIRS):

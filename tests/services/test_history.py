@@ -11,12 +11,12 @@ import orjson
 import pytest
 
 from bus import Bus
-from bus.core.clock import now_timestamp
-from bus.journal.entries import JournalEntry, publish_entry
-from bus.transport.server import NatsServer
-from subscribers.history.reader import Skipped, recorded_events
+from bus._core.clock import now_timestamp
+from bus._journal.entries import JournalEntry, publish_entry
+from bus._transport.server import NatsServer
+from subscribers.history._reader import Skipped, recorded_events
+from subscribers.history._subjects import HISTORY_STREAM
 from subscribers.history.recorder import HistorySettings, ensure_history
-from subscribers.history.subjects import HISTORY_STREAM
 from tests.cli.test_cli import UpProcess
 from tests.conftest import hookbus_cmd, run_cli
 from tests.support.waiting import wait_until

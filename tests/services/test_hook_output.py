@@ -10,9 +10,9 @@ from pathlib import Path
 import orjson
 
 from bus import Bus
-from bus.journal.entries import OUTPUT_CAP, JournalEntry, decode_checked
-from subscribers.journal.store import DB_NAME, JournalStore, Query, Received
-from subscribers.shell_hooks.failures import FailurePrinter
+from bus._journal.entries import OUTPUT_CAP, JournalEntry, decode_checked
+from subscribers.journal._store import DB_NAME, JournalStore, Query, Received
+from subscribers.shell_hooks._failures import FailurePrinter
 from tests.cli.test_cli import UpProcess
 from tests.conftest import StartWorker, run_cli
 from tests.support.hooks_support import script, write_hooks

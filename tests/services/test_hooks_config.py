@@ -7,9 +7,9 @@ from typing import Any
 import orjson
 import pytest
 
-from bus.core.errors import ConfigError
-from subscribers.shell_hooks.errors import HookConfigError
-from subscribers.shell_hooks.hooks_config import HooksConfig, parse_api_hook, parse_config
+from bus._core.errors import ConfigError
+from subscribers.shell_hooks._errors import HookConfigError
+from subscribers.shell_hooks._hooks_config import HooksConfig, parse_api_hook, parse_config
 
 PRX_EXAMPLE = {
     "hooks": {

@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 
 from bus import Bus
-from bus.core.envelope import Event
-from bus.sandbox.outcome import HookOutcome
-from subscribers.shell_hooks.hook_trial import make_event
-from subscribers.shell_hooks.hooks_file import HOOKS_FILE, load
-from subscribers.shell_hooks.shell import HookResult, ShellRunner
+from bus._core.envelope import Event
+from bus._sandbox.outcome import HookOutcome
+from subscribers.shell_hooks._hook_trial import make_event
+from subscribers.shell_hooks._hooks_file import HOOKS_FILE, load
+from subscribers.shell_hooks._shell import HookResult, ShellRunner
 from tests.conftest import StartWorker, hookbus_cmd, require_binary, run_cli
 from tests.support.hooks_support import script, write_hooks
 from tests.support.waiting import wait_until
@@ -152,13 +152,14 @@ async def test_an_isolated_hook_works_in_a_private_scratch_directory(workspace: 
 
 #: Every file or directory hookbus loads or stores in a workspace, spelled by the constants that name them.
 def workspace_state() -> set[str]:
-    from bus.adapters.claude_code.command_file import FILE
-    from bus.cli.up import HISTORY_FILE
-    from subscribers.http_api.token import TOKEN_FILE
-    from subscribers.journal.store import DB_NAME, JSONL_DIR
-    from subscribers.plugins.manifest import PLUGINS_DIR
-    from triggers.agent import budgets, hook_turn
-    from triggers.engine import config
+    from bus._cli.up import HISTORY_FILE
+    from bus.adapters.claude_code._command_file import FILE
+    from subscribers.http_api._token import TOKEN_FILE
+    from subscribers.journal._store import DB_NAME, JSONL_DIR
+    from subscribers.plugins._manifest import PLUGINS_DIR
+    from triggers.agent import _budgets as budgets
+    from triggers.agent import _hook_turn as hook_turn
+    from triggers.engine import _config as config
 
     names = {HOOKS_FILE, FILE, TOKEN_FILE, DB_NAME, JSONL_DIR, PLUGINS_DIR, budgets.BUDGETS_FILE, HISTORY_FILE}
     return names | {config.FILE_NAME, hook_turn.FILE_NAME, "jetstream", "drain", ".hookbus", f"{DB_NAME}-wal"}
@@ -293,7 +294,7 @@ def test_isolation_asked_and_unavailable_refuses_the_hook(workspace: Path) -> No
 async def test_the_file_default_isolates_hooks_run_by_the_worker(
     bus: Bus, workspace: Path, start_worker: StartWorker
 ) -> None:
-    from bus.journal.entries import decode_entry
+    from bus._journal.entries import decode_entry
 
     entries: list[Any] = []
 

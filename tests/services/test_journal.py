@@ -12,10 +12,10 @@ import orjson
 import pytest
 
 from bus import Bus, NatsServer
-from bus.core.errors import JournalError
-from bus.journal.entries import STREAM, JournalEntry, decode_entry, ensure_journal_stream, publish_entry
+from bus._core.errors import JournalError
+from bus._journal.entries import STREAM, JournalEntry, decode_entry, ensure_journal_stream, publish_entry
+from subscribers.journal._store import DB_NAME, JournalStore, JsonlWriter, Query, Received
 from subscribers.journal.sink import JournalSink, durable_for
-from subscribers.journal.store import DB_NAME, JournalStore, JsonlWriter, Query, Received
 from tests.conftest import hookbus_cmd, run_cli
 from tests.support.waiting import wait_until
 

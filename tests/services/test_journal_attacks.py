@@ -25,11 +25,11 @@ from hypothesis import strategies as st
 from prometheus_client import REGISTRY
 
 from bus import Bus, NatsServer
-from bus.core.errors import JournalError
-from bus.journal.entries import CAUSE_CAP, STREAM, TEXT_CAP, JournalEntry, decode_checked, ensure_journal_stream
+from bus._core.errors import JournalError
+from bus._journal.entries import CAUSE_CAP, STREAM, TEXT_CAP, JournalEntry, decode_checked, ensure_journal_stream
 from bus.testing import free_port
+from subscribers.journal._store import DB_NAME, JournalStore, Query, Received
 from subscribers.journal.sink import JournalSink
-from subscribers.journal.store import DB_NAME, JournalStore, Query, Received
 from tests.conftest import as_user as url
 from tests.conftest import hookbus_cmd, run_cli, shipped_permissions
 from tests.support.waiting import wait_until

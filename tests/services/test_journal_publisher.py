@@ -7,8 +7,8 @@ import logging
 import pytest
 
 from bus import Bus
-from bus.journal.entries import JournalEntry, JournalPublisher, decode_entry
-from bus.transport.port import RawMessage
+from bus._journal.entries import JournalEntry, JournalPublisher, decode_entry
+from bus._transport.port import RawMessage
 from tests.support.waiting import wait_until
 
 

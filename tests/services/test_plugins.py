@@ -23,16 +23,16 @@ except ImportError:
     pytest.skip("wasmtime is not installed (pip install 'hookbus[wasm]')", allow_module_level=True)
 
 from bus import Bus
-from bus.journal.entries import JournalEntry, decode_entry
-from bus.sandbox.outcome import HookOutcome
+from bus._journal.entries import JournalEntry, decode_entry
+from bus._sandbox.outcome import HookOutcome
 from bus.testing import EventRecorder
-from subscribers.plugins.errors import PluginError
-from subscribers.plugins.host import load_code
-from subscribers.plugins.manifest import load_manifest
+from subscribers.plugins._errors import PluginError
+from subscribers.plugins._host import load_code
+from subscribers.plugins._manifest import load_manifest
 from subscribers.plugins.plugin_worker import PluginWorker, call_plugin
-from subscribers.shell_hooks import hook_metrics as metrics
-from subscribers.shell_hooks.hook_trial import make_event
-from subscribers.shell_hooks.settings import WorkerSettings
+from subscribers.shell_hooks import _hook_metrics as metrics
+from subscribers.shell_hooks._hook_trial import make_event
+from subscribers.shell_hooks._settings import WorkerSettings
 from tests.conftest import run_cli
 from tests.support.plugin_support import (
     FIFO_READER,

@@ -16,10 +16,10 @@ import orjson
 import pytest
 
 from bus import Bus
-from bus.runtime.filewatch import FileVersion
-from subscribers.shell_hooks.errors import HookConfigError
-from subscribers.shell_hooks.hooks_config import HooksConfig, parse_config
-from subscribers.shell_hooks.hooks_store import HooksStore
+from bus._runtime.filewatch import FileVersion
+from subscribers.shell_hooks._errors import HookConfigError
+from subscribers.shell_hooks._hooks_config import HooksConfig, parse_config
+from subscribers.shell_hooks._hooks_store import HooksStore
 from tests.conftest import StartWorker
 from tests.support.hooks_support import script, wait_for_file, wait_until
 

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from bus import Bus, Cancel
-from bus.core.errors import RecordError
-from bus.middleware.kernel.approvals import approve
-from bus.records.record import from_fields, parse_safely
-from bus.records.sandbox import compile_record
+from bus._core.errors import RecordError
+from bus._middleware.kernel.approvals import approve
+from bus._records.record import from_fields, parse_safely
+from bus._records.sandbox import compile_record
 from bus.testing import wait_for_chain
 from tests.conftest import hookbus_cmd, run_cli, unique
 

@@ -13,11 +13,11 @@ from collections.abc import Iterator
 import pytest
 
 from bus import Bus, Cancel, NatsServer
-from bus.core.errors import RecordError
-from bus.middleware.registry import ensure_buckets
-from bus.records.record import from_fields
-from bus.records.sandbox import RecordCtx, compile_record
-from bus.records.store import RecordStore
+from bus._core.errors import RecordError
+from bus._middleware.registry import ensure_buckets
+from bus._records.record import from_fields
+from bus._records.sandbox import RecordCtx, compile_record
+from bus._records.store import RecordStore
 from bus.testing import wait_for_chain
 from subscribers.records_runner.record_runner import RecordsRunner, RecordsRunnerSettings
 from tests.conftest import as_user as url

@@ -7,10 +7,10 @@ from collections.abc import Iterator
 import pytest
 
 from bus import Bus, Cancel, NatsServer
-from bus.middleware.kernel.approvals import approve, queue
-from bus.middleware.registry import ensure_buckets
-from bus.records.record import from_fields
-from bus.records.store import RecordStore
+from bus._middleware.kernel.approvals import approve, queue
+from bus._middleware.registry import ensure_buckets
+from bus._records.record import from_fields
+from bus._records.store import RecordStore
 from bus.testing import wait_for_chain
 from subscribers.records_runner.record_runner import RecordsRunner, RecordsRunnerSettings
 from tests.conftest import as_user as url

@@ -8,17 +8,17 @@ from typing import Any
 import pytest
 
 from bus import Bus, Cancel, Continue, Patch
-from bus.middleware.kernel.approvals import approve, queue
-from bus.records.record import Record, from_fields
-from bus.records.store import RecordStore
+from bus._middleware.kernel.approvals import approve, queue
+from bus._records.record import Record, from_fields
+from bus._records.store import RecordStore
+from bus._turns.server import TurnRequest
 from bus.testing import EventRecorder, JournalRecorder, wait_for_chain
-from bus.turns.server import TurnRequest
 from subscribers.records_runner.record_runner import RecordsRunner, RecordsRunnerSettings
 from tests.conftest import unique
 from tests.support import fake_llm
 from tests.support.waiting import wait_until
-from triggers.agent.llm import ChatClient
-from triggers.agent.tools import with_record_tools
+from triggers.agent._llm import ChatClient
+from triggers.agent._tools import with_record_tools
 from triggers.agent.turn_runner import TurnRunner
 from triggers.engine.problems import ProblemsSettings, ProblemsTrigger
 

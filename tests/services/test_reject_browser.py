@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from bus import Bus, Cancel, Module, Stage
-from bus.records.record import from_fields
-from bus.records.store import RecordStore
+from bus._records.record import from_fields
+from bus._records.store import RecordStore
 from bus.testing import serving
 from tests.cli.test_cli import UpProcess
 from tests.conftest import unique

@@ -10,8 +10,8 @@ import orjson
 import pytest
 
 from bus import Bus, Event
-from bus.core.clock import now_timestamp
-from bus.journal.entries import JournalEntry, publish_entry
+from bus._core.clock import now_timestamp
+from bus._journal.entries import JournalEntry, publish_entry
 from tests.cli.test_cli import UpProcess
 from tests.conftest import run_cli
 from tests.support.waiting import wait_until

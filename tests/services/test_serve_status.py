@@ -14,8 +14,8 @@ import orjson
 import pytest
 
 from bus import Bus, Cancel, Continue, Module, NatsServer, Stage
-from bus.core.errors import RegistryError
-from bus.presence import PresenceMsg, component, open_presence, presence
+from bus._core.errors import RegistryError
+from bus._presence import PresenceMsg, component, open_presence, presence
 from tests.cli.test_cli import UpProcess
 from tests.conftest import hookbus_cmd, run_cli, shipped_permissions, unique
 from tests.support.hooks_support import write_hooks

@@ -18,10 +18,10 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from bus import Bus
-from bus.journal.entries import SUBJECT_PREFIX
-from subscribers.shell_hooks.errors import HookConfigError
-from subscribers.shell_hooks.hooks_config import parse_api_hook
-from subscribers.shell_hooks.hooks_file import load
+from bus._journal.entries import SUBJECT_PREFIX
+from subscribers.shell_hooks._errors import HookConfigError
+from subscribers.shell_hooks._hooks_config import parse_api_hook
+from subscribers.shell_hooks._hooks_file import load
 from tests.cli.test_cli import UpProcess
 from tests.conftest import StartWorker, run_cli
 from tests.support.hooks_support import script, wait_for_file, wait_until, write_hooks
@@ -173,7 +173,7 @@ WRITER = textwrap.dedent(
     """
     import asyncio, sys
     from pathlib import Path
-    from subscribers.shell_hooks.hooks_store import HooksStore
+    from subscribers.shell_hooks._hooks_store import HooksStore
 
     async def main():
         store = HooksStore(Path(sys.argv[1]))

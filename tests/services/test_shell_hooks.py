@@ -14,7 +14,7 @@ from prometheus_client import REGISTRY
 
 from bus import Bus
 from bus.testing import EventRecorder
-from subscribers.shell_hooks.shell import ENV_PAYLOAD_LIMIT
+from subscribers.shell_hooks._shell import ENV_PAYLOAD_LIMIT
 from tests.conftest import StartWorker
 from tests.support.hooks_support import script, wait_for_file, wait_until, write_hooks
 
@@ -382,7 +382,7 @@ METRICS = ("runs_total", "failures_total", "timeouts_total", "refusals_total", "
 async def test_hook_runs_are_journaled_without_the_payload(
     bus: Bus, workspace: Path, start_worker: StartWorker
 ) -> None:
-    from bus.journal.entries import decode_entry
+    from bus._journal.entries import decode_entry
 
     entries = []
 
@@ -405,7 +405,7 @@ async def test_hook_runs_are_journaled_without_the_payload(
 
 
 async def test_hooks_metrics_snapshot(bus: Bus, workspace: Path, start_worker: StartWorker) -> None:
-    from subscribers.shell_hooks import hook_metrics as metrics
+    from subscribers.shell_hooks import _hook_metrics as metrics
 
     script(workspace, "fail.sh", "echo nope >&2; exit 2\n")
     write_hooks(

@@ -27,7 +27,7 @@ def _find(public: str, name: str, modules: Iterable[str]) -> Callable[..., Any]:
 
 def declaration_from_wire(wire: dict[str, Any]) -> Any:
     """The normalised Declaration a kernel reads from a wire declaration (raises for an invalid one)."""
-    from_wire = _find("declaration_from_wire", "from_wire", ("bus.core.declaration", "bus.declaration"))
+    from_wire = _find("declaration_from_wire", "from_wire", ("bus._core.declaration", "bus.declaration"))
     return from_wire(wire)
 
 
@@ -45,5 +45,5 @@ def canonical(wire: dict[str, Any]) -> str:
 
 def version(wires: Iterable[dict[str, Any]]) -> str:
     """The version token of an instance declaring these handlers (its request subject's last token)."""
-    version_of = _find("version_of", "version_of", ("bus.middleware.registry", "bus.registry"))
+    version_of = _find("version_of", "version_of", ("bus._middleware.registry", "bus.registry"))
     return str(version_of([declaration_from_wire(wire) for wire in wires]))

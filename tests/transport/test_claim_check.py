@@ -25,14 +25,14 @@ import pytest
 from nats.aio.client import Client
 
 from bus import Bus, Event, NatsServer
-from bus.core.claim import DEFAULT_MAX_OBJECT_BYTES, reference
-from bus.core.encoder import Encoder
-from bus.core.envelope import DEFAULT_MAX_BYTES, decode_event
-from bus.core.errors import EnvelopeError, PayloadRefError
-from bus.core.subjects import PAYLOADS_BUCKET, PAYLOADS_CHUNKS, PAYLOADS_METAS, PAYLOADS_STREAM
-from bus.core.truncation import StringCutter
+from bus._core.claim import DEFAULT_MAX_OBJECT_BYTES, reference
+from bus._core.encoder import Encoder
+from bus._core.envelope import DEFAULT_MAX_BYTES, decode_event
+from bus._core.errors import EnvelopeError, PayloadRefError
+from bus._core.subjects import PAYLOADS_BUCKET, PAYLOADS_CHUNKS, PAYLOADS_METAS, PAYLOADS_STREAM
+from bus._core.truncation import StringCutter
+from bus._transport.objects import CHUNK_BYTES
 from bus.testing import EventRecorder
-from bus.transport.objects import CHUNK_BYTES
 from subscribers import Subscriber
 from tests.conftest import StartWorker, hookbus_cmd, shipped_permissions
 from tests.conftest import as_user as url

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from bus import Bus, Cancel, Continue, Module, Stage
-from bus.journal.entries import STREAM, JournalEntry, ensure_journal_stream, publish_entry
+from bus._journal.entries import STREAM, JournalEntry, ensure_journal_stream, publish_entry
 from bus.testing import EventRecorder, NatsCluster, serving, wait_for_chain
+from subscribers.journal._store import DB_NAME, JournalStore
 from subscribers.journal.sink import JournalSink
-from subscribers.journal.store import DB_NAME, JournalStore
-from subscribers.shell_hooks.settings import WorkerSettings
+from subscribers.shell_hooks._settings import WorkerSettings
 from subscribers.shell_hooks.shell_worker import ShellWorker
 from tests.support.waiting import (
     barrier_payload,

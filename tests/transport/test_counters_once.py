@@ -1,4 +1,4 @@
-"""A process reports its counters once per interval, however many Buses it holds (bus/counters.py)."""
+"""A process reports its counters once per interval, however many Buses it holds (bus/_counters.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import msgspec
 import pytest
 
 from bus import Bus, Event
-from bus.counters import INTERVAL_ENV, CountersMsg, take_reports
+from bus._counters import INTERVAL_ENV, CountersMsg, take_reports
 from tests.support.waiting import wait_until
 
 SUBJECT = "eva.custom.counted_once"

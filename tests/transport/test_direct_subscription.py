@@ -1,4 +1,4 @@
-"""Direct subscriptions (bus.transport.direct): the reader hands each message to the callback, against a real server."""
+"""Direct subscriptions (bus._transport.direct): the reader hands each message to the callback, on a real server."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from nats.aio.client import Client
 from nats.aio.subscription import Subscription
 
 from bus import Bus
-from bus.transport.direct import DirectQueue
-from bus.transport.internals import use_internals
+from bus._transport.direct import DirectQueue
+from bus._transport.internals import use_internals
 from tests.support.waiting import wait_until
 
 

@@ -2,7 +2,7 @@
 
 nats-py 2.x writes flush's PING straight to the socket while SUB and PUB wait
 in its pending buffer, so a plain ``flush`` can return before the server saw
-them (bus.transport.publisher.ordered_flush works around it). These tests fail on the
+them (bus._transport.publisher.ordered_flush works around it). These tests fail on the
 plain behaviour, and notice when nats-py changes the part the workaround uses.
 """
 
@@ -18,9 +18,9 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from bus import Bus
-from bus.transport.internals import internals_enabled, use_internals, within_tested_range
-from bus.transport.nats_connection import NatsConnection
-from bus.transport.publisher import fast_path_available, ordered_flush
+from bus._transport.internals import internals_enabled, use_internals, within_tested_range
+from bus._transport.nats_connection import NatsConnection
+from bus._transport.publisher import fast_path_available, ordered_flush
 
 #: Fresh subscriber connections in the loop: plain nats-py loses 3-10 in 100 here.
 PAIRS = 300
@@ -89,7 +89,7 @@ def test_nats_py_still_pings_past_its_buffer() -> None:
     """The behaviour worked around: flush's PING bypasses the pending buffer.
 
     If this fails, nats-py changed how it flushes: check whether its flush now
-    orders after queued commands and remove bus.transport.publisher.ordered_flush's
+    orders after queued commands and remove bus._transport.publisher.ordered_flush's
     workaround (docs/events.md, "What flush guarantees").
     """
     assert version("nats-py").startswith("2."), "a new nats-py major version: re-check ordered_flush"

@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 
 from bus import Bus, Continue, Module, Stage
-from bus.journal.entries import JournalEntry, publish_entry
-from bus.middleware.registry import MODULES_BUCKET
+from bus._journal.entries import JournalEntry, publish_entry
+from bus._middleware.registry import MODULES_BUCKET
+from bus._turns.server import TurnRequest
 from bus.testing import EventRecorder, serving, wait_for_chain
-from bus.turns.server import TurnRequest
-from subscribers.shell_hooks.settings import WorkerSettings
+from subscribers.shell_hooks._settings import WorkerSettings
 from subscribers.shell_hooks.shell_worker import ShellWorker
 from tests.conftest import hookbus_cmd, unique
 from tests.support.hooks_support import script, wait_for_file, write_hooks

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 
 from bus import Bus
-from bus.transport.kv import Bucket, bind_bucket
+from bus._transport.kv import Bucket, bind_bucket
 from tests.conftest import unique
 
 #: Watches opened, AT_ONCE at a time; the old pending-count rule missed the rewritten keys in

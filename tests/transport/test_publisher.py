@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from bus import Bus
+from bus._transport.nats_connection import NatsConnection
+from bus._transport.publisher import _CACHED_SIZES, FLUSH_AT_BYTES
 from bus.testing import EventRecorder
-from bus.transport.nats_connection import NatsConnection
-from bus.transport.publisher import _CACHED_SIZES, FLUSH_AT_BYTES
 from tests.support.waiting import barrier, without_barriers
 
 

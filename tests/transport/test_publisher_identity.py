@@ -16,20 +16,20 @@ from typing import Any
 import pytest
 
 from bus import Bus, NatsServer
-from bus.core.envelope import Event
-from bus.core.subjects import split_vouched, vouched_pattern, wire_subject
-from bus.middleware.registry import ensure_buckets
+from bus._core.envelope import Event
+from bus._core.subjects import split_vouched, vouched_pattern, wire_subject
+from bus._middleware.registry import ensure_buckets
 from tests.conftest import as_user as url
 from tests.conftest import run_cli, shipped_server
 from tests.middleware.test_attacks import Attacker
 from tests.support import fake_llm
 from tests.support.waiting import wait_until
 from tests.triggers.test_triggers import Agent
-from triggers.agent.budgets import BudgetBook
-from triggers.agent.config_schema import BudgetLayer, BudgetsFile, ModelPrice
-from triggers.agent.llm import ChatClient
+from triggers.agent._budgets import BudgetBook
+from triggers.agent._config_schema import BudgetLayer, BudgetsFile, ModelPrice
+from triggers.agent._llm import ChatClient
 from triggers.agent.turn_runner import TurnRunner
-from triggers.engine.config import parse
+from triggers.engine._config import parse
 from triggers.engine.engine import TriggerEngine
 
 

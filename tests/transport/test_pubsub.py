@@ -234,7 +234,7 @@ async def test_embedded_bus_runs_its_own_server() -> None:
 
 
 async def test_handler_errors_are_journaled(bus: Bus) -> None:
-    from bus.journal.entries import decode_entry
+    from bus._journal.entries import decode_entry
 
     entries = []
 

@@ -23,11 +23,11 @@ from hypothesis import strategies as st
 from nats.aio.client import Client
 
 from bus import Bus, Event
-from bus.core.depth import DEFAULT_MAX_DEPTH
-from bus.core.envelope import DEFAULT_MAX_BYTES
-from bus.core.subjects import event_name
+from bus._core.depth import DEFAULT_MAX_DEPTH
+from bus._core.envelope import DEFAULT_MAX_BYTES
+from bus._core.subjects import event_name
+from bus._turns.server import TurnRequest, turn_subject
 from bus.testing import EventRecorder
-from bus.turns.server import TurnRequest, turn_subject
 from tests.conftest import unique
 from tests.support.waiting import wait_until
 from triggers.engine.engine import TriggerEngine

@@ -19,10 +19,10 @@ import pytest
 from nats.aio.client import Client
 
 from bus import Bus, Continue, Module, NatsServer, Stage
+from bus._core.errors import ConfigError
+from bus._middleware.registry import announcement_of, ensure_buckets, request_subject
+from bus.adapters._subjects import adapter_subject
 from bus.adapters.claude_code.relay import Relay
-from bus.adapters.subjects import adapter_subject
-from bus.core.errors import ConfigError
-from bus.middleware.registry import announcement_of, ensure_buckets, request_subject
 from bus.testing import serving
 from tests.conftest import as_user, shipped_server
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from bus import Bus, ConnectError, Credentials, NatsServer
+from bus._transport.connection import tls_context
 from bus.testing import EventRecorder
-from bus.transport.connection import tls_context
 from tests.conftest import require_binary, run_cli
 
 

@@ -9,9 +9,9 @@ import orjson
 import pytest
 
 from bus import Bus, NatsServer
-from bus.core.errors import JournalError, NoResponders, RegistryError, RequestTimeout
-from bus.transport.kv import KvEntry
-from bus.transport.streams import StreamSpec
+from bus._core.errors import JournalError, NoResponders, RegistryError, RequestTimeout
+from bus._transport.kv import KvEntry
+from bus._transport.streams import StreamSpec
 from tests.conftest import run_cli, unique
 
 

@@ -16,17 +16,17 @@ from typing import Any
 import orjson
 
 from bus import Bus, Cancel, Continue, Module, Patch, Stage, TurnRequest
-from bus.core.decisions import Decision
-from bus.core.payloads import AssistantMessage, LlmRequest, ToolCall, from_dict, to_dict
-from bus.journal.entries import ensure_journal_stream
+from bus._core.decisions import Decision
+from bus._core.payloads import AssistantMessage, LlmRequest, ToolCall, from_dict, to_dict
+from bus._journal.entries import ensure_journal_stream
 from bus.testing import JournalRecorder, serving, wait_for_chain
+from subscribers.journal._store import Query
 from subscribers.journal.sink import JournalSink
-from subscribers.journal.store import Query
 from tests.conftest import run_cli
 from tests.support import fake_llm
 from tests.support.turn_support import turn
 from tests.support.waiting import wait_until
-from triggers.agent.llm import ChatClient
+from triggers.agent._llm import ChatClient
 from triggers.agent.turn_runner import MAX_REWORK_ROUNDS, TurnRunner, TurnRunnerSettings
 
 Answer = Callable[[str, dict[str, Any]], Decision]
@@ -471,7 +471,7 @@ async def test_a_stream_with_tool_call_deltas_of_the_wrong_types_is_a_named_mode
     llm: fake_llm.FakeLLM,
 ) -> None:
     """A hostile or broken model server's chunks fail the attempt as an LLMError naming the delta, never a TypeError."""
-    from triggers.agent.errors import LLMError
+    from triggers.agent._errors import LLMError
 
     client = ChatClient(llm.url, "fake", attempts=1, timeout=5.0)
     try:

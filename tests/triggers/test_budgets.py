@@ -14,16 +14,16 @@ from typing import Any
 import pytest
 
 from bus import Bus, TurnRequest
-from bus.core.errors import ConfigError
+from bus._core.errors import ConfigError
+from bus._turns.errors import TurnFailed
 from bus.testing import EventRecorder, JournalRecorder
-from bus.turns.errors import TurnFailed
 from tests.conftest import run_cli
 from tests.support import fake_llm
 from tests.support.waiting import wait_until
-from triggers.agent import budgets
-from triggers.agent.budgets import BudgetBook
-from triggers.agent.config_schema import BudgetLayer, BudgetsFile, ModelPrice
-from triggers.agent.llm import ChatClient
+from triggers.agent import _budgets as budgets
+from triggers.agent._budgets import BudgetBook
+from triggers.agent._config_schema import BudgetLayer, BudgetsFile, ModelPrice
+from triggers.agent._llm import ChatClient
 from triggers.agent.turn_runner import TurnRunner
 
 #: 30 prompt and 10 completion tokens at 1 and 2 USD per million: 50 micro-USD a call.

@@ -11,7 +11,7 @@ import orjson
 
 from tests.conftest import hookbus_cmd
 from tests.support.turn_support import spend_turn
-from triggers.agent.builtin_model import BuiltinModel, answer_for
+from triggers.agent._builtin_model import BuiltinModel, answer_for
 
 
 async def test_the_same_conversation_gets_the_same_answer_whole_and_streamed() -> None:

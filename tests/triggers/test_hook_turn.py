@@ -11,9 +11,9 @@ import pytest
 from bus import Bus, Cancel, ConfigError, Continue, Module, Patch, Stage
 from bus.testing import serving, wait_for_chain
 from tests.support import fake_llm
-from triggers.agent import hook_turn
-from triggers.agent.hook_turn import HookTurnSpec
-from triggers.agent.llm import ChatClient
+from triggers.agent import _hook_turn as hook_turn
+from triggers.agent._hook_turn import HookTurnSpec
+from triggers.agent._llm import ChatClient
 
 
 async def judged(kernel: Bus, nats_url: str, llm: fake_llm.FakeLLM, payload: dict[str, Any], **spec: Any) -> Any:

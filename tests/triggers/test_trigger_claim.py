@@ -26,8 +26,8 @@ from tests.conftest import shipped_permissions
 from tests.support.waiting import wait_until
 from tests.transport.test_claim_check import BIG_OUTPUT, MIB, SUBJECT, claimed_envelope
 from tests.triggers.test_triggers import Agent, Journal
-from triggers.engine import config
-from triggers.engine.config import TriggerSpec
+from triggers.engine import _config as config
+from triggers.engine._config import TriggerSpec
 from triggers.engine.engine import TriggerEngine
 
 NEEDLE = "NEEDLE-4242"

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from bus import Bus, ConfigError, TurnRequest
-from bus.journal.entries import JournalEntry, decode_entry
+from bus._journal.entries import JournalEntry, decode_entry
 from tests.support.waiting import wait_until
-from triggers.engine import config
+from triggers.engine import _config as config
 from triggers.engine.engine import TriggerEngine
 
 #: Catastrophic for a backtracking engine on ``(a+)+$``: about 2**60 steps.
@@ -27,9 +27,9 @@ def test_catastrophic_pattern_answers_at_once() -> None:
     """Run in a process of its own: a backtracking engine holds the GIL, so only a process can be bounded."""
     script = textwrap.dedent(
         f"""
-        from bus.core.envelope import decode_event
-        from bus.core.encoder import Encoder
-        from triggers.engine import config
+        from bus._core.envelope import decode_event
+        from bus._core.encoder import Encoder
+        from triggers.engine import _config as config
 
         item = {{"name": "t", "on": "eva.x", "prompt": "p", "agent": "a",
                 "filter": {{"payload.s": {{"matches": "(a+)+$"}}}}}}

@@ -14,14 +14,14 @@ import orjson
 import pytest
 
 from bus import Bus, ConfigError, TurnRequest
-from bus.core.encoder import Encoder
-from bus.core.envelope import Event, decode_event
-from bus.journal.entries import JournalEntry, decode_entry
-from bus.runtime.filewatch import WatchedFile
+from bus._core.encoder import Encoder
+from bus._core.envelope import Event, decode_event
+from bus._journal.entries import JournalEntry, decode_entry
+from bus._runtime.filewatch import WatchedFile
 from tests.conftest import run_cli
 from tests.support.waiting import barrier_payload, probe_until, wait_until
-from triggers.engine import config
-from triggers.engine.config import TriggerSpec
+from triggers.engine import _config as config
+from triggers.engine._config import TriggerSpec
 from triggers.engine.engine import TriggerEngine
 
 

@@ -25,19 +25,20 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Final
 
-from bus.client import Bus
-from bus.core.decisions import Cancel, Decision, Patch
-from bus.core.stages import Stage, phase
-from bus.journal.entries import PROCESS, JournalEntry, publish_entry
-from bus.turns.errors import TurnFailed
-from bus.turns.server import TurnRequest
-from bus.turns.subjects import agent_stream_subject
-from triggers.agent import context, points
-from triggers.agent.budgets import BudgetBook, Usage
-from triggers.agent.errors import LLMError
-from triggers.agent.llm import ChatClient, ChatToolCall, Completion, request_body
-from triggers.agent.stream import TokenStream
-from triggers.agent.tools import TOOLS, Tool
+from bus._client import Bus
+from bus._core.decisions import Cancel, Decision, Patch
+from bus._core.stages import Stage, phase
+from bus._journal.entries import PROCESS, JournalEntry, publish_entry
+from bus._turns.errors import TurnFailed
+from bus._turns.server import TurnRequest
+from bus._turns.subjects import agent_stream_subject
+from triggers.agent import _context as context
+from triggers.agent import _points as points
+from triggers.agent._budgets import BudgetBook, Usage
+from triggers.agent._errors import LLMError
+from triggers.agent._llm import ChatClient, ChatToolCall, Completion, request_body
+from triggers.agent._stream import TokenStream
+from triggers.agent._tools import TOOLS, Tool
 
 log = logging.getLogger("hookbus.agent")
 

@@ -39,22 +39,22 @@ from prometheus_client import Counter as PromCounter
 from prometheus_client import Gauge
 from prometheus_client.registry import REGISTRY, CollectorRegistry
 
-from bus.client import Bus, Subscription
-from bus.core.clock import now_timestamp
-from bus.core.envelope import Event
-from bus.core.errors import PayloadRefError
-from bus.core.subjects import key_queue
-from bus.journal.entries import JournalEntry, publish_entry
-from bus.metrics import register_once
-from bus.runtime.filewatch import WatchedFile
-from bus.runtime.tasks import TaskSet
-from bus.service import ServiceContext
-from bus.transport.port import TRANSPORT_FAILURES, RawMessage
-from bus.turns.server import TurnRequest
-from triggers.engine import config
-from triggers.engine.config import TriggerSpec
-from triggers.engine.request import fit_request
-from triggers.engine.subjects import TRIGGERS_QUEUE, TRIGGERS_STATUS
+from bus._client import Bus, Subscription
+from bus._core.clock import now_timestamp
+from bus._core.envelope import Event
+from bus._core.errors import PayloadRefError
+from bus._core.subjects import key_queue
+from bus._journal.entries import JournalEntry, publish_entry
+from bus._metrics import register_once
+from bus._runtime.filewatch import WatchedFile
+from bus._runtime.tasks import TaskSet
+from bus._service import ServiceContext
+from bus._transport.port import TRANSPORT_FAILURES, RawMessage
+from bus._turns.server import TurnRequest
+from triggers.engine import _config as config
+from triggers.engine._config import TriggerSpec
+from triggers.engine._request import fit_request
+from triggers.engine._subjects import TRIGGERS_QUEUE, TRIGGERS_STATUS
 
 log = logging.getLogger("hookbus.triggers")
 

@@ -20,18 +20,18 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Final
 
-from bus.client import Bus
-from bus.core.envelope import Event
-from bus.core.errors import HookbusError, StageError
-from bus.core.stages import validate_stage
-from bus.core.subjects import BROKEN_CLEARED, BROKEN_SET, TOKEN_RE
-from bus.journal.entries import JournalEntry, publish_entry
-from bus.records.store import RecordStore
-from bus.records.subjects import RECORDS_MODULE
-from bus.service import ServiceContext
-from bus.turns.server import TurnRequest
-from triggers.engine.request import bounded, fit_request
-from triggers.engine.subjects import PROBLEMS_QUEUE
+from bus._client import Bus
+from bus._core.envelope import Event
+from bus._core.errors import HookbusError, StageError
+from bus._core.stages import validate_stage
+from bus._core.subjects import BROKEN_CLEARED, BROKEN_SET, TOKEN_RE
+from bus._journal.entries import JournalEntry, publish_entry
+from bus._records.store import RecordStore
+from bus._records.subjects import RECORDS_MODULE
+from bus._service import ServiceContext
+from bus._turns.server import TurnRequest
+from triggers.engine._request import bounded, fit_request
+from triggers.engine._subjects import PROBLEMS_QUEUE
 
 log = logging.getLogger("hookbus.triggers")
 

@@ -14,7 +14,7 @@ approves it (``hookbus approve claude-hooks.PreToolUse``), like any module's.
 A call is turned back into the input Claude Code would have given the hook
 (``session_id``, ``cwd``, ``hook_event_name``, ``tool_name``, ``tool_input``,
 ``tool_use_id``, ``tool_response``, ``error``, ``prompt``), the matching commands run
-(:mod:`bus.adapters.claude_code.command_run`), and their answer is the decision.
+(:mod:`bus.adapters.claude_code._command_run`), and their answer is the decision.
 The file is polled: a new good version is served, then the old one stopped; a
 broken one is logged and the last good one kept.
 """
@@ -31,15 +31,15 @@ from typing import Any, Final
 
 import orjson
 
-from bus.adapters.claude_code.command_file import FILE, MARGIN_S, STAGES, ClaudeHooks, Places, load
-from bus.adapters.claude_code.command_run import decide, environment, run_command
-from bus.client import Bus
-from bus.core.decisions import Continue, HandlerDecision
-from bus.core.subjects import TOKEN_RE
-from bus.middleware.handler.module import StageCtx
-from bus.module import Module
-from bus.runtime.filewatch import WatchedFile
-from bus.service import ServiceContext
+from bus._client import Bus
+from bus._core.decisions import Continue, HandlerDecision
+from bus._core.subjects import TOKEN_RE
+from bus._middleware.handler.module import StageCtx
+from bus._module import Module
+from bus._runtime.filewatch import WatchedFile
+from bus._service import ServiceContext
+from bus.adapters.claude_code._command_file import FILE, MARGIN_S, STAGES, ClaudeHooks, Places, load
+from bus.adapters.claude_code._command_run import decide, environment, run_command
 
 log = logging.getLogger("hookbus.claude_hooks")
 

@@ -4,13 +4,13 @@ A hook command (``hookbus claude-hook``, ``codex-hook``) is a process per
 hook call: opening a full client, reading the middleware registry and running
 the chain itself would cost it many times the call. It sends the hook input
 in one request over a plain socket instead, and this relay, whose view of the
-registry is always loaded, runs the mapping of :mod:`bus.adapters.claude_code.mapping`
+registry is always loaded, runs the mapping of :mod:`bus.adapters.claude_code._mapping`
 and answers what the command prints and its exit code. Replicas share the
 requests in one queue group. Requests are checked as hostile: a malformed one
 is answered with an ``error`` naming the field, never run. The asker is the
 user its subject names (the shipped permissions let each agent ask only under
 its own): its intercepts carry it as the context's ``process`` (journaled),
-and it holds at most PER_USER of the slots (:mod:`bus.adapters.claude_code.fair_slots`).
+and it holds at most PER_USER of the slots (:mod:`bus.adapters.claude_code._fair_slots`).
 """
 
 from __future__ import annotations
@@ -20,25 +20,25 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Final
 
-from bus.adapters.claude_code.codex import CodexDialect
-from bus.adapters.claude_code.fair_slots import ANONYMOUS, FairSlots
-from bus.adapters.claude_code.gemini import GeminiDialect
-from bus.adapters.claude_code.mapping import ClaudeCodeDialect, answer, fail_closed_guards, parse
-from bus.adapters.errors import AgentHookError
-from bus.adapters.schema import AdapterReplyMsg, AdapterRequestMsg
-from bus.adapters.subjects import ADAPTER_PREFIX, ADAPTER_QUEUE, adapter_asker, adapter_subject
-from bus.core.depth import set_depth
-from bus.core.errors import HookbusError
-from bus.core.schema import decode, encode
-from bus.core.subjects import is_reply_inbox
-from bus.runtime.ratelog import RateLimitedLog
-from bus.runtime.tasks import TaskSet
-from bus.transport.port import unsubscribe_all
+from bus._core.depth import set_depth
+from bus._core.errors import HookbusError
+from bus._core.schema import decode, encode
+from bus._core.subjects import is_reply_inbox
+from bus._runtime.ratelog import RateLimitedLog
+from bus._runtime.tasks import TaskSet
+from bus._transport.port import unsubscribe_all
+from bus.adapters._errors import AgentHookError
+from bus.adapters._schema import AdapterReplyMsg, AdapterRequestMsg
+from bus.adapters._subjects import ADAPTER_PREFIX, ADAPTER_QUEUE, adapter_asker, adapter_subject
+from bus.adapters.claude_code._codex import CodexDialect
+from bus.adapters.claude_code._fair_slots import ANONYMOUS, FairSlots
+from bus.adapters.claude_code._gemini import GeminiDialect
+from bus.adapters.claude_code._mapping import ClaudeCodeDialect, answer, fail_closed_guards, parse
 
 if TYPE_CHECKING:
-    from bus.client import Bus
-    from bus.service import ServiceContext
-    from bus.transport.port import RawMessage, RawSubscription
+    from bus._client import Bus
+    from bus._service import ServiceContext
+    from bus._transport.port import RawMessage, RawSubscription
 
 log = logging.getLogger("hookbus.adapters")
 _refused = RateLimitedLog(log)

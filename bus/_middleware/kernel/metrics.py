@@ -1,0 +1,105 @@
+"""Middleware metrics per (handler, stage): calls by outcome, decisions, latency.
+
+Counted on the kernel side for every reaction, including neutral continues
+that the journal skips. Like the bus counters they are plain integers updated
+in place (a histogram is a list of bucket counts) and turned into Prometheus
+families only when scraped, so an intercept does not pay a metric lock.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable
+from typing import Any, Final
+
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector
+
+from bus._runtime.stats import PREFIX, LabelCap
+
+#: Seconds; a handler's timeout is at most 30 s.
+BUCKETS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class _Series:
+    __slots__ = ("buckets", "count", "sum")
+
+    def __init__(self) -> None:
+        self.buckets = [0] * (len(BUCKETS) + 1)
+        self.count = 0
+        self.sum = 0.0
+
+
+class MiddlewareStats(Collector):
+    """Process-wide middleware counters (registered explicitly, see :mod:`bus._metrics`)."""
+
+    def __init__(self) -> None:
+        self.calls: dict[tuple[str, str, str], int] = {}  # (handler, stage, outcome)
+        self.decisions: dict[tuple[str, str, str], int] = {}  # (handler, stage, decision)
+        self.fail_closed: dict[tuple[str, str], int] = {}  # (handler, stage)
+        self.latency: dict[tuple[str, str], _Series] = {}
+        self._handler = LabelCap()
+
+    def reset(self) -> None:
+        """Start over: no series, and the handler label cap empty (a test suite starts each test so, since
+        the cap is per process and a suite names more handlers than one process of a deployment)."""
+        self.calls.clear()
+        self.decisions.clear()
+        self.fail_closed.clear()
+        self.latency.clear()
+        self._handler = LabelCap()
+
+    def observe(
+        self, handler: str, stage: str, outcome: str, decision: str, seconds: float | None, count: int = 1
+    ) -> None:
+        """``count`` alike reactions: ``outcome`` (ok, timeout, failed, ...) and what it read as (``decision``)."""
+        handler = self._handler(handler)
+        key = (handler, stage, outcome)
+        self.calls[key] = self.calls.get(key, 0) + count
+        dkey = (handler, stage, decision)
+        self.decisions[dkey] = self.decisions.get(dkey, 0) + count
+        if outcome != "ok" and decision == "cancel":
+            pair = (handler, stage)
+            self.fail_closed[pair] = self.fail_closed.get(pair, 0) + count
+        if seconds is not None:
+            series = self.latency.get((handler, stage))
+            if series is None:
+                series = self.latency[(handler, stage)] = _Series()
+            series.buckets[bisect.bisect_left(BUCKETS, seconds)] += 1
+            series.count += 1
+            series.sum += seconds
+
+    def collect(self) -> Iterable[CounterMetricFamily | HistogramMetricFamily]:
+        # dict() copies are single C calls, atomic under the GIL: no lock against the event loop.
+        calls, decisions, fail_closed = dict(self.calls), dict(self.decisions), dict(self.fail_closed)
+        latency = {key: (list(s.buckets), s.sum) for key, s in dict(self.latency).items()}
+        counters: list[tuple[str, str, list[str], dict[Any, int]]] = [
+            ("calls", "Middleware handler calls by outcome (ok, timeout, failed, absent, invalid, untrusted, ...).",
+             ["handler", "stage", "outcome"], calls),
+            ("decisions", "What each reaction read as: continue, cancel or patch.",
+             ["handler", "stage", "decision"], decisions),
+            ("fail_closed_cancels", "Faults of fail_closed handlers that cancelled the action.",
+             ["handler", "stage"], fail_closed),
+        ]  # fmt: skip
+        for name, doc, labels, values in counters:
+            family = CounterMetricFamily(f"{PREFIX}_middleware_{name}", doc, labels=labels)
+            for key, value in sorted(values.items()):
+                family.add_metric(list(key), value)
+            yield family
+        histogram = HistogramMetricFamily(
+            f"{PREFIX}_middleware_duration_seconds",
+            "Middleware handler latency seen by the kernel.",
+            labels=["handler", "stage"],
+        )
+        for pair, (buckets, total) in sorted(latency.items()):
+            cumulative: list[tuple[str, float]] = []
+            running = 0
+            for bound, count in zip([*map(str, BUCKETS), "+Inf"], buckets, strict=True):
+                running += count
+                cumulative.append((bound, running))
+            histogram.add_metric(list(pair), cumulative, total)
+        yield histogram
+
+
+#: The process's middleware metrics (registered by bus._metrics.register_collectors).
+MIDDLEWARE: Final = MiddlewareStats()

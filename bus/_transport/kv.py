@@ -1,0 +1,240 @@
+"""JetStream key-value buckets behind hookbus types: the only code that touches nats-py's KV API.
+
+:class:`Bucket` reads, writes and watches one bucket; its entries are
+:class:`KvEntry` (a deleted or purged key has ``value`` None) and every NATS or
+JetStream failure surfaces as :class:`~bus._core.errors.RegistryError`, so the
+middleware above names no nats-py type.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import nats.errors as nats_errors
+import nats.js.errors as js_errors
+from nats.js import api
+
+from bus._core.errors import RegistryError
+from bus._core.subjects import kv_key_subject, kv_stream
+from bus._transport.connection import jetstream_replicas
+
+log = logging.getLogger("hookbus.registry")
+
+#: What a bucket operation may raise from nats-py (and asyncio, for a timed-out request).
+_FAILURES = (nats_errors.Error, js_errors.Error, TimeoutError)
+
+
+@dataclass(frozen=True, slots=True)
+class KvEntry:
+    """One key as a bucket delivered it: ``value`` None when the key was deleted or purged (or is empty)."""
+
+    key: str
+    value: bytes | None
+    revision: int
+    #: Erased by a purge (no delete marker of its writer's): what a kernel holding a guard ignores.
+    purged: bool = False
+
+
+def _entry(raw: Any) -> KvEntry:
+    deleted = raw.operation in ("DEL", "PURGE") or not raw.value
+    return KvEntry(raw.key, None if deleted else raw.value, raw.revision or 0, raw.operation == "PURGE")
+
+
+def _failed(bucket: str, what: str, exc: BaseException) -> RegistryError:
+    return RegistryError(f"bucket {bucket}: {what} failed ({exc!r})")
+
+
+class KvWatch:
+    """A running watch of a whole bucket: yields KvEntry, and None once the stored keys are all delivered.
+
+    "All delivered" is checked against the keys the bucket held just before the
+    watch began, not taken from the server's pending count alone: that count
+    says 0 too early when keys are rewritten while the watch starts (a module
+    beating its heartbeat), and a kernel that believed it would start without
+    that module. After the server's end marker, a key still missing is looked
+    up: gone meanwhile, it is not waited for; present, the watch waits for it.
+    """
+
+    def __init__(self, bucket: str, watcher: Any, present: set[str] | None = None, lookup: Any = None) -> None:
+        self._bucket = bucket
+        self._watcher = watcher
+        self._wanted = set(present or ())
+        self._lookup = lookup  # async key -> bool (still present), for keys the server's count skipped
+
+    def __aiter__(self) -> AsyncIterator[KvEntry | None]:
+        return self._follow()
+
+    async def _follow(self) -> AsyncIterator[KvEntry | None]:
+        server_done = loaded = False
+        try:
+            async for raw in self._watcher:
+                if raw is None:
+                    server_done = True
+                else:
+                    self._wanted.discard(raw.key)
+                    yield _entry(raw)
+                if server_done and not loaded and await self._all_delivered():
+                    loaded = True
+                    yield None
+        except _FAILURES as exc:
+            raise _failed(self._bucket, "watch", exc) from None
+
+    async def _all_delivered(self) -> bool:
+        if self._wanted and self._lookup is not None:  # once, at the server's end marker
+            lookup, self._lookup = self._lookup, None
+            for key in list(self._wanted):
+                if not await lookup(key):
+                    self._wanted.discard(key)  # deleted or expired since: nothing to wait for
+        return not self._wanted
+
+    async def stop(self) -> None:
+        """End the watch (quietly if the connection is already gone)."""
+        with contextlib.suppress(*_FAILURES, AttributeError):
+            await self._watcher.stop()
+
+
+class Bucket:
+    """One JetStream KV bucket: get, put, create, delete, watch."""
+
+    def __init__(self, name: str, kv: Any, js: Any = None) -> None:
+        self.name = name
+        self._kv = kv
+        self._js = js
+
+    async def get(self, key: str) -> KvEntry | None:
+        """The key's current entry, None if it does not exist or was deleted."""
+        try:
+            return _entry(await self._kv.get(key))
+        except js_errors.KeyNotFoundError:
+            return None
+        except _FAILURES as exc:
+            raise _failed(self.name, f"get {key}", exc) from None
+
+    async def put(self, key: str, value: bytes) -> int:
+        """Store ``value`` under ``key``; returns the new revision."""
+        try:
+            return int(await self._kv.put(key, value))
+        except _FAILURES as exc:
+            raise _failed(self.name, f"put {key}", exc) from None
+
+    async def create(self, key: str, value: bytes) -> bool:
+        """Store ``value`` only if ``key`` holds nothing; False if it already does."""
+        try:
+            await self._kv.create(key, value)
+        except js_errors.KeyWrongLastSequenceError:
+            return False
+        except _FAILURES as exc:
+            raise _failed(self.name, f"create {key}", exc) from None
+        return True
+
+    async def delete(self, key: str) -> None:
+        try:
+            await self._kv.delete(key)
+        except _FAILURES as exc:
+            raise _failed(self.name, f"delete {key}", exc) from None
+
+    async def watch(self) -> KvWatch:
+        """Watch every key: the stored ones first (then None), then each change."""
+        try:
+            present = await self._keys_present()
+            return KvWatch(self.name, await self._kv.watchall(), present, self._present)
+        except _FAILURES as exc:
+            raise _failed(self.name, "watch", exc) from None
+
+    async def _keys_present(self) -> set[str]:
+        """The keys the bucket's stream holds a message for (deleted keys included: their marker)."""
+        if self._js is None:
+            return set()
+        info = await self._js.stream_info(kv_stream(self.name), subjects_filter=">")
+        prefix = kv_key_subject(self.name)
+        return {subject[len(prefix) :] for subject in (info.state.subjects or {}) if subject.startswith(prefix)}
+
+    async def _present(self, key: str) -> bool:
+        """True if ``key`` holds a value (the watch will deliver it)."""
+        return await self.get(key) is not None  # None: deleted since (a delete marker reads as absent too)
+
+
+def bucket_config(name: str, ttl_s: float | None, replicas: int) -> api.StreamConfig:
+    """A bucket's stream as hookbus makes it: nats-py's KV layout (one value per key, deletes by marker),
+    but neither rollup headers nor purges, so a put on one's own key never erases another's."""
+    window = 120.0 if not ttl_s else min(120.0, ttl_s)
+    return api.StreamConfig(
+        name=kv_stream(name),
+        subjects=[kv_key_subject(name) + ">"],
+        retention=api.RetentionPolicy.LIMITS,
+        storage=api.StorageType.FILE,
+        max_age=ttl_s,
+        max_msgs_per_subject=1,
+        max_msgs=-1,
+        max_bytes=-1,
+        max_msg_size=-1,
+        max_consumers=-1,
+        discard=api.DiscardPolicy.NEW,
+        duplicate_window=window,
+        num_replicas=replicas,
+        allow_rollup_hdrs=False,
+        allow_msg_ttl=True,
+        deny_delete=True,
+        deny_purge=True,
+    )
+
+
+def hardened(config: Any) -> bool:
+    """Whether a bucket's stream refuses rollups and purges (older hookbus versions made it with both)."""
+    return not config.allow_rollup_hdrs and bool(config.deny_purge)
+
+
+async def bind_bucket(nc: Any, name: str, ttl_s: float | None = None) -> Bucket:
+    """Bind to a bucket, creating it on first use (keys expire after ``ttl_s``); RegistryError when JetStream is off."""
+    js = nc.jetstream()
+    try:
+        return Bucket(name, await js.key_value(name), js)
+    except js_errors.BucketNotFoundError:
+        pass
+    except (js_errors.ServiceUnavailableError, nats_errors.NoRespondersError, nats_errors.TimeoutError) as exc:
+        raise RegistryError(
+            f"JetStream is not available on this server ({type(exc).__name__}); run nats-server with -js"
+        ) from None
+    try:
+        await js.add_stream(bucket_config(name, ttl_s, jetstream_replicas(nc)))
+    except js_errors.BadRequestError:
+        pass  # created by someone else meanwhile
+    except nats_errors.TimeoutError:  # what a create the server denied looks like from here
+        raise RegistryError(
+            f"the {name} bucket does not exist and this user may not create it: "
+            "start 'hookbus up' (the bus role creates it) or run a hookbus command as the operator"
+        ) from None
+    except _FAILURES as exc:
+        raise _failed(name, "create", exc) from None
+    try:
+        return Bucket(name, await js.key_value(name), js)
+    except _FAILURES as exc:
+        raise _failed(name, "bind", exc) from None
+
+
+async def ensure_bucket(nc: Any, name: str, ttl_s: float | None = None) -> Bucket:
+    """What ``hookbus up`` does (as the bus role): open the bucket, and bring one an older hookbus made
+    (rollup headers allowed, purges not denied) to :func:`bucket_config`'s; RegistryError if refused."""
+    bucket = await bind_bucket(nc, name, ttl_s)
+    js = nc.jetstream()
+    try:
+        info = await js.stream_info(kv_stream(name))
+        if hardened(info.config):
+            return bucket
+        config = info.config
+        config.allow_rollup_hdrs = False
+        config.deny_purge = True
+        config.deny_delete = True
+        await js.update_stream(config)
+    except _FAILURES as exc:
+        raise RegistryError(
+            f"the {name} bucket was made by an older hookbus and lets any writer erase it (rollup headers, "
+            f"purges), and this user may not update it ({type(exc).__name__}): run 'hookbus up' once as the "
+            f"operator, or 'nats stream edit {kv_stream(name)} --no-allow-rollup --deny-purge'"
+        ) from None
+    log.warning("bucket %s was made by an older hookbus: rollups and purges are now refused", name)
+    return bucket

@@ -1,0 +1,159 @@
+"""Write-once KV buckets: each key holds one value until it expires, and the server refuses a second write.
+
+The stream keeps one message per subject and discards *new* messages per
+subject (``discard_new_per_subject``): a second put on a key, a delete marker
+or a purge header included, is refused by the server whatever headers the
+writer sends, so the first write of a key wins and nobody can erase it before
+its own time to live (``Nats-TTL``, per message) runs out. Reads are direct
+gets of one key's subject, which permissions can grant per key prefix.
+The asks of :mod:`bus._middleware.asks` are kept this way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any, Final
+
+import nats.errors as nats_errors
+import nats.js.errors as js_errors
+from nats.js import api
+
+from bus._core.errors import RegistryError
+from bus._core.subjects import kv_key_subject, kv_stream
+from bus._transport.connection import jetstream_replicas
+
+_FAILURES = (nats_errors.Error, js_errors.Error, TimeoutError)
+#: The server's error code for a message refused by discard-new-per-subject ("maximum messages per subject exceeded").
+_SUBJECT_FULL: Final = 10077
+#: Seconds a direct get waits: a read the permissions deny gets no answer at all.
+READ_TIMEOUT: Final = 2.0
+
+
+def once_config(name: str, max_age_s: float, replicas: int) -> api.StreamConfig:
+    """The stream of a write-once bucket: KV layout, one message per key, new ones refused, TTL per message."""
+    return api.StreamConfig(
+        name=kv_stream(name),
+        subjects=[kv_key_subject(name) + ">"],
+        retention=api.RetentionPolicy.LIMITS,
+        storage=api.StorageType.FILE,
+        max_age=max_age_s,
+        max_msgs_per_subject=1,
+        max_msgs=-1,
+        max_bytes=-1,
+        max_msg_size=-1,
+        max_consumers=-1,
+        discard=api.DiscardPolicy.NEW,
+        discard_new_per_subject=True,
+        duplicate_window=min(120.0, max_age_s),
+        num_replicas=replicas,
+        allow_rollup_hdrs=False,
+        allow_direct=True,
+        allow_msg_ttl=True,
+        deny_delete=True,
+        deny_purge=True,
+    )
+
+
+class OnceBucket:
+    """One write-once bucket: create a key (with its time to live), read a key, list and follow keys."""
+
+    def __init__(self, name: str, nc: Any, max_age_s: float) -> None:
+        self.name = name
+        self.max_age_s = max_age_s
+        self._nc = nc
+        self._js = nc.jetstream(timeout=READ_TIMEOUT)
+        self._stream = kv_stream(name)
+        self._prefix = kv_key_subject(name)
+
+    async def ensure(self) -> None:
+        """Create the bucket's stream if it is missing; RegistryError if this user may not."""
+        try:
+            await self._js.add_stream(once_config(self.name, self.max_age_s, jetstream_replicas(self._nc)))
+        except js_errors.BadRequestError:
+            pass  # it exists (created by someone else meanwhile, maybe with another max age)
+        except (nats_errors.TimeoutError, TimeoutError):  # what a create the server denied looks like from here
+            raise RegistryError(
+                f"the {self.name} bucket does not exist and this user may not create it: "
+                "start 'hookbus up' (the bus role creates it) or run a hookbus command as the operator"
+            ) from None
+        except (js_errors.ServiceUnavailableError, nats_errors.NoRespondersError) as exc:
+            raise RegistryError(f"JetStream is not available on this server ({type(exc).__name__})") from None
+        except _FAILURES as exc:
+            raise RegistryError(f"bucket {self.name}: create failed ({exc!r})") from None
+
+    async def create(self, key: str, value: bytes, ttl_s: float) -> bool:
+        """Store ``value`` under ``key`` for ``ttl_s`` seconds; False if the key already holds a value.
+
+        A bucket that does not exist yet is made first (where this user may).
+        """
+        try:
+            return await self._create(key, value, ttl_s)
+        except js_errors.NoStreamResponseError:
+            await self.ensure()
+        try:
+            return await self._create(key, value, ttl_s)
+        except _FAILURES as exc:
+            raise RegistryError(f"bucket {self.name}: create {key} failed ({exc!r})") from None
+
+    async def _create(self, key: str, value: bytes, ttl_s: float) -> bool:
+        try:
+            await self._js.publish(self._prefix + key, value, msg_ttl=max(1.0, ttl_s))
+        except js_errors.NoStreamResponseError:
+            raise
+        except js_errors.APIError as exc:
+            if exc.err_code == _SUBJECT_FULL or "per subject" in str(exc.description or ""):
+                return False
+            raise RegistryError(f"bucket {self.name}: create {key} failed ({exc!r})") from None
+        except _FAILURES as exc:
+            raise RegistryError(f"bucket {self.name}: create {key} failed ({exc!r})") from None
+        return True
+
+    async def get(self, key: str) -> bytes | None:
+        """The key's value, None if it holds none (never written, or expired)."""
+        try:
+            raw = await self._js.get_msg(self._stream, subject=self._prefix + key, direct=True)
+        except (js_errors.NotFoundError, nats_errors.NoRespondersError):
+            return None  # no such key, or no bucket yet
+        except _FAILURES as exc:
+            raise RegistryError(f"bucket {self.name}: get {key} failed ({exc!r})") from None
+        data: bytes | None = raw.data
+        return data or None
+
+    async def keys(self, pattern: str = ">") -> list[str]:
+        """The keys matching ``pattern`` (a subject pattern under the bucket) that hold a value now."""
+        try:
+            info = await self._js.stream_info(self._stream, subjects_filter=self._prefix + pattern)
+        except js_errors.NotFoundError:
+            return []  # no bucket yet: nobody asked
+        except _FAILURES as exc:
+            raise RegistryError(f"bucket {self.name}: list failed ({exc!r})") from None
+        prefix = self._prefix
+        return sorted(subject[len(prefix) :] for subject in (info.state.subjects or {}) if subject.startswith(prefix))
+
+    async def _subscribe(self, pattern: str) -> Any:
+        return await self._js.subscribe(
+            self._prefix + pattern, ordered_consumer=True, deliver_policy=api.DeliverPolicy.NEW
+        )
+
+    async def follow(self, pattern: str = ">") -> AsyncIterator[tuple[str, bytes]]:
+        """Each key written under ``pattern`` from now on, with its value (an ordered consumer, new messages only)."""
+        try:
+            try:
+                sub = await self._subscribe(pattern)
+            except js_errors.NotFoundError:  # nothing was ever kept: make the bucket (where one may), then follow
+                await self.ensure()
+                sub = await self._subscribe(pattern)
+        except _FAILURES as exc:
+            raise RegistryError(f"bucket {self.name}: follow failed ({exc!r})") from None
+        try:
+            async for msg in sub.messages:
+                yield msg.subject[len(self._prefix) :], msg.data
+        finally:
+            with contextlib.suppress(*_FAILURES):  # the connection went first
+                await sub.unsubscribe()
+
+
+def once_bucket(nc: Any, name: str, max_age_s: float) -> OnceBucket:
+    """A write-once bucket on ``nc`` (nothing is sent: the stream is made on the first write that needs it)."""
+    return OnceBucket(name, nc, max_age_s)

@@ -1,5 +1,0 @@
-"""The journal: entries of what happened, published to a JetStream stream."""
-
-from bus.journal.entries import JournalEntry
-
-__all__ = ["JournalEntry"]

@@ -1,9 +1,0 @@
-"""Errors of the sandbox hooks, plugins and ``hookbus isolate`` run in (under :mod:`bus.core.errors`)."""
-
-from __future__ import annotations
-
-from bus.core.errors import ConfigError
-
-
-class IsolationUnavailable(ConfigError):
-    """Isolation was asked for and this machine cannot provide it: the process is refused, never run bare."""

@@ -1,0 +1,19 @@
+"""``GET /api/bag``: each bag key the live handlers declare, with its producers and consumers (same token)."""
+
+from __future__ import annotations
+
+import orjson
+from aiohttp import web
+
+from bus._middleware.kernel.bag import ports
+from subscribers.http_api._console_api import CONSOLE
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_get("/api/bag", bag)
+
+
+async def bag(request: web.Request) -> web.Response:
+    view = request.app[CONSOLE].view
+    body = {"keys": ports(decl for decl, _ in view.declarations().values())}
+    return web.Response(body=orjson.dumps(body), content_type="application/json")

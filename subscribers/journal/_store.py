@@ -1,0 +1,274 @@
+"""Where journal entries end up: SQLite (the record, queried by ``hookbus journal``) and JSONL.
+
+Rows are keyed by where the entry sits in the JetStream stream (the stream's
+creation time and the message's stream sequence), never by anything the
+entry claims: redelivery after a crash stores nothing twice, and nobody can
+pre-claim the key of another's entry. Each row keeps the server's receive
+time beside the time the entry claims, and the publisher's NATS user where
+the subject names it. SQLite runs in WAL mode with an index per query
+filter. JSONL files are one per kind, named by the sink, rotated by size, for
+tools that read logs rather than databases. Both are owner-only files.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import orjson
+
+from bus._journal.entries import KINDS, JournalEntry
+from bus._runtime.private_files import append_private, private_dir, private_file, restrict
+
+DB_NAME: Final = "journal.db"
+JSONL_DIR: Final = "journal"
+DEFAULT_JSONL_MAX_BYTES: Final = 10 * 1024 * 1024
+DEFAULT_JSONL_KEEP: Final = 5
+#: Version 1 keyed rows by the entry's own id (which anyone could pre-claim); 2 by the stream sequence;
+#: 3 added the shell hooks' output columns (stdout, stderr).
+SCHEMA_VERSION: Final = 3
+#: Columns later versions added to the table, ALTERed into an older one.
+_ADDED: Final = ("stdout", "stderr")
+BUSY_TIMEOUT_MS: Final = 10_000
+
+_COLUMNS: Final = tuple(JournalEntry.__dataclass_fields__)
+_PLACE: Final = ("stream", "stream_seq", "received", "origin")
+_TYPES: Final = {"duration_ms": "REAL", "depth": "INTEGER", "stream_seq": "INTEGER"}
+_INDEXED: Final = ("point", "who", "decision", "session", "kind")
+_TABLE: Final = f"""
+CREATE TABLE entries (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    {", ".join(f"{name} {_TYPES.get(name, 'TEXT')}" for name in _PLACE + _COLUMNS)},
+    UNIQUE (stream, stream_seq)
+)
+"""
+_INDEXES: Final = [
+    *(f"CREATE INDEX IF NOT EXISTS entries_{c} ON entries ({c}, received)" for c in _INDEXED),
+    "CREATE INDEX IF NOT EXISTS entries_received ON entries (received)",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Received:
+    """An entry as the sink took it off the stream.
+
+    ``stream`` tells streams apart (a stream deleted and made again counts its
+    sequence from 1 again), ``stream_seq`` is the entry's place in it,
+    ``received`` the server's time for it and ``origin`` the publisher's NATS
+    user from the subject (None where the subject has none).
+    """
+
+    entry: JournalEntry
+    stream_seq: int
+    received: str
+    stream: str = ""
+    origin: str | None = None
+
+    def values(self) -> list[Any]:
+        entry = self.entry  # attributes, not asdict(): that deep-copies, at several times the cost
+        return [self.stream, self.stream_seq, self.received, self.origin, *(getattr(entry, n) for n in _COLUMNS)]
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    """Filters of ``hookbus journal``; None means no filter on that column."""
+
+    point: str | None = None
+    who: str | None = None
+    decision: str | None = None
+    session: str | None = None
+    kind: str | None = None
+    since: str | None = None
+    until: str | None = None
+    after_seq: int = 0
+    limit: int = 100
+
+
+class JournalStore:
+    """The SQLite journal in a workspace. Safe to share between threads (one lock)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        private_dir(path.parent)
+        private_file(path)  # SQLite gives its -wal and -shm files the database file's mode
+        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        # A reader (hookbus journal) and the sink share the file: wait for a lock rather than fail.
+        self._db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._lock = threading.Lock()
+        if self._version() != SCHEMA_VERSION:
+            self._migrate()
+        for suffix in ("-wal", "-shm"):  # made 0600 by SQLite after the database; older ones may not be
+            restrict(path.with_name(path.name + suffix))
+
+    def _version(self) -> int:
+        return int(self._db.execute("PRAGMA user_version").fetchone()[0])
+
+    def _migrate(self) -> None:
+        """Create the schema, or bring a version 1 database (rows keyed by entry id) to version 2."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")  # one process migrates; the others then see version 2
+            try:
+                columns = {row[1] for row in self._db.execute("PRAGMA table_info(entries)")}
+                if self._version() == SCHEMA_VERSION:
+                    pass  # another process migrated it meanwhile
+                elif not columns:
+                    self._db.execute(_TABLE)
+                elif "stream_seq" not in columns:
+                    self._from_version_1(columns)
+                else:
+                    for name in _ADDED:
+                        if name not in columns:
+                            self._db.execute(f"ALTER TABLE entries ADD COLUMN {name} TEXT")  # fixed names
+                for statement in _INDEXES:
+                    self._db.execute(statement)
+                self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+
+    def _from_version_1(self, old_columns: set[str]) -> None:
+        """Version 1 rows keep their numbers; their receive time is the time they claimed (all there is)."""
+        for index in ("point", "who", "decision", "session", "time"):
+            self._db.execute(f"DROP INDEX IF EXISTS entries_{index}")
+        self._db.execute("ALTER TABLE entries RENAME TO entries_v1")
+        self._db.execute(_TABLE)
+        names = ", ".join(name for name in _COLUMNS if name in old_columns)
+        self._db.execute(
+            f"INSERT INTO entries (seq, received, {names}) SELECT seq, time, {names} FROM entries_v1 ORDER BY seq"
+        )
+        self._db.execute("DROP TABLE entries_v1")
+
+    def insert_many(self, rows: Iterable[Received]) -> tuple[list[tuple[int, Received]], list[tuple[Received, str]]]:
+        """Store rows in one transaction: return the new ones with their numbers, and those SQLite refused.
+
+        A row already stored (same stream place) is skipped quietly: that is a
+        redelivery. A row SQLite refuses is returned with the reason and the
+        rest go on; a database that cannot be written at all (disk full,
+        locked) raises ``sqlite3.OperationalError`` and stores nothing.
+        """
+        names = ", ".join(_PLACE + _COLUMNS)
+        # Column names are fixed, values are bound: nothing anyone sent is spliced in.
+        sql = f"INSERT OR IGNORE INTO entries ({names}) VALUES ({', '.join('?' * (len(_PLACE) + len(_COLUMNS)))})"
+        fresh: list[tuple[int, Received]] = []
+        refused: list[tuple[Received, str]] = []
+        with self._lock:
+            self._db.execute("BEGIN")
+            try:
+                for row in rows:
+                    try:
+                        cursor = self._db.execute(sql, row.values())
+                    except sqlite3.OperationalError:
+                        raise
+                    except (sqlite3.Error, OverflowError, ValueError) as exc:
+                        refused.append((row, repr(exc)))
+                        continue
+                    if cursor.rowcount and cursor.lastrowid is not None:
+                        fresh.append((cursor.lastrowid, row))
+                self._db.execute("COMMIT")
+            except BaseException:
+                if self._db.in_transaction:  # some errors (disk full, I/O) have rolled it back already
+                    self._db.execute("ROLLBACK")
+                raise
+        return fresh, refused
+
+    def query(self, query: Query) -> list[tuple[int, Received]]:
+        """Rows matching ``query``, oldest first, with their numbers; ``since``/``until`` are receive times."""
+        where: list[str] = ["seq > ?"]
+        params: list[object] = [query.after_seq]
+        for column in _INDEXED:
+            value = getattr(query, column)
+            if value is not None:
+                where.append(f"{column} = ?")
+                params.append(value)
+        if query.since:
+            where.append("received >= ?")
+            params.append(query.since)
+        if query.until:
+            where.append("received < ?")
+            params.append(query.until)
+        # Columns are fixed names and every value is a bound parameter.
+        names = ", ".join(_PLACE + _COLUMNS)
+        sql = (
+            f"SELECT seq, {names} FROM ("
+            f"SELECT * FROM entries WHERE {' AND '.join(where)} ORDER BY seq DESC LIMIT ?) ORDER BY seq"
+        )
+        with self._lock:
+            found = self._db.execute(sql, [*params, query.limit]).fetchall()
+        return [(values[0], _row(values[1:])) for values in found]
+
+    def count(self) -> int:
+        with self._lock:
+            return int(self._db.execute("SELECT count(*) FROM entries").fetchone()[0])
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+def _row(values: tuple[Any, ...]) -> Received:
+    stream, stream_seq, received, origin = values[: len(_PLACE)]
+    entry = JournalEntry(**dict(zip(_COLUMNS, values[len(_PLACE) :], strict=True)))
+    return Received(entry, stream_seq or 0, received or entry.time, stream or "", origin)
+
+
+class JsonlWriter:
+    """Appends rows to ``<dir>/<kind>.jsonl``, rotating each file by size.
+
+    The names come from the fixed list of kinds, never from an entry, so no
+    entry can make a name too long or odd, and a one-shot process (``hookbus
+    intercept``) adds no file of its own.
+    """
+
+    def __init__(
+        self, directory: Path, max_bytes: int = DEFAULT_JSONL_MAX_BYTES, keep: int = DEFAULT_JSONL_KEEP
+    ) -> None:
+        self.directory = directory
+        self.max_bytes = max_bytes
+        self.keep = keep
+        private_dir(directory)
+
+    def path_for(self, kind: str) -> Path:
+        if kind not in KINDS:  # decoding refuses other kinds; this keeps the rule next to the file name
+            raise ValueError(f"no journal file for kind {kind!r}")
+        return self.directory / f"{kind}.jsonl"
+
+    def write(self, rows: Iterable[tuple[int, Received]]) -> None:
+        by_file: dict[Path, list[bytes]] = {}
+        for seq, row in rows:
+            by_file.setdefault(self.path_for(row.entry.kind), []).append(orjson.dumps(entry_json(seq, row)) + b"\n")
+        for path, lines in by_file.items():
+            self._rotate_if_full(path)
+            append_private(path, b"".join(lines))
+
+    def _rotate_if_full(self, path: Path) -> None:
+        if not path.exists() or path.stat().st_size < self.max_bytes:
+            return
+        for index in range(self.keep - 1, 0, -1):
+            older = path.with_suffix(f".jsonl.{index}")
+            if older.exists():
+                older.replace(path.with_suffix(f".jsonl.{index + 1}"))
+        path.replace(path.with_suffix(".jsonl.1"))
+        oldest = path.with_suffix(f".jsonl.{self.keep + 1}")
+        oldest.unlink(missing_ok=True)
+
+
+def entry_json(seq: int, row: Received) -> dict[str, Any]:
+    """A row as printed by ``hookbus journal --json`` and written to JSONL."""
+    return {
+        "seq": seq,
+        "stream_seq": row.stream_seq,
+        "received": row.received,
+        "origin": row.origin,
+        **{name: getattr(row.entry, name) for name in _COLUMNS},
+    }
+
+
+def dumps_line(seq: int, row: Received) -> str:
+    return orjson.dumps(entry_json(seq, row)).decode()

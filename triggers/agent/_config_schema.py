@@ -1,0 +1,61 @@
+"""The agent's config files as types: hook_turns.yaml entries and budgets.yaml."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import msgspec
+
+from bus._runtime.config_types import Name, NonEmpty, Strings
+
+#: How long a hook-turn waits for the model unless its entry says otherwise.
+HOOK_TURN_TIMEOUT = 20.0
+
+
+HookTurnTimeout = Annotated[float, msgspec.Meta(gt=0, le=30)]
+
+
+class HookTurn(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """One entry of hook_turns.yaml: a middleware handler that asks a model."""
+
+    name: Name
+    stage: str
+    prompt: Annotated[str, msgspec.Meta(pattern=r"\S")]
+    match: Strings | msgspec.UnsetType = msgspec.UNSET  # absent: every call of the stage
+    fail_closed: bool = False
+    #: Seconds; unset: HOOK_TURN_TIMEOUT. ``timeout_s`` is the older spelling, still read (not both).
+    timeout: HookTurnTimeout | msgspec.UnsetType = msgspec.UNSET
+    timeout_s: HookTurnTimeout | msgspec.UnsetType = msgspec.UNSET
+    before: Strings = []
+    after: Strings = []
+    model: NonEmpty | None = None
+
+
+class HookTurnsFile(msgspec.Struct, forbid_unknown_fields=True):
+    """hook_turns.yaml: one key, ``hook_turns``, holding a list of entries (checked one by one)."""
+
+    hook_turns: list[object]
+
+
+class ModelPrice(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
+    """budgets.yaml ``prices.<model>``: USD per million input (prompt) and output (completion) tokens."""
+
+    input: Annotated[float, msgspec.Meta(ge=0)]
+    output: Annotated[float, msgspec.Meta(ge=0)]
+
+
+class BudgetLayer(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
+    """budgets.yaml ``session``/``group``/``user``: what one key of the layer may spend per UTC day."""
+
+    max: Annotated[float, msgspec.Meta(gt=0)]
+    unit: Literal["usd", "tokens"] = "usd"
+    warn_at: Annotated[float, msgspec.Meta(gt=0, le=1)] = 0.8
+
+
+class BudgetsFile(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
+    """budgets.yaml (workspace): the price table and the layers (each optional); docs/stages.md#budgets."""
+
+    prices: dict[NonEmpty, ModelPrice] = {}
+    session: BudgetLayer | None = None
+    group: BudgetLayer | None = None
+    user: BudgetLayer | None = None
