@@ -37,7 +37,7 @@ def once_config(name: str, max_age_s: float, replicas: int) -> api.StreamConfig:
         subjects=[kv_key_subject(name) + ">"],
         retention=api.RetentionPolicy.LIMITS,
         storage=api.StorageType.FILE,
-        max_age=max_age_s,
+        max_age=max_age_s,  # 0: kept for good
         max_msgs_per_subject=1,
         max_msgs=-1,
         max_bytes=-1,
@@ -45,7 +45,7 @@ def once_config(name: str, max_age_s: float, replicas: int) -> api.StreamConfig:
         max_consumers=-1,
         discard=api.DiscardPolicy.NEW,
         discard_new_per_subject=True,
-        duplicate_window=min(120.0, max_age_s),
+        duplicate_window=min(120.0, max_age_s) if max_age_s else 120.0,
         num_replicas=replicas,
         allow_rollup_hdrs=False,
         allow_direct=True,
@@ -82,8 +82,9 @@ class OnceBucket:
         except _FAILURES as exc:
             raise RegistryError(f"bucket {self.name}: create failed ({exc!r})") from None
 
-    async def create(self, key: str, value: bytes, ttl_s: float) -> bool:
-        """Store ``value`` under ``key`` for ``ttl_s`` seconds; False if the key already holds a value.
+    async def create(self, key: str, value: bytes, ttl_s: float | None) -> bool:
+        """Store ``value`` under ``key`` for ``ttl_s`` seconds (None: as long as the bucket keeps it); False if
+        the key already holds a value.
 
         A bucket that does not exist yet is made first (where this user may).
         """
@@ -96,9 +97,10 @@ class OnceBucket:
         except _FAILURES as exc:
             raise RegistryError(f"bucket {self.name}: create {key} failed ({exc!r})") from None
 
-    async def _create(self, key: str, value: bytes, ttl_s: float) -> bool:
+    async def _create(self, key: str, value: bytes, ttl_s: float | None) -> bool:
         try:
-            await self._js.publish(self._prefix + key, value, msg_ttl=max(1.0, ttl_s))
+            ttl = None if ttl_s is None else max(1.0, ttl_s)
+            await self._js.publish(self._prefix + key, value, msg_ttl=ttl)
         except js_errors.NoStreamResponseError:
             raise
         except js_errors.APIError as exc:

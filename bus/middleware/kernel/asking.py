@@ -25,6 +25,7 @@ from bus.core.schema import RequestCtx
 from bus.core.stats import PREFIX
 from bus.core.subjects import ASK_REQUESTED
 from bus.middleware.asks.records import AnswerMsg, AskMsg, payload_sha256
+from bus.middleware.asks.rules import AskRules
 from bus.middleware.asks.store import AskStore
 from bus.transport.port import Port
 
@@ -89,6 +90,7 @@ class AskHolder:
     def __init__(self, port: Port) -> None:
         self._port = port
         self._store: AskStore | None = None
+        self._rules: AskRules | None = None
 
     @property
     def store(self) -> AskStore:
@@ -126,6 +128,17 @@ class AskHolder:
             on_timeout=ask.on_timeout or _FAIL_MODE[fail_closed],  # type: ignore[arg-type]  # one of the two
             call_id=ctx.id,
         )
+        if self._rules is None:
+            self._rules = AskRules(self._port)
+        try:
+            rule = await self._rules.matching(record)
+        except HookbusError as exc:  # no rule can be read: the ask is held as if none stood
+            log.warning("could not read the standing rules for an ask of %s: %s", handler, exc)
+            rule = None
+        if rule is not None:
+            ASKS.answered["rule"] = ASKS.answered.get("rule", 0) + 1
+            cause = f"allow by rule {rule.id} ({rule.scope} {rule.scoped_to}, remembered by {rule.by})"
+            return Held(record, CONTINUE, "allowed", cause, 0.0)
         try:
             record, again = await store.open(record)
         except HookbusError as exc:  # the store is unusable: the handler's fail mode, as for any fault
