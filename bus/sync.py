@@ -153,9 +153,10 @@ class SyncBus:
         sub = self._call(self.bus.subscribe(pattern, on_event, queue), None)
         return SyncSubscription(self, sub)
 
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run any coroutine on this SyncBus's loop (for example one using ``self.bus``) and wait for it."""
-        return self._call(coro, _depth.current_depth())
+    def run(self, coro: Coroutine[Any, Any, T], *, timeout: float | bool | None = True) -> T:
+        """Run any coroutine on this SyncBus's loop (for example one using ``self.bus``) and wait for it
+        (``timeout`` seconds, None: as long as it takes; by default the SyncBus's own timeout)."""
+        return self._call(coro, _depth.current_depth(), timeout)
 
     def flush(self, timeout: float = 5.0) -> None:
         """:meth:`bus.client.Bus.flush`, waited for."""
