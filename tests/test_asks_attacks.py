@@ -15,6 +15,7 @@ from typing import Any
 import msgspec
 import nats.errors
 import nats.js.errors
+import orjson
 import pytest
 
 from bus import Ask, Bus, Cancel, Continue, Module, NatsServer, Patch, Stage
@@ -203,6 +204,21 @@ async def test_an_agent_cannot_write_or_erase_a_standing_rule(
                 await attacker.nc.request(
                     f"$JS.API.DIRECT.GET.{stream}.{RULES}{rule_key('agent-eva', rule.id)}", b"", timeout=1.0
                 )
+        async with Bus(url(server, user)) as agent:  # a mirror of one's own rules only
+            own = agent.once_bucket(ASK_RULES_BUCKET, 0).mirror(f"*.{user}.>")
+            await own.start()
+            await wait_until(lambda: own.live, what="the mirror of its own rules")
+            assert (rule_key("agent-eva", rule.id) in own.values) == (user == "agent-eva")
+            await own.stop()
+            if user == "agent-bob":
+                with pytest.raises(RegistryError):
+                    await agent.once_bucket(ASK_RULES_BUCKET, 0).mirror("*.agent-eva.>").start()
+        if user == "agent-bob":  # the create subject names bob, the consumer's filter everyone: refused
+            config = {"name": "m1", "filter_subject": f"{RULES}>", "deliver_subject": "_INBOX.agent-bob.x"}
+            wide = orjson.dumps({"stream_name": stream, "config": {**config, "ack_policy": "none"}})
+            create = f"$JS.API.CONSUMER.CREATE.{stream}.m1.{RULES}*.agent-bob.>"
+            reply = await attacker.nc.request(create, wide, timeout=2.0)
+            assert b'"error"' in reply.data
         await attacker.settle()
         assert [r.id for r in await rules.rules()] == [rule.id]
         async with Bus(url(server, "agent-eva"), managed=["guard.ask_push"]) as eva:  # the rule still answers

@@ -18,18 +18,25 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import time
 from typing import Any, Final, Literal
 
 import msgspec
 import orjson
 
-from bus.core.errors import AskRefused
+from bus.core.errors import AskRefused, HookbusError
 from bus.core.stages import match_field
 from bus.core.subjects import ASK_RULES_BUCKET
 from bus.journal.entries import JournalEntry, publish_entry
 from bus.middleware.asks.records import AskMsg
+from bus.transport.once import KeyMirror
 from bus.transport.port import Port
+
+log = logging.getLogger("hookbus.middleware")
+
+#: Seconds between attempts at mirroring a user's rules (a refused or lost mirror falls back to direct gets).
+MIRROR_RETRY_S: Final = 5.0
 
 Scope = Literal["session", "agent"]
 SCOPES: Final = ("session", "agent")
@@ -94,6 +101,25 @@ class AskRules:
     def __init__(self, port: Port) -> None:
         self._port = port
         self._bucket = port.once_bucket(ASK_RULES_BUCKET, 0)
+        self._mirror: KeyMirror | None = None
+        self._mirror_at = 0.0  # monotonic time the last mirror was started
+
+    async def _mirrored(self, user: str) -> KeyMirror | None:
+        """This user's rules held in memory, if that mirror is live (else None: read the bucket, and
+        start a mirror, at most every MIRROR_RETRY_S)."""
+        mirror = self._mirror
+        if mirror is not None and mirror.live:
+            return mirror
+        if (mirror is None or mirror.broken) and time.monotonic() - self._mirror_at >= MIRROR_RETRY_S:
+            self._mirror_at = time.monotonic()
+            if mirror is not None:
+                await mirror.stop()
+            self._mirror = self._bucket.mirror(f"*.{user}.>")
+            try:
+                await self._mirror.start()
+            except HookbusError as exc:
+                log.info("standing rules are read key by key: %s", exc)
+        return None
 
     async def matching(self, ask: AskMsg) -> RuleMsg | None:
         """The standing rule that answers ``ask`` (its session's, else its agent's), None if none stands."""
@@ -107,7 +133,11 @@ class AskRules:
         if not candidates:
             return None
         keys = [key for rid in candidates for key in (rule_key(ask.user, rid), revoked_key(ask.user, rid))]
-        found = await asyncio.gather(*(self._bucket.get(key) for key in keys))
+        mirror = await self._mirrored(ask.user)
+        if mirror is not None:  # kept current by the server: no round trip
+            found = [mirror.values.get(key) for key in keys]
+        else:
+            found = await asyncio.gather(*(self._bucket.get(key) for key in keys))
         for n, rid in enumerate(candidates):
             rule, revoked = _decode_rule(found[2 * n]), found[2 * n + 1]
             if rule is not None and revoked is None and _answers(rule, ask, rid, value):
