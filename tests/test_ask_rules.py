@@ -10,6 +10,7 @@ import orjson
 import pytest
 
 from bus import Ask, Asked, Bus, Continue, Module
+from bus.middleware.asks.rules import AskRules
 from bus.middleware.asks.store import AskStore, Pending
 from bus.testing import JournalRecorder, serving, wait_for_chain
 
@@ -132,3 +133,52 @@ async def test_an_agent_rule_answers_the_agents_other_sessions(kernel: Bus, nats
         await operator.answer(stranger.id, "allow", "alice")
         await kernel.answer(stranger.id)
         assert (await asyncio.to_thread(run_cli, "asks", "--revoke", rule_id, "--nats-url", nats_url)).returncode == 0
+
+
+async def test_a_kernel_mirroring_its_rules_hears_of_a_new_rule_and_a_revocation(
+    nats_url: str, operator: AskStore
+) -> None:
+    stage = f"custom.{unique('m')}"
+    mod = _asker(unique("ask"), stage)
+    async with (
+        serving(mod, nats_url),
+        Bus(nats_url, name="operator-rules") as op,
+        Bus(nats_url, name="mirroring", trust_new=True) as kernel,
+    ):
+        # The bucket exists before the kernel's first ask; a key that is no rule is ignored.
+        await op.once_bucket("hookbus_ask_rules", 0).create("rule.anon.0000000000000000", b"{}", None)
+        await kernel.middleware.start()
+        await wait_for_chain(kernel, stage, [f"{mod.name}.ask"])
+        ctx = {"session": unique("s"), "agent": "eva"}
+        first = await kernel.intercept(stage, call("shell", 1), ctx, hold=False)
+        assert isinstance(first, Asked)
+        rules = kernel.middleware.asks.rules
+        await wait_until(lambda: rules.mirror_live, what="the kernel's mirror of its rules")
+        ask = await operator.find(first.id)
+        assert ask is not None
+        rule = await AskRules(op).remember(ask, "session", "alice")
+        await operator.answer(first.id, "allow", "alice")
+        assert await kernel.answer(first.id) == Continue()
+
+        async def answered_by_rule() -> bool:
+            decision = await kernel.intercept(stage, call("shell", 2), ctx, hold=False)
+            if isinstance(decision, Asked):
+                await operator.answer(decision.id, "deny", "alice", reason="not yet")
+                await kernel.answer(decision.id)
+                return False
+            return decision == Continue()
+
+        await wait_until(answered_by_rule, what="the new rule reaching the mirror")
+        assert rules.mirror_live
+        await AskRules(op).revoke(rule.id, "alice")
+        held: list[Asked] = []
+
+        async def asked_again() -> bool:
+            decision = await kernel.intercept(stage, call("shell", 3), ctx, hold=False)
+            if isinstance(decision, Asked):
+                held.append(decision)
+            return bool(held)
+
+        await wait_until(asked_again, what="the revocation reaching the mirror")
+        await operator.answer(held[0].id, "deny", "alice", reason="revoked")
+        await kernel.answer(held[0].id)

@@ -104,6 +104,11 @@ class AskRules:
         self._mirror: KeyMirror | None = None
         self._mirror_at = 0.0  # monotonic time the last mirror was started
 
+    @property
+    def mirror_live(self) -> bool:
+        """Whether this connection's rules are read from memory now (else key by key)."""
+        return self._mirror is not None and self._mirror.live
+
     async def _mirrored(self, user: str) -> KeyMirror | None:
         """This user's rules held in memory, if that mirror is live (else None: read the bucket, and
         start a mirror, at most every MIRROR_RETRY_S)."""

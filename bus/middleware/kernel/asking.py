@@ -93,6 +93,12 @@ class AskHolder:
         self._rules: AskRules | None = None
 
     @property
+    def rules(self) -> AskRules:
+        if self._rules is None:
+            self._rules = AskRules(self._port)
+        return self._rules
+
+    @property
     def store(self) -> AskStore:
         if self._store is None:
             self._store = AskStore(self._port)
@@ -128,10 +134,8 @@ class AskHolder:
             on_timeout=ask.on_timeout or _FAIL_MODE[fail_closed],  # type: ignore[arg-type]  # one of the two
             call_id=ctx.id,
         )
-        if self._rules is None:
-            self._rules = AskRules(self._port)
         try:
-            rule = await self._rules.matching(record)
+            rule = await self.rules.matching(record)
         except HookbusError as exc:  # no rule can be read: the ask is held as if none stood
             log.warning("could not read the standing rules for an ask of %s: %s", handler, exc)
             rule = None
