@@ -15,6 +15,7 @@ import asyncio
 import atexit
 import concurrent.futures
 import threading
+import time
 import weakref
 from collections.abc import Callable, Coroutine, Mapping
 from types import TracebackType
@@ -25,6 +26,7 @@ from bus._core import depth as _depth
 from bus._core.decisions import CONTINUE, Decision
 from bus._core.envelope import Event
 from bus._core.errors import BusClosedError, SyncCallError
+from bus._middleware.kernel.asking import Asked
 
 T = TypeVar("T")
 
@@ -53,12 +55,20 @@ class SyncSubscription:
         self._owner._call(self._sub.unsubscribe(), None)
 
 
+def _ask_wait(asked: Asked, timeout: float | None) -> float | None:
+    """How long a call held by ``asked`` is waited for: until its deadline, then ``timeout`` more for its expiry."""
+    if timeout is None:
+        return None
+    return max(0.0, asked.deadline - time.time()) + timeout
+
+
 class SyncBus:
     """A Bus for synchronous code: ``emit``, ``intercept``, ``subscribe`` from any thread.
 
     ``SyncBus(servers, **options)`` takes what :class:`bus._client.Bus` takes and
     connects before returning. ``timeout`` bounds each call's wait (None: wait
-    as long as the Bus takes; intercept is bounded by its handlers' timeouts).
+    as long as the Bus takes; intercept is bounded by its handlers' timeouts, and a call held
+    by an ask by the ask's deadline).
     Calling it from a handler running on its own loop would wait for itself:
     that is refused with :class:`bus._core.errors.SyncCallError`.
     """
@@ -88,8 +98,10 @@ class SyncBus:
     async def _open(self, servers: str | list[str] | None, options: dict[str, Any]) -> Bus:
         return await Bus(servers, **options).start()
 
-    def _call(self, coro: Coroutine[Any, Any, T], depth: int | None) -> T:
-        """Run ``coro`` on the loop (at ``depth`` when given) and wait for its result in this thread."""
+    def _call(self, coro: Coroutine[Any, Any, T], depth: int | None, timeout: float | bool | None = True) -> T:
+        """Run ``coro`` on the loop (at ``depth`` when given) and wait for its result in this thread
+        (``timeout`` seconds; True: the SyncBus's own)."""
+        wait = self._timeout if timeout is True else timeout
         if self._on_loop():
             coro.close()
             raise SyncCallError("a SyncBus call from its own loop thread would wait for itself: await the Bus")
@@ -99,10 +111,10 @@ class SyncBus:
                 raise BusClosedError("SyncBus is closed")
             future = asyncio.run_coroutine_threadsafe(coro if depth is None else _at(depth, coro), self._loop)
         try:
-            return future.result(self._timeout)
+            return future.result(wait)
         except concurrent.futures.TimeoutError:
             future.cancel()
-            raise SyncCallError(f"the Bus did not answer within {self._timeout}s") from None
+            raise SyncCallError(f"the Bus did not answer within {wait}s") from None
 
     def _on_loop(self) -> bool:
         return threading.get_ident() == self._thread.ident
@@ -121,7 +133,12 @@ class SyncBus:
         view = self.bus.middleware.view
         if view is not None and stage not in view.chains and not self._closed and not self._on_loop():
             return CONTINUE
-        return self._call(self.bus.intercept(stage, payload, ctx), _depth.current_depth())
+        depth = _depth.current_depth()
+        first = self._call(self.bus.intercept(stage, payload, ctx, hold=False), depth)
+        if not isinstance(first, Asked):
+            return first
+        # Held by an ask: the wait is the ask's deadline (plus the time its expiry takes), not ``timeout``.
+        return self._call(self.bus.answer(first.id), depth, _ask_wait(first, self._timeout))
 
     def subscribe(self, pattern: str, handler: SyncEventHandler, queue: str | None = None) -> SyncSubscription:
         """Call ``handler(event)`` on a worker thread for each event matching ``pattern``.
@@ -136,9 +153,10 @@ class SyncBus:
         sub = self._call(self.bus.subscribe(pattern, on_event, queue), None)
         return SyncSubscription(self, sub)
 
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run any coroutine on this SyncBus's loop (for example one using ``self.bus``) and wait for it."""
-        return self._call(coro, _depth.current_depth())
+    def run(self, coro: Coroutine[Any, Any, T], *, timeout: float | bool | None = True) -> T:
+        """Run any coroutine on this SyncBus's loop (for example one using ``self.bus``) and wait for it
+        (``timeout`` seconds, None: as long as it takes; by default the SyncBus's own timeout)."""
+        return self._call(coro, _depth.current_depth(), timeout)
 
     def flush(self, timeout: float = 5.0) -> None:
         """:meth:`bus._client.Bus.flush`, waited for."""

@@ -17,8 +17,9 @@ import orjson
 
 from bus._cli.options import add_nats_url, connection_args, parse_json_object
 from bus._client import Bus
-from bus._core.errors import ConfigError
+from bus._core.errors import AskRefused
 from bus._middleware.asks.records import AnswerMsg, AskMsg
+from bus._middleware.asks.rules import AskRules, RuleMsg
 from bus._middleware.asks.store import AskStore, Pending
 from bus._operator import local_actor
 
@@ -33,6 +34,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     listing.add_argument("--follow", action="store_true", help="then print each new ask and answer as it comes")
     listing.add_argument("--json", action="store_true", help="one JSON object per ask (with its id) per line")
     listing.add_argument("--user", default=None, help="only the asks of this NATS user (agent-eva)")
+    listing.add_argument("--rules", action="store_true", help="list the standing rules (allow --remember) instead")
+    listing.add_argument("--revoke", metavar="RULE", default=None, help="revoke the standing rule RULE for good")
     add_nats_url(listing)
     listing.set_defaults(func=run_list)
 
@@ -42,7 +45,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--remember",
         choices=("session", "agent"),
         default=None,
-        help="not available yet: a standing rule from this answer (refused for now)",
+        help="and allow the same handler's asks about the same tool for that session or agent from now on",
     )
     allow.set_defaults(func=run_answer, kind="allow")
 
@@ -72,6 +75,15 @@ def _answer_options(parser: argparse.ArgumentParser) -> None:
 
 async def run_list(args: argparse.Namespace) -> int:
     async with Bus(args.nats_url, name="hookbus-asks", **connection_args(args)) as bus:
+        if args.revoke is not None:
+            rule = await AskRules(bus.port).revoke(args.revoke, local_actor())
+            await bus.flush()
+            print(f"revoked {rule.id}: {rule.handler} on {rule.stage} ({rule.scope} {rule.scoped_to})")
+            return 0
+        if args.rules:
+            for rule in await AskRules(bus.port).rules():
+                print(orjson.dumps(rule.to_json()).decode() if args.json else _rule_line(rule), flush=True)
+            return 0
         store = AskStore(bus.port)
         for item in await store.pending(args.user):
             print(_line(item, args.json), flush=True)
@@ -82,19 +94,31 @@ async def run_list(args: argparse.Namespace) -> int:
 
 
 async def run_answer(args: argparse.Namespace) -> int:
-    if getattr(args, "remember", None) is not None:
-        raise ConfigError("--remember is not available yet: answer this ask alone")
     payload = parse_json_object(args.payload, "the edited payload") if args.kind == "edit" else None
     async with Bus(args.nats_url, name=f"hookbus-{args.kind}", **connection_args(args)) as bus:
         store = AskStore(bus.port)
         by = args.by or local_actor()
+        remember = getattr(args, "remember", None)
+        rule = None
+        if remember is not None:  # the rule first: the kernel's next identical ask already finds it
+            found = await store.find(args.id)
+            if found is None:
+                raise AskRefused(args.id, "no such ask (never asked, or expired)")
+            rule = await AskRules(bus.port).remember(found, remember, by)
         ask, answer = await store.answer(
             args.id, args.kind, by, args.sha256, reason=getattr(args, "reason", None), payload=payload
         )
         await bus.flush()
     waited = answer.answered_at - ask.asked_at
     print(f"{args.kind} {ask.id}: {ask.handler} on {ask.stage} (agent {ask.agent}, waited {waited:.1f}s)")
+    if rule is not None:
+        print(f"remembered as rule {rule.id}: {_rule_line(rule)}")
     return 0
+
+
+def _rule_line(rule: RuleMsg) -> str:
+    what = f"{rule.field}={orjson.dumps(rule.value).decode()}"
+    return f"{rule.id}  {rule.user}  {rule.scope} {rule.scoped_to}  {rule.stage} {what}  {rule.handler}  by {rule.by}"
 
 
 def _line(item: Pending, as_json: bool) -> str:

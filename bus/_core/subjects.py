@@ -283,6 +283,9 @@ RECORDS_APPROVED_BUCKET = "hookbus_records_approved"
 #: Asks held for an operator's answer (docs/middleware.md, Asks): write-once keys ``ask.<user>.<id>``
 #: (the asking kernel), ``answer.<user>.<id>`` (operators only), ``done.<user>.<id>`` (the asking kernel).
 ASKS_BUCKET = "hookbus_asks"
+#: Standing rules operators made from an answer (``hookbus allow --remember``): write-once keys without a
+#: time to live, ``rule.<user>.<id>`` and ``revoked.<user>.<id>``, written by operators only.
+ASK_RULES_BUCKET = "hookbus_ask_rules"
 #: The event a kernel emits when it holds a call for an operator.
 ASK_REQUESTED = "eva.ask.requested"
 

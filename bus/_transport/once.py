@@ -12,6 +12,8 @@ The asks of :mod:`bus._middleware.asks` are kept this way.
 from __future__ import annotations
 
 import contextlib
+import time
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any, Final
 
@@ -37,7 +39,7 @@ def once_config(name: str, max_age_s: float, replicas: int) -> api.StreamConfig:
         subjects=[kv_key_subject(name) + ">"],
         retention=api.RetentionPolicy.LIMITS,
         storage=api.StorageType.FILE,
-        max_age=max_age_s,
+        max_age=max_age_s,  # 0: kept for good
         max_msgs_per_subject=1,
         max_msgs=-1,
         max_bytes=-1,
@@ -45,7 +47,7 @@ def once_config(name: str, max_age_s: float, replicas: int) -> api.StreamConfig:
         max_consumers=-1,
         discard=api.DiscardPolicy.NEW,
         discard_new_per_subject=True,
-        duplicate_window=min(120.0, max_age_s),
+        duplicate_window=min(120.0, max_age_s) if max_age_s else 120.0,
         num_replicas=replicas,
         allow_rollup_hdrs=False,
         allow_direct=True,
@@ -82,8 +84,9 @@ class OnceBucket:
         except _FAILURES as exc:
             raise RegistryError(f"bucket {self.name}: create failed ({exc!r})") from None
 
-    async def create(self, key: str, value: bytes, ttl_s: float) -> bool:
-        """Store ``value`` under ``key`` for ``ttl_s`` seconds; False if the key already holds a value.
+    async def create(self, key: str, value: bytes, ttl_s: float | None) -> bool:
+        """Store ``value`` under ``key`` for ``ttl_s`` seconds (None: as long as the bucket keeps it); False if
+        the key already holds a value.
 
         A bucket that does not exist yet is made first (where this user may).
         """
@@ -96,9 +99,10 @@ class OnceBucket:
         except _FAILURES as exc:
             raise RegistryError(f"bucket {self.name}: create {key} failed ({exc!r})") from None
 
-    async def _create(self, key: str, value: bytes, ttl_s: float) -> bool:
+    async def _create(self, key: str, value: bytes, ttl_s: float | None) -> bool:
         try:
-            await self._js.publish(self._prefix + key, value, msg_ttl=max(1.0, ttl_s))
+            ttl = None if ttl_s is None else max(1.0, ttl_s)
+            await self._js.publish(self._prefix + key, value, msg_ttl=ttl)
         except js_errors.NoStreamResponseError:
             raise
         except js_errors.APIError as exc:
@@ -131,6 +135,10 @@ class OnceBucket:
         prefix = self._prefix
         return sorted(subject[len(prefix) :] for subject in (info.state.subjects or {}) if subject.startswith(prefix))
 
+    def mirror(self, pattern: str) -> KeyMirror:
+        """A :class:`KeyMirror` of the keys under ``pattern`` (nothing is sent until its ``start``)."""
+        return KeyMirror(self, pattern)
+
     async def _subscribe(self, pattern: str) -> Any:
         return await self._js.subscribe(
             self._prefix + pattern, ordered_consumer=True, deliver_policy=api.DeliverPolicy.NEW
@@ -157,3 +165,92 @@ class OnceBucket:
 def once_bucket(nc: Any, name: str, max_age_s: float) -> OnceBucket:
     """A write-once bucket on ``nc`` (nothing is sent: the stream is made on the first write that needs it)."""
     return OnceBucket(name, nc, max_age_s)
+
+
+#: Seconds between a key mirror's heartbeats from the server; three missed ones and the mirror is not trusted.
+MIRROR_HEARTBEAT_S: Final = 1.0
+
+
+class KeyMirror:
+    """Every key under one filter of a write-once bucket, held in memory and kept current by the server.
+
+    A push consumer of the filter (named, so permissions can grant it per
+    filter) delivers each key's message in order, then heartbeats while idle.
+    The mirror is ``live`` only once it has every message the consumer had
+    pending at its creation, has seen no gap in the consumer's sequence, and
+    heard from the server within three heartbeats; otherwise the caller reads
+    the bucket itself (and may :meth:`start` a new mirror).
+    """
+
+    def __init__(self, bucket: OnceBucket, pattern: str) -> None:
+        self._bucket = bucket
+        self._filter = bucket._prefix + pattern
+        self.values: dict[str, bytes] = {}
+        self._expected = -1  # messages pending at creation (-1: not created yet)
+        self._seq = 0  # the consumer sequence of the last message taken
+        self._seen = 0.0  # monotonic time of the last message or heartbeat
+        self._broken = False
+        self._sub: Any = None
+
+    @property
+    def live(self) -> bool:
+        return (
+            not self._broken
+            and 0 <= self._expected <= self._seq
+            and time.monotonic() - self._seen < 3 * MIRROR_HEARTBEAT_S
+        )
+
+    @property
+    def broken(self) -> bool:
+        """Refused, or created and then lost (a gap, silence past three heartbeats): start another."""
+        return self._broken or (self._expected >= 0 and time.monotonic() - self._seen >= 3 * MIRROR_HEARTBEAT_S)
+
+    async def start(self) -> None:
+        """Create the consumer and start taking its messages; RegistryError if refused."""
+        nc = self._bucket._nc
+        inbox = nc.new_inbox()
+        try:
+            self._sub = await nc.subscribe(inbox, cb=self._on_msg)
+            config = api.ConsumerConfig(
+                name=f"mirror_{uuid.uuid4().hex[:16]}",
+                filter_subject=self._filter,
+                deliver_subject=inbox,
+                deliver_policy=api.DeliverPolicy.ALL,
+                ack_policy=api.AckPolicy.NONE,
+                idle_heartbeat=MIRROR_HEARTBEAT_S,
+                inactive_threshold=30.0,
+                mem_storage=True,
+                num_replicas=1,
+            )
+            info = await self._bucket._js.add_consumer(self._bucket._stream, config)
+        except _FAILURES as exc:
+            self._broken = True
+            await self.stop()
+            raise RegistryError(f"bucket {self._bucket.name}: mirror failed ({exc!r})") from None
+        self._seen = time.monotonic()
+        self._expected = int(info.num_pending or 0) + int(info.delivered.consumer_seq or 0)
+
+    async def stop(self) -> None:
+        if self._sub is not None:
+            with contextlib.suppress(*_FAILURES):
+                await self._sub.unsubscribe()
+            self._sub = None
+
+    async def _on_msg(self, msg: Any) -> None:
+        self._seen = time.monotonic()
+        headers = msg.headers or {}
+        if headers.get("Status") == "100":  # an idle heartbeat: the last consumer sequence it sent
+            last = headers.get("Nats-Last-Consumer")
+            if last is not None and int(last) != self._seq:
+                self._broken = True
+            return
+        try:
+            seq = int(msg.metadata.sequence.consumer)
+        except (nats_errors.Error, ValueError, AttributeError, IndexError):
+            seq = -1
+        if seq != self._seq + 1:
+            self._broken = True
+            return
+        self._seq = seq
+        if msg.data:
+            self.values[msg.subject[len(self._bucket._prefix) :]] = msg.data

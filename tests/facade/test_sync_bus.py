@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from bus import BusClosedError, Cancel, Continue, Event, Module, Patch, Stage
+from bus import Ask, Bus, BusClosedError, Cancel, Continue, Event, Module, Patch, Stage
 from bus._core.errors import SyncCallError
+from bus._middleware.asks.store import AskStore
 from bus.sync import SyncBus
 from bus.testing import EventRecorder, serving, wait_for_chain
 from tests.conftest import unique
@@ -148,3 +149,37 @@ def test_an_unreachable_server_fails_the_constructor_and_leaves_no_thread() -> N
     for thread in leftover:
         thread.join(5)
     assert not any(t.is_alive() for t in leftover)
+
+
+async def test_an_intercept_held_by_an_ask_outlasts_the_sync_timeout(nats_url: str) -> None:
+    """The SyncBus's timeout (1 s here, 30 s by default) bounds the call up to the ask, not the ask itself."""
+    name = unique("asker")
+    mod = Module(name)
+
+    @mod.stage(Stage.TOOL_CALL)
+    async def ask(stage: str, payload: dict[str, Any]) -> Ask:
+        return Ask("a person decides", timeout=60)
+
+    session = unique("s")
+    async with serving(mod, nats_url), Bus(nats_url, name="operator") as op:
+        sync = await asyncio.to_thread(SyncBus, nats_url, name="sync", timeout=1.0, trust_new=True)
+        try:
+            await asyncio.to_thread(sync.run, wait_for_chain(sync.bus, "tool.call", [f"{name}.ask"]))
+            call = asyncio.create_task(
+                asyncio.to_thread(sync.intercept, "tool.call", {"name": "shell"}, {"session": session})
+            )
+            store = AskStore(op.port)
+            found: list[str] = []
+
+            async def pending() -> bool:
+                found[:] = [item.ask.id for item in await store.pending() if item.ask.session == session]
+                return bool(found)
+
+            await wait_until(pending, what="the ask")
+            await asyncio.sleep(2.0)  # past the SyncBus's own timeout
+            assert not call.done(), "the held call is still waiting for its answer"
+            await store.answer(found[0], "deny", "alice", reason="held past the timeout")
+            decision = await call
+            assert isinstance(decision, Cancel) and decision.reason == "denied by alice: held past the timeout"
+        finally:
+            await asyncio.to_thread(sync.close)

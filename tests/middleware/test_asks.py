@@ -18,8 +18,8 @@ from bus._core.errors import AskRefused
 from bus._middleware.asks.records import payload_sha256
 from bus._middleware.asks.store import AskStore, Pending
 from bus._middleware.kernel.asking import ASKS
-from bus.adapters.claude_code import answer as claude_answer
-from bus.adapters.claude_code import parse as parse_hook
+from bus.adapters.claude_code._mapping import answer as claude_answer
+from bus.adapters.claude_code._mapping import parse as parse_hook
 from bus.testing import EventRecorder, JournalRecorder, serving, wait_for_chain
 from tests.conftest import hookbus_cmd, run_cli, unique
 from tests.support.waiting import wait_until

@@ -12,15 +12,18 @@ import contextlib
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+import msgspec
 import nats.errors
 import nats.js.errors
+import orjson
 import pytest
 
 from bus import Ask, Bus, Cancel, Continue, Module, NatsServer, Patch, Stage
 from bus._core.errors import RegistryError
-from bus._core.subjects import ASKS_BUCKET, kv_key_subject, kv_stream
-from bus._journal.entries import ensure_stream
+from bus._core.subjects import ASK_RULES_BUCKET, ASKS_BUCKET, kv_key_subject, kv_stream
+from bus._journal.entries import ensure_journal_stream
 from bus._middleware.asks.records import AnswerMsg, answer_key, ask_key, done_key, encode_msg
+from bus._middleware.asks.rules import AskRules, RuleMsg, revoked_key, rule_key
 from bus._middleware.asks.store import AskStore, ensure_asks_bucket
 from bus.testing import serving, wait_for_chain
 from tests.conftest import as_user as url
@@ -43,7 +46,7 @@ async def state(server: NatsServer) -> None:
     """What `hookbus up` makes as the bus role: the buckets, the journal stream, the asks bucket."""
     async with Bus(url(server, "bus")) as up:
         await up.middleware.start()
-        await ensure_stream(up)
+        await ensure_journal_stream(up.port)
         await ensure_asks_bucket(up.port)
 
 
@@ -65,7 +68,9 @@ def asking_guard() -> Module:
 
 
 @contextlib.asynccontextmanager
-async def held_call(server: NatsServer) -> AsyncIterator[tuple[asyncio.Task[Any], str, AskStore]]:
+async def held_call(
+    server: NatsServer, session: str = "s-attacks"
+) -> AsyncIterator[tuple[asyncio.Task[Any], str, AskStore]]:
     """Eva's call held by the guard's ask: (the intercept, the ask's id, the operator's store)."""
     served = serving(asking_guard(), url(server, "module-guard"))
     async with (
@@ -74,7 +79,7 @@ async def held_call(server: NatsServer) -> AsyncIterator[tuple[asyncio.Task[Any]
         Bus(url(server, "operator")) as op,
     ):
         await wait_for_chain(eva, "tool.call", ["guard.ask_push"])
-        call = asyncio.create_task(eva.intercept(Stage.TOOL_CALL, CALL, {"session": "s-attacks", "agent": "eva"}))
+        call = asyncio.create_task(eva.intercept(Stage.TOOL_CALL, CALL, {"session": session, "agent": "eva"}))
         store = AskStore(op.port)
         found: list[str] = []
 
@@ -162,3 +167,61 @@ async def test_the_bus_answers_for_the_operator(server: NatsServer, state: None)
     async with held_call(server) as (call, ask_id, _), Bus(url(server, "bus")) as up:
         await AskStore(up.port).answer(ask_id, "allow", "console")
         assert await call == Continue()
+
+
+RULES = kv_key_subject(ASK_RULES_BUCKET)
+
+
+@pytest.mark.parametrize("user", ["agent-eva", "agent-bob"])
+async def test_an_agent_cannot_write_or_erase_a_standing_rule(
+    server: NatsServer, state: None, attacker: Attacker, user: str
+) -> None:
+    await attacker.connect(server, user)
+    session = f"s-rules-{user}"
+    async with held_call(server, session) as (call, ask_id, store), Bus(url(server, "operator")) as op:
+        ask = await store.find(ask_id)
+        assert ask is not None
+        rules = AskRules(op.port)
+        rule = await rules.remember(ask, "session", "operator")
+        await store.answer(ask_id, "allow", "operator")
+        assert await call == Continue()
+        forged = RuleMsg(**{**msgspec.to_builtins(rule), "id": "f" * 16, "value": "anything"})
+        for key, data, headers in (
+            (rule_key("agent-eva", "f" * 16), msgspec.json.encode(forged), None),
+            (rule_key(user, "f" * 16), msgspec.json.encode(forged), None),
+            (rule_key("agent-eva", rule.id), b"", {"KV-Operation": "DEL"}),
+            (rule_key("agent-eva", rule.id), b"", {"KV-Operation": "PURGE", "Nats-Rollup": "sub"}),
+            (revoked_key("agent-eva", rule.id), b"{}", None),
+        ):
+            assert await _js_publish(attacker, RULES + key, data, headers) == "denied"
+        stream = kv_stream(ASK_RULES_BUCKET)
+        for api in (f"$JS.API.STREAM.PURGE.{stream}", f"$JS.API.STREAM.MSG.DELETE.{stream}"):
+            with pytest.raises(nats.errors.TimeoutError):
+                await attacker.nc.request(api, b'{"seq": 1}', timeout=1.0)
+        if user == "agent-bob":  # nor read eva's rules
+            with pytest.raises(nats.errors.TimeoutError):
+                await attacker.nc.request(
+                    f"$JS.API.DIRECT.GET.{stream}.{RULES}{rule_key('agent-eva', rule.id)}", b"", timeout=1.0
+                )
+        async with Bus(url(server, user)) as agent:  # a mirror of one's own rules only
+            own = agent.port.once_bucket(ASK_RULES_BUCKET, 0).mirror(f"*.{user}.>")
+            await own.start()
+            await wait_until(lambda: own.live, what="the mirror of its own rules")
+            assert (rule_key("agent-eva", rule.id) in own.values) == (user == "agent-eva")
+            await own.stop()
+            if user == "agent-bob":
+                with pytest.raises(RegistryError):
+                    await agent.port.once_bucket(ASK_RULES_BUCKET, 0).mirror("*.agent-eva.>").start()
+        if user == "agent-bob":  # the create subject names bob, the consumer's filter everyone: refused
+            config = {"name": "m1", "filter_subject": f"{RULES}>", "deliver_subject": "_INBOX.agent-bob.x"}
+            wide = orjson.dumps({"stream_name": stream, "config": {**config, "ack_policy": "none"}})
+            create = f"$JS.API.CONSUMER.CREATE.{stream}.m1.{RULES}*.agent-bob.>"
+            reply = await attacker.nc.request(create, wide, timeout=2.0)
+            assert b'"error"' in reply.data
+        await attacker.settle()
+        assert [r.id for r in await rules.rules()] == [rule.id]
+        async with Bus(url(server, "agent-eva"), managed=["guard.ask_push"]) as eva:  # the rule still answers
+            await wait_for_chain(eva, "tool.call", ["guard.ask_push"])
+            ctx = {"session": session, "agent": "eva"}
+            assert await eva.intercept(Stage.TOOL_CALL, CALL, ctx, hold=False) == Continue()
+        await rules.revoke(rule.id, "operator")

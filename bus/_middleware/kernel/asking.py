@@ -24,6 +24,7 @@ from bus._core.errors import HookbusError
 from bus._core.middleware_schema import RequestCtx
 from bus._core.subjects import ASK_REQUESTED
 from bus._middleware.asks.records import AnswerMsg, AskMsg, payload_sha256
+from bus._middleware.asks.rules import AskRules
 from bus._middleware.asks.store import AskStore
 from bus._runtime.stats import PREFIX
 from bus._transport.port import Port
@@ -89,6 +90,13 @@ class AskHolder:
     def __init__(self, port: Port) -> None:
         self._port = port
         self._store: AskStore | None = None
+        self._rules: AskRules | None = None
+
+    @property
+    def rules(self) -> AskRules:
+        if self._rules is None:
+            self._rules = AskRules(self._port)
+        return self._rules
 
     @property
     def store(self) -> AskStore:
@@ -126,6 +134,15 @@ class AskHolder:
             on_timeout=ask.on_timeout or _FAIL_MODE[fail_closed],  # type: ignore[arg-type]  # one of the two
             call_id=ctx.id,
         )
+        try:
+            rule = await self.rules.matching(record)
+        except HookbusError as exc:  # no rule can be read: the ask is held as if none stood
+            log.warning("could not read the standing rules for an ask of %s: %s", handler, exc)
+            rule = None
+        if rule is not None:
+            ASKS.answered["rule"] = ASKS.answered.get("rule", 0) + 1
+            cause = f"allow by rule {rule.id} ({rule.scope} {rule.scoped_to}, remembered by {rule.by})"
+            return Held(record, CONTINUE, "allowed", cause, 0.0)
         try:
             record, again = await store.open(record)
         except HookbusError as exc:  # the store is unusable: the handler's fail mode, as for any fault
