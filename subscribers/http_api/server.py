@@ -37,7 +37,7 @@ from aiohttp import web
 
 from bus.core.errors import ConfigError, HookConfigError, HookNotFound
 from bus.journal.entries import JournalEntry, publish_entry
-from subscribers.http_api import bag_api, console_api, console_files, handlers_api, middleware_metrics
+from subscribers.http_api import asks_api, bag_api, console_api, console_files, handlers_api, middleware_metrics
 from subscribers.http_api.console_api import CONSOLE, Console
 from subscribers.http_api.token import hook_agent, token_matches
 from subscribers.shell_hooks import metrics
@@ -186,6 +186,7 @@ def make_app(
         middleware_metrics.add_routes(app, console)
         bag_api.add_routes(app)
         handlers_api.add_routes(app)
+        asks_api.add_routes(app)
     return app
 
 
