@@ -33,13 +33,13 @@ async def client(up: UpProcess) -> AsyncIterator[Client]:
         yield Client(up, session)
 
 
-def asker(name: str, stage: str) -> Module:
+def asker(name: str, stage: str, timeout: float = 60.0) -> Module:
     """A module whose ``ask`` handler asks about every call; ``after`` records the payload it ran on."""
     mod = Module(name)
 
     @mod.stage(stage)
     async def ask(stage: str, payload: dict[str, Any]) -> Ask:
-        return Ask("a person decides over HTTP", timeout=60)
+        return Ask("a person decides over HTTP", timeout=timeout)
 
     @mod.stage(stage, after=[f"{name}.ask"])
     async def after(stage: str, payload: dict[str, Any]) -> Patch:
@@ -66,10 +66,10 @@ class Held:
     def __init__(self, up: UpProcess, kernel: Bus, stack: AsyncExitStack) -> None:
         self.up, self.kernel, self.stack = up, kernel, stack
 
-    async def call(self, payload: dict[str, Any]) -> tuple[asyncio.Task[Any], str]:
+    async def call(self, payload: dict[str, Any], timeout: float = 60.0) -> tuple[asyncio.Task[Any], str]:
         """An intercept held by a new asker (the task) and its session."""
         stage = f"custom.{unique('h')}"
-        mod = asker(unique("ask"), stage)
+        mod = asker(unique("ask"), stage, timeout)
         await self.stack.enter_async_context(serving(mod, self.up.nats_url))
         await wait_for_chain(self.kernel, stage, [f"{mod.name}.ask", f"{mod.name}.after"])
         session = unique("s")

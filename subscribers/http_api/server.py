@@ -19,7 +19,8 @@ handed to ``on_write`` (the worker's reload) so they take effect at once.
 
 With a console (``hookbus up``), the same app serves the operator's console
 (``/console/``: its files need no token, every API route does; see
-``console_api``), and every write to hooks.json is journaled (kind
+``console_api``) and the asks' signed links (``/asks/link/``, signed
+instead of the token; see ``ask_links``), and every write to hooks.json is journaled (kind
 ``shell_hook``, phase ``config``) with its actor: ``console`` when the request
 says ``X-Hookbus-Actor: console``, else ``api``.
 """
@@ -37,7 +38,15 @@ from aiohttp import web
 
 from bus.core.errors import ConfigError, HookConfigError, HookNotFound
 from bus.journal.entries import JournalEntry, publish_entry
-from subscribers.http_api import asks_api, bag_api, console_api, console_files, handlers_api, middleware_metrics
+from subscribers.http_api import (
+    ask_links,
+    asks_api,
+    bag_api,
+    console_api,
+    console_files,
+    handlers_api,
+    middleware_metrics,
+)
 from subscribers.http_api.console_api import CONSOLE, Console
 from subscribers.http_api.token import hook_agent, token_matches
 from subscribers.shell_hooks import metrics
@@ -74,6 +83,8 @@ def _error(status: int, message: str) -> web.Response:
 async def _guard(request: web.Request, handler: _Handler) -> web.StreamResponse:
     """Authenticate (but the console's own files), and turn hookbus errors into JSON error responses."""
     if request.method == "GET" and console_files.is_public(request.path) and CONSOLE in request.app:
+        return await handler(request)
+    if ask_links.is_link(request.path) and CONSOLE in request.app:  # its own signature stands for the token
         return await handler(request)
     if request.path in request.app.get(HOOK_ROUTES, frozenset()):  # an agent's hook token, never the admin's
         agent = hook_agent(request.app[HOOK_TOKENS], request.headers.get("Authorization"))
@@ -187,6 +198,7 @@ def make_app(
         bag_api.add_routes(app)
         handlers_api.add_routes(app)
         asks_api.add_routes(app)
+        ask_links.add_routes(app)
     return app
 
 

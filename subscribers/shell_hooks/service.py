@@ -6,7 +6,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from bus.service import ServiceContext
-from subscribers.http_api import agent_hooks
+from subscribers.http_api import agent_hooks, ask_webhook
+from subscribers.http_api.ask_links import load_key
 from subscribers.http_api.console_api import open_console
 from subscribers.http_api.server import make_app, serve
 from subscribers.http_api.token import HOOK_TOKENS_DIR, load_token
@@ -30,10 +31,14 @@ async def shell_hooks(ctx: ServiceContext, settings: ShellHooksSettings) -> Asyn
         async with open_console(ctx) as console:
             app = make_app(hooks, token, on_write=worker.reload, console=console)
             agent_hooks.add_routes(app, ctx.bus, ctx.workspace / HOOK_TOKENS_DIR)  # POST /hooks/claude-code
+            load_key(ctx.workspace)  # the asks' signed links are checked against it
             async with serve(app, settings.api_host, settings.api_port) as url:
                 ctx.lines.append(f"  api      {url}/api/hooks (bearer token: {token_from})")
                 ctx.lines.append(f"  console  {url}/console/ (same token)")
-                yield
+                async with ask_webhook.posting(console.bus, ctx.workspace, url) as webhook:
+                    if webhook is not None:
+                        ctx.lines.append(f"  asks     webhook to {webhook.host} ({webhook.format}, signed links)")
+                    yield
     finally:
         await plugins.stop()
         await worker.stop()
