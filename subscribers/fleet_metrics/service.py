@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 from typing import Final
 
 from bus.service import ServiceContext
+from subscribers.fleet_metrics.asks_queue import AskQueue
 from subscribers.fleet_metrics.receiver import QUEUE, FleetReceiver
 
 #: The client name of the receiver's connection (shown by the server's monitoring).
@@ -24,8 +25,10 @@ async def service(ctx: ServiceContext) -> AsyncIterator[None]:
     """Derive the fleet's metrics from the bus while it is up (served on ``hookbus up``'s /metrics)."""
     async with ctx.connect(CONNECTION_NAME) as bus:
         receiver = await FleetReceiver(bus).start()
+        asks = await AskQueue(bus).start()  # the asks queue, from its bucket and the journal
         ctx.lines.append(f"  fleet    metrics of every process, from the bus (queue group {QUEUE}, own connection)")
         try:
             yield
         finally:
+            await asks.stop()
             await receiver.stop()
