@@ -8,6 +8,7 @@ a GET only shows what the call is. Every altered, replayed or late link is refus
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
@@ -27,6 +28,7 @@ from subscribers.http_api.ask_webhook import Webhook, message
 
 from .test_asks_http import Held
 from .test_cli import UpProcess
+from .test_console_api import Client
 from .waiting import wait_until
 
 
@@ -194,3 +196,30 @@ def test_the_slack_format_is_a_message_with_both_links() -> None:
     assert set(body) == {"text"}
     assert "<https://a/allow|Allow>" in body["text"] and "<https://a/deny|Deny>" in body["text"]
     assert "guard.ask" in body["text"] and len(body["text"]) < 2000
+
+
+async def test_a_webhook_that_fails_costs_nothing_but_its_post(tmp_path: Path, http: aiohttp.ClientSession) -> None:
+    with socket.socket() as free:  # a port nobody listens on
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    workspace = tmp_path / "ws"
+    workspace.mkdir(mode=0o700)
+    (workspace / "asks.webhook").write_text(orjson.dumps({"url": f"http://127.0.0.1:{port}/gone"}).decode())
+    up = await asyncio.to_thread(UpProcess, workspace)
+    try:
+        async with AsyncExitStack() as stack:
+            kernel = await stack.enter_async_context(Bus(up.nats_url, name="links-kernel", trust_new=True))
+            call, session = await Held(up, kernel, stack).call({"n": 4})
+            client = Client(up, http)
+            found: list[str] = []
+
+            async def listed() -> bool:
+                found[:] = [a["id"] for a in (await client.ok("GET", "/api/asks"))["asks"] if a["session"] == session]
+                return bool(found)
+
+            await wait_until(listed, what="the ask listed despite the failing webhook")
+            await client.ok("POST", f"/api/asks/{found[0]}/allow")
+            assert await call == Patch({"n": 4, "after_saw": {"n": 4}})
+    finally:
+        await asyncio.to_thread(up.close)
+    assert up.proc.returncode == 0
