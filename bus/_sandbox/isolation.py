@@ -50,7 +50,9 @@ from bus._sandbox.config_schema import Isolation
 from bus._sandbox.errors import IsolationUnavailable
 
 #: Files never shown to an isolated process, by name, wherever they are in its working directory.
-SECRET_NAMES: Final = frozenset({"api-token", "hooks.json", "credentials", "credentials.json", ".netrc", ".env"})
+SECRET_NAMES: Final = frozenset(
+    {"api-token", "ask-link-key", "hooks.json", "credentials", "credentials.json", ".netrc", ".env"}
+)
 #: ... and by suffix (NATS credentials and keys, TLS keys).
 SECRET_SUFFIXES: Final = (".creds", ".nk", ".seed", ".key", ".pem", ".p12")
 #: The private working directory of a sandbox without a writable host directory: inside its own empty

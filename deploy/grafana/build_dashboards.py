@@ -114,6 +114,37 @@ MIDDLEWARE = [
     Panel("Middleware latency by handler", "s", quantiles("hookbus_fleet_middleware_duration_seconds", "handler")),
 ]
 
+# The asks queue (bus-wide, from the asks bucket and the journal; `max`: every `hookbus up` reads the same bucket).
+ASKS = [
+    Panel(
+        "Asks pending",
+        "short",
+        (("max(hookbus_fleet_asks_pending)", "pending"),),
+        "Calls held for an operator's answer (hookbus asks, the console's Asks page), bus-wide.",
+    ),
+    Panel(
+        "Age of the oldest ask",
+        "s",
+        (("max(hookbus_fleet_asks_oldest_age_seconds)", "oldest waited"),),
+        "How long the longest-held call has waited for a person: the queue's age.",
+    ),
+    Panel(
+        "Share of its deadline an ask used",
+        "percentunit",
+        (("max(hookbus_fleet_asks_deadline_used_ratio)", "most used"),),
+        "The pending ask closest to its deadline (then its handler's fail mode applies); the alert fires past half.",
+    ),
+    Panel(
+        "Asks answered by kind, and expired",
+        "ops",
+        (
+            (rate("hookbus_fleet_asks_answered_total", "kind"), "{{kind}}"),
+            (f"sum(rate(hookbus_fleet_asks_expired_total[{RATE}]))", "expired (the fail mode applied)"),
+        ),
+        "allow, deny, edit as kernels journal each ask's end; expired: nobody answered before the deadline.",
+    ),
+]
+
 HOOKS = [
     Panel("Shell hook runs by hook", "ops", ((rate("hookbus_fleet_shell_hook_runs_total", "hook"), "{{hook}}"),)),
     Panel(
@@ -196,7 +227,7 @@ NATS = [
 ]
 
 DASHBOARDS = {
-    "hookbus": ("hookbus: bus, middleware, hooks", HOOKBUS + MIDDLEWARE + HOOKS),
+    "hookbus": ("hookbus: bus, middleware, asks, hooks", HOOKBUS + MIDDLEWARE + ASKS + HOOKS),
     "agents": ("hookbus: agents", AGENTS),
     "nats": ("hookbus: NATS servers", NATS),
 }

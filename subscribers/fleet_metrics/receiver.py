@@ -29,6 +29,7 @@ from bus._middleware.trust import Managed
 from bus._service import ServiceContext
 from bus._transport.port import Port, RawMessage, RawSubscription, unsubscribe_all
 from subscribers.fleet_metrics import _known as known
+from subscribers.fleet_metrics._asks_queue import AskQueue
 from subscribers.fleet_metrics._feeders import count_entry, event_counter
 from subscribers.fleet_metrics._fleet_series import FleetMetrics
 from subscribers.fleet_metrics._reports import apply_report
@@ -117,6 +118,7 @@ async def service(ctx: ServiceContext) -> AsyncIterator[None]:
     """
     async with ctx.connect(CONNECTION_NAME) as bus:
         receiver = await FleetReceiver(bus.port).start()
+        asks = await AskQueue(bus).start()  # the asks queue, from its bucket and the journal
         view = View(bus.port, managed=Managed.of(()), trust_new=False, aliases={})  # reads; reports nothing
         await view.start()
         known.from_workspace(receiver.fleet, ctx.workspace)
@@ -129,6 +131,7 @@ async def service(ctx: ServiceContext) -> AsyncIterator[None]:
             refreshing.cancel()
             await asyncio.gather(refreshing, return_exceptions=True)
             await view.stop()
+            await asks.stop()
             await receiver.stop()
 
 

@@ -18,6 +18,7 @@ from aiohttp import web
 ASSETS: Final = {
     "index.html": "text/html",
     "console.js": "text/javascript",
+    "asks.js": "text/javascript",
     "console.css": "text/css",
 }
 #: No third-party call, no inline script or style, no framing.

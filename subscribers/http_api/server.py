@@ -19,7 +19,8 @@ handed to ``on_write`` (the worker's reload) so they take effect at once.
 
 With a console (``hookbus up``), the same app serves the operator's console
 (``/console/``: its files need no token, every API route does; see
-``console_api``), and every write to hooks.json is journaled (kind
+``console_api``) and the asks' signed links (``/asks/link/``, signed
+instead of the token; see ``ask_links``), and every write to hooks.json is journaled (kind
 ``shell_hook``, phase ``config``) with its actor: ``console`` when the request
 says ``X-Hookbus-Actor: console``, else ``api``.
 """
@@ -55,6 +56,9 @@ from subscribers.shell_hooks._prx_api import is_prx_body
 if TYPE_CHECKING:
     from bus._client import Bus
     from bus._service import ServiceContext
+from subscribers.http_api import _ask_links as ask_links
+from subscribers.http_api import _ask_webhook as ask_webhook
+from subscribers.http_api import _asks_api as asks_api
 
 log = logging.getLogger("hookbus.api")
 
@@ -86,6 +90,8 @@ def _error(status: int, message: str) -> web.Response:
 async def _guard(request: web.Request, handler: _Handler) -> web.StreamResponse:
     """Authenticate (but the console's own files), and turn hookbus errors into JSON error responses."""
     if request.method == "GET" and console_files.is_public(request.path) and CONSOLE in request.app:
+        return await handler(request)
+    if ask_links.is_link(request.path) and CONSOLE in request.app:  # its own signature stands for the token
         return await handler(request)
     if request.path in request.app.get(HOOK_ROUTES, frozenset()):  # an agent's hook token, never the admin's
         agent = hook_agent(request.app[HOOK_TOKENS], request.headers.get("Authorization"))
@@ -198,6 +204,8 @@ def make_app(
         middleware_metrics.add_routes(app, console)
         bag_api.add_routes(app)
         handlers_api.add_routes(app)
+        asks_api.add_routes(app)
+        ask_links.add_routes(app)
     return app
 
 
@@ -240,10 +248,14 @@ async def service(ctx: ServiceContext, settings: ApiSettings, on_write: OnWrite 
     ``on_write`` (the shell worker's reload) is called after each write to hooks.json.
     """
     token, token_from = load_token(ctx.workspace)
+    ask_links.load_key(ctx.workspace)  # the asks' signed links are checked against it
     async with open_console(ctx) as console:
         app = make_app(ctx.workspace / HOOKS_FILE, token, on_write=on_write, console=console)
         add_agent_hooks(app, ctx.bus, ctx.workspace / HOOK_TOKENS_DIR)
         async with serve(app, settings.host, settings.port) as url:
             ctx.lines.append(f"  api      {url}/api/hooks (bearer token: {token_from})")
             ctx.lines.append(f"  console  {url}/console/ (same token)")
-            yield
+            async with ask_webhook.posting(console.bus, ctx.workspace, url) as webhook:
+                if webhook is not None:
+                    ctx.lines.append(f"  asks     webhook to {webhook.host} ({webhook.format}, signed links)")
+                yield

@@ -204,7 +204,7 @@ async def answered(kernel: Bus, nats_url: str, call: dict[str, Any], reason: str
     """The decision of ``call`` once its ask (whose reason holds ``reason``) is answered ``kind`` by an operator."""
     intercept = asyncio.create_task(kernel.intercept("tool.call", call, CTX))
     async with Bus(nats_url, name="operator") as op:
-        store = AskStore(op)
+        store = AskStore(op.port)
         found: list[Any] = []
 
         async def asked() -> bool:

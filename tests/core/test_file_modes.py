@@ -82,7 +82,8 @@ async def test_up_creates_every_secret_file_owner_only_under_umask_000(up: Up, t
         await bus.emit("prx.lifecycle.tool_call", {"tool": "shell"})  # the hook run is journaled
         await wait_until(lambda: (workspace / "journal" / "shell_hook.jsonl").exists(), 30, "the journal entry")
     assert mode(workspace) == 0o700 and mode(workspace.parent) == 0o700  # made by hookbus up, parents too
-    for name in ("hooks.json", "api-token", DB_NAME, f"{DB_NAME}-wal", f"{DB_NAME}-shm", "journal/shell_hook.jsonl"):
+    secrets = ("hooks.json", "api-token", "ask-link-key", DB_NAME, f"{DB_NAME}-wal", f"{DB_NAME}-shm")
+    for name in (*secrets, "journal/shell_hook.jsonl"):
         assert mode(workspace / name) == 0o600, name
     assert mode(workspace / "journal") == 0o700 and mode(workspace / "jetstream") == 0o700
 

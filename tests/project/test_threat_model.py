@@ -57,7 +57,8 @@ def test_every_http_route_has_a_row() -> None:
 #: What hookbus reads from and writes to a workspace (each name written in the product, checked below).
 WORKSPACE_STATE = (
     "hooks.json", "claude-hooks.json", "claude-plugins", "triggers.yaml", "budgets.yaml", "hook_turns.yaml",
-    "history.yaml", "api-token", "hook-tokens", "plugins", "journal.db", "journal", "jetstream", "drain",
+    "history.yaml", "api-token", "ask-link-key", "asks.webhook", "hook-tokens", "plugins", "journal.db", "journal",
+    "jetstream", "drain",
 )  # fmt: skip
 
 

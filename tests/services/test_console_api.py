@@ -86,7 +86,13 @@ async def test_every_api_route_refuses_a_request_without_the_token(client: Clien
 
 
 async def test_the_console_files_need_no_token_and_load_nothing_from_elsewhere(client: Client) -> None:
-    for name, kind in (("", "text/html"), ("console.js", "text/javascript"), ("console.css", "text/css")):
+    files = (
+        ("", "text/html"),
+        ("console.js", "text/javascript"),
+        ("asks.js", "text/javascript"),
+        ("console.css", "text/css"),
+    )
+    for name, kind in files:
         async with client.session.get(f"{client.base}/console/{name}") as response:
             assert response.status == 200
             assert response.content_type == kind

@@ -226,6 +226,7 @@ async def test_an_isolated_hook_sees_no_store_journal_drain_nor_secret(workspace
         "drain/0001.json": "drained-secret",
         ".hookbus/drain/0002.json": "dot-drain-secret",
         "api-token": "api-token-secret",
+        "ask-link-key": "ask-link-key-secret",
         "claude-hooks.json": "claude-config-secret",
         "triggers.yaml": "triggers-secret",
         "sub/notes.txt": "sub-file-secret",

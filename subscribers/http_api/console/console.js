@@ -61,7 +61,8 @@ function say(id, text, isError) {
 
 // -- pages
 
-const pages = { live: showLive, journal: () => {}, middleware: startMiddleware, hooks: loadHooks, status: startStatus };
+const pages = { live: showLive, journal: () => {}, middleware: startMiddleware, hooks: loadHooks, status: startStatus,
+  asks: () => startAsks() };  // startAsks: asks.js
 let current = null;
 
 function show(name) {
@@ -69,6 +70,7 @@ function show(name) {
   for (const tab of document.querySelectorAll("#tabs button[data-page]")) tab.classList.toggle("active", tab.dataset.page === name);
   if (current === "status" && name !== "status") stopStatus();
   if (current === "middleware" && name !== "middleware") stopMiddleware();
+  if (current === "asks" && name !== "asks") stopAsks();
   current = name;
   if (pages[name]) pages[name]();
 }
@@ -93,6 +95,7 @@ function logout(why) {
   stopLive();
   stopStatus();
   stopMiddleware();
+  stopAsks();
   $("tabs").hidden = true;
   for (const page of document.querySelectorAll(".page")) page.hidden = page.id !== "page-login";
   if (typeof why === "string") say("login-error", why, true);
