@@ -24,12 +24,12 @@ BEATING = 4
 async def test_the_initial_load_holds_keys_rewritten_while_the_watch_starts(nats_url: str) -> None:
     async with Bus(nats_url) as bus, Bus(nats_url) as beaters:
         name = unique("watchload")
-        kv = await bind_bucket(bus, name)
+        kv = await bind_bucket(bus.port, name)
         for number in range(30):
             await kv.put(f"static.{number}", b"s")
             if number % 3 == 0:
                 await kv.delete(f"static.{number}")  # delete markers in the stream as well
-        writer = await bind_bucket(beaters, name)
+        writer = await bind_bucket(beaters.port, name)
         for number in range(BEATING):
             await writer.put(f"beat.{number}", b"b")
 
