@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from bus import Bus, Cancel, ConfigError, Continue, Module, Patch, Stage
+from bus import Ask, Bus, Cancel, ConfigError, Continue, Module, Patch, Stage
+from bus._middleware.asks.store import AskStore
 from bus.testing import serving, wait_for_chain
+from tests.conftest import run_cli
 from tests.support import fake_llm
+from tests.support.waiting import wait_until
 from triggers.agent import _hook_turn as hook_turn
+from triggers.agent._errors import HookTurnError
 from triggers.agent._hook_turn import HookTurnSpec
 from triggers.agent._llm import ChatClient
 
@@ -37,7 +43,8 @@ async def test_each_decision(kernel: Bus, nats_url: str, llm: fake_llm.FakeLLM) 
     decision = await judged(kernel, nats_url, llm, CALL)
     assert isinstance(decision, Cancel) and decision.reason == "deletes everything"
     request = llm.requests[-1]
-    assert [t["function"]["name"] for t in request["tools"]] == ["hook_continue", "hook_cancel", "hook_patch"]
+    names = ["hook_continue", "hook_cancel", "hook_patch", "hook_ask"]
+    assert [t["function"]["name"] for t in request["tools"]] == names
     assert request["tool_choice"] == "required" and "block rm -rf" in request["messages"][0]["content"]
     assert '"command":"rm -rf /"' in request["messages"][1]["content"]
 
@@ -47,6 +54,30 @@ async def test_each_decision(kernel: Bus, nats_url: str, llm: fake_llm.FakeLLM) 
     safe = {"name": "shell", "input": {"command": "rm -rf /tmp/x"}}
     llm.script = [fake_llm.tool_calls(("hook_patch", {"payload": safe}))]
     assert await judged(kernel, nats_url, llm, CALL) == Patch(safe)
+
+
+async def test_a_hook_turn_asks_and_the_operator_answers(kernel: Bus, nats_url: str, llm: fake_llm.FakeLLM) -> None:
+    """hook_ask holds the call for an operator: an answer from another process (hookbus deny) decides it."""
+    llm.script = [fake_llm.tool_calls(("hook_ask", {"reason": "deletes everything: a person decides", "timeout": 60}))]
+    call = asyncio.create_task(judged(kernel, nats_url, llm, CALL, fail_closed=False))
+    store = AskStore(kernel.port)
+
+    async def held() -> list[Any]:
+        return [p for p in await store.pending() if p.ask.reason == "deletes everything: a person decides"]
+
+    await wait_until(held, timeout=30, what="the hook-turn's ask")
+    (pending,) = await held()
+    done = await asyncio.to_thread(run_cli, "deny", pending.ask.id, "--reason", "not today", "--nats-url", nats_url)
+    assert done.returncode == 0, done.stderr
+    decision = await asyncio.wait_for(call, 30)
+    assert isinstance(decision, Cancel) and "not today" in decision.reason
+
+
+def test_hook_ask_arguments_are_checked() -> None:
+    ask = hook_turn.decision_from([SimpleNamespace(name="hook_ask", arguments={"reason": "why", "timeout": 10**9})])
+    assert isinstance(ask, Ask) and ask.reason == "why" and ask.timeout == Ask("x").timeout  # out of range: default
+    with pytest.raises(HookTurnError):
+        hook_turn.decision_from([SimpleNamespace(name="hook_ask", arguments={"timeout": 5})])
 
 
 @pytest.mark.parametrize("fail_closed", [False, True])

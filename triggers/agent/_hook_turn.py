@@ -3,11 +3,12 @@
 The model gets the handler's prompt, the stage, its payload and the call's
 context (agent, user, session, template, process, depth, deadline, request id,
 bag inputs: what a module's ``StageCtx`` holds), and exactly
-three tools: ``hook_continue``, ``hook_cancel(reason)``, ``hook_patch(payload)``.
+four tools: ``hook_continue``, ``hook_cancel(reason)``, ``hook_patch(payload)`` and
+``hook_ask(reason[, timeout])``, which holds the call for an operator (an :class:`~bus.Ask`).
 The call goes straight to the chat-completions endpoint, never through
 ``Bus.intercept``, so no middleware handler, local or remote, sees it (a
 hook-turn cannot re-enter the chain). It has a hard timeout. A model that times
-out, errors, or does not call exactly one of the three tools is a handler fault:
+out, errors, or does not call exactly one of the four tools is a handler fault:
 the handler's declared fail mode decides (continue, or cancel with the cause).
 
 Hook-turns are declared in ``<workspace>/hook_turns.yaml`` like any handler:
@@ -36,7 +37,7 @@ from typing import Any, Final
 import msgspec
 import orjson
 
-from bus._core.decisions import Cancel, Continue, Decision, Patch
+from bus._core.decisions import ASK_TIMEOUT_MAX, Ask, Cancel, Continue, HandlerDecision, Patch
 from bus._core.errors import ConfigError, HookbusError
 from bus._core.schema import convert
 from bus._core.stages import validate_stage
@@ -54,7 +55,8 @@ DEFAULT_TIMEOUT: Final = HOOK_TURN_TIMEOUT
 _INSTRUCTIONS: Final = (
     "You are a middleware handler of an AI agent. You are shown what the agent is about to do at one "
     "stage, as JSON. Decide by calling exactly one tool: hook_continue to let it pass unchanged, "
-    "hook_cancel with a reason to forbid it, or hook_patch with the full replacement payload. "
+    "hook_cancel with a reason to forbid it, hook_patch with the full replacement payload, or hook_ask "
+    "with a reason when a person should decide. "
     "Do not answer in text.\n\nYour rule:\n"
 )
 
@@ -83,7 +85,23 @@ HOOK_TOOLS: Final = [
             "parameters": {"type": "object", "properties": {"payload": {"type": "object"}}, "required": ["payload"]},
         },
     },
+    {
+        "type": "function",
+        "function": {
+            "name": "hook_ask",
+            "description": "Hold the action until an operator allows, denies or edits it (they see the reason).",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "reason": {"type": "string"},
+                    "timeout": {"type": "number", "description": "seconds to wait for the answer"},
+                },
+                "required": ["reason"],
+            },
+        },
+    },
 ]
+_TOOL_NAMES: Final = ("hook_continue", "hook_cancel", "hook_patch", "hook_ask")
 
 
 @dataclass(frozen=True)
@@ -104,12 +122,12 @@ class HookTurnSpec:
         return orjson.dumps({"prompt": self.prompt, "model": self.model}, option=orjson.OPT_SORT_KEYS).decode()
 
 
-def decision_from(completion_calls: list[Any]) -> Decision:
+def decision_from(completion_calls: list[Any]) -> HandlerDecision:
     """The decision the model's tool calls express; HookTurnError unless exactly one hook_* call."""
     names = [call.name for call in completion_calls]
-    if len(completion_calls) != 1 or names[0] not in ("hook_continue", "hook_cancel", "hook_patch"):
+    if len(completion_calls) != 1 or names[0] not in _TOOL_NAMES:
         raise HookTurnError(
-            f"the model must call exactly one of hook_continue, hook_cancel, hook_patch; it called {names or 'nothing'}"
+            f"the model must call exactly one of {', '.join(_TOOL_NAMES)}; it called {names or 'nothing'}"
         )
     call = completion_calls[0]
     if call.name == "hook_continue":
@@ -119,10 +137,23 @@ def decision_from(completion_calls: list[Any]) -> Decision:
         if not isinstance(reason, str) or not reason.strip():
             raise HookTurnError("hook_cancel without a reason")
         return Cancel(reason)
+    if call.name == "hook_ask":
+        return _ask(call.arguments)
     payload = call.arguments.get("payload")
     if not isinstance(payload, dict):
         raise HookTurnError("hook_patch without an object 'payload'")
     return Patch(payload)
+
+
+def _ask(arguments: dict[str, Any]) -> Ask:
+    """hook_ask's arguments as an Ask: a reason, and a wait within what an ask may have (else the default)."""
+    reason = arguments.get("reason")
+    if not isinstance(reason, str) or not reason.strip():
+        raise HookTurnError("hook_ask without a reason")
+    timeout = arguments.get("timeout")
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout <= ASK_TIMEOUT_MAX:
+        return Ask(reason)
+    return Ask(reason, timeout=float(timeout))
 
 
 def context_of(ctx: StageCtx | None) -> dict[str, Any]:
@@ -145,8 +176,8 @@ def context_of(ctx: StageCtx | None) -> dict[str, Any]:
 
 async def ask_model(
     client: ChatClient, spec: HookTurnSpec, stage: str, payload: dict[str, Any], ctx: StageCtx | None = None
-) -> Decision:
-    """One hook-turn: the prompt, the stage, its payload and the call's context, the three tools, a hard timeout."""
+) -> HandlerDecision:
+    """One hook-turn: the prompt, the stage, its payload and the call's context, the four tools, a hard timeout."""
     shown = {"stage": stage, "payload": payload, "context": context_of(ctx)}
     messages = [
         {"role": "system", "content": _INSTRUCTIONS + spec.prompt},
@@ -164,7 +195,9 @@ def build_module(name: str, specs: list[HookTurnSpec], client: ChatClient) -> Mo
     module = Module(name)
     for spec in specs:
 
-        async def handler(stage: str, payload: dict[str, Any], ctx: StageCtx, spec: HookTurnSpec = spec) -> Decision:
+        async def handler(
+            stage: str, payload: dict[str, Any], ctx: StageCtx, spec: HookTurnSpec = spec
+        ) -> HandlerDecision:
             return await ask_model(client, spec, stage, payload, ctx)
 
         module.stage(
