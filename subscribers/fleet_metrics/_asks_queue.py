@@ -32,15 +32,15 @@ from bus._journal.entries import decode_entry
 from bus._metrics import register_once
 from bus._middleware.asks.records import ANSWER_KINDS
 from bus._middleware.asks.store import AskStore
+from subscribers.fleet_metrics._subjects import ASKS_JOURNAL, ASKS_QUEUE
 
 log = logging.getLogger("hookbus.asks")
 
 #: Seconds between reads of the bucket.
 POLL_S: Final = 5.0
-#: Where kernels journal how each ask ended (with their NATS user, or without one on a server without users),
-#: and the queue group that counts each entry once.
-JOURNAL: Final = ("hookbus.journal.middleware", "hookbus.journal.middleware.*")
-QUEUE: Final = "hookbus-up-asks"
+#: Where kernels journal how each ask ended, and the queue group that counts each entry once.
+JOURNAL: Final = ASKS_JOURNAL
+QUEUE: Final = ASKS_QUEUE
 #: A kernel's journal decision at an ask's end -> the answer kind.
 _ENDED: Final = {"allowed": "allow", "denied": "deny", "edited": "edit"}
 

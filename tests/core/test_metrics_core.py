@@ -91,7 +91,7 @@ def test_importing_the_services_registers_nothing_until_they_start() -> None:
         "import triggers.engine.engine, bus._cli\n"
         "from prometheus_client import REGISTRY, generate_latest\n"
         "print(b'hookbus_' in generate_latest(REGISTRY))\n"
-        "from subscribers.shell_hooks import hook_metrics as metrics\n"
+        "from subscribers.shell_hooks import _hook_metrics as metrics\n"
         "metrics.register_metrics(); metrics.register_metrics()\n"
         "print(b'hookbus_shell_hook_runs' in generate_latest(REGISTRY))\n"
     )

@@ -35,7 +35,9 @@ from triggers.engine._subjects import TRIGGERS_STATUS
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = ("bus", "subscribers", "triggers")
 #: The modules that name subjects, buckets, streams and queue groups: each file called subjects.py.
-SUBJECT_FILES = sorted(path for top in SOURCES for path in (ROOT / top).rglob("subjects.py"))
+SUBJECT_FILES = sorted(
+    path for top in SOURCES for name in ("subjects.py", "_subjects.py") for path in (ROOT / top).rglob(name)
+)
 SUBJECT_MODULES: tuple[ModuleType, ...] = tuple(
     importlib.import_module(".".join(path.relative_to(ROOT).with_suffix("").parts)) for path in SUBJECT_FILES
 )

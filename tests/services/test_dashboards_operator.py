@@ -28,10 +28,12 @@ from tests.support.waiting import wait_until
 
 BOARDS = ("hookbus.json", "agents.json", "nats.json")
 RATE_FN = re.compile(r"\b(rate|increase)\(")
-#: What a healthy demo on one machine never does: their panels have data (at zero) and stay flat.
+#: What a healthy demo on one machine never does: their panels have data (at zero) and stay flat. (The demo
+#: asks nobody: an ask waits for an operator, and is answered or expires only when one acts or its deadline comes.)
 STILL = re.compile(
     r"hookbus_fleet_events_refused_total|hookbus_fleet_events_truncated_total|hookbus_fleet_nats_(dis|re)connects_total"
     r"|hookbus_fleet_shell_hook_refusals_total|hookbus_shell_events_shed_total"
+    r"|hookbus_fleet_asks_answered_total|hookbus_fleet_asks_expired_total"
 )
 SHIPPED = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
 HOOKS = {"hooks": {"agent_end": [{"id": "op-audit", "command": "/bin/true"}]}}
