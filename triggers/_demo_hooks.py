@@ -29,7 +29,14 @@ HOOKS: Final = {
     "demo-llm-check": ("llm_response", "#!/bin/sh\ncat > /dev/null\n[ $(( $$ % 4 )) -ne 0 ]\n"),
     # a pager that hangs on every error: stopped at its timeout (TIMEOUT_MS), as slow hooks are
     "demo-pager": ("error", "#!/bin/sh\ncat > /dev/null\nsleep 5\n"),
+    # set up to run outside its workspace: the security rules refuse it at each run, as a misplaced hook is
+    "demo-misplaced": ("turn_complete", "#!/bin/sh\ncat > /dev/null\n"),
 }
+#: Where the demo's hooks run, where not in their workspace.
+CWD: Final = {"demo-misplaced": "../elsewhere"}
+#: The demo worker's bounds: an outage's burst of errors overflows the pager's queue (its events are shed).
+MAX_PROCS: Final = 4
+QUEUE_SIZE: Final = 8
 #: The timeouts of the demo's hooks; the pager always outlives its own.
 TIMEOUT_MS: Final = {"demo-pager": 200}
 DEFAULT_TIMEOUT_MS: Final = 5000
@@ -44,7 +51,9 @@ def write_workspace(folder: Path) -> Path:
         script.write_text(text)
         script.chmod(0o700)
         timeout_ms = TIMEOUT_MS.get(hook_id, DEFAULT_TIMEOUT_MS)
-        hook = {"id": hook_id, "command": str(script), "stdin_json": True, "timeout_ms": timeout_ms}
+        hook: dict[str, object] = {"id": hook_id, "command": str(script), "stdin_json": True, "timeout_ms": timeout_ms}
+        if hook_id in CWD:
+            hook["cwd"] = CWD[hook_id]
         hooks.setdefault(event, []).append(hook)
     (folder / "hooks.json").write_text(json.dumps({"hooks": hooks}))
     return folder
@@ -55,6 +64,8 @@ async def demo_hooks(bus: Bus) -> AsyncIterator[ShellWorker]:
     """The demo's hooks running on ``bus`` while the block runs."""
     with tempfile.TemporaryDirectory(prefix="hookbus-demo-hooks-") as name:
         workspace = write_workspace(Path(name))
-        settings = WorkerSettings(queue=f"hookbus-demo-hooks-{random_hex(6)}")
+        settings = WorkerSettings(
+            queue=f"hookbus-demo-hooks-{random_hex(6)}", max_procs=MAX_PROCS, queue_size=QUEUE_SIZE
+        )
         async with ShellWorker(bus, workspace, settings) as worker:
             yield worker

@@ -14,18 +14,26 @@ import asyncio
 import contextlib
 import functools
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from bus._client import Bus
 from bus._core.clock import random_hex
-from bus._core.decisions import Cancel, Continue, Decision, Patch
+from bus._core.decisions import Ask, Cancel, Continue, Decision, HandlerDecision, Patch
 from bus._core.envelope import Event
 from bus._core.stages import Stage
 from bus._module import Module
 from bus._presence import component, presence
 from bus._turns.server import TurnRequest
+from triggers._demo_trouble import (
+    ASK_TIMEOUT_S,
+    EDGE_AGENT,
+    EDGE_MAX_BYTES,
+    EDGE_MAX_OBJECT_BYTES,
+    edge_link,
+    play_trouble,
+)
 from triggers.engine import _config as config
 from triggers.engine.engine import TriggerEngine
 
@@ -42,7 +50,8 @@ COMMANDS: Final = (
 DEMO_AGENT: Final = "demo-analyst"
 #: The guard module's name; the demo's own Bus lists its handlers as managed (they need no approval).
 GUARD: Final = "demo-guard"
-GUARD_HANDLERS: Final = (f"{GUARD}.no_rm",)
+ASKER: Final = f"{GUARD}.ask_push"
+GUARD_HANDLERS: Final = (f"{GUARD}.no_rm", ASKER)
 #: How long the guard hangs on a downloaded script: past its timeout (2 s), so the kernel gives up on it.
 GUARD_HANG_S: Final = 3.0
 #: The pause an agent takes between the sessions it plays beyond its share (with ``--for``).
@@ -83,6 +92,13 @@ def guard_module(name: str) -> Module:
             await asyncio.sleep(GUARD_HANG_S)
         return Continue()
 
+    @module.stage(Stage.TOOL_CALL, match="shell")
+    async def ask_push(stage: str, payload: dict[str, Any]) -> HandlerDecision:
+        command = str(payload.get("input", {}).get("command", ""))
+        if "push --force" in command:
+            return Ask(f"force push: {command}", timeout=ASK_TIMEOUT_S, on_timeout="cancel")
+        return Continue()
+
     return module
 
 
@@ -90,14 +106,14 @@ class Fleet:
     """Plays the agents. ``rng`` makes a run repeatable."""
 
     def __init__(
-        self, bus: Bus, rng: random.Random, report: DemoReport, pace: float, agents: Mapping[str, Bus] | None = None
+        self, bus: Bus, rng: random.Random, report: DemoReport, pace: float, agents: dict[str, Bus] | None = None
     ) -> None:
         self.bus = bus
         self.rng = rng
         self.report = report
         self.pace = pace
         #: Each agent's own Bus (its events carry its name as their source); absent: the shared one.
-        self.agents = dict(agents or {})
+        self.agents = agents if agents is not None else {}
 
     async def _emit(self, subject: str, payload: dict[str, Any], *, session: str, agent: str | None = None) -> None:
         await self.agents.get(agent or "", self.bus).emit(subject, payload, session_id=session)
@@ -150,8 +166,18 @@ class Fleet:
             await emit("eva.custom.deploy", {"target": "staging", "dry_run": "--dry-run" in command})
 
 
-#: Opens a Bus of one demo agent's own, named by it (``hookbus demo`` connects it as its own Bus).
-AgentBus = Callable[[str], Bus]
+class AgentBus(Protocol):
+    """Opens a Bus of one demo agent's own, named by it (``hookbus demo`` connects it as its own Bus);
+    ``servers`` and the limits, where given, replace the demo's (the edge agent's link and limits)."""
+
+    def __call__(
+        self,
+        agent: str,
+        *,
+        servers: str | None = None,
+        max_bytes: int | None = None,
+        max_object_bytes: int | None = None,
+    ) -> Bus: ...
 
 
 async def run_demo(
@@ -181,7 +207,16 @@ async def run_demo(
         if agent_bus is not None:
             for name in [*names, DEMO_AGENT]:
                 own[name] = await stack.enter_async_context(agent_bus(name))
-        parts = [component("agent", name, "demo agent") for name in [*names, DEMO_AGENT]]
+        fleet = Fleet(bus, rng, report, pace, own)
+        trouble = None
+        if agent_bus is not None and for_s is not None:  # a long run shows what goes wrong, once
+            relay = await stack.enter_async_context(edge_link(bus.servers))
+            own[EDGE_AGENT] = await stack.enter_async_context(
+                agent_bus(EDGE_AGENT, servers=relay.url if relay else None, max_bytes=EDGE_MAX_BYTES,
+                          max_object_bytes=EDGE_MAX_OBJECT_BYTES)
+            )  # fmt: skip
+            trouble = functools.partial(play_trouble, bus, own[EDGE_AGENT], relay, fleet.tool_call, ASKER)
+        parts = [component("agent", name, "demo agent") for name in own or [*names, DEMO_AGENT]]
         parts.append(component("trigger_engine", "demo-spend", "demo trigger on eva.spend.day"))
         if hooks:
             from triggers._demo_hooks import HOOKS, demo_hooks
@@ -189,12 +224,18 @@ async def run_demo(
             await stack.enter_async_context(demo_hooks(bus))
             parts.append(component("worker", "demo shell hooks", ", ".join(HOOKS)))
         await stack.enter_async_context(presence(bus, "hookbus demo", parts))
-        fleet = Fleet(bus, rng, report, pace, own)
-        await _play(fleet, names, sessions, for_s, own.get(DEMO_AGENT, bus))
+        await _play(fleet, names, sessions, for_s, own.get(DEMO_AGENT, bus), trouble)
     return report
 
 
-async def _play(fleet: Fleet, names: list[str], sessions: int, for_s: float | None, analyst_bus: Bus) -> None:
+async def _play(
+    fleet: Fleet,
+    names: list[str],
+    sessions: int,
+    for_s: float | None,
+    analyst_bus: Bus,
+    trouble: Callable[[], Awaitable[None]] | None = None,
+) -> None:
     bus, report, rng = fleet.bus, fleet.report, fleet.rng
     guard = guard_module(GUARD)
     engine = await TriggerEngine(bus, queue=f"hookbus-demo-{random_hex(6)}").start()
@@ -231,7 +272,7 @@ async def _play(fleet: Fleet, names: list[str], sessions: int, for_s: float | No
         until = None if for_s is None else asyncio.get_running_loop().time() + for_s
         if until is not None:  # a long run reports the spend at its start too: the trigger panels move early
             await _spend(bus, rng)
-        await _sessions(fleet, names, sessions, until)
+        await asyncio.gather(_sessions(fleet, names, sessions, until), *([trouble()] if trouble else []))
         # Whatever the dice said, show the guard at work once each way.
         showcase = f"sess_{random_hex(8)}"
         await fleet.tool_call(showcase, "rm -rf build/", names[0])

@@ -7,6 +7,8 @@ from typing import Final
 
 from bus._cli.common import add_nats_url, connection_args
 from bus._client import Bus
+from bus._core.claim import DEFAULT_MAX_OBJECT_BYTES
+from bus._core.envelope import DEFAULT_MAX_BYTES
 from bus._core.errors import ConfigError
 from bus._runtime.quantities import parse_duration
 
@@ -30,7 +32,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "Sessions with LLM calls (several models, some failing), tool calls through a guard module it "
             "serves (cancels rm -rf, patches deploys, hangs on a downloaded script), custom events, shell hooks of "
             "its own (one fails now and then, one times out), and a trigger on eva.spend.day answered by a demo "
-            "agent; each agent names itself. Run `hookbus up` first, then `hookbus tail` in another terminal."
+            "agent; each agent names itself. With --for (the default), it plays once what goes wrong in a real fleet: "
+            "a malformed event, a cut-to-fit event, a dropped link, shed hook events, asks answered and expired. "
+            "Run `hookbus up` first, then `hookbus tail` in another terminal."
         ),
     )
     parser.add_argument(
@@ -66,8 +70,17 @@ async def run(args: argparse.Namespace) -> int:
     sessions = DEFAULT_SESSIONS if args.sessions is None else args.sessions
     for_s = parse_duration(DEFAULT_FOR) if args.for_s is None and args.sessions is None else args.for_s
 
-    def agent_bus(agent: str) -> Bus:  # each agent identifies itself: its events' source is its name
-        return Bus(args.nats_url, name=f"hookbus-demo-{agent}", source=agent, **connection_args(args))
+    def agent_bus(
+        agent: str, *, servers: str | None = None, max_bytes: int | None = None, max_object_bytes: int | None = None
+    ) -> Bus:  # each agent identifies itself: its events' source is its name
+        return Bus(
+            servers or args.nats_url,
+            name=f"hookbus-demo-{agent}",
+            source=agent,
+            max_bytes=max_bytes or DEFAULT_MAX_BYTES,
+            max_object_bytes=max_object_bytes or DEFAULT_MAX_OBJECT_BYTES,
+            **connection_args(args),
+        )
 
     connection = connection_args(args)
     async with Bus(

@@ -49,6 +49,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("subject", nargs="?", help="event subject or PRX event name (not with --jsonl)")
     parser.add_argument("payload", nargs="?", default=None, help="a JSON object; '-' or absent: read stdin")
     parser.add_argument("--session", default=None, help="session id the event carries")
+    parser.add_argument(
+        "--source", default=NAME, help=f"who the events say sent them (the console's source; default: {NAME})"
+    )
     parser.add_argument("--jsonl", action="store_true", help="read events from stdin, one JSON object per line")
     parser.add_argument("--any", action="store_true", help="send to a subject outside the catalogue too")
     parser.add_argument(
@@ -117,7 +120,7 @@ def emit_now(args: argparse.Namespace) -> int:
     """Check and encode every event, then send them in one exchange (or through the full client)."""
     events = collect(args)
     depth = depth_from_env()
-    encoder = Encoder(_UNCUT)
+    encoder = Encoder(_UNCUT, args.source)
     messages = [(subject, encoder.encode(subject, payload, session, depth)[0]) for subject, payload, session in events]
     if depth >= DEFAULT_MAX_DEPTH:
         return _drop_at_the_limit(args, events)
@@ -172,7 +175,7 @@ async def publish_with_bus(args: argparse.Namespace, events: list[Event]) -> int
     from bus._client import Bus
 
     set_depth(depth_from_env())
-    async with Bus(args.nats_url, name=NAME, **connection_args(args)) as bus:
+    async with Bus(args.nats_url, name=NAME, source=args.source, **connection_args(args)) as bus:
         sent = [await bus.emit(subject, payload, session_id=session) for subject, payload, session in events]
         if any(sent):
             await bus.flush()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 
 from bus._cli.common import add_nats_url, connection_args
@@ -64,24 +64,28 @@ async def open_view(args: argparse.Namespace, name: str) -> AsyncIterator[tuple[
         yield bus, await bus.middleware.start()
 
 
-def describe_link(position: int | str, link: Link, replicas: int) -> str:
-    decl = link.decl
-    parts = [
-        f"  {position}. {decl.qualname}" if isinstance(position, int) else f"  {position} {decl.qualname}",
-        link.trust.value,
-        "fail-closed" if decl.fail_closed else "fail-open",
-        f"timeout {decl.timeout:g}s",
-    ]
-    if link.match:
-        parts.append(f"match {'|'.join(sorted(link.match))}")
+def declaration_terms(decl: Declaration, match: Iterable[str]) -> list[str]:
+    """How a declaration reads in a listing: fail mode, timeout, match, order, priority, when."""
+    parts = ["fail-closed" if decl.fail_closed else "fail-open", f"timeout {decl.timeout:g}s"]
+    if match := list(match):
+        parts.append(f"match {'|'.join(match)}")
     if decl.before:
         parts.append(f"before {','.join(decl.before)}")
     if decl.after:
         parts.append(f"after {','.join(decl.after)}")
     if decl.priority:
         parts.append(f"priority {decl.priority}")
-    for field, patterns in decl.when.to_wire().items():
-        parts.append(f"when {field} {','.join(patterns)}")
+    parts += [f"when {field} {','.join(patterns)}" for field, patterns in decl.when.to_wire().items()]
+    return parts
+
+
+def describe_link(position: int | str, link: Link, replicas: int) -> str:
+    decl = link.decl
+    parts = [
+        f"  {position}. {decl.qualname}" if isinstance(position, int) else f"  {position} {decl.qualname}",
+        link.trust.value,
+        *declaration_terms(decl, sorted(link.match) if link.match else ()),
+    ]
     if link.agents is not None:
         parts.append(f"granted to {','.join(sorted(link.agents)) or 'no agent'}")
     parts.append(f"{replicas} instance{'s' if replicas != 1 else ''}")

@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from bus._cli.common import read_json_object
+from bus._cli.middleware import declaration_terms
 from bus._core.decisions import Cancel, Decision, Patch
 from bus._core.declaration import Declaration
 from bus._core.errors import BrokenChain
@@ -134,17 +135,7 @@ def describe(module: Module) -> list[str]:
 
 
 def _describe(decl: Declaration) -> str:
-    parts = [decl.qualname, "fail-closed" if decl.fail_closed else "fail-open", f"timeout {decl.timeout:g}s"]
-    if decl.priority:
-        parts.append(f"priority {decl.priority}")
-    if decl.match:
-        parts.append(f"match {'|'.join(decl.match)}")
-    if decl.before:
-        parts.append(f"before {','.join(decl.before)}")
-    if decl.after:
-        parts.append(f"after {','.join(decl.after)}")
-    for field, patterns in decl.when.to_wire().items():
-        parts.append(f"when {field} {','.join(patterns)}")
+    parts = [decl.qualname, *declaration_terms(decl, decl.match or ())]
     if decl.outputs:
         parts.append(f"writes {','.join(decl.outputs)}")
     for item in decl.inputs:

@@ -288,8 +288,8 @@ def _connector(nats_url: str, args: argparse.Namespace) -> Connector:
     """Further connections for services, made as the main one is: same server, connect budget, credentials."""
     settings = connection_args(args)
 
-    def connect(name: str) -> Bus:
-        return Bus(nats_url, name=name, **settings)
+    def connect(name: str) -> Bus:  # the events each service emits name it as their source
+        return Bus(nats_url, name=name, source=name, **settings)
 
     return connect
 

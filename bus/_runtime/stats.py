@@ -31,6 +31,7 @@ DROP_REASONS: Final = (
     "closed",
     "journal",
     "denied",
+    "shed",
 )
 #: Why a receiver refuses an event (bus._core.errors.EnvelopeError.drop).
 REFUSE_REASONS: Final = ("malformed", "oversize", "depth")

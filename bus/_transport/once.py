@@ -24,6 +24,7 @@ from nats.js import api
 from bus._core.errors import RegistryError
 from bus._core.subjects import kv_key_subject, kv_stream
 from bus._transport.connection import jetstream_replicas
+from bus._transport.kv import bucket_config
 
 _FAILURES = (nats_errors.Error, js_errors.Error, TimeoutError)
 #: The server's error code for a message refused by discard-new-per-subject ("maximum messages per subject exceeded").
@@ -33,28 +34,12 @@ READ_TIMEOUT: Final = 2.0
 
 
 def once_config(name: str, max_age_s: float, replicas: int) -> api.StreamConfig:
-    """The stream of a write-once bucket: KV layout, one message per key, new ones refused, TTL per message."""
-    return api.StreamConfig(
-        name=kv_stream(name),
-        subjects=[kv_key_subject(name) + ">"],
-        retention=api.RetentionPolicy.LIMITS,
-        storage=api.StorageType.FILE,
-        max_age=max_age_s,  # 0: kept for good
-        max_msgs_per_subject=1,
-        max_msgs=-1,
-        max_bytes=-1,
-        max_msg_size=-1,
-        max_consumers=-1,
-        discard=api.DiscardPolicy.NEW,
-        discard_new_per_subject=True,
-        duplicate_window=min(120.0, max_age_s) if max_age_s else 120.0,
-        num_replicas=replicas,
-        allow_rollup_hdrs=False,
-        allow_direct=True,
-        allow_msg_ttl=True,
-        deny_delete=True,
-        deny_purge=True,
-    )
+    """The stream of a write-once bucket: a hardened bucket's (bus._transport.kv.bucket_config), new
+    messages on a key refused, direct gets allowed; ``max_age_s`` 0 keeps keys for good."""
+    config = bucket_config(name, max_age_s, replicas)
+    config.discard_new_per_subject = True
+    config.allow_direct = True
+    return config
 
 
 class OnceBucket:

@@ -70,7 +70,8 @@ HOOKBUS = [
             (rate("hookbus_fleet_events_dropped_total", "reason"), "{{reason}}"),
             (rate("hookbus_fleet_events_refused_total", "reason"), "refused by the receiver: {{reason}}"),
         ),
-        "depth: recursion limit; oversize; disconnected: buffer full while NATS was away; malformed; slow_consumer.",
+        "depth: recursion limit; oversize; disconnected: buffer full while NATS was away; malformed; slow_consumer; "
+        "shed: a shell hook's queue full.",
     ),
     Panel(
         "Subscriber handler errors",
@@ -164,9 +165,10 @@ HOOKS = [
         (
             ("sum(hookbus_shell_hooks_running)", "running"),
             ("sum(hookbus_shell_events_queued)", "queued"),
-            (f"sum(increase(hookbus_shell_events_shed_total[{RATE}]))", "shed"),
+            (f'sum(increase(hookbus_fleet_events_dropped_total{{reason="shed"}}[{RATE}]))', "shed"),
         ),
-        "The shell-hook workers' own gauges (hookbus up runs one; scrape `hookbus worker` processes too).",
+        "Running and queued: the workers' own gauges (scrape `hookbus worker` processes too); "
+        "shed: every worker's, as its Bus reports.",
     ),
     Panel("Triggers fired", "ops", ((rate("hookbus_fleet_trigger_fired_total", "trigger"), "{{trigger}}"),)),
     Panel(

@@ -333,6 +333,7 @@ class _Lane:
         stats.shed += 1
         stats.shed_by_key[self.pattern] += 1
         hook_metrics.SHED.inc()
+        self.worker.bus.stats.dropped.add("shed")  # reported to the fleet with the Bus's other drops
 
 
 class HooksReload:

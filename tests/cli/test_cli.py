@@ -142,6 +142,7 @@ async def test_up_emit_tail_end_to_end(up: UpProcess, workspace: Path) -> None:
         out_json, _ = await asyncio.to_thread(tail_json.communicate, timeout=20)
         envelope = orjson.loads(out_json.splitlines()[0])
         assert envelope["event"] == "tool_call" and envelope["payload"]["output"] == "ok"
+        assert envelope["source"] == "hookbus-emit", "a person's events name the command, not 'unknown'"
     finally:
         for proc in (tail, tail_json):
             if proc.poll() is None:
