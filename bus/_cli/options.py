@@ -10,11 +10,9 @@ import argparse
 import sys
 from typing import Any, Final
 
-import orjson
-
 from bus._cli.parser import in_help_only
 from bus._core.errors import ConfigError
-from bus._core.json_types import json_type
+from bus._core.json_types import json_object
 from bus._transport.endpoints import URL_ENV, Credentials
 
 #: How long a command that does one thing and exits retries a server that is not there (then it says so).
@@ -99,13 +97,7 @@ def connection_args(args: argparse.Namespace) -> dict[str, Any]:
 
 def parse_json_object(text: str, what: str) -> dict[str, Any]:
     """A JSON object from text; a ConfigError naming ``what`` and the JSON type found otherwise."""
-    try:
-        value = orjson.loads(text)
-    except orjson.JSONDecodeError as exc:
-        raise ConfigError(f"{what} is not valid JSON: {exc}") from None
-    if not isinstance(value, dict):
-        raise ConfigError(f"{what} must be a JSON object, not {json_type(value)}")
-    return value
+    return json_object(text, what, ConfigError)
 
 
 def read_json_object(text: str | None, what: str) -> dict[str, Any]:

@@ -25,6 +25,17 @@ def is_qualname(name: str) -> bool:
     return bool(dot) and TOKEN_RE.fullmatch(module) is not None and TOKEN_RE.fullmatch(handler) is not None
 
 
+def handler_key(prefix: str, qualname: str) -> str | None:
+    """``<prefix><module>.<handler>``, a bucket key of one handler's record; None if ``qualname`` is not one."""
+    return prefix + qualname if is_qualname(qualname) else None
+
+
+def handler_of_key(prefix: str, key: str) -> str | None:
+    """The ``module.handler`` a bucket key ``<prefix><module>.<handler>`` is of, or None if it is not one."""
+    name = key[len(prefix) :] if key.startswith(prefix) else ""
+    return name if is_qualname(name) else None
+
+
 PRX_DOMAIN = "prx.lifecycle"
 EVA_DOMAIN = "eva"
 

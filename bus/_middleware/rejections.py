@@ -17,7 +17,7 @@ import msgspec
 from bus._core.declaration import Declaration
 from bus._core.errors import MiddlewareError
 from bus._core.schema import decode
-from bus._core.subjects import is_qualname
+from bus._core.subjects import handler_key, handler_of_key
 from bus._middleware.schema import RejectRecordMsg
 from bus._transport.kv import Bucket
 
@@ -29,17 +29,15 @@ MAX_REJECTED: Final = 32
 
 def reject_key(qualname: str) -> str:
     """``reject.<module>.<handler>``; raises MiddlewareError for a name that is not module.handler."""
-    if not is_qualname(qualname):
+    key = handler_key(REJECT_PREFIX, qualname)
+    if key is None:
         raise MiddlewareError(f"{qualname!r} is not module.handler")
-    return REJECT_PREFIX + qualname
+    return key
 
 
 def rejected_handler(key: str) -> str | None:
     """The ``module.handler`` a trust bucket key records rejections of, or None if it is not a rejection key."""
-    if not key.startswith(REJECT_PREFIX):
-        return None
-    name = key[len(REJECT_PREFIX) :]
-    return name if is_qualname(name) else None
+    return handler_of_key(REJECT_PREFIX, key)
 
 
 def parse_rejected(data: bytes | None) -> frozenset[str]:

@@ -20,7 +20,7 @@ import msgspec
 
 from bus._core.errors import MiddlewareError
 from bus._core.schema import decode
-from bus._core.subjects import TOKEN_RE, is_qualname
+from bus._core.subjects import TOKEN_RE, handler_key, handler_of_key
 from bus._middleware.schema import SwitchRecordMsg
 from bus._transport.kv import Bucket
 
@@ -46,17 +46,15 @@ DEFAULT: Final = Switches()
 
 def switch_key(qualname: str) -> str:
     """``switch.<module>.<handler>``; raises MiddlewareError for a name that is not module.handler."""
-    if not is_qualname(qualname):
+    key = handler_key(SWITCH_PREFIX, qualname)
+    if key is None:
         raise MiddlewareError(f"{qualname!r} is not module.handler")
-    return SWITCH_PREFIX + qualname
+    return key
 
 
 def switched_handler(key: str) -> str | None:
     """The ``module.handler`` a trust bucket key switches, or None if it is not a switch key."""
-    if not key.startswith(SWITCH_PREFIX):
-        return None
-    name = key[len(SWITCH_PREFIX) :]
-    return name if is_qualname(name) else None
+    return handler_of_key(SWITCH_PREFIX, key)
 
 
 def parse_switches(data: bytes | None) -> Switches:

@@ -239,13 +239,13 @@ async def test_an_unreachable_bus_refuses_what_a_fail_closed_guard_held_and_lets
 async def test_malformed_inputs_are_named_and_never_run(nats_url: str, relay: Bus, tmp_path: Path) -> None:
     env = env_for(nats_url, tmp_path)
     for payload, named in [
-        ("not json", "the hook input is not JSON"),
+        ("not json", "the hook input is not valid JSON"),
         ({**bash("ls"), "tool_input": "ls"}, "the hook input: field 'tool_input': expected `object | null`, got `str`"),
     ]:
         code, output, stderr = await claude_hook(payload, env)
         assert code == 1 and output is None and named in stderr, (payload, stderr)
     for payload, named in [  # the same checks, without a process each
-        ("[1]", "the hook input must be a JSON object, not list"),
+        ("[1]", "the hook input must be a JSON object, not array"),
         ({"session_id": SESSION}, "the hook input: field 'hook_event_name' is required"),
         (hook_input("PreToolUse", tool_input={}), "PreToolUse needs 'tool_name'"),
     ]:

@@ -76,7 +76,7 @@ async def test_the_http_hook_denies_patches_and_emits(up: UpProcess, guarded: st
     assert (await post(url, bash("ls"), None))[0] == 401
     assert (await post(url, bash("ls"), "wrong"))[0] == 401
     status, answer = await post(url, b"[]", token)
-    assert status == 400 and answer["error"] == "the hook input must be a JSON object, not list"
+    assert status == 400 and answer["error"] == "the hook input must be a JSON object, not array"
     status, answer = await post(url, {**bash("ls"), "session_id": 7}, token)
     assert status == 400 and "field 'session_id'" in answer["error"]
 

@@ -39,6 +39,7 @@ import orjson
 
 from bus._core.declaration import MAX_TIMEOUT
 from bus._core.errors import ConfigError
+from bus._core.json_types import json_object
 from bus._core.schema import convert
 from bus._sandbox.security import command_problem
 from bus.adapters._errors import PatternError
@@ -191,12 +192,7 @@ def _home(value: str | None, project: Path) -> Path:
 
 def parse(data: bytes, project: Path, where: str, plugin_root: Path | None = None) -> ClaudeHooks:
     """claude-hooks.json's (or a plugin's hooks.json's) bytes as ClaudeHooks; ConfigError names the file and field."""
-    try:
-        doc = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
-        raise ConfigError(f"{where} is not valid JSON ({exc})") from None
-    if not isinstance(doc, dict):
-        raise ConfigError(f"{where}: must be a JSON object, not {type(doc).__name__}")
+    doc = json_object(data, where, ConfigError)
     misplaced = sorted(key for key in doc if key in STAGES or key in UNSTAGED) if "hooks" not in doc else []
     if misplaced:  # Claude Code refuses such a plugin ("expected record" at hooks): never serve it as no hooks
         raise ConfigError(f'{where}: {", ".join(misplaced)} must be under a top-level "hooks" object')

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
+from bus._core.json_types import json_object, json_type
 from bus._core.schema import convert
 from bus.adapters._errors import AgentHookError
 from bus.adapters._schema import AgentHookInput
@@ -97,12 +98,9 @@ class Step:
 def parse(data: bytes | Any) -> AgentHookInput:
     """A hook input (JSON bytes or a parsed object), checked field by field; AgentHookError names what is wrong."""
     if isinstance(data, bytes | bytearray | str):
-        try:
-            data = orjson.loads(data)
-        except orjson.JSONDecodeError as exc:
-            raise AgentHookError(f"the hook input is not JSON ({exc})") from None
+        data = json_object(bytes(data) if isinstance(data, bytearray) else data, "the hook input", AgentHookError)
     if not isinstance(data, dict):
-        raise AgentHookError(f"the hook input must be a JSON object, not {type(data).__name__}")
+        raise AgentHookError(f"the hook input must be a JSON object, not {json_type(data)}")
     return convert(data, AgentHookInput, "the hook input", AgentHookError)
 
 
