@@ -1,7 +1,7 @@
 """The errors of rule files::
 
-    MiddlewareError
-    └── RuleFileError      a rule file is refused: names the file, the line and the reason (also ValueError)
+MiddlewareError
+└── RuleFileError      a rule file is refused: names the file, the line and the reason (also ValueError)
 """
 
 from __future__ import annotations

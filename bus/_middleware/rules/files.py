@@ -206,7 +206,7 @@ def _then(value: Any, reason: Any, fault: Any) -> dict[str, Any]:
         value = {"cancel": reason if reason is not None else "cancelled by a rule"}
     if not isinstance(value, dict) or len(value) != 1:
         raise fault("then", "then must be continue, cancel, {cancel: REASON} or {patch: {set: ..., remove: ...}}")
-    (kind, body), = value.items()
+    ((kind, body),) = value.items()
     if kind == "cancel":
         if not isinstance(body, str) or not body:
             raise fault("then", "a cancel's reason must be text")

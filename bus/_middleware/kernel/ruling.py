@@ -1,0 +1,99 @@
+"""Running a rule in the chain: its condition evaluated in the kernel, no request; journaled as a handler's.
+
+One :class:`RuleCall` per intercept makes the CEL activation (``payload``,
+``ctx``, ``bag``) once per version of the payload, so a chain of many rules
+pays for it once. A rule whose condition holds decides its ``then``; one whose
+condition cannot be evaluated (a missing key, a non-bool) is a failed handler:
+continue, or cancel if it is fail-closed. A shadow rule's decision is
+journaled as ``would_cancel`` / ``would_patch`` with the payload's hash and
+never applied.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from bus._core.decisions import CONTINUE, Cancel, HandlerDecision, Patch
+from bus._core.middleware_schema import RequestCtx
+from bus._middleware.faults import Outcome, fault_decision
+from bus._middleware.kernel.chain import Link
+from bus._middleware.kernel.reactions import Reactions
+from bus._middleware.rules.compile import Rule, activation, holds, patched, render
+
+
+def rule_ctx(stage: str, wire_ctx: RequestCtx | Mapping[str, Any]) -> dict[str, str]:
+    """What a rule's ``ctx`` holds: agent, user, session, template (empty text when the call has none), stage."""
+    get = wire_ctx.get if isinstance(wire_ctx, Mapping) else lambda name: getattr(wire_ctx, name, None)
+    out = {"stage": stage}
+    for name in ("agent", "user", "session", "template"):
+        value = get(name)
+        out[name] = value if isinstance(value, str) else ""
+    return out
+
+
+def payload_hash(payload: Mapping[str, Any]) -> str:
+    """SHA-256 of the payload's sorted JSON: what a shadow entry names the call by."""
+    return hashlib.sha256(orjson.dumps(payload, option=orjson.OPT_SORT_KEYS, default=str)).hexdigest()
+
+
+class RuleCall:
+    """The rules' side of one intercept."""
+
+    __slots__ = ("_act", "_bag", "_payload", "ctx")
+
+    def __init__(self, stage: str, wire_ctx: RequestCtx | Mapping[str, Any], bag: Mapping[str, Any] | None) -> None:
+        self.ctx = rule_ctx(stage, wire_ctx)
+        self._bag = bag
+        self._payload: Mapping[str, Any] | None = None
+        self._act: Any = None
+
+    def verdict(self, rule: Rule, payload: Mapping[str, Any]) -> tuple[HandlerDecision, bool]:
+        """What the rule decides on ``payload`` (applied or not) and whether its condition held.
+
+        Raises RuntimeError or TypeError when the condition cannot be evaluated.
+        """
+        if payload is not self._payload:
+            self._act, self._payload = activation(payload, self.ctx, self._bag), payload
+        if not holds(rule, self._act):
+            return CONTINUE, False
+        if rule.reason:
+            return Cancel(render(rule, self._act), rule.qualname), True
+        if rule.patch is not None:
+            return Patch(patched(rule, payload)), True
+        return CONTINUE, True
+
+    def decide(self, link: Link, payload: Mapping[str, Any], journal: Reactions) -> HandlerDecision:
+        """The rule's decision as the chain takes it, journaled (which rule, its identity, the result)."""
+        rule = link.rule
+        assert rule is not None
+        started = time.perf_counter()
+        try:
+            decision, held = self.verdict(rule, payload)
+        except (RuntimeError, TypeError) as exc:
+            ms = (time.perf_counter() - started) * 1000
+            cause = f"if {rule.source!r} could not be evaluated: {str(exc)[:300]}"
+            if rule.shadow:
+                journal.note(link, "would_fail", cause, ms)
+                return CONTINUE
+            failed = fault_decision(link.decl.fail_closed, rule.qualname, Outcome.FAILED, cause)
+            journal.add(link, Outcome.FAILED, failed, ms, cause)
+            return failed
+        ms = (time.perf_counter() - started) * 1000
+        if decision is CONTINUE:
+            journal.ok(link, rule.qualname, "continue", ms)
+            return CONTINUE
+        if rule.shadow:
+            reason = f"; {decision.reason}" if isinstance(decision, Cancel) else ""
+            cause = f"payload {payload_hash(payload)}; if {rule.source!r} -> {held}{reason}"
+            journal.note(link, f"would_{decision.kind}", cause, ms)
+            return CONTINUE
+        if isinstance(decision, Cancel):
+            journal.add(link, Outcome.OK, decision, ms, None)
+        else:
+            journal.ok(link, rule.qualname, decision.kind, ms)
+        return decision
