@@ -354,9 +354,8 @@ class View:
         for name in self.rules.new:
             self._spawn(self.rules.approve_new(name))
         self.rules.new.clear()
-        for qualname in sorted(
-            (live.keys() | records.keys()) - rules
-        ):  # a rule's name is the rule's  # trust_new approves in name order: every run alike
+        # trust_new approves in name order (every run alike); a module's handler named as a rule is left out
+        for qualname in sorted((live.keys() | records.keys()) - rules):
             self._place(qualname, live.get(qualname, {}), records.get(qualname, []), by_stage)
         known = frozenset(live) | frozenset(self.approved) | frozenset(records)
         first = self.first_approved
