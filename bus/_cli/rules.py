@@ -1,8 +1,8 @@
 """``hookbus rules``: push rule files to the fleet, try one locally, report what a shadow rule would have done.
 
-    hookbus rules push rules/guards.yaml          # as the operator: every kernel takes it (after approval)
-    hookbus rules test rules/guards.yaml tool '{"name": "shell", "input": {"command": "rm -rf /"}}' --agent eva
-    hookbus rules shadow-report guards.no-rm --since 24h
+hookbus rules push rules/guards.yaml          # as the operator: every kernel takes it (after approval)
+hookbus rules test rules/guards.yaml tool '{"name": "shell", "input": {"command": "rm -rf /"}}' --agent eva
+hookbus rules shadow-report guards.no-rm --since 24h
 """
 
 from __future__ import annotations
@@ -26,7 +26,9 @@ SAMPLE = 5
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
-        "rules", help="declarative rule guards: push, test, shadow-report", description=__doc__,
+        "rules",
+        help="declarative rule guards: push, test, shadow-report",
+        description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands = parser.add_subparsers(dest="rules_command", metavar="COMMAND", required=True)
@@ -119,7 +121,7 @@ async def run_shadow_report(args: argparse.Namespace) -> int:
 
     since = datetime.fromtimestamp(datetime.now(UTC).timestamp() - parse_duration(args.since), UTC)
     path = existing(args).path / DB_NAME
-    if not path.exists():  # noqa: ASYNC240 - one stat before anything runs
+    if not path.exists():
         raise ConfigError(f"no journal at {path}")
     store = JournalStore(path)
     try:
@@ -145,6 +147,8 @@ async def run_shadow_report(args: argparse.Namespace) -> int:
     for decision in sorted(counts):
         print(f"  {decision}: {counts[decision]}")
     for entry in sample:
-        print(f"  {entry.time} {entry.point} agent={entry.agent} session={entry.session} {entry.decision}: {entry.cause}")
+        print(
+            f"  {entry.time} {entry.point} agent={entry.agent} session={entry.session} {entry.decision}: {entry.cause}"
+        )
     sys.stdout.flush()
     return 0
