@@ -57,7 +57,8 @@ async def run_push(args: argparse.Namespace) -> int:
     checked = []
     for file in args.files:
         rules = compile_file(read_path(file))  # refused here, with file and line, before anything is written
-        checked.append((stem_of(file), Path(file).read_bytes(), rules))
+        data = Path(file).read_bytes()  # noqa: ASYNC240 - a command's own input, read before it connects
+        checked.append((stem_of(file), data, rules))
     async with Bus(args.nats_url, name="hookbus-rules", **connection_args(args)) as bus:
         kv = await bus.port.ensure_bucket(RULES_BUCKET)
         for stem, data, rules in checked:
@@ -116,6 +117,7 @@ async def run_test(args: argparse.Namespace) -> int:
 
 
 async def run_shadow_report(args: argparse.Namespace) -> int:
+    from bus._journal.entries import JournalEntry
     from bus._runtime.quantities import parse_duration
     from subscribers.journal._store import DB_NAME, JournalStore, Query
 
@@ -126,7 +128,7 @@ async def run_shadow_report(args: argparse.Namespace) -> int:
     store = JournalStore(path)
     try:
         counts: dict[str, int] = {}
-        sample = []
+        sample: list[JournalEntry] = []
         after = 0
         stamp = since.strftime("%Y-%m-%dT%H:%M:%S.000Z")
         while True:
@@ -147,8 +149,7 @@ async def run_shadow_report(args: argparse.Namespace) -> int:
     for decision in sorted(counts):
         print(f"  {decision}: {counts[decision]}")
     for entry in sample:
-        print(
-            f"  {entry.time} {entry.point} agent={entry.agent} session={entry.session} {entry.decision}: {entry.cause}"
-        )
+        where = f"{entry.time} {entry.point} agent={entry.agent} session={entry.session}"
+        print(f"  {where} {entry.decision}: {entry.cause}")
     sys.stdout.flush()
     return 0

@@ -11,6 +11,7 @@ import pytest
 from bus import Bus, Cancel, Continue, Patch
 from bus._core.subjects import RULES_BUCKET
 from bus._middleware.kernel.view import View
+from bus._middleware.rules.compile import compile_file
 from bus._middleware.rules.errors import RuleFileError
 from bus._middleware.rules.files import parse
 from bus.testing import JournalRecorder
@@ -68,8 +69,8 @@ async def approve(nats_url: str, name: str) -> None:
 
 
 def test_a_broken_file_is_refused_with_its_line() -> None:
-    text = "rules:\n  - name: ok\n    stage: tool\n    if: 'true'\n  - name: bad\n    stage: tool\n    if: 'payld.x == 1'\n"
-    from bus._middleware.rules.compile import compile_file
+    text = "rules:\n  - name: ok\n    stage: tool\n    if: 'true'\n"
+    text += "  - name: bad\n    stage: tool\n    if: 'payld.x == 1'\n"
 
     with pytest.raises(RuleFileError) as caught:
         compile_file(parse(text, "guards.yaml", "guards"))

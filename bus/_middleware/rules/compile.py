@@ -17,16 +17,27 @@ from dataclasses import dataclass, fields
 from typing import Any, Final
 
 import orjson
-from cel_expr_python import cel
 
 from bus._core.declaration import Declaration, declare
-from bus._core.errors import DeclarationError
+from bus._core.errors import ConfigError, DeclarationError
 from bus._middleware.rules.errors import RuleFileError
 from bus._middleware.rules.files import RuleFile, RuleText
 
-_MAP: Final = cel.Type.Map(cel.Type.STRING, cel.Type.DYN)
-#: The one CEL environment every rule compiles in: its names are the whole of what a rule reads.
-ENV: Final = cel.NewEnv(variables={"payload": _MAP, "ctx": _MAP, "bag": _MAP})
+_ENV: list[Any] = []  # the one CEL environment, made on first use (the ``rules`` extra is imported only then)
+
+
+def env() -> Any:
+    """The CEL environment every rule compiles in: ``payload``, ``ctx`` and ``bag`` are all a rule reads."""
+    if not _ENV:
+        try:
+            from cel_expr_python import cel
+        except ImportError:
+            raise ConfigError("rule guards need CEL: pip install 'hookbus[rules]'") from None
+        mapping = cel.Type.Map(cel.Type.STRING, cel.Type.DYN)
+        _ENV.append(cel.NewEnv(variables={"payload": mapping, "ctx": mapping, "bag": mapping}))
+    return _ENV[0]
+
+
 _TEMPLATE: Final = re.compile(r"\{\{(.*?)\}\}", re.S)
 #: Characters of a rendered reason a rule may produce.
 REASON_LIMIT: Final = 1000
@@ -124,7 +135,7 @@ def _declaration(module: str, body: Mapping[str, Any], stage: str, text: str, id
 
 def _compile(source: str, rule: RuleText, key: str) -> Any:
     try:
-        return ENV.compile(source)
+        return env().compile(source)
     except RuntimeError as exc:
         text = str(exc).removeprefix("INVALID_ARGUMENT: ").strip()
         raise RuleFileError(rule.file, rule.lines.get(key, rule.line), f"{key}: {text}") from None
@@ -146,7 +157,7 @@ def _template(reason: str, rule: RuleText) -> tuple[str | Any, ...]:
 
 def activation(payload: Mapping[str, Any], ctx: Mapping[str, Any], bag: Mapping[str, Any] | None) -> Any:
     """The names a call's rules read, made once per call (the costly half of an evaluation)."""
-    return ENV.Activation({"payload": payload, "ctx": ctx, "bag": bag or {}})
+    return env().Activation({"payload": payload, "ctx": ctx, "bag": bag or {}})
 
 
 def holds(rule: Rule, act: Any) -> bool:

@@ -171,9 +171,9 @@ def _stages(value: Any, fault: Any) -> list[str]:
     stages = value if isinstance(value, list) else [value]
     if not stages or not all(isinstance(stage, str) and stage for stage in stages):
         raise fault("stage", "stage must be a stage name or a list of them")
-    out = []
+    out: list[str] = []
     for stage in stages:
-        full = SHORTHANDS.get(stage, stage)
+        full = str(SHORTHANDS.get(stage, stage))
         if not all(TOKEN_RE.fullmatch(token) for token in full.split(".")):
             raise fault("stage", f"stage {stage!r} is not a valid stage name")
         out.append(full)
