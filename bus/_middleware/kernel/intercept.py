@@ -243,9 +243,7 @@ class Interceptor:
             journal.flush()
             return broken_chain(chain, journal)
         # Matchers, grants and ``when`` are read here, before any request: a handler they exclude costs nothing.
-        links = [
-            link for link in chain.links if _wants(link, stage, run.payload) and (not link.scoped or link.in_scope(ctx))
-        ]
+        links = _taken(chain.links, match_field(stage), run.payload, ctx)
         index = 0
         rules = RuleCall(stage, wire_ctx, bag) if chain.rules else None
         while index < len(links):
@@ -466,6 +464,19 @@ def _wants(link: Link, stage: str, payload: dict[str, Any]) -> bool:
     if value is None or isinstance(value, str):
         return value in link.match
     return True
+
+
+def _taken(links: Sequence[Link], field: str, payload: dict[str, Any], ctx: Mapping[str, Any]) -> list[Link]:
+    """The links a call reaches: ``_wants`` and the scope, with the match field read once (a stage of many
+    rules walks its links here, on every call)."""
+    value = payload.get(field)
+    if value is None or isinstance(value, str):
+        return [
+            link
+            for link in links
+            if (link.match is None or value in link.match) and (not link.scoped or link.in_scope(ctx))
+        ]
+    return [link for link in links if not link.scoped or link.in_scope(ctx)]
 
 
 def _batch(links: Sequence[Link], start: int) -> list[Link]:

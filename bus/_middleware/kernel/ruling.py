@@ -28,12 +28,18 @@ from bus._middleware.rules.compile import Rule, activation, holds, patched, rend
 
 def rule_ctx(stage: str, wire_ctx: RequestCtx | Mapping[str, Any]) -> dict[str, str]:
     """What a rule's ``ctx`` holds: agent, user, session, template (empty text when the call has none), stage."""
-    get = wire_ctx.get if isinstance(wire_ctx, Mapping) else lambda name: getattr(wire_ctx, name, None)
-    out = {"stage": stage}
-    for name in ("agent", "user", "session", "template"):
-        value = get(name)
-        out[name] = value if isinstance(value, str) else ""
-    return out
+    if isinstance(wire_ctx, Mapping):
+        agent, user = wire_ctx.get("agent"), wire_ctx.get("user")
+        session, template = wire_ctx.get("session"), wire_ctx.get("template")
+    else:  # the call's RequestCtx: read directly, it is on every call's path
+        agent, user, session, template = wire_ctx.agent, wire_ctx.user, wire_ctx.session, wire_ctx.template
+    return {
+        "stage": stage,
+        "agent": agent if isinstance(agent, str) else "",
+        "user": user if isinstance(user, str) else "",
+        "session": session if isinstance(session, str) else "",
+        "template": template if isinstance(template, str) else "",
+    }
 
 
 def payload_hash(payload: Mapping[str, Any]) -> str:
