@@ -10,15 +10,13 @@ from __future__ import annotations
 import argparse
 import sys
 from datetime import UTC, datetime
-from pathlib import Path
 
 import orjson
 
 from bus._cli.common import add_nats_url, connection_args
 from bus._cli.workspace import add_workspace, existing
 from bus._core.errors import ConfigError
-from bus._core.subjects import RULES_BUCKET
-from bus._middleware.rules.files import SHORTHANDS, read_path, stem_of
+from bus._middleware.rules.files import SHORTHANDS, read_path
 
 #: Shadow entries a report samples.
 SAMPLE = 5
@@ -52,19 +50,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 async def run_push(args: argparse.Namespace) -> int:
     from bus._client import Bus
-    from bus._middleware.rules.compile import compile_file
+    from bus._middleware.rules.publish import check, push
 
-    checked = []
-    for file in args.files:
-        rules = compile_file(read_path(file))  # refused here, with file and line, before anything is written
-        data = Path(file).read_bytes()  # noqa: ASYNC240 - a command's own input, read before it connects
-        checked.append((stem_of(file), data, rules))
+    checked = check(args.files)  # refused here, with file and line, before anything is written
     async with Bus(args.nats_url, name="hookbus-rules", **connection_args(args)) as bus:
-        kv = await bus.port.ensure_bucket(RULES_BUCKET)
-        for stem, data, rules in checked:
-            await kv.put(stem, data)
-            names = ", ".join(f"{rule.qualname} ({rule.identity[:12]})" for rule in rules) or "no rules"
-            print(f"pushed {stem}: {names}")
+        await push(bus.port, checked)
+    for one in checked:
+        names = ", ".join(f"{rule.qualname} ({rule.identity[:12]})" for rule in one.rules) or "no rules"
+        print(f"pushed {one.stem}: {names}")
     print("new or changed rules wait for 'hookbus approve NAME'")
     return 0
 
