@@ -63,8 +63,7 @@ async def run_push(args: argparse.Namespace) -> int:
 
 
 async def run_test(args: argparse.Namespace) -> int:
-    from bus._core.decisions import Cancel, Patch
-    from bus._middleware.kernel.ruling import RuleCall
+    from bus._middleware.kernel.ruling import offline
     from bus._middleware.rules.compile import compile_file
 
     try:
@@ -75,34 +74,9 @@ async def run_test(args: argparse.Namespace) -> int:
         raise ConfigError("the payload must be a JSON object")
     stage = SHORTHANDS.get(args.stage, args.stage)
     ctx = {name: getattr(args, name) for name in ("agent", "user", "session", "template")}
-    rules = [rule for rule in compile_file(read_path(args.file)) if stage in {d.stage for d in rule.decls}]
-    rules.sort(key=lambda rule: (-rule.decls[0].priority, rule.qualname))
-    call = RuleCall(stage, ctx, None)
-    final = "continue"
-    for rule in rules:
-        decl = next(d for d in rule.decls if d.stage == stage)
-        name = payload.get("name")
-        if not rule.enabled or (decl.match and name not in decl.match) or not decl.when.matches(ctx):
-            print(f"{rule.qualname}: not taken (disabled, match or when)")
-            continue
-        try:
-            decision, held = call.verdict(rule, payload)
-        except (RuntimeError, TypeError) as exc:
-            print(f"{rule.qualname}: failed ({exc}); reads as {'cancel' if decl.fail_closed else 'continue'}")
-            if decl.fail_closed and not rule.shadow:
-                final = "cancel"
-                break
-            continue
-        shadow = " (shadow: not applied)" if rule.shadow and decision.kind != "continue" else ""
-        detail = f": {decision.reason}" if isinstance(decision, Cancel) else ""
-        print(f"{rule.qualname}: if -> {str(held).lower()}: {decision.kind}{detail}{shadow}")
-        if rule.shadow:
-            continue
-        if isinstance(decision, Patch):
-            payload, final = dict(decision.payload), "patch"
-        elif isinstance(decision, Cancel):
-            final = "cancel"
-            break
+    final, _, payload, steps = offline(compile_file(read_path(args.file)), stage, payload, ctx)
+    for step in steps:
+        print(step)
     print(f"decision: {final}")
     if final == "patch":
         print(orjson.dumps(payload).decode())

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
 
 from bus._core.decisions import CONTINUE, Cancel, HandlerDecision, Patch
 from bus._core.middleware_schema import RequestCtx
+from bus._core.stages import match_field
 from bus._middleware.faults import Outcome, fault_decision
 from bus._middleware.kernel.chain import Link
 from bus._middleware.kernel.reactions import Reactions
@@ -103,3 +104,39 @@ class RuleCall:
         else:
             journal.ok(link, rule.qualname, decision.kind, ms)
         return decision
+
+
+def offline(
+    rules: Sequence[Rule], stage: str, payload: dict[str, Any], ctx: Mapping[str, Any]
+) -> tuple[str, str | None, dict[str, Any], list[str]]:
+    """A rule file's chain on one call with no bus (``hookbus rules test``, ``hookbus replay --rules``).
+
+    The rules of ``stage`` run by priority then name, as the kernel orders them; returns the decision
+    (continue, cancel, patch), the cancel's reason, the final payload, and one line per rule.
+    """
+    chosen = [(rule, decl) for rule in rules for decl in rule.decls if decl.stage == stage]
+    chosen.sort(key=lambda pair: (-pair[1].priority, pair[0].qualname))
+    call = RuleCall(stage, ctx, None)
+    field, final, why, steps = match_field(stage), "continue", None, []
+    for rule, decl in chosen:
+        if not rule.enabled or (decl.match and payload.get(field) not in decl.match) or not decl.when.matches(ctx):
+            steps.append(f"{rule.qualname}: not taken (disabled, match or when)")
+            continue
+        try:
+            decision, held = call.verdict(rule, payload)
+        except (RuntimeError, TypeError) as exc:
+            closed = decl.fail_closed and not rule.shadow
+            steps.append(f"{rule.qualname}: failed ({exc}); reads as {'cancel' if closed else 'continue'}")
+            if closed:
+                return "cancel", f"{rule.qualname} is fail-closed and failed", payload, steps
+            continue
+        shadow = " (shadow: not applied)" if rule.shadow and decision.kind != "continue" else ""
+        detail = f": {decision.reason}" if isinstance(decision, Cancel) else ""
+        steps.append(f"{rule.qualname}: if -> {str(held).lower()}: {decision.kind}{detail}{shadow}")
+        if rule.shadow:
+            continue
+        if isinstance(decision, Patch):
+            payload, final = dict(decision.payload), "patch"
+        elif isinstance(decision, Cancel):
+            return "cancel", decision.reason, payload, steps
+    return final, why, payload, steps
