@@ -10,6 +10,7 @@ import pytest
 
 from bus import Bus, Cancel, Continue, Patch
 from bus._core.subjects import RULES_BUCKET
+from bus._middleware.kernel.metrics import MIDDLEWARE
 from bus._middleware.kernel.view import View
 from bus._middleware.rules.compile import compile_file
 from bus._middleware.rules.errors import RuleFileError
@@ -155,6 +156,23 @@ async def test_shadow_journals_without_changing_the_decision(nats_url: str) -> N
         assert mine[0].identity == identity_of(view, name)
         assert "payload " in (mine[0].cause or "") and "no rm -rf: rm -rf /" in (mine[0].cause or "")
         assert entries
+
+
+async def test_the_journal_names_the_rule_its_identity_and_the_result(nats_url: str) -> None:
+    stem = unique("journal")
+    name = f"{stem}.no-rm"
+    async with Bus(nats_url, trust_new=True) as bus:
+        view = await bus.middleware.start()
+        journal = await JournalRecorder().attach(bus)
+        await push(bus, stem, rule_file(stem))
+        await until(view, lambda: runs(view, name))
+        decision = await bus.intercept("tool.call", rm(stem), {"session": "s2", "agent": "eva"})
+        assert isinstance(decision, Cancel)
+        await journal.wait_for(1)
+        entry = next(entry for entry in journal.entries if entry.who == name)
+        assert (entry.decision, entry.identity, entry.agent) == ("cancel", identity_of(view, name), "eva")
+        assert entry.cause == "if 'payload.input.command.contains(\"rm -rf\")' -> true; no rm -rf: rm -rf /"
+        assert MIDDLEWARE.decisions[(name, "tool.call", "cancel")] == 1  # and counted, under its name
 
 
 async def test_a_per_agent_file_applies_only_to_that_agent(nats_url: str, tmp_path: Path) -> None:

@@ -85,7 +85,7 @@ class RuleCall:
             ms = (time.perf_counter() - started) * 1000
             cause = f"if {rule.source!r} could not be evaluated: {str(exc)[:300]}"
             if rule.shadow:
-                journal.note(link, "would_fail", cause, ms)
+                journal.decided(link, "would_fail", "continue", cause, ms)
                 return CONTINUE
             failed = fault_decision(link.decl.fail_closed, rule.qualname, Outcome.FAILED, cause)
             journal.add(link, Outcome.FAILED, failed, ms, cause)
@@ -94,15 +94,14 @@ class RuleCall:
         if decision is CONTINUE:
             journal.ok(link, rule.qualname, "continue", ms)
             return CONTINUE
+        reason = f"; {decision.reason}" if isinstance(decision, Cancel) else ""
+        result = f"if {rule.source!r} -> {str(held).lower()}{reason}"
         if rule.shadow:
-            reason = f"; {decision.reason}" if isinstance(decision, Cancel) else ""
-            cause = f"payload {payload_hash(payload)}; if {rule.source!r} -> {held}{reason}"
-            journal.note(link, f"would_{decision.kind}", cause, ms)
+            journal.decided(
+                link, f"would_{decision.kind}", "continue", f"payload {payload_hash(payload)}; {result}", ms
+            )
             return CONTINUE
-        if isinstance(decision, Cancel):
-            journal.add(link, Outcome.OK, decision, ms, None)
-        else:
-            journal.ok(link, rule.qualname, decision.kind, ms)
+        journal.decided(link, decision.kind, decision.kind, result, ms)
         return decision
 
 
