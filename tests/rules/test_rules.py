@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -98,6 +99,58 @@ async def test_a_fleet_rule_cancels_on_every_kernel_once_approved(nats_url: str)
             assert isinstance(decision, Cancel) and decision.handler == name
             assert decision.reason == "no rm -rf: rm -rf /"
             assert await bus.intercept("tool.call", {**LS, "name": stem}) == Continue()
+
+
+#: A kernel of its own process: says "ready" once its view is loaded, then prints the decision on rm -rf
+#: as soon as the rule runs there.
+KERNEL = """
+import asyncio, sys
+from bus import Bus
+
+async def main(url, name, tool):
+    async with Bus(url) as bus:
+        view = await bus.middleware.start()
+        print("ready", flush=True)
+        def runs():
+            chain = view.chains.get("tool.call")
+            return chain is not None and any(link.decl.qualname == name for link in chain.links)
+        await view.wait_until(runs, 20)
+        decision = await bus.intercept("tool.call", {"name": tool, "input": {"command": "rm -rf /"}})
+        print(type(decision).__name__, getattr(decision, "handler", None), flush=True)
+
+asyncio.run(main(*sys.argv[1:]))
+"""
+
+
+async def test_a_fleet_rule_cancels_in_every_kernel_process(nats_url: str) -> None:
+    stem = unique("procs")
+    name = f"{stem}.no-rm"
+    procs = [
+        await asyncio.create_subprocess_exec(
+            sys.executable, "-c", KERNEL, nats_url, name, stem, stdout=asyncio.subprocess.PIPE
+        )
+        for _ in range(2)
+    ]
+    try:
+        for proc in procs:
+            assert proc.stdout is not None
+            assert (await asyncio.wait_for(proc.stdout.readline(), 20)).strip() == b"ready"
+        async with Bus(nats_url) as bus:
+            view = await bus.middleware.start()
+            await push(bus, stem, rule_file(stem))
+            await until(view, lambda: waits(view, name))
+            await approve(nats_url, name)
+            await until(view, lambda: runs(view, name))
+            decision = await bus.intercept("tool.call", rm(stem))
+            assert isinstance(decision, Cancel) and decision.handler == name
+        for proc in procs:
+            out, _ = await asyncio.wait_for(proc.communicate(), 30)
+            assert out.decode().strip() == f"Cancel {name}"
+    finally:
+        for proc in procs:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
 
 
 async def test_a_change_waits_while_the_old_rule_holds(nats_url: str) -> None:
