@@ -9,12 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from bus import Bus, Cancel, Continue, Patch
+from bus import Bus, Cancel, Continue, Patch, RuleFileError
 from bus._core.subjects import RULES_BUCKET
 from bus._middleware.kernel.metrics import MIDDLEWARE
 from bus._middleware.kernel.view import View
 from bus._middleware.rules.compile import compile_file
-from bus._middleware.rules.errors import RuleFileError
 from bus._middleware.rules.files import parse
 from bus.testing import JournalRecorder
 from tests.conftest import run_cli, unique
