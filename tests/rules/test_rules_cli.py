@@ -6,9 +6,10 @@ from pathlib import Path
 
 import orjson
 
-from bus import Bus, Cancel
+from bus import Bus, Cancel, Continue
 from tests.cli.test_cli import UpProcess
 from tests.conftest import run_cli
+from tests.support.waiting import wait_until
 
 GUARDS = """
 rules:
@@ -66,5 +67,32 @@ async def test_up_pushes_the_workspaces_rules(tmp_path: Path) -> None:
             assert "broken" not in view.rules.book.files
         up.stop()
         assert "broken.yaml:4:" in up.stderr, up.stderr  # refused with its file and line, never pushed
+    finally:
+        up.close()
+
+
+async def test_shadow_report_counts_what_a_shadow_rule_would_have_done(tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    rules = tmp_path / "watch.yaml"
+    rules.write_text(
+        "rules:\n  - name: force\n    stage: tool\n    if: 'payload.input.command.contains(\"--force\")'\n"
+        "    then: cancel\n    reason: force-push\n    mode: shadow\n"
+    )
+    up = UpProcess(workspace)
+    try:
+        async with Bus(up.nats_url, rules=[rules]) as agent:
+            for command in ("git push --force", "git status", "git push --force origin main"):
+                call = {"name": "shell", "input": {"command": command}}
+                assert await agent.intercept("tool.call", call, {"agent": "eva", "session": "s9"}) == Continue()
+
+        def reported() -> str:
+            done = run_cli("rules", "shadow-report", "watch.force", "--since", "1h", "--workspace", str(workspace))
+            assert done.returncode == 0, done.stderr
+            return done.stdout
+
+        await wait_until(lambda: "2 calls would have changed" in reported(), what="the shadow entries stored")
+        text = reported()
+        assert "would_cancel: 2" in text and "agent=eva session=s9" in text and "force-push" in text
     finally:
         up.close()
