@@ -247,6 +247,24 @@ async def test_a_per_agent_file_applies_only_to_that_agent(nats_url: str, tmp_pa
         assert await other.intercept("tool.call", LS, {"agent": "eva"}) == Continue()
 
 
+async def test_a_payload_cel_cannot_hold_reads_as_the_fail_mode(nats_url: str, tmp_path: Path) -> None:
+    """A hostile payload (an int over 64 bits, a non-text key) never raises out of intercept: a fail-closed
+    rule cancels, a fail-open one continues, each journaled as failed."""
+    path = tmp_path / "odd.yaml"
+    path.write_text(
+        "rules:\n  - name: closed\n    stage: odd.closed\n    if: 'payload.x == 1'\n    then: cancel\n"
+        "    fail_closed: true\n  - name: open\n    stage: odd.open\n    if: 'payload.x == 1'\n    then: cancel\n"
+    )
+    async with Bus(nats_url, rules=[path]) as bus:
+        journal = await JournalRecorder().attach(bus)
+        for odd in ({"x": 2**70}, {1: "a", "x": 1}, {"x": (1, 2)}):
+            closed = await bus.intercept("odd.closed", odd)  # type: ignore[arg-type]
+            assert isinstance(closed, Cancel) and "odd.closed is fail-closed and failed" in closed.reason
+            assert await bus.intercept("odd.open", odd) == Continue()  # type: ignore[arg-type]
+        entries = await journal.wait_for(6)
+        assert {entry.decision for entry in entries} == {"failed"}
+
+
 def test_a_broken_per_agent_file_refuses_the_bus(tmp_path: Path) -> None:
     path = tmp_path / "mine.yaml"
     path.write_text("rules:\n  - name: x\n    stage: tool\n    if: 'payload.name =='\n")

@@ -162,7 +162,10 @@ def activation(payload: Mapping[str, Any], ctx: Mapping[str, Any], bag: Mapping[
 
 def holds(rule: Rule, act: Any) -> bool:
     """Whether the rule's condition holds; RuntimeError (or TypeError) when it cannot be evaluated."""
-    value = rule.condition.eval(act).value()
+    result = rule.condition.eval(act)
+    value = result.value()
+    if result.type().name() == "ERROR":  # a payload CEL cannot hold (an int over 64 bits, a non-text key)
+        raise RuntimeError(str(value))
     if not isinstance(value, bool):
         raise TypeError(f"if gave {type(value).__name__}, not a bool ({value!r:.80})")
     return value
