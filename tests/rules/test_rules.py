@@ -17,6 +17,7 @@ from bus._middleware.rules.compile import compile_file
 from bus._middleware.rules.files import parse
 from bus.testing import JournalRecorder
 from tests.conftest import run_cli, unique
+from tests.support.waiting import wait_until
 
 LS = {"name": "shell", "input": {"command": "ls"}}
 
@@ -201,13 +202,12 @@ async def test_shadow_journals_without_changing_the_decision(nats_url: str) -> N
         await until(view, lambda: runs(view, name))
         assert await bus.intercept("tool.call", rm(stem), {"session": "s1"}) == Continue()
         assert await bus.intercept("tool.call", {**LS, "name": stem}, {"session": "s1"}) == Continue()
-        entries = await journal.wait_for(1)
+        await wait_until(lambda: any(entry.who == name for entry in journal.entries), what="the shadow entry")
         await asyncio.sleep(0.2)  # a second entry (for the ls call) would have come by now
         mine = [entry for entry in journal.entries if entry.who == name]
         assert [entry.decision for entry in mine] == ["would_cancel"]
         assert mine[0].identity == identity_of(view, name)
         assert "payload " in (mine[0].cause or "") and "no rm -rf: rm -rf /" in (mine[0].cause or "")
-        assert entries
 
 
 async def test_the_journal_names_the_rule_its_identity_and_the_result(nats_url: str) -> None:
@@ -220,7 +220,7 @@ async def test_the_journal_names_the_rule_its_identity_and_the_result(nats_url: 
         await until(view, lambda: runs(view, name))
         decision = await bus.intercept("tool.call", rm(stem), {"session": "s2", "agent": "eva"})
         assert isinstance(decision, Cancel)
-        await journal.wait_for(1)
+        await wait_until(lambda: any(entry.who == name for entry in journal.entries), what="the rule's entry")
         entry = next(entry for entry in journal.entries if entry.who == name)
         assert (entry.decision, entry.identity, entry.agent) == ("cancel", identity_of(view, name), "eva")
         assert entry.cause == "if 'payload.input.command.contains(\"rm -rf\")' -> true; no rm -rf: rm -rf /"

@@ -69,10 +69,10 @@ class Rule:
     enabled: bool
     decls: tuple[RuleDeclaration, ...]
     is_global: bool = True
+    qualname: str = ""  # ``<file stem>.<name>``, made once (it names the rule on every call's path)
 
-    @property
-    def qualname(self) -> str:
-        return f"{self.module}.{self.name}"
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "qualname", f"{self.module}.{self.name}")
 
     @property
     def kind(self) -> str:
@@ -164,11 +164,11 @@ def holds(rule: Rule, act: Any) -> bool:
     """Whether the rule's condition holds; RuntimeError (or TypeError) when it cannot be evaluated."""
     result = rule.condition.eval(act)
     value = result.value()
+    if isinstance(value, bool):
+        return value
     if result.type().name() == "ERROR":  # a payload CEL cannot hold (an int over 64 bits, a non-text key)
         raise RuntimeError(str(value))
-    if not isinstance(value, bool):
-        raise TypeError(f"if gave {type(value).__name__}, not a bool ({value!r:.80})")
-    return value
+    raise TypeError(f"if gave {type(value).__name__}, not a bool ({value!r:.80})")
 
 
 def render(rule: Rule, act: Any) -> str:
