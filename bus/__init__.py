@@ -70,6 +70,7 @@ if TYPE_CHECKING:
     from bus._middleware.handler.module import StageCtx as StageCtx
     from bus._middleware.kernel.asking import Asked as Asked
     from bus._middleware.kernel.intercept import MiddlewareOptions as MiddlewareOptions
+    from bus._middleware.rules.errors import RuleFileError as RuleFileError
     from bus._middleware.trust import TrustState as TrustState
     from bus._module import Module as Module
     from bus._port import BusState as BusState

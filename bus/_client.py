@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Literal, overload
 
@@ -27,6 +28,7 @@ from bus._core.subjects import TOKEN_RE, normalise_pattern, publisher_token, vou
 from bus._counters import CountersReporter
 from bus._middleware.kernel.asking import Asked
 from bus._middleware.kernel.intercept import Interceptor, MiddlewareOptions
+from bus._middleware.rules.book import RuleBook, load_files, split_sources
 from bus._middleware.trust import Managed
 from bus._port import BusPort
 from bus._port import BusState as BusState  # re-exported: the public names stay where they were
@@ -75,7 +77,10 @@ class Bus:
     Middleware (``intercept``): ``trust_new=True`` approves handlers never seen
     before on first sight (development); ``managed`` names handlers or modules
     of the operator's config that run without approval; ``middleware`` holds
-    the rest (tool aliases, output drain, shutdown clamp).
+    the rest (tool aliases, output drain, shutdown clamp). ``rules`` adds this
+    agent's own rule files (paths: run as its configuration, refused at once
+    with file and line when broken) and names ``global: false`` files of the
+    fleet's rules bucket it takes (docs/rules.md).
 
     ``credentials`` carries credential and TLS files given as arguments (the
     command line's flags); a field left unset falls back to its
@@ -100,6 +105,7 @@ class Bus:
         trust_new: bool = False,
         managed: Iterable[str] = (),
         middleware: MiddlewareOptions | None = None,
+        rules: Iterable[str | Path] = (),
     ) -> None:
         if embedded and servers is not None:
             raise ValueError("give either servers or embedded=True, not both")
@@ -141,8 +147,13 @@ class Bus:
         self._warned_disconnected = False
         self._counters: CountersReporter | None = None
         self._traced = False
+        paths, stems = split_sources(rules)
         self.middleware = Interceptor(
-            self._port, managed=Managed.of(managed), trust_new=trust_new, options=middleware or MiddlewareOptions()
+            self._port,
+            managed=Managed.of(managed),
+            trust_new=trust_new,
+            options=middleware or MiddlewareOptions(),
+            rules=RuleBook(load_files(paths), stems),
         )
 
     @property

@@ -65,6 +65,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--budgets", type=Path, default=None, metavar="FILE", help="budgets.yaml (default: the workspace's, if any)"
     )
     parser.add_argument("--group", default=None, help="the budgets' group key (default: NAME)")
+    parser.add_argument(
+        "--rules",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a rule file for this agent alone (repeatable; a bare name takes a 'global: false' file of the bus)",
+    )
     parser.add_argument("--host", default="127.0.0.1", help="address /metrics binds (default: 127.0.0.1)")
     add_metrics_port(parser)
     add_nats_url(parser, connect_s=SERVICE_CONNECT_S)  # a service may start before its server
@@ -123,6 +130,7 @@ async def run(args: argparse.Namespace) -> int:
             **connection_args(args),
             managed=managed,
             middleware=middleware_options(args),
+            rules=args.rules,
         ) as bus:
             tools = with_record_tools(bus, args.name)
             runner = TurnRunner(

@@ -1,6 +1,7 @@
 """``hookbus replay``: back-test a module file on the recorded calls of a stage, locally.
 
     hookbus replay --since 24h --stage tool.call --module guard.py
+    hookbus replay --since 7d --stage tool.call --rules rules/guards.yaml   # exits 1 if any call differs
 
 Reads the recorded events (``hookbus up --record``) and the workspace
 journal, closes its connection, then runs the module's handlers of the stage
@@ -46,7 +47,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("--since", required=True, metavar="DURATION", help="recorded calls of the last DURATION (24h)")
     parser.add_argument("--stage", required=True, help="the stage whose calls to replay (tool.call)")
-    parser.add_argument("--module", required=True, metavar="FILE[:NAME]", help="the module file (guard.py)")
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--module", metavar="FILE[:NAME]", help="the module file (guard.py)")
+    which.add_argument(
+        "--rules",
+        action="append",
+        metavar="FILE",
+        help="a rule file (repeatable): exits 1 when any call would be decided differently (a CI check)",
+    )
     parser.add_argument("--show", type=int, default=10, metavar="N", help="differing calls to print (default: 10)")
     parser.add_argument("--json", action="store_true", help="one JSON object: counts and the first differing calls")
     add_workspace(parser, "workspace whose journal says what happened")
@@ -57,7 +65,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 async def run(args: argparse.Namespace) -> int:
     from bus._cli.serve import load_module, split_target
     from bus._client import Bus
-    from subscribers.history._backtest import calls_of, replay, stage_source
+    from subscribers.history._backtest import calls_of, replay, replay_rules, stage_source
     from subscribers.history._reader import recorded_events
     from subscribers.journal._store import DB_NAME, JournalStore, Query
 
@@ -66,9 +74,15 @@ async def run(args: argparse.Namespace) -> int:
     since_s = parse_duration(args.since, "--since")
     if args.show < 0:
         raise ConfigError(f"--show {args.show} must be 0 or more")
-    path, name = split_target(args.module)
-    if not path.is_file():
-        raise ConfigError(f"--module {path}: no such file")
+    rules = None
+    if args.rules:
+        from bus._middleware.rules.book import load_files
+
+        rules = load_files(args.rules)  # refused with file and line before anything is read
+    else:
+        path, name = split_target(args.module)
+        if not path.is_file():
+            raise ConfigError(f"--module {path}: no such file")
     journal = existing(args).path / DB_NAME
     entries = []
     if journal.exists():
@@ -80,14 +94,17 @@ async def run(args: argparse.Namespace) -> int:
     async with Bus(args.nats_url, name="hookbus-replay", **connection_args(args)) as bus:
         events = [event async for event in recorded_events(bus, since_s)]
     calls = calls_of(stage, events, entries)
-    with _no_live_bus():
-        module = load_module(Path(path), name)
-        report = await replay(module, stage, calls)
+    if rules is not None:
+        report = replay_rules(rules, stage, calls)
+    else:
+        with _no_live_bus():
+            module = load_module(Path(path), name)
+            report = await replay(module, stage, calls)
     if args.json:
         print(orjson.dumps(report.as_json(args.show)).decode())
     else:
         _print(report.as_json(args.show), journal.exists())
-    return 0
+    return 1 if rules is not None and report.differing else 0
 
 
 @contextmanager

@@ -25,10 +25,11 @@ from bus._cli.workspace import add_workspace
 from bus._cli.workspace import resolve as resolve_workspace
 from bus._client import Bus
 from bus._core.errors import ConfigError, ConnectError, PortInUse, ServerError
-from bus._core.subjects import PRESENCE_BUCKET
+from bus._core.subjects import PRESENCE_BUCKET, RULES_BUCKET
 from bus._middleware.asks.store import ensure_asks_bucket
 from bus._middleware.kernel.approvals import approvals_held
 from bus._middleware.registry import ensure_buckets
+from bus._middleware.rules.publish import check_folder, push_folder
 from bus._presence import MAX_AGE_S as PRESENCE_MAX_AGE_S
 from bus._presence import PresenceComponent, component, presence
 from bus._runtime.filelock import WorkspaceLock
@@ -230,8 +231,10 @@ async def run(args: argparse.Namespace) -> int:
                 raise ConfigError(_joined_nothing(args, public_url_of(nats_url))) from None
             raise
         # agents and modules may read the middleware state, not create it
-        await ensure_buckets(bus.port, (PRESENCE_BUCKET, PRESENCE_MAX_AGE_S))
+        await ensure_buckets(bus.port, (PRESENCE_BUCKET, PRESENCE_MAX_AGE_S), (RULES_BUCKET, None))
         await ensure_asks_bucket(bus.port)  # agents write their asks there and may not create it
+        rules_folder = workspace / "rules"
+        pushed = await push_folder(bus.port, rules_folder, check_folder(rules_folder))
         from bus._sandbox.security import public_url  # workers load with the services, not with the CLI
 
         lines = [f"hookbus up: workspace {workspace}"]
@@ -239,6 +242,8 @@ async def run(args: argparse.Namespace) -> int:
         where = f"{server.url} (embedded, JetStream store {server.store_dir})" if server else f"{shown} (external)"
         lines.append(f"  nats     {where}")
         lines.append(f"  trust    {await _approvals_line(bus, server, fresh_store)}")
+        if pushed:
+            lines.append(f"  rules    {pushed}")
         metrics = serve_metrics(stack, args.host, args.metrics_port)
         if metrics:
             lines.append(f"  metrics  {metrics}")

@@ -297,6 +297,8 @@ ASKS_BUCKET = "hookbus_asks"
 #: Standing rules operators made from an answer (``hookbus allow --remember``): write-once keys without a
 #: time to live, ``rule.<user>.<id>`` and ``revoked.<user>.<id>``, written by operators only.
 ASK_RULES_BUCKET = "hookbus_ask_rules"
+#: Rule files (docs/rules.md): ``<file stem>`` -> the file's YAML text, written by operators only.
+RULES_BUCKET = "hookbus_rules"
 #: The event a kernel emits when it holds a call for an operator.
 ASK_REQUESTED = "eva.ask.requested"
 

@@ -13,7 +13,7 @@ the bus.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
@@ -23,6 +23,8 @@ from bus._core.errors import ConfigError
 from bus._core.middleware_schema import MiddlewareRequest, RequestCtx
 from bus._core.stages import match_field
 from bus._journal.entries import JournalEntry
+from bus._middleware.kernel.ruling import offline
+from bus._middleware.rules.compile import Rule
 from bus._module import Module
 
 #: Per stage: the recorded event that announces a call, and the stage payload rebuilt from its payload.
@@ -143,6 +145,18 @@ def _outcome(group: list[JournalEntry]) -> tuple[str, str | None]:
         if entry.decision == "patch":
             return "patch", entry.who
     return "continue", None
+
+
+def replay_rules(rules: Sequence[Rule], stage: str, calls: list[Call]) -> Report:
+    """Run rule files' rules of ``stage`` on each call, as the kernel would (no bus; shadow rules not applied)."""
+    if not any(decl.stage == stage for rule in rules for decl in rule.decls):
+        raise ConfigError(f"no rule of stage {stage!r} in the rule files")
+    for call in calls:
+        ctx = {"session": call.event.session_id, "agent": call.event.source}
+        decision, why, _, _ = offline(rules, stage, call.payload, ctx)
+        call.replayed = decision
+        call.replayed_why = why if decision == "cancel" else "patched payload" if decision == "patch" else None
+    return Report(stage, calls)
 
 
 async def replay(module: Module, stage: str, calls: list[Call]) -> Report:

@@ -27,6 +27,7 @@ from typing import Any
 from bus._core.declaration import Declaration
 from bus._core.errors import BrokenChain
 from bus._middleware.faults import Outcome
+from bus._middleware.rules.compile import Rule
 from bus._middleware.trust import TrustState
 
 
@@ -140,6 +141,8 @@ class Link:
     agents: frozenset[str] | None = None
     #: Whether it takes only some calls by context (a ``when`` or grants): checked per call, before any request.
     scoped: bool = False
+    #: For a rule (bus._middleware.rules): the compiled rule the kernel evaluates itself, with no request.
+    rule: Rule | None = None
 
     def in_scope(self, ctx: Mapping[str, Any]) -> bool:
         """Whether a call with this context reaches the handler (its grants and its ``when``)."""
@@ -169,6 +172,8 @@ class StageChain:
     bag: bool = False
     #: Declared versions an operator rejected (``hookbus reject``): never called, not in the approval queue.
     rejected: tuple[Link, ...] = ()
+    #: Whether a rule is among the links (the kernel then makes the rules' activation for the call).
+    rules: bool = False
 
 
 @dataclass
@@ -196,4 +201,5 @@ class ChainParts:
             return StageChain(stage, (), exc.reason, held, waiting, guard, disabled, rejected=rejected)
         links = tuple(members[decl.qualname] for decl in ordered if decl.qualname in members)
         bag = any(link.decl.inputs or link.decl.outputs for link in links)
-        return StageChain(stage, links, None, held, waiting, None, disabled, note, bag, rejected)
+        rules = any(link.rule is not None for link in links)
+        return StageChain(stage, links, None, held, waiting, None, disabled, note, bag, rejected, rules)

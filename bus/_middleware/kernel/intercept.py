@@ -39,8 +39,10 @@ from bus._middleware.kernel.chain import Link, StageChain
 from bus._middleware.kernel.drain import DEFAULT_BUDGET, Drain
 from bus._middleware.kernel.holding import ASKED, hold_for_operator
 from bus._middleware.kernel.reactions import Reactions, answered, bounded, broken_chain, fault_of, faulted
+from bus._middleware.kernel.ruling import RuleCall
 from bus._middleware.kernel.view import View
 from bus._middleware.registry import LIVENESS_FACTOR
+from bus._middleware.rules.book import RuleBook
 from bus._middleware.trust import Managed
 from bus._runtime import tracing as _tracing
 from bus._transport.port import Port
@@ -76,8 +78,11 @@ class MiddlewareOptions:
 class Interceptor:
     """The middleware chain runner of one Bus."""
 
-    def __init__(self, bus: Port, *, managed: Managed, trust_new: bool, options: MiddlewareOptions) -> None:
+    def __init__(
+        self, bus: Port, *, managed: Managed, trust_new: bool, options: MiddlewareOptions, rules: RuleBook | None = None
+    ) -> None:
         self._bus = bus
+        self.rules = rules or RuleBook()
         self._managed = managed
         self._trust_new = trust_new
         self.options = options
@@ -129,6 +134,7 @@ class Interceptor:
                 on_denied=self._denied_announcement,
                 on_note=self._chain_note,
                 liveness_factor=self.options.liveness_factor,
+                rules=self.rules,
             )
             await view.start()
         except BaseException as exc:
@@ -237,13 +243,16 @@ class Interceptor:
             journal.flush()
             return broken_chain(chain, journal)
         # Matchers, grants and ``when`` are read here, before any request: a handler they exclude costs nothing.
-        links = [
-            link for link in chain.links if _wants(link, stage, run.payload) and (not link.scoped or link.in_scope(ctx))
-        ]
+        links = _taken(chain.links, match_field(stage), run.payload, ctx)
         index = 0
+        rules = RuleCall(stage, wire_ctx, bag) if chain.rules else None
         while index < len(links):
             batch = _batch(links, index)
             index += len(batch)
+            if rules is not None and batch[0].rule is not None:  # evaluated here: no request
+                if not run.take(rules.decide(batch[0], run.payload, journal), batch[0].decl.qualname):
+                    break
+                continue
             if bag is not None:  # a consumer starts its own request: the bag is current when it is asked
                 lacking = _bag.missing(batch[0].decl, bag)
                 if lacking is not None:
@@ -455,6 +464,19 @@ def _wants(link: Link, stage: str, payload: dict[str, Any]) -> bool:
     if value is None or isinstance(value, str):
         return value in link.match
     return True
+
+
+def _taken(links: Sequence[Link], field: str, payload: dict[str, Any], ctx: Mapping[str, Any]) -> list[Link]:
+    """The links a call reaches: ``_wants`` and the scope, with the match field read once (a stage of many
+    rules walks its links here, on every call)."""
+    value = payload.get(field)
+    if value is None or isinstance(value, str):
+        return [
+            link
+            for link in links
+            if (link.match is None or value in link.match) and (not link.scoped or link.in_scope(ctx))
+        ]
+    return [link for link in links if not link.scoped or link.in_scope(ctx)]
 
 
 def _batch(links: Sequence[Link], start: int) -> list[Link]:

@@ -172,6 +172,13 @@ class Reactions:
         when = time.time_ns() // 1_000_000
         self._reactions.append((link.decl.qualname, link.identity, verdict, cause, duration_ms, when))
 
+    def decided(self, link: Link, verdict: str, applied: str, cause: str, duration_ms: float) -> None:
+        """A rule's decision, evaluated by the kernel: counted as ``applied``, journaled as ``verdict`` with
+        ``cause`` as given (the rule's condition and result; a shadow rule's payload hash)."""
+        who = link.decl.qualname
+        MIDDLEWARE.observe(who, self._stage, _OK, applied, duration_ms / 1000)
+        self._reactions.append((who, link.identity, verdict, cause, duration_ms, time.time_ns() // 1_000_000))
+
     def ok(self, link: Link, who: str, kind: str, duration_ms: float) -> None:
         """A handler's continue or patch, as its module reported it (the common case: kept cheap)."""
         MIDDLEWARE.observe(who, self._stage, _OK, kind, duration_ms / 1000)

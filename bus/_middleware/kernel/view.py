@@ -27,10 +27,12 @@ from bus._core.catalog import closest
 from bus._core.declaration import Declaration
 from bus._core.errors import ForeignAnnouncement, HookbusError, RegistryError, TooManyHandlers
 from bus._core.stages import Stage
+from bus._core.subjects import RULES_BUCKET
 from bus._middleware.faults import Outcome
 from bus._middleware.guards import GUARDS_BUCKET, GuardRecord
 from bus._middleware.kernel.chain import ChainParts, Link, StageChain
 from bus._middleware.kernel.reports import Noted, Notify, Reports
+from bus._middleware.kernel.rule_links import RulePlacer
 from bus._middleware.kernel.trust_records import TrustRecords
 from bus._middleware.registry import (
     LIVENESS_FACTOR,
@@ -44,6 +46,7 @@ from bus._middleware.registry import (
     parse_announcement,
     request_subject,
 )
+from bus._middleware.rules.book import RuleBook
 from bus._middleware.switches import DEFAULT as DEFAULT_SWITCHES
 from bus._middleware.trust import (
     Managed,
@@ -82,6 +85,7 @@ class View:
         on_denied: Denied | None = None,
         liveness_factor: float = LIVENESS_FACTOR,
         on_note: Noted | None = None,
+        rules: RuleBook | None = None,
     ) -> None:
         self._port = port
         self.managed = managed
@@ -113,6 +117,7 @@ class View:
         self._started = False
         self._changed = asyncio.Event()
         self.generation = 0
+        self.rules = RulePlacer(rules or RuleBook(), trust_new=trust_new, aliases=self.aliases)
 
     async def start(self) -> None:
         self._trust_kv = await open_bucket(self._port, TRUST_BUCKET)
@@ -124,6 +129,9 @@ class View:
             Watch(self.guards_kv, self._on_guard),
             self._modules_watch,
         ]
+        rules_watch = await self._rules_watch()
+        if rules_watch is not None:
+            self._watches.append(rules_watch)
         for watch in self._watches:
             await watch.start()
         self._started = True
@@ -131,6 +139,24 @@ class View:
         self._reports.modules = self._live_modules()  # present at start: not reported as attached
         self._rebuild()
         self._spawn(self._sweep())
+
+    async def _rules_watch(self) -> Watch | None:
+        """The watch of the rules bucket (a rule file per key): hot reload, the last good file kept.
+
+        None (logged) where the bucket cannot be had (JetStream refuses it): the fleet's rules are then
+        not in force here, and the kernel says so once.
+        """
+        self.rules.trust_kv = self._trust_kv
+        try:
+            kv = await open_bucket(self._port, RULES_BUCKET)
+        except RegistryError as exc:
+            log.warning("the %s bucket cannot be read (%s): the fleet's rules are not in force here", RULES_BUCKET, exc)
+            return None
+        return Watch(kv, self._on_rules)
+
+    def _on_rules(self, key: str, data: bytes | None, revision: int) -> None:
+        if self.rules.book.on_file(key, data):
+            self._rebuild()
 
     async def stop(self) -> None:
         await self._tasks.cancel_all()
@@ -200,6 +226,10 @@ class View:
         return now - min(max(0.0, time.time() - ann.at), MODULES_MAX_AGE)
 
     def _on_trust(self, key: str, data: bytes | None, revision: int) -> None:
+        if data is None:
+            self.rules.trust_raw.pop(key, None)
+        else:
+            self.rules.trust_raw[key] = data
         if self.trust.on_trust(key, data):
             self._rebuild()
 
@@ -318,7 +348,14 @@ class View:
         for rec in self.guards.values():
             records.setdefault(rec.decl.qualname, []).append(rec)
         by_stage: dict[str, ChainParts] = {}
-        for qualname in sorted(live.keys() | records.keys()):  # trust_new approves in name order: every run alike
+        rules = self.rules.place(
+            lambda stage: self._parts(by_stage, stage), self.approved, self.rejected, self.switches
+        )
+        for name in self.rules.new:
+            self._spawn(self.rules.approve_new(name))
+        self.rules.new.clear()
+        # trust_new approves in name order (every run alike); a module's handler named as a rule is left out
+        for qualname in sorted((live.keys() | records.keys()) - rules):
             self._place(qualname, live.get(qualname, {}), records.get(qualname, []), by_stage)
         known = frozenset(live) | frozenset(self.approved) | frozenset(records)
         first = self.first_approved

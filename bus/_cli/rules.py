@@ -1,0 +1,122 @@
+"""``hookbus rules``: push rule files to the fleet, try one locally, report what a shadow rule would have done.
+
+hookbus rules push rules/guards.yaml          # as the operator: every kernel takes it (after approval)
+hookbus rules test rules/guards.yaml tool '{"name": "shell", "input": {"command": "rm -rf /"}}' --agent eva
+hookbus rules shadow-report guards.no-rm --since 24h
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import UTC, datetime
+
+import orjson
+
+from bus._cli.common import add_nats_url, connection_args
+from bus._cli.workspace import add_workspace, existing
+from bus._core.errors import ConfigError
+from bus._middleware.rules.files import SHORTHANDS, read_path
+
+#: Shadow entries a report samples.
+SAMPLE = 5
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "rules",
+        help="declarative rule guards: push, test, shadow-report",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands = parser.add_subparsers(dest="rules_command", metavar="COMMAND", required=True)
+    push = commands.add_parser("push", help="check rule files and write them to the hookbus_rules bucket")
+    push.add_argument("files", nargs="+", metavar="FILE")
+    add_nats_url(push)
+    push.set_defaults(func=run_push)
+    test = commands.add_parser("test", help="run a rule file on one payload locally (no bus)")
+    test.add_argument("file", metavar="FILE")
+    test.add_argument("stage", help=f"the stage, or a shorthand ({', '.join(SHORTHANDS)})")
+    test.add_argument("payload", metavar="JSON", help="the payload, a JSON object")
+    for name in ("agent", "user", "session", "template"):
+        test.add_argument(f"--{name}", help=f"the call's {name}")
+    test.set_defaults(func=run_test)
+    report = commands.add_parser("shadow-report", help="what a shadow rule would have changed, from the journal")
+    report.add_argument("name", help="the rule's qualified name (guards.no-rm)")
+    report.add_argument("--since", default="24h", metavar="DURATION", help="entries of the last DURATION (24h)")
+    add_workspace(report, "workspace whose journal to read")
+    report.set_defaults(func=run_shadow_report)
+
+
+async def run_push(args: argparse.Namespace) -> int:
+    from bus._client import Bus
+    from bus._middleware.rules.publish import check, push
+
+    checked = check(args.files)  # refused here, with file and line, before anything is written
+    async with Bus(args.nats_url, name="hookbus-rules", **connection_args(args)) as bus:
+        await push(bus.port, checked)
+    for one in checked:
+        names = ", ".join(f"{rule.qualname} ({rule.identity[:12]})" for rule in one.rules) or "no rules"
+        print(f"pushed {one.stem}: {names}")
+    print("new or changed rules wait for 'hookbus approve NAME'")
+    return 0
+
+
+async def run_test(args: argparse.Namespace) -> int:
+    from bus._middleware.kernel.ruling import offline
+    from bus._middleware.rules.compile import compile_file
+
+    try:
+        payload = orjson.loads(args.payload)
+    except orjson.JSONDecodeError as exc:
+        raise ConfigError(f"the payload is not JSON: {exc}") from None
+    if not isinstance(payload, dict):
+        raise ConfigError("the payload must be a JSON object")
+    stage = SHORTHANDS.get(args.stage, args.stage)
+    ctx = {name: getattr(args, name) for name in ("agent", "user", "session", "template")}
+    final, _, payload, steps = offline(compile_file(read_path(args.file)), stage, payload, ctx)
+    for step in steps:
+        print(step)
+    print(f"decision: {final}")
+    if final == "patch":
+        print(orjson.dumps(payload).decode())
+    return 0
+
+
+async def run_shadow_report(args: argparse.Namespace) -> int:
+    from bus._journal.entries import JournalEntry
+    from bus._runtime.quantities import parse_duration
+    from subscribers.journal._store import DB_NAME, JournalStore, Query
+
+    since = datetime.fromtimestamp(datetime.now(UTC).timestamp() - parse_duration(args.since), UTC)
+    path = existing(args).path / DB_NAME
+    if not path.exists():
+        raise ConfigError(f"no journal at {path}")
+    store = JournalStore(path)
+    try:
+        counts: dict[str, int] = {}
+        sample: list[JournalEntry] = []
+        after = 0
+        stamp = since.strftime("%Y-%m-%dT%H:%M:%S.000Z")
+        while True:
+            rows = store.query(Query(who=args.name, since=stamp, after_seq=after, limit=1000))
+            if not rows:
+                break
+            for seq, row in rows:
+                after = max(after, seq)
+                decision = row.entry.decision
+                if decision.startswith("would_"):
+                    counts[decision] = counts.get(decision, 0) + 1
+                    if len(sample) < SAMPLE:
+                        sample.append(row.entry)
+    finally:
+        store.close()
+    total = sum(counts.values())
+    print(f"{args.name}: {total} call{'s' if total != 1 else ''} would have changed in the last {args.since}")
+    for decision in sorted(counts):
+        print(f"  {decision}: {counts[decision]}")
+    for entry in sample:
+        where = f"{entry.time} {entry.point} agent={entry.agent} session={entry.session}"
+        print(f"  {where} {entry.decision}: {entry.cause}")
+    sys.stdout.flush()
+    return 0

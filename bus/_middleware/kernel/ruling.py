@@ -1,0 +1,141 @@
+"""Running a rule in the chain: its condition evaluated in the kernel, no request; journaled as a handler's.
+
+One :class:`RuleCall` per intercept makes the CEL activation (``payload``,
+``ctx``, ``bag``) once per version of the payload, so a chain of many rules
+pays for it once. A rule whose condition holds decides its ``then``; one whose
+condition cannot be evaluated (a missing key, a non-bool) is a failed handler:
+continue, or cancel if it is fail-closed. A shadow rule's decision is
+journaled as ``would_cancel`` / ``would_patch`` with the payload's hash and
+never applied.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from bus._core.decisions import CONTINUE, Cancel, HandlerDecision, Patch
+from bus._core.middleware_schema import RequestCtx
+from bus._core.stages import match_field
+from bus._middleware.faults import Outcome, fault_decision
+from bus._middleware.kernel.chain import Link
+from bus._middleware.kernel.reactions import Reactions
+from bus._middleware.rules.compile import Rule, activation, holds, patched, render
+
+
+def rule_ctx(stage: str, wire_ctx: RequestCtx | Mapping[str, Any]) -> dict[str, str]:
+    """What a rule's ``ctx`` holds: agent, user, session, template (empty text when the call has none), stage."""
+    if isinstance(wire_ctx, Mapping):
+        agent, user = wire_ctx.get("agent"), wire_ctx.get("user")
+        session, template = wire_ctx.get("session"), wire_ctx.get("template")
+    else:  # the call's RequestCtx: read directly, it is on every call's path
+        agent, user, session, template = wire_ctx.agent, wire_ctx.user, wire_ctx.session, wire_ctx.template
+    return {
+        "stage": stage,
+        "agent": agent if isinstance(agent, str) else "",
+        "user": user if isinstance(user, str) else "",
+        "session": session if isinstance(session, str) else "",
+        "template": template if isinstance(template, str) else "",
+    }
+
+
+def payload_hash(payload: Mapping[str, Any]) -> str:
+    """SHA-256 of the payload's sorted JSON: what a shadow entry names the call by."""
+    return hashlib.sha256(orjson.dumps(payload, option=orjson.OPT_SORT_KEYS, default=str)).hexdigest()
+
+
+class RuleCall:
+    """The rules' side of one intercept."""
+
+    __slots__ = ("_act", "_bag", "_payload", "ctx")
+
+    def __init__(self, stage: str, wire_ctx: RequestCtx | Mapping[str, Any], bag: Mapping[str, Any] | None) -> None:
+        self.ctx = rule_ctx(stage, wire_ctx)
+        self._bag = bag
+        self._payload: Mapping[str, Any] | None = None
+        self._act: Any = None
+
+    def verdict(self, rule: Rule, payload: Mapping[str, Any]) -> tuple[HandlerDecision, bool]:
+        """What the rule decides on ``payload`` (applied or not) and whether its condition held.
+
+        Raises RuntimeError or TypeError when the condition cannot be evaluated.
+        """
+        if payload is not self._payload:
+            self._act, self._payload = activation(payload, self.ctx, self._bag), payload
+        if not holds(rule, self._act):
+            return CONTINUE, False
+        if rule.reason:
+            return Cancel(render(rule, self._act), rule.qualname), True
+        if rule.patch is not None:
+            return Patch(patched(rule, payload)), True
+        return CONTINUE, True
+
+    def decide(self, link: Link, payload: Mapping[str, Any], journal: Reactions) -> HandlerDecision:
+        """The rule's decision as the chain takes it, journaled (which rule, its identity, the result)."""
+        rule = link.rule
+        assert rule is not None
+        started = time.perf_counter()
+        try:
+            decision, held = self.verdict(rule, payload)
+        except Exception as exc:  # whatever a payload makes of a rule reads as its fail mode, never raises
+            ms = (time.perf_counter() - started) * 1000
+            cause = f"if {rule.source!r} could not be evaluated: {str(exc)[:300]}"
+            if rule.shadow:
+                journal.decided(link, "would_fail", "continue", cause, ms)
+                return CONTINUE
+            failed = fault_decision(link.decl.fail_closed, rule.qualname, Outcome.FAILED, cause)
+            journal.add(link, Outcome.FAILED, failed, ms, cause)
+            return failed
+        ms = (time.perf_counter() - started) * 1000
+        if decision is CONTINUE:
+            journal.ok(link, rule.qualname, "continue", ms)
+            return CONTINUE
+        reason = f"; {decision.reason}" if isinstance(decision, Cancel) else ""
+        result = f"if {rule.source!r} -> {str(held).lower()}{reason}"
+        if rule.shadow:
+            journal.decided(
+                link, f"would_{decision.kind}", "continue", f"payload {payload_hash(payload)}; {result}", ms
+            )
+            return CONTINUE
+        journal.decided(link, decision.kind, decision.kind, result, ms)
+        return decision
+
+
+def offline(
+    rules: Sequence[Rule], stage: str, payload: dict[str, Any], ctx: Mapping[str, Any]
+) -> tuple[str, str | None, dict[str, Any], list[str]]:
+    """A rule file's chain on one call with no bus (``hookbus rules test``, ``hookbus replay --rules``).
+
+    The rules of ``stage`` run by priority then name, as the kernel orders them; returns the decision
+    (continue, cancel, patch), the cancel's reason, the final payload, and one line per rule.
+    """
+    chosen = [(rule, decl) for rule in rules for decl in rule.decls if decl.stage == stage]
+    chosen.sort(key=lambda pair: (-pair[1].priority, pair[0].qualname))
+    call = RuleCall(stage, ctx, None)
+    field, final, why, steps = match_field(stage), "continue", None, []
+    for rule, decl in chosen:
+        if not rule.enabled or (decl.match and payload.get(field) not in decl.match) or not decl.when.matches(ctx):
+            steps.append(f"{rule.qualname}: not taken (disabled, match or when)")
+            continue
+        try:
+            decision, held = call.verdict(rule, payload)
+        except (RuntimeError, TypeError) as exc:
+            closed = decl.fail_closed and not rule.shadow
+            steps.append(f"{rule.qualname}: failed ({exc}); reads as {'cancel' if closed else 'continue'}")
+            if closed:
+                return "cancel", f"{rule.qualname} is fail-closed and failed", payload, steps
+            continue
+        shadow = " (shadow: not applied)" if rule.shadow and decision.kind != "continue" else ""
+        detail = f": {decision.reason}" if isinstance(decision, Cancel) else ""
+        steps.append(f"{rule.qualname}: if -> {str(held).lower()}: {decision.kind}{detail}{shadow}")
+        if rule.shadow:
+            continue
+        if isinstance(decision, Patch):
+            payload, final = dict(decision.payload), "patch"
+        elif isinstance(decision, Cancel):
+            return "cancel", decision.reason, payload, steps
+    return final, why, payload, steps
