@@ -186,7 +186,8 @@ async def test_a_broken_file_keeps_the_last_good(nats_url: str) -> None:
         await push(bus, stem, rule_file(stem))
         await until(view, lambda: runs(view, name))
         await push(bus, stem, b"rules:\n  - name: no-rm\n    stage: tool\n    if: 'nosuch.field'\n")
-        await until(view, lambda: stem in view.rules.book.errors)
+        # A refused file changes no chain, so no rebuild wakes the view's waiters: poll for it.
+        await wait_until(lambda: stem in view.rules.book.errors, what="the refusal")
         assert "nosuch" in view.rules.book.errors[stem] and ":4:" in view.rules.book.errors[stem]
         decision = await bus.intercept("tool.call", rm(stem))
         assert isinstance(decision, Cancel) and decision.handler == name
