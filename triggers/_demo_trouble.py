@@ -69,12 +69,21 @@ class Relay:
             writer.close()
             return
         self._writers |= {writer, up_writer}
-        self._pipes.start(_pipe(reader, up_writer))
-        self._pipes.start(_pipe(up_reader, writer))
+        self._pipes.start(self._pipe(reader, up_writer))
+        self._pipes.start(self._pipe(up_reader, writer))
+
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Copy one direction until either side closes; a closed connection is forgotten."""
+        with contextlib.suppress(OSError, asyncio.IncompleteReadError):
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        writer.close()
+        self._writers.discard(writer)
 
     def cut(self) -> None:
         """Close every connection through the relay (new ones are relayed again)."""
-        for writer in self._writers:
+        for writer in list(self._writers):
             writer.close()
         self._writers.clear()
 
@@ -84,14 +93,6 @@ class Relay:
             self._server.close()
             await self._server.wait_closed()
         await self._pipes.cancel_all()
-
-
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    with contextlib.suppress(OSError, asyncio.IncompleteReadError):
-        while data := await reader.read(65536):
-            writer.write(data)
-            await writer.drain()
-    writer.close()
 
 
 def relay_target(servers: list[str]) -> tuple[str, int] | None:

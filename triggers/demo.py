@@ -207,14 +207,17 @@ async def run_demo(
         if agent_bus is not None:
             for name in [*names, DEMO_AGENT]:
                 own[name] = await stack.enter_async_context(agent_bus(name))
-        fleet = Fleet(bus, rng, report, pace, own)
-        trouble = None
-        if agent_bus is not None and for_s is not None:  # a long run shows what goes wrong, once
+        relay = None
+        trouble_on = agent_bus is not None and for_s is not None  # a long run shows what goes wrong, once
+        if agent_bus is not None and trouble_on:
             relay = await stack.enter_async_context(edge_link(bus.servers))
             own[EDGE_AGENT] = await stack.enter_async_context(
                 agent_bus(EDGE_AGENT, servers=relay.url if relay else None, max_bytes=EDGE_MAX_BYTES,
                           max_object_bytes=EDGE_MAX_OBJECT_BYTES)
             )  # fmt: skip
+        fleet = Fleet(bus, rng, report, pace, dict(own))  # every agent's Bus is open before the fleet plays
+        trouble = None
+        if trouble_on:
             trouble = functools.partial(play_trouble, bus, own[EDGE_AGENT], relay, fleet.tool_call, ASKER)
         parts = [component("agent", name, "demo agent") for name in own or [*names, DEMO_AGENT]]
         parts.append(component("trigger_engine", "demo-spend", "demo trigger on eva.spend.day"))
