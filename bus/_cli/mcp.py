@@ -165,6 +165,7 @@ async def _gate(args: argparse.Namespace) -> AsyncIterator[Gate]:
         yield OfflineGate(recalled(args, servers), str(exc), fail_closed=args.fail_closed)
         return
     try:
+        await bus.middleware.start()
         remember(args, servers, fail_closed_guards(bus), MCP_STAGES)
         yield bus
         remember(args, servers, fail_closed_guards(bus), MCP_STAGES)

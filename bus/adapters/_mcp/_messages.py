@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+import orjson
 from mcp.shared.message import SessionMessage
 from mcp_types import ErrorData, JSONRPCError, JSONRPCResponse, RequestId
 
@@ -45,3 +46,33 @@ def result_text(result: dict[str, Any]) -> str:
         elif isinstance(block, dict):
             parts.append(f"[{block.get('type', 'block')}]")
     return "\n".join(parts)
+
+
+def rewritten(result: dict[str, Any], before: str, text: str, *, hidden: bool) -> dict[str, Any]:
+    """``result`` with its output replaced by ``text`` (a ``tool.result`` patch), or hidden behind it (a cancel).
+
+    Structured content goes too, so what was redacted does not stay in it: a patch whose text is a JSON object
+    becomes the structured content; a field that held the whole old text holds the new one; otherwise (and
+    for hidden output) the result is marked ``isError``, which clients do not check against the tool's schema.
+    """
+    kept = {k: v for k, v in result.items() if k not in ("content", "structuredContent", "isError")}
+    is_error = bool(result.get("isError")) or hidden
+    structured = result.get("structuredContent")
+    if structured is None or hidden:
+        return {**kept, **text_result(text, is_error=is_error)}
+    replaced = _structured(structured, before, text)
+    if replaced is None:
+        return {**kept, **text_result(text, is_error=True)}
+    return {**kept, **text_result(text, is_error=is_error), "structuredContent": replaced}
+
+
+def _structured(structured: Any, before: str, text: str) -> dict[str, Any] | None:
+    try:
+        parsed = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        parsed = None
+    if isinstance(parsed, dict):
+        return parsed
+    if isinstance(structured, dict) and any(v == before for v in structured.values()):
+        return {k: text if v == before else v for k, v in structured.items()}
+    return None

@@ -42,6 +42,7 @@ from bus.adapters._mcp._messages import (
     error,
     response,
     result_text,
+    rewritten,
     text_result,
     tool_name,
 )
@@ -257,12 +258,12 @@ class McpProxy:
         }
         decision = await self.gate.intercept(TOOL_RESULT, payload, self.settings.ctx)
         if isinstance(decision, Cancel | Patch):
+            before_text, hidden = text, isinstance(decision, Cancel)
             try:
                 text = after(decision, text)
-            except DecisionError as exc:
-                text = f"[output hidden: {exc}]"
-            result = {k: v for k, v in result.items() if k not in ("content", "structuredContent")}
-            result = {**result, **text_result(text, is_error=is_error)}
+            except DecisionError as exc:  # a hostile patch: nothing of the output passes
+                text, hidden = f"[output hidden: {exc}]", True
+            result = rewritten(result, before_text, text, hidden=hidden)
         await self._emit(*self.lifecycle.tool_end(waiting.name, not is_error, text))
         await self._client.send(response(message.id, result))
 
