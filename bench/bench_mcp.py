@@ -69,7 +69,9 @@ async def main(n: int) -> None:
             await wait_for_chain(kernel, "tool.call", ["benchmcp.allow"])
             direct = await calls(StdioServerParameters(command=SERVER[0], args=SERVER[1:], env=env, cwd=str(ROOT)), n)
             proxy_args = ["-m", "bus._cli", "mcp", "--name", "fixture", "--", *SERVER]
-            proxied = await calls(StdioServerParameters(command=sys.executable, args=proxy_args, env=env, cwd=str(ROOT)), n)
+            proxied = await calls(
+                StdioServerParameters(command=sys.executable, args=proxy_args, env=env, cwd=str(ROOT)), n
+            )
             payload = {"name": "mcp__fixture__echo", "input": {"text": "x"}, "server": "fixture", "tool": "echo"}
             trips: list[float] = []
             for _ in range(n):

@@ -44,7 +44,12 @@ DESCRIPTION: Final = (
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--name", default=None, help="the server's name in tool names (default: the command's name)")
     parser.add_argument("--url", default=None, help="the MCP server's streamable HTTP URL (instead of a command)")
-    parser.add_argument("--listen", metavar="HOST:PORT", default=None, help=f"serve streamable HTTP at /mcp (${TOKEN_VARIABLE} is the bearer token)")
+    parser.add_argument(
+        "--listen",
+        metavar="HOST:PORT",
+        default=None,
+        help=f"serve streamable HTTP at /mcp (${TOKEN_VARIABLE} is the bearer token)",
+    )
     parser.add_argument("--timeout", type=float, default=None, help="seconds a request waits for the server (60)")
     parser.add_argument("--max-message", type=int, default=None, help="largest client message in bytes (4 MiB)")
     parser.add_argument("--max-sessions", type=int, default=None, help="with --listen: sessions open at once (32)")
@@ -57,7 +62,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser("mcp", help="an MCP server behind the bus's guards (install: a client's entry)", description=DESCRIPTION)
+    parser = subparsers.add_parser(
+        "mcp", help="an MCP server behind the bus's guards (install: a client's entry)", description=DESCRIPTION
+    )
     parser.add_argument("rest", nargs=argparse.REMAINDER, help="[install --client C] [options] -- COMMAND ARGS...")
     parser.set_defaults(func=_from_parser)
 
@@ -184,7 +191,9 @@ async def _listen(args: argparse.Namespace, command: list[str], gate: Gate) -> N
     host, _, port = str(args.listen).rpartition(":")
     if not host or not port.isdigit():
         raise ConfigError(f"--listen takes HOST:PORT, not {args.listen!r}")
-    hosts = [f"{host}:{port}"] + ([f"localhost:{port}", f"127.0.0.1:{port}"] if host in ("127.0.0.1", "localhost") else [])
+    hosts = [f"{host}:{port}"] + (
+        [f"localhost:{port}", f"127.0.0.1:{port}"] if host in ("127.0.0.1", "localhost") else []
+    )
     app = ProxySessions(
         _upstream(args, command),
         lambda session: _proxy(args, gate, args.session or session),

@@ -29,7 +29,9 @@ def filesystem_server() -> list[str]:
     node = require_binary("node")
     script = FIXTURES / "node_modules" / "@modelcontextprotocol" / "server-filesystem" / "dist" / "index.js"
     if not script.is_file():
-        message = "tests/fixtures/mcp/node_modules is missing (npm ci --prefix tests/fixtures/mcp; scripts/test does it)"
+        message = (
+            "tests/fixtures/mcp/node_modules is missing (npm ci --prefix tests/fixtures/mcp; scripts/test does it)"
+        )
         if IN_CI:
             pytest.fail(message)
         pytest.skip(message)

@@ -187,7 +187,12 @@ async def test_without_the_bus_the_remembered_fail_closed_guards_refuse(own_serv
             write = await session.call_tool("write_file", {"path": str(root / "notes" / "a.txt"), "content": "x"})
             listed = await session.call_tool("list_directory", {"path": str(root)})
         async with over_stdio(
-            {**env, "XDG_STATE_HOME": str(tmp_path / "other")}, "--name", "filesystem", "--", *filesystem_server(), str(root)
+            {**env, "XDG_STATE_HOME": str(tmp_path / "other")},
+            "--name",
+            "filesystem",
+            "--",
+            *filesystem_server(),
+            str(root),
         ) as session:
             unknown = await session.call_tool("write_file", {"path": str(root / "notes" / "b.txt"), "content": "x"})
     assert write.is_error and f"{name}.writes is fail-closed and the bus cannot be reached" in text_of(write)

@@ -137,7 +137,7 @@ async def test_the_listen_route_refuses_a_client_without_the_token_a_foreign_hos
     listening: tuple[str, Path],
 ) -> None:
     """The attack: any local process (not the agent) posts to the port to act as the agent on the bus."""
-    url, root = listening
+    url, _ = listening
     headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
     body = orjson.dumps(_initialize())
     async with httpx.AsyncClient(timeout=WAIT) as http:
@@ -229,11 +229,19 @@ async def test_an_oversized_client_message_is_refused_with_an_error_and_the_next
         big = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "echo", "arguments": {}}}
         big["params"]["arguments"] = {"text": "x" * 1_000_000}
         refused = await _exchange(proc, big)
-        small = {"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "ok"}}}
+        small = {
+            "jsonrpc": "2.0",
+            "id": 8,
+            "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"text": "ok"}},
+        }
         passed = await _exchange(proc, small)
     finally:
         await _close(proc)
-    assert refused["error"]["message"].startswith("hookbus mcp: a message of ") and "over the proxy's limit" in refused["error"]["message"]
+    assert (
+        refused["error"]["message"].startswith("hookbus mcp: a message of ")
+        and "over the proxy's limit" in refused["error"]["message"]
+    )
     assert passed["result"]["content"][0]["text"] == "ok"
 
 
@@ -243,7 +251,9 @@ def test_install_prints_each_clients_entry_wrapped_by_hookbus_mcp() -> None:
     from tests.conftest import run_cli
 
     def entry(client: str) -> str:
-        done = run_cli("mcp", "install", "--client", client, "--", "npx", "-y", "@modelcontextprotocol/server-filesystem", "/srv")
+        done = run_cli(
+            "mcp", "install", "--client", client, "--", "npx", "-y", "@modelcontextprotocol/server-filesystem", "/srv"
+        )
         assert done.returncode == 0, done.stderr
         return done.stdout
 
@@ -252,8 +262,22 @@ def test_install_prints_each_clients_entry_wrapped_by_hookbus_mcp() -> None:
     cursor = orjson.loads(entry("cursor"))["mcpServers"]["npx"]
     codex = tomllib.loads(entry("codex"))["mcp_servers"]["npx"]
     for server in (claude, cursor, codex):
-        assert server["args"][-8:] == ["mcp", "--name", "npx", "--", "npx", "-y", "@modelcontextprotocol/server-filesystem", "/srv"]
+        assert server["args"][-8:] == [
+            "mcp",
+            "--name",
+            "npx",
+            "--",
+            "npx",
+            "-y",
+            "@modelcontextprotocol/server-filesystem",
+            "/srv",
+        ]
     assert codex["command"] == cursor["command"] == claude["command"]
     named = run_cli("mcp", "install", "--client", "codex", "--name", "files", "--url", "http://127.0.0.1:9/mcp")
-    assert tomllib.loads(named.stdout)["mcp_servers"]["files"]["args"][-4:] == ["--name", "files", "--url", "http://127.0.0.1:9/mcp"]
+    assert tomllib.loads(named.stdout)["mcp_servers"]["files"]["args"][-4:] == [
+        "--name",
+        "files",
+        "--url",
+        "http://127.0.0.1:9/mcp",
+    ]
     assert sys.executable  # the entry runs this environment's hookbus

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import hmac
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Final
 from uuid import uuid4
@@ -37,8 +37,8 @@ DEFAULT_MAX_SESSIONS: Final = 32
 #: Seconds a session may sit with no request before it (and its server connection) is closed.
 SESSION_IDLE_S: Final = 1800.0
 
-Send = Callable[[dict[str, Any]], Any]
-Receive = Callable[[], Any]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 
 
 @contextlib.asynccontextmanager
@@ -75,9 +75,7 @@ class ProxySessions:
         self.upstream = upstream
         self.proxy = proxy
         self._token = f"Bearer {token}".encode()
-        self.security = TransportSecuritySettings(
-            allowed_hosts=hosts, allowed_origins=[f"http://{h}" for h in hosts]
-        )
+        self.security = TransportSecuritySettings(allowed_hosts=hosts, allowed_origins=[f"http://{h}" for h in hosts])
         self.max_sessions = max_sessions
         self.sessions: dict[str, StreamableHTTPServerTransport] = {}
         self._tg: TaskGroup | None = None

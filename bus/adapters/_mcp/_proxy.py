@@ -26,7 +26,7 @@ from typing import Any, Final
 
 import anyio
 from anyio.abc import TaskGroup
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from mcp.shared._stream_protocols import ReadStream, WriteStream  # the SDK's own stream types
 from mcp.shared.message import SessionMessage
 from mcp_types import JSONRPCError, JSONRPCRequest, JSONRPCResponse, RequestId
 
@@ -61,8 +61,8 @@ _LIST_CONCURRENCY: Final = 16
 #: Tools of one tools/list judged at all; a longer list is cut (a server cannot make the proxy do unbounded work).
 MAX_LISTED: Final = 1000
 
-Reader = MemoryObjectReceiveStream[SessionMessage | Exception]
-Writer = MemoryObjectSendStream[SessionMessage]
+Reader = ReadStream[SessionMessage | Exception]
+Writer = WriteStream[SessionMessage]
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,10 +154,8 @@ class McpProxy:
         return time.monotonic() + self.settings.timeout_s
 
     async def _to_upstream(self, item: SessionMessage) -> None:
-        try:
-            await self._upstream.send(item)
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-            pass  # the server is gone: its stream's end answers what waits
+        with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+            await self._upstream.send(item)  # a server that is gone: its stream's end answers what waits
 
     async def _forward(self, item: SessionMessage, waiting: _Waiting) -> None:
         message = item.message
@@ -316,10 +314,8 @@ class McpProxy:
     async def _fail(self, request_id: RequestId, waiting: _Waiting, cause: str) -> None:
         if waiting.name is not None:
             await self._emit(*self.lifecycle.tool_end(waiting.name, False, cause))
-        try:
+        with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
             await self._client.send(error(request_id, UPSTREAM_ERROR, cause))
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-            pass
 
     async def _emit(self, subject: str, payload: Mapping[str, Any]) -> None:
         try:
