@@ -37,6 +37,7 @@ def _commands() -> tuple[ModuleType, ...]:
         isolate,
         journal,
         llm,
+        mcp,
         metrics,
         module_trial,
         plugins,
@@ -63,6 +64,7 @@ def _commands() -> tuple[ModuleType, ...]:
         llm,
         emit,
         agent_hook,
+        mcp,
         tail,
         events,
         journal,
@@ -121,6 +123,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from bus._cli import agent_hook
 
         return agent_hook.main(arguments[0], arguments[1:])
+    # an MCP client starts the proxy with each session: the same short path
+    if arguments[:1] == ["mcp"]:
+        from bus._cli import mcp
+
+        return mcp.main(arguments[1:])
     import asyncio
 
     from bus._cli.running import configure_logging, guarded

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -271,14 +272,26 @@ def recalled(args: argparse.Namespace, servers: list[str]) -> dict[str, list[str
     return {stage: [str(n) for n in names] for stage, names in entry.items() if isinstance(names, list)}
 
 
-def remember(args: argparse.Namespace, servers: list[str], guards: dict[str, list[str]]) -> None:
-    """Keep what the bus said about its fail-closed guards, written (owner-only, atomically) only when it changed."""
+def remember(
+    args: argparse.Namespace, servers: list[str], guards: dict[str, list[str]], stages: Iterable[str] | None = None
+) -> None:
+    """Keep what the bus said about its fail-closed guards, written (owner-only, atomically) only when it changed.
+
+    ``stages``: the stages ``guards`` speaks for (the hook stages by default); what the file holds for other
+    stages (``hookbus mcp``'s) is kept.
+    """
+    from bus.adapters.claude_code._mapping import HOOK_STAGES
+
+    spoken = set(HOOK_STAGES if stages is None else stages)
     path = _state_path(args)
     state = _state(path)
     key = ",".join(servers)
-    if state.get(key, {}) == guards:
+    old = state.get(key)
+    kept = {s: n for s, n in old.items() if s not in spoken} if isinstance(old, dict) else {}
+    merged = {**kept, **guards}
+    if old == merged:
         return
-    state[key] = guards
+    state[key] = merged
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         partial = path.with_name(f".{path.name}.{os.getpid()}")

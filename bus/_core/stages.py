@@ -23,6 +23,8 @@ class Stage(enum.StrEnum):
 
     TOOL_CALL = "tool.call"
     TOOL_RESULT = "tool.result"
+    TOOL_LIST = "tool.list"
+    RESOURCE_READ = "resource.read"
     LLM_REQUEST = "llm.request"
     MEMORY_SAVE = "memory.save"
     LLM_RETRY = "llm.retry"
@@ -40,6 +42,8 @@ class Stage(enum.StrEnum):
 DESCRIPTIONS: Final = {
     Stage.TOOL_CALL.value: "before a tool runs: cancel refuses it, patch changes input or supplies result",
     Stage.TOOL_RESULT.value: "after a tool ran: cancel hides the output with the reason, patch rewrites it",
+    Stage.TOOL_LIST.value: "a tool an MCP server lists (hookbus mcp): cancel leaves it out of tools/list",
+    Stage.RESOURCE_READ.value: "before an MCP resource is read (hookbus mcp): cancel refuses the read",
     Stage.LLM_REQUEST.value: "before every model call (retries too): patch the request or supply result",
     Stage.MEMORY_SAVE.value: "before a memory is stored",
     Stage.LLM_RETRY.value: "a transient model error is about to be retried: patch delay_s or model, cancel fails",

@@ -251,11 +251,14 @@ class ClaudeCodeDialect:
         return self.deny(step.event, f"hookbus: a guard changed this prompt; send it as: {_text(content)}")
 
 
-def fail_closed_guards(bus: Bus) -> dict[str, list[str]]:
-    """Per hook stage, the trusted fail-closed handlers in force on ``bus``'s view (held ones included)."""
+def fail_closed_guards(bus: Bus, stages: tuple[str, ...] = HOOK_STAGES) -> dict[str, list[str]]:
+    """Per stage (the hook stages by default), the trusted fail-closed handlers in force on ``bus``'s view.
+
+    Held ones count too: a guard waiting for approval still refuses its stage.
+    """
     view = bus.middleware.view
     found: dict[str, list[str]] = {}
-    for stage in HOOK_STAGES:
+    for stage in stages:
         chain = view.chains.get(stage) if view is not None else None
         if chain is None:
             continue
