@@ -118,3 +118,34 @@ async def test_a_killed_protocol_2_guard_is_absent_at_the_first_call_and_then_ho
         await wait_for_chain(kernel, stage, [f"{name}.h"], timeout=10)
         after = await kernel.intercept(stage, {"input": {"command": "ls"}})
         assert not isinstance(after, Cancel)
+
+
+async def test_a_rolling_upgrade_from_protocol_1_to_2_loses_no_decision(kernel: Bus, nats_url: str) -> None:
+    """Kernels first (this one is protocol 2), then the module: a beating instance hands over to one that does not,
+    while calls keep coming; every call gets the module's own decision."""
+    name, stage = unique("roll"), "roll.check"
+    decisions: list[object] = []
+    stop = asyncio.Event()
+
+    async def calls() -> None:
+        while not stop.is_set():
+            decisions.append(await kernel.intercept(stage, {"input": {}}))
+            await asyncio.sleep(0.005)
+
+    with module_process(nats_url, name, stage, "--behaviour", "cancel", "--heartbeat", "0.2") as old:
+        await wait_for_chain(kernel, stage, [f"{name}.h"])
+        caller = asyncio.create_task(calls())
+        with module_process(nats_url, name, stage, "--behaviour", "cancel", "--announce-once"):
+            view = await kernel.middleware.start()
+            await wait_until(
+                lambda: sum(1 for ann, _ in view.instances.values() if ann.module == name) == 2, 10, "both"
+            )
+            old.send_signal(signal.SIGTERM)  # the service manager stops the old one: it drains, then leaves
+            old.wait(10)
+            await wait_until(lambda: len(decisions) >= 100, 30, "calls after the handover")
+            stop.set()
+            await caller
+            protocols = {ann.refresh > 0 for ann, _ in view.instances.values() if ann.module == name}
+            assert protocols == {True}  # only the protocol 2 instance is left
+    lost = [d for d in decisions if not (isinstance(d, Cancel) and d.reason == "denied by the process")]
+    assert lost == [], f"{len(lost)} of {len(decisions)} decisions lost in the upgrade: {lost[:3]}"

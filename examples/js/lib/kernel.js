@@ -27,8 +27,8 @@ function parseAnnouncement(key, data) {
   const heartbeat = 'heartbeat' in obj ? obj.heartbeat : 1.0;
   if (typeof heartbeat !== 'number' || !(heartbeat >= 0.05 && heartbeat <= 60)) throw new Error(`heartbeat ${heartbeat} is not a number in 0.05..60 s`);
   // Protocol 2 (docs/protocol.md): `refresh` seconds between re-puts, no beat; ignored under protocol 1.
+  if ('refresh' in obj && (typeof obj.refresh !== 'number' || !(obj.refresh >= 1 && obj.refresh <= 86400))) throw new Error(`refresh ${obj.refresh} is not a number in 1..86400 s`);
   const refresh = (obj.protocol ?? 1) >= 2 && 'refresh' in obj ? obj.refresh : 0;
-  if (typeof refresh !== 'number' || !(refresh === 0 || (refresh >= 1 && refresh <= 86400))) throw new Error(`refresh ${refresh} is not a number in 1..86400 s`);
   const at = 'at' in obj ? obj.at : 0;
   if (typeof at !== 'number' || !Number.isFinite(at)) throw new Error("'at' is not a finite time");
   if (!obj.handlers.every(isObject)) throw new Error('a handler is not an object');
