@@ -28,18 +28,12 @@ from typing import Final
 
 from bus._core.catalog import closest
 from bus._core.declaration import Declaration
-from bus._core.errors import (
-    ForeignAnnouncement,
-    HookbusError,
-    NoResponders,
-    RegistryError,
-    RequestTimeout,
-    TooManyHandlers,
-)
+from bus._core.errors import ForeignAnnouncement, HookbusError, RegistryError, TooManyHandlers
 from bus._core.stages import Stage
 from bus._core.subjects import RULES_BUCKET
 from bus._middleware.faults import Outcome
 from bus._middleware.guards import GUARDS_BUCKET, GuardRecord
+from bus._middleware.kernel.absence import Absences, probe
 from bus._middleware.kernel.chain import ChainParts, Link, StageChain
 from bus._middleware.kernel.reports import Noted, Notify, Reports
 from bus._middleware.kernel.rule_links import RulePlacer
@@ -75,12 +69,6 @@ log = logging.getLogger("hookbus.middleware")
 SWEEP_EVERY: Final = 0.5
 #: How long a liveness check waits for the server before it counts as this kernel's own trouble.
 CONFIRM_TIMEOUT: Final = 2.0
-#: The first and the longest pause between probes of an instance found absent (it may only have been
-#: reconnecting, or its interest not yet routed to this kernel's server).
-PROBE_FIRST_S: Final = 0.5
-PROBE_MAX_S: Final = 60.0
-#: Instances remembered as absent at once; beyond it the oldest is no longer probed (its key expires anyway).
-MAX_ABSENT: Final = 4096
 _BUILT_IN: Final = frozenset(stage.value for stage in Stage)
 
 #: Called with (registry key, why) for an announcement refused as impersonation.
@@ -124,8 +112,8 @@ class View:
         self._revisions: dict[str, int] = {}  # registry revision of each instance's latest beat
         self._heard: dict[str, float] = {}  # Unix time each instance was last heard of
         self._gone_at: dict[str, float] = {}  # module -> Unix time its last instance was last heard of
-        #: Instances a call found absent (no responders): their announcement and revision, until they are back.
-        self._absent: dict[str, tuple[Announcement, int]] = {}
+        #: Instances a call found absent (no responders), until they are back (bus/_middleware/kernel/absence.py).
+        self._absent = Absences()
         self._watches: list[Watch] = []
         self._modules_watch: Watch | None = None
         self._modules_kv: Bucket | None = None
@@ -189,15 +177,12 @@ class View:
     def _on_module(self, key: str, data: bytes | None, revision: int) -> None:
         known = self.instances.get(key)
         if data is None:
-            self._absent.pop(key, None)
+            self._absent.discard(key)
             if self._forget(key, time.time()):
                 self._rebuild()
             return
-        absent = self._absent.get(key)
-        if absent is not None:
-            if revision <= absent[1]:
-                return  # the announcement a call already found absent, delivered again: still absent
-            del self._absent[key]  # it put again: back
+        if self._absent.still_absent(key, revision):
+            return  # the announcement a call already found absent, delivered again
         try:
             ann = parse_announcement(data, key)
             if known is None or known[0] != ann:
@@ -330,49 +315,28 @@ class View:
         return self._revisions.get(key) == revision
 
     def absent(self, subject: str) -> None:
-        """A call to ``subject`` met no responders: its instances are absent now (a held guard holds at once).
-
-        Each is probed until it answers (back as it was), puts again (back, newer) or its key goes.
-        """
+        """A call to ``subject`` met no responders: its instances are absent now (a held guard holds at once),
+        probed until one answers (back as it was); a newer put brings it back too, a delete ends it."""
         keys = [key for key, (ann, _) in self.instances.items() if request_subject(ann) == subject]
-        if not keys:
-            return
         now = time.time()
         for key in keys:
-            ann = self.instances[key][0]
-            if len(self._absent) >= MAX_ABSENT:
-                self._absent.pop(next(iter(self._absent)))
-            self._absent[key] = (ann, self._revisions.get(key, 0))
+            self._absent.add(key, self.instances[key][0], self._revisions.get(key, 0))
             log.info("module instance %s meets no responders: absent", key)
             self._forget(key, now)
-        self._rebuild()
-        self._spawn(self._probe(subject, keys))
+        if keys:
+            self._rebuild()
+            self._spawn(self._probe(subject, keys))
 
     async def _probe(self, subject: str, keys: list[str]) -> None:
-        """Ask ``subject`` (an empty request: a live module answers it as malformed) until someone answers."""
-        pause = PROBE_FIRST_S
-        while any(key in self._absent for key in keys):
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, PROBE_MAX_S)
-            if not self._port.connected:
-                continue
-            try:
-                await self._port.request_raw(subject, b"", CONFIRM_TIMEOUT)
-            except (NoResponders, RequestTimeout, HookbusError, OSError):
-                continue
-            back = False
-            for key in keys:
-                found = self._absent.pop(key, None)
-                if found is not None and key not in self.instances:
-                    ann, revision = found
-                    self.instances[key] = (ann, time.monotonic())
-                    self._revisions[key] = revision
-                    self._heard[key] = time.time()
-                    log.info("module instance %s answers again", key)
-                    back = True
-            if back:
-                self._rebuild()
+        if not await probe(self._port, subject, lambda: any(key in self._absent.known for key in keys)):
             return
+        for key in keys:
+            found = self._absent.known.pop(key, None)
+            if found is not None and key not in self.instances:
+                self.instances[key] = (found[0], time.monotonic())
+                self._revisions[key], self._heard[key] = found[1], time.time()
+                log.info("module instance %s answers again", key)
+        self._rebuild()
 
     def _drop_dead(self) -> bool:
         """At start: drop what the stored announcements' own times say is long dead."""
