@@ -149,3 +149,17 @@ async def test_a_rolling_upgrade_from_protocol_1_to_2_loses_no_decision(kernel: 
             assert protocols == {True}  # only the protocol 2 instance is left
     lost = [d for d in decisions if not (isinstance(d, Cancel) and d.reason == "denied by the process")]
     assert lost == [], f"{len(lost)} of {len(decisions)} decisions lost in the upgrade: {lost[:3]}"
+
+
+async def test_an_instance_found_absent_that_still_answers_is_probed_back(kernel: Bus, nats_url: str) -> None:
+    """No responders can be a moment's gap (a reconnect, interest not yet routed): the probe finds it back."""
+    name, stage = unique("probe"), "probe.check"
+    with module_process(nats_url, name, stage, "--behaviour", "cancel", "--announce-once"):
+        await wait_for_chain(kernel, stage, [f"{name}.h"])
+        view = await kernel.middleware.start()
+        chain = view.chains[stage]
+        view.absent(chain.links[0].subject)  # as a call meeting no responders would
+        assert [ann for ann, _ in view.instances.values() if ann.module == name] == []
+        await wait_for_chain(kernel, stage, [f"{name}.h"], timeout=10)  # no new put: the probe's answer
+        decision = await kernel.intercept(stage, {"input": {}})
+        assert isinstance(decision, Cancel) and decision.reason == "denied by the process"
