@@ -30,7 +30,7 @@ import os
 import re
 import socket
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Final, Protocol
 
@@ -202,6 +202,23 @@ def _checked_announcement(data: bytes, key: str | None) -> Announcement:
         refresh=msg.refresh if msg.protocol >= PROTOCOL and msg.refresh is not msgspec.UNSET else 0.0,
         at=msg.at,
     )
+
+
+def check_module_cap(instances: Mapping[str, tuple[Announcement, float]], key: str, ann: Announcement) -> None:
+    """Refuse ``ann`` (TooManyHandlers) if its module's live ``instances`` would declare more than MAX_HANDLERS
+    handlers, or more than two versions' worth of them (old and new side by side in a rolling deploy)."""
+    versions = set(zip((decl.qualname for decl in ann.declarations), ann.identities, strict=True))
+    for other, (known, _) in instances.items():
+        if other != key and known.module == ann.module:
+            versions.update(zip((decl.qualname for decl in known.declarations), known.identities, strict=True))
+            if len(versions) > 2 * MAX_HANDLERS:
+                break
+    names = {qualname for qualname, _ in versions}
+    if len(names) > MAX_HANDLERS or len(versions) > 2 * MAX_HANDLERS:
+        raise TooManyHandlers(
+            f"module {ann.module} would declare {len(names)} handlers ({len(versions)} versions) with it, "
+            f"over the cap of {MAX_HANDLERS} ({2 * MAX_HANDLERS} versions)"
+        )
 
 
 def version_of(declarations: Iterable[Declaration]) -> str:

@@ -9,12 +9,10 @@ from ``chains``.
 Trust comes before order: only runnable handlers (managed, or trusted as
 declared) and held guards take part in a chain. A trusted fail-closed handler
 with a guard record and no live approved instance *holds* its stage: every
-call is cancelled at once, without a request. An instance is judged dead
-when a call to it meets NATS's no-responders (:meth:`View.absent`: at once,
-whatever its protocol), or when it stayed silent past its liveness window and
-the server confirms it did not put again (never because of this kernel's own
-disconnect or a stalled watch). An instance found absent is probed, with a
-growing pause, until it answers, puts again, or its key goes.
+call is cancelled at once, without a request. An instance is dead when a call
+meets no responders (:meth:`View.absent`, bus/_middleware/kernel/absence.py),
+or silent past its liveness window once the server confirms it did not put
+again (never because of this kernel's own disconnect or a stalled watch).
 """
 
 from __future__ import annotations
@@ -40,12 +38,12 @@ from bus._middleware.kernel.rule_links import RulePlacer
 from bus._middleware.kernel.trust_records import TrustRecords
 from bus._middleware.registry import (
     LIVENESS_FACTOR,
-    MAX_HANDLERS,
     MODULES_BUCKET,
     MODULES_MAX_AGE,
     TRUST_BUCKET,
     Announcement,
     Watch,
+    check_module_cap,
     open_bucket,
     parse_announcement,
     request_subject,
@@ -186,7 +184,7 @@ class View:
         try:
             ann = parse_announcement(data, key)
             if known is None or known[0] != ann:
-                self._check_module_cap(key, ann)
+                check_module_cap(self.instances, key, ann)
         except TooManyHandlers as exc:
             if key not in self._denied_keys:  # it beats every heartbeat: say it once
                 self._denied_keys.add(key)
@@ -209,22 +207,6 @@ class View:
         self._heard[key] = time.time() if self._started else (ann.at or time.time())
         if known is None or known[0] != ann:
             self._rebuild()
-
-    def _check_module_cap(self, key: str, ann: Announcement) -> None:
-        """Refuse ``ann`` if its module's live instances would declare more than MAX_HANDLERS handlers, or
-        more than two versions' worth of them (old and new side by side in a rolling deploy)."""
-        versions = set(zip((decl.qualname for decl in ann.declarations), ann.identities, strict=True))
-        for other, (known, _) in self.instances.items():
-            if other != key and known.module == ann.module:
-                versions.update(zip((decl.qualname for decl in known.declarations), known.identities, strict=True))
-                if len(versions) > 2 * MAX_HANDLERS:
-                    break
-        names = {qualname for qualname, _ in versions}
-        if len(names) > MAX_HANDLERS or len(versions) > 2 * MAX_HANDLERS:
-            raise TooManyHandlers(
-                f"module {ann.module} would declare {len(names)} handlers ({len(versions)} versions) with it, "
-                f"over the cap of {MAX_HANDLERS} ({2 * MAX_HANDLERS} versions)"
-            )
 
     def _seen(self, ann: Announcement) -> float:
         """When the instance was last heard of: now, or for what was stored before the watch began,
@@ -275,14 +257,12 @@ class View:
         self.instances = {key: (ann, now) for key, (ann, _) in self.instances.items()}
 
     def _silent(self) -> list[str]:
-        now = time.monotonic()
-        factor = self.liveness_factor
+        now, factor = time.monotonic(), self.liveness_factor
         return [key for key, (ann, seen) in self.instances.items() if now - seen > factor * ann.interval]
 
     async def _confirm_dead(self, keys: list[str]) -> bool:
         """Ask the registry about silent instances; drop those it confirms; True if any was dropped."""
-        dropped = False
-        stalled = False
+        dropped = stalled = False
         for key in keys:
             verdict = await self._check(key)
             if verdict is None:
@@ -328,15 +308,12 @@ class View:
             self._spawn(self._probe(subject, keys))
 
     async def _probe(self, subject: str, keys: list[str]) -> None:
-        if not await probe(self._port, subject, lambda: any(key in self._absent.known for key in keys)):
-            return
-        for key in keys:
-            found = self._absent.known.pop(key, None)
-            if found is not None and key not in self.instances:
-                self.instances[key] = (found[0], time.monotonic())
-                self._revisions[key], self._heard[key] = found[1], time.time()
-                log.info("module instance %s answers again", key)
-        self._rebuild()
+        if await probe(self._port, subject, lambda: any(key in self._absent.known for key in keys)):
+            for key, (ann, revision) in [(k, self._absent.known.pop(k)) for k in keys if k in self._absent.known]:
+                if key not in self.instances:  # back as it was
+                    self.instances[key], self._revisions[key] = (ann, time.monotonic()), revision
+                    self._heard[key] = time.time()
+            self._rebuild()
 
     def _drop_dead(self) -> bool:
         """At start: drop what the stored announcements' own times say is long dead."""
