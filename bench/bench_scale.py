@@ -19,6 +19,9 @@ first's). Figures move with the machine's load: compare within one run.
   then a smaller grid again under load (every kernel intercepting 2 calls/s).
 - chains: 1, 5, 20 handlers in one module and spread over as many modules:
   intercept p50/p99 over one raw nats-py request/reply.
+- decisions: decisions/s per kernel (and per module process) for one module,
+  a five-handler module and five modules, 50 in flight, over raw request/reply
+  to an echo in the same run (``bench/scale_decisions.py``).
 - hooks, journal, fleet: hooks.json size against memory and dispatch cost,
   the journal sink's store rate against the offered rate, fleet-metrics
   series and scrape time against sessions (``bench/scale_curves.py``).
@@ -46,7 +49,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import scale_curves
+from bench import scale_curves, scale_decisions
 from bench.common import print_table, rss_mib
 from bus import Bus, Continue, Module, NatsServer
 from bus.testing import wait_for_chain
@@ -565,7 +568,7 @@ async def chains_curve(server: NatsServer, lengths: list[int], calls: int) -> No
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="smaller curves (about a minute)")
-    parser.add_argument("--only", default="agents,registry,chains,hooks,journal,fleet,cluster")
+    parser.add_argument("--only", default="agents,registry,chains,decisions,hooks,journal,fleet,cluster")
     parser.add_argument("--seconds", type=float, default=8.0, help="emitting time per agents row")
     parser.add_argument("--agents-child", nargs=4, help=argparse.SUPPRESS)
     parser.add_argument("--modules-child", nargs=4, help=argparse.SUPPRESS)
@@ -599,6 +602,8 @@ async def main() -> None:
             await registry_curve(server, loaded, 3.0 if args.quick else 5.0, load=2.0)
         if "chains" in only:
             await chains_curve(server, [1, 5, 20], 200 if args.quick else 500)
+        if "decisions" in only:
+            await scale_decisions.decisions_curve(server, child, ECHO, 50, 3.0 if args.quick else 8.0)
         if "hooks" in only:
             await scale_curves.hooks_curve(server, [1, 10, 100] if args.quick else [1, 10, 100, 1000], 2000)
         if "journal" in only:

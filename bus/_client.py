@@ -10,20 +10,20 @@ failing handlers.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Literal, overload
 
+from bus._bulk import BULK_SUFFIX, BulkLine
 from bus._core import depth as _depth
 from bus._core.catalog import check_strict
 from bus._core.claim import DEFAULT_MAX_OBJECT_BYTES
 from bus._core.decisions import Decision
 from bus._core.encoder import Encoder, payload_bytes
 from bus._core.envelope import DEFAULT_MAX_BYTES
-from bus._core.errors import BusClosedError, ConfigError, NotSent, SubjectError, TransportError
+from bus._core.errors import BusClosedError, ConfigError, NotSent, SubjectError
 from bus._core.subjects import TOKEN_RE, normalise_pattern, publisher_token, vouched_pattern, wire_subject
 from bus._counters import CountersReporter
 from bus._middleware.kernel.asking import Asked
@@ -147,6 +147,8 @@ class Bus:
         self._warned_disconnected = False
         self._counters: CountersReporter | None = None
         self._traced = False
+        #: Event subscriptions read on a connection of their own (bus/_bulk.py): a flood never costs a decision.
+        self._bulk = BulkLine(self.stats, self._connect_bulk, shared=self._bulk_shared)
         paths, stems = split_sources(rules)
         self.middleware = Interceptor(
             self._port,
@@ -226,6 +228,21 @@ class Bus:
                 await asyncio.to_thread(self._embedded.cleanup)
             raise
 
+    #: Whether the bulk line is the main connection itself (TestBus's in-process broker), never closed apart.
+    _bulk_shared = False
+
+    async def _connect_bulk(self, line: BulkLine) -> Connection:
+        """Open the event subscriptions' connection: the main one's servers, user and options, its own socket."""
+        return await NatsConnection.open(
+            self.servers,
+            name=self.name + BULK_SUFFIX,
+            connect_budget=self._connect_timeout,
+            on_trouble=line.on_trouble,
+            on_disconnect=line.on_disconnect,
+            on_reconnect=line.on_reconnect,
+            options=self._nats_options,
+        )
+
     async def close(self) -> None:
         """Unsubscribe, let handlers finish (bounded), flush, disconnect."""
         port = self._port
@@ -241,6 +258,7 @@ class Bus:
         await settle(self._background, self._close_timeout, "journal writes")
         if self._counters is not None:
             await self._counters.close()  # the last counts go out before the connection closes
+        await self._bulk.close()
         conn = port.detach()
         if conn is not None and not await conn.close(flush_timeout=self._close_timeout):
             log.warning("could not flush pending events to NATS while closing")
@@ -249,6 +267,7 @@ class Bus:
             await asyncio.to_thread(self._embedded.cleanup)
 
     async def _abandon(self) -> None:
+        await self._bulk.close()
         conn = self._port.detach()
         if conn is not None:
             await conn.close()
@@ -383,7 +402,8 @@ class Bus:
         nats_pattern = normalise_pattern(pattern)
         if queue is not None and not TOKEN_RE.fullmatch(queue):
             raise SubjectError(queue, "a queue group name must match [A-Za-z0-9_-]+")
-        conn = self._port.connection()
+        self._port.connection()  # BusClosedError on a Bus not open
+        conn = await self._bulk.connection()
         sub = Subscription(
             self._port,
             nats_pattern,
@@ -408,10 +428,7 @@ class Bus:
 
         While disconnected nats-py re-sends subscriptions on reconnect: nothing to wait for.
         """
-        conn = self._port.connection()
-        if conn.is_connected:
-            with contextlib.suppress(TransportError, TimeoutError):
-                await conn.flush(self._connect_timeout)
+        await self._bulk.flush(self._connect_timeout)
 
     async def serve_turns(self, agent: str, handler: TurnHandler, *, concurrency: int = 4) -> TurnServer:
         """Run ``handler`` for each turn request to ``agent`` (replicas share them).
@@ -440,6 +457,9 @@ class Bus:
         when the server does not answer within ``timeout``.
         """
         await self._port.connection().flush(timeout)
+        conn = self._bulk.conn
+        if conn is not None and conn.is_connected:  # the event subscriptions made so far are in place too
+            await conn.flush(timeout)
 
     async def _on_trouble(self, trouble: Trouble, exc: Exception) -> None:
         if self._port.state is BusState.UNOPENED:

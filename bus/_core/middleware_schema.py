@@ -21,6 +21,9 @@ class AnnouncementMsg(msgspec.Struct, kw_only=True):
     handlers: list[dict[str, Any]]  # declarations: their own rules, bus._core.declaration.from_wire
     host: Any = None  # informational
     pid: Any = None  # informational
+    #: Protocol 2: seconds between re-puts of an unchanged announcement (it does not beat); before ``at``,
+    #: which stays the last field (a kernel takes a re-put that only moves it from the checked one).
+    refresh: Annotated[float, msgspec.Meta(ge=1, le=86400)] | msgspec.UnsetType = msgspec.UNSET
     at: float = 0.0
 
 

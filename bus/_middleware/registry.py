@@ -4,10 +4,14 @@ Three buckets:
 
 - ``hookbus_modules``: one key per serving process, ``<module>.<instance>``,
   whose value is the module's announcement (its declarations, its request
-  subject, its heartbeat). A module re-puts it every heartbeat and deletes it
-  when it stops; the kernel drops an instance it has not heard from for
-  ``LIVENESS_FACTOR`` heartbeats once the bucket confirms no newer beat, so a
-  killed module stops being called within a bounded time.
+  subject, its heartbeat). A protocol 2 module puts it once, again when its
+  connection comes back, and before the bucket's max age (``refresh``), and
+  deletes it when it stops: an idle fleet costs the kernels no registry
+  traffic. A kernel learns a killed one's absence from the first call that
+  meets NATS's no-responders (bus/_middleware/kernel/view.py, ``absent``). A
+  protocol 1 module (an explicit ``heartbeat``) re-puts it every heartbeat; the
+  kernel drops an instance it has not heard from for ``LIVENESS_FACTOR``
+  heartbeats (refreshes, for protocol 2) once the bucket confirms no newer one.
 - ``hookbus_trust``: one key per handler, ``<module>.<handler>``, holding the
   approved identity (see :mod:`bus._middleware.trust`).
 - ``hookbus_guards``: the fail-closed handlers modules recorded (see :mod:`bus._middleware.guards`).
@@ -26,7 +30,7 @@ import os
 import re
 import socket
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Final, Protocol
 
@@ -45,11 +49,16 @@ from bus._transport.port import Port
 
 log = logging.getLogger("hookbus.registry")
 
-PROTOCOL: Final = 1
-#: An instance unheard of for this many heartbeats is taken as dead.
+PROTOCOL: Final = 2
+#: The protocol of a module that beats (an explicit ``heartbeat``): every kernel still serves it.
+PROTOCOL_BEATING: Final = 1
+#: An instance unheard of for this many heartbeats (or refreshes) is taken as dead.
 LIVENESS_FACTOR: Final = 3
-#: The modules bucket forgets keys this old (long-dead instances that never deleted themselves).
-MODULES_MAX_AGE: Final = 300.0
+#: The modules bucket forgets keys this old (long-dead instances that never deleted themselves). Buckets an
+#: older hookbus made forget them after 300 s: a module re-puts within a third of what its bucket says.
+MODULES_MAX_AGE: Final = 3600.0
+#: A protocol 2 module re-puts its unchanged announcement every max age / this (so a late put is no gap).
+REFRESHES_PER_MAX_AGE: Final = 3
 #: Handlers one announcement may declare, and one module over all its live instances (docs/protocol.md):
 #: an announcement over it is refused whole, so no module makes every kernel's view rebuild unbounded.
 MAX_HANDLERS: Final = 256
@@ -87,6 +96,8 @@ class Announcement:
     heartbeat: float
     batch: bool
     declarations: tuple[Declaration, ...]
+    #: Protocol 2: seconds between re-puts of the unchanged announcement; 0: protocol 1, a beat every heartbeat.
+    refresh: float = field(default=0.0, compare=False)
     #: Unix time of the announcement by the module's clock (compare=False: a heartbeat is no change).
     at: float = field(default=0.0, compare=False)
     #: Each declaration's identity, in order, and their digest: computed once, when the announcement is made.
@@ -103,10 +114,15 @@ class Announcement:
     def key(self) -> str:
         return f"{self.module}.{self.instance}"
 
+    @property
+    def interval(self) -> float:
+        """Seconds between this instance's puts while it lives: its refresh (protocol 2) or its heartbeat."""
+        return self.refresh or self.heartbeat
+
     def to_bytes(self) -> bytes:
         return msgspec.json.encode(
             AnnouncementMsg(
-                protocol=PROTOCOL,
+                protocol=PROTOCOL if self.refresh else PROTOCOL_BEATING,
                 module=self.module,
                 instance=self.instance,
                 subject=self.subject,
@@ -115,6 +131,7 @@ class Announcement:
                 handlers=[decl.to_wire() for decl in self.declarations],
                 host=socket.gethostname(),
                 pid=os.getpid(),
+                refresh=self.refresh or msgspec.UNSET,
                 at=time.time(),
             )
         )
@@ -182,8 +199,26 @@ def _checked_announcement(data: bytes, key: str | None) -> Announcement:
         heartbeat=msg.heartbeat,
         batch=msg.batch is True,
         declarations=decls,
+        refresh=msg.refresh if msg.protocol >= PROTOCOL and msg.refresh is not msgspec.UNSET else 0.0,
         at=msg.at,
     )
+
+
+def check_module_cap(instances: Mapping[str, tuple[Announcement, float]], key: str, ann: Announcement) -> None:
+    """Refuse ``ann`` (TooManyHandlers) if its module's live ``instances`` would declare more than MAX_HANDLERS
+    handlers, or more than two versions' worth of them (old and new side by side in a rolling deploy)."""
+    versions = set(zip((decl.qualname for decl in ann.declarations), ann.identities, strict=True))
+    for other, (known, _) in instances.items():
+        if other != key and known.module == ann.module:
+            versions.update(zip((decl.qualname for decl in known.declarations), known.identities, strict=True))
+            if len(versions) > 2 * MAX_HANDLERS:
+                break
+    names = {qualname for qualname, _ in versions}
+    if len(names) > MAX_HANDLERS or len(versions) > 2 * MAX_HANDLERS:
+        raise TooManyHandlers(
+            f"module {ann.module} would declare {len(names)} handlers ({len(versions)} versions) with it, "
+            f"over the cap of {MAX_HANDLERS} ({2 * MAX_HANDLERS} versions)"
+        )
 
 
 def version_of(declarations: Iterable[Declaration]) -> str:
@@ -206,26 +241,36 @@ def request_subject(ann: Announcement) -> str:
 
 
 class Announced(Protocol):
-    """What an announcement is made of: a module's name, heartbeat and declarations."""
+    """What an announcement is made of: a module's name, heartbeat (None: protocol 2) and declarations."""
 
     @property
     def name(self) -> str: ...
 
     @property
-    def heartbeat(self) -> float: ...
+    def heartbeat(self) -> float | None: ...
 
     @property
     def declarations(self) -> list[Declaration]: ...
 
 
-def announcement_of(module: Announced) -> Announcement:
+def refresh_for(max_age_s: float | None) -> float:
+    """How often a protocol 2 module re-puts its announcement in a bucket whose keys live ``max_age_s``."""
+    age = MODULES_MAX_AGE if not max_age_s or max_age_s <= 0 else min(max_age_s, MODULES_MAX_AGE)
+    return max(1.0, age / REFRESHES_PER_MAX_AGE)
+
+
+def announcement_of(module: Announced, max_age_s: float | None = MODULES_MAX_AGE) -> Announcement:
+    """The announcement of a new serving process: protocol 2 (re-put every ``refresh_for(max_age_s)``) unless
+    the module beats (an explicit ``heartbeat``: protocol 1)."""
+    beat = module.heartbeat
     return Announcement(
         module=module.name,
         instance=random_hex(12),
         subject=module_subject(module.name),
-        heartbeat=module.heartbeat,
+        heartbeat=1.0 if beat is None else beat,
         batch=True,
         declarations=tuple(module.declarations),
+        refresh=refresh_for(max_age_s) if beat is None else 0.0,
     )
 
 

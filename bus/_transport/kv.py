@@ -137,6 +137,17 @@ class Bucket:
         except _FAILURES as exc:
             raise _failed(self.name, f"delete {key}", exc) from None
 
+    async def max_age(self) -> float | None:
+        """Seconds the bucket keeps a key (its stream's max age); None for no limit or when it cannot be read."""
+        if self._js is None:
+            return None
+        try:
+            info = await self._js.stream_info(kv_stream(self.name))
+        except _FAILURES:
+            return None
+        age = info.config.max_age
+        return float(age) if age else None
+
     async def watch(self) -> KvWatch:
         """Watch every key: the stored ones first (then None), then each change."""
         try:

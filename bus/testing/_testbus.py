@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable
 
+from bus._bulk import BulkLine
 from bus._client import Bus
 from bus._core import depth as _depth
 from bus._core.envelope import DEFAULT_MAX_BYTES
@@ -79,6 +80,12 @@ class TestBus(Bus):
 
     async def _connect(self) -> Connection:
         return self.broker.connect(self.name, str(self._nats_options["inbox_prefix"]), self._on_trouble)
+
+    #: One in-process connection carries the event subscriptions too (nothing is cut in process).
+    _bulk_shared = True
+
+    async def _connect_bulk(self, line: BulkLine) -> Connection:
+        return self.port.connection()
 
     async def start(self) -> TestBus:
         await super().start()

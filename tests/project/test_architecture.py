@@ -31,11 +31,13 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("sandbox", ("bus._sandbox",)),
     # The façade: Bus, Module (whose serve() opens a Bus), the service contract of ``hookbus up``, test helpers.
     # (bus._presence: each process's presence record, kept through the Bus; bus._operator: approve and detach,
-    # journaled; bus._status_report: what hookbus status lists; bus._switching: enable/disable/grant/revoke, journaled.)
+    # journaled; bus._status_report: what hookbus status lists; bus._switching: enable/disable/grant/revoke, journaled;
+    # bus._bulk: the Bus's second connection, for event subscriptions.)
     (
         "facade",
         (
             "bus",
+            "bus._bulk",
             "bus._client",
             "bus._counters",
             "bus._metrics",

@@ -21,7 +21,7 @@ from bus import Cancel, Continue, Decision, Module, Patch
 
 
 def build(args: argparse.Namespace) -> Module:
-    module = Module(args.name, heartbeat=args.heartbeat)
+    module = Module(args.name, heartbeat=None if args.announce_once else args.heartbeat)
 
     @module.stage(
         args.stage,
@@ -56,6 +56,7 @@ async def main() -> None:
     parser.add_argument("--fail-closed", action="store_true")
     parser.add_argument("--timeout", type=float, default=2.0)
     parser.add_argument("--heartbeat", type=float, default=1.0)
+    parser.add_argument("--announce-once", action="store_true")  # protocol 2: no heartbeat
     parser.add_argument("--after", action="append", default=[])
     parser.add_argument("--code", default=None)
     args = parser.parse_args()

@@ -15,7 +15,8 @@ SCRIPT = Path(__file__).with_name("mw_module.py")
 @contextmanager
 def module_process(url: str, name: str, stage: str, *args: str) -> Iterator[subprocess.Popen[str]]:
     """A module process that is serving when the block starts; killed at the end whatever happens."""
-    env = {**os.environ, "PYTHONPATH": str(SCRIPT.parent.parent)}
+    # The tree under test first (not an installed copy), then the tests' own folder.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join((str(SCRIPT.parents[2]), str(SCRIPT.parent.parent)))}
     proc = subprocess.Popen(
         [sys.executable, str(SCRIPT), url, name, stage, *args], stdout=subprocess.PIPE, text=True, env=env
     )

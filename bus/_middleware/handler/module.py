@@ -100,13 +100,21 @@ class _Handler:
 
 
 class Handlers:
-    """A named set of stage handlers: one middleware module's declarations and the answers to its requests."""
+    """A named set of stage handlers: one middleware module's declarations and the answers to its requests.
 
-    def __init__(self, name: str, *, concurrency: int = DEFAULT_CONCURRENCY, heartbeat: float = 1.0) -> None:
+    ``heartbeat`` None (the default) serves it on protocol 2: announced once, re-put only when its connection
+    comes back and before the registry's max age, so an idle fleet costs no registry traffic, and a kernel
+    learns it is gone from the first call that meets no responders. A number of seconds (0.05 .. 60) serves it
+    on protocol 1: re-put every heartbeat, so kernels drop it within three missed beats without a call.
+    """
+
+    def __init__(self, name: str, *, concurrency: int = DEFAULT_CONCURRENCY, heartbeat: float | None = None) -> None:
         if not isinstance(name, str) or not TOKEN_RE.fullmatch(name):
             raise DeclarationError(str(name), "a module name must match [A-Za-z0-9_-]+")
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, not {concurrency}")
+        if heartbeat is not None and not 0.05 <= heartbeat <= 60:
+            raise ValueError(f"heartbeat must be None or within 0.05..60 s, not {heartbeat}")
         self.name = name
         self.concurrency = concurrency
         self.heartbeat = heartbeat

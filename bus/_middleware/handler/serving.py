@@ -1,4 +1,9 @@
-"""Serving a Module: the request subscription, the announcement heartbeat, a bounded shutdown."""
+"""Serving a Module: the request subscription, the announcement (re-put on change, or beating), a bounded shutdown.
+
+Protocol 2 (no ``heartbeat``): the announcement is put once, again when this
+process's connection comes back (a kernel may have found it absent meanwhile)
+and before the bucket's max age; nothing else goes to the registry while it
+serves. Protocol 1 (a ``heartbeat``): it is re-put every heartbeat."""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ import collections
 import contextlib
 import functools
 import logging
+from dataclasses import replace
 from typing import Any, Final, Protocol
 
 from bus._core.declaration import Declaration
@@ -15,7 +21,14 @@ from bus._core.middleware_schema import MiddlewareReply, MiddlewareRequest
 from bus._core.schema import decode, encode
 from bus._core.subjects import is_reply_inbox
 from bus._middleware.guards import GUARDS_BUCKET, mark_stopped, put_records, remove_records
-from bus._middleware.registry import MODULES_BUCKET, announcement_of, check_handler_count, open_bucket, request_subject
+from bus._middleware.registry import (
+    MODULES_BUCKET,
+    announcement_of,
+    check_handler_count,
+    open_bucket,
+    refresh_for,
+    request_subject,
+)
 from bus._runtime.eager import run_eager
 from bus._runtime.tasks import TaskSet, stop_if_cancelled
 from bus._transport.kv import Bucket
@@ -31,7 +44,7 @@ class Served(Protocol):
     def name(self) -> str: ...
 
     @property
-    def heartbeat(self) -> float: ...
+    def heartbeat(self) -> float | None: ...
 
     @property
     def concurrency(self) -> int: ...
@@ -51,6 +64,8 @@ class ServedOn(Protocol):
 
 #: How long a stopping module lets its in-flight handlers finish before cancelling them.
 STOP_GRACE: Final = 2.0
+#: How often a protocol 2 module looks (locally, no message) whether its connection came back.
+RECONNECT_LOOK_S: Final = 1.0
 #: Requests from agents queued while every slot is busy; beyond this they are dropped (the kernel's
 #: timeout then applies the fail mode).
 MAX_WAITING: Final = 10_000
@@ -74,6 +89,8 @@ class ModuleServer:
 
     async def run(self, ready: asyncio.Event | None = None) -> None:
         kv = await open_bucket(self.port, MODULES_BUCKET)
+        if self.module.heartbeat is None:  # re-put within a third of what this bucket keeps
+            self.announcement = replace(self.announcement, refresh=refresh_for(await kv.max_age()))
         guards = await self._guard_records()
         subject = request_subject(self.announcement)
         sub = await self.port.subscribe_direct(subject, self._on_msg, queue=subject)
@@ -84,8 +101,10 @@ class ModuleServer:
             log.info("module %s serving on %s (instance %s)", self.module.name, subject, self.announcement.instance)
             if ready is not None:
                 ready.set()
+            if self.announcement.refresh:
+                await self._refresh(kv, key)
             while True:
-                await asyncio.sleep(self.module.heartbeat)
+                await asyncio.sleep(self.announcement.heartbeat)
                 await self._beat(kv, key)
                 stop_if_cancelled()  # a cancel during the beat's request can be swallowed (Python 3.11)
         finally:
@@ -103,11 +122,24 @@ class ModuleServer:
             return None
         return guards
 
-    async def _beat(self, kv: Bucket, key: str) -> None:
+    async def _refresh(self, kv: Bucket, key: str) -> None:
+        """Protocol 2: re-put before the max age and after each reconnect; nothing on the wire in between."""
+        loop = asyncio.get_running_loop()
+        stats = self.port.stats
+        reconnects, due = stats.reconnects, loop.time() + self.announcement.refresh
+        while True:
+            await asyncio.sleep(min(RECONNECT_LOOK_S, self.announcement.refresh))
+            if (stats.reconnects != reconnects or loop.time() >= due) and await self._beat(kv, key):
+                reconnects, due = stats.reconnects, loop.time() + self.announcement.refresh
+            stop_if_cancelled()
+
+    async def _beat(self, kv: Bucket, key: str) -> bool:
         try:
             await kv.put(key, self.announcement.to_bytes())
         except RegistryError as exc:
-            log.warning("module %s: heartbeat failed (%s); retrying", self.module.name, exc)
+            log.warning("module %s: announcement put failed (%s); retrying", self.module.name, exc)
+            return False
+        return True
 
     async def _stop(self, sub: Any, kv: Bucket, key: str, guards: Bucket | None) -> None:
         if guards is not None:  # they stay in force (only an operator detaches them) unless told otherwise

@@ -358,6 +358,8 @@ class Interceptor:
         try:
             raw = await self._requester.request(subject, data, timeout)
         except NoResponders:
+            if self.view is not None:  # absent at once: a held guard holds from the next call (no heartbeat needed)
+                self.view.absent(subject)
             return faulted(batch, Outcome.ABSENT, "no responders: the module is not running", started, journal)
         except RequestTimeout:
             return faulted(batch, Outcome.TIMEOUT, f"no reply within {timeout:g}s", started, journal)

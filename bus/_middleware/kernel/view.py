@@ -9,9 +9,10 @@ from ``chains``.
 Trust comes before order: only runnable handlers (managed, or trusted as
 declared) and held guards take part in a chain. A trusted fail-closed handler
 with a guard record and no live approved instance *holds* its stage: every
-call is cancelled at once, without a request. An instance is judged dead only
-when the server confirms it did not beat (never because of this kernel's own
-disconnect or a stalled watch).
+call is cancelled at once, without a request. An instance is dead when a call
+meets no responders (:meth:`View.absent`, bus/_middleware/kernel/absence.py),
+or silent past its liveness window once the server confirms it did not put
+again (never because of this kernel's own disconnect or a stalled watch).
 """
 
 from __future__ import annotations
@@ -30,18 +31,19 @@ from bus._core.stages import Stage
 from bus._core.subjects import RULES_BUCKET
 from bus._middleware.faults import Outcome
 from bus._middleware.guards import GUARDS_BUCKET, GuardRecord
+from bus._middleware.kernel.absence import Absences, probe
 from bus._middleware.kernel.chain import ChainParts, Link, StageChain
 from bus._middleware.kernel.reports import Noted, Notify, Reports
 from bus._middleware.kernel.rule_links import RulePlacer
 from bus._middleware.kernel.trust_records import TrustRecords
 from bus._middleware.registry import (
     LIVENESS_FACTOR,
-    MAX_HANDLERS,
     MODULES_BUCKET,
     MODULES_MAX_AGE,
     TRUST_BUCKET,
     Announcement,
     Watch,
+    check_module_cap,
     open_bucket,
     parse_announcement,
     request_subject,
@@ -108,6 +110,8 @@ class View:
         self._revisions: dict[str, int] = {}  # registry revision of each instance's latest beat
         self._heard: dict[str, float] = {}  # Unix time each instance was last heard of
         self._gone_at: dict[str, float] = {}  # module -> Unix time its last instance was last heard of
+        #: Instances a call found absent (no responders), until they are back (bus/_middleware/kernel/absence.py).
+        self._absent = Absences()
         self._watches: list[Watch] = []
         self._modules_watch: Watch | None = None
         self._modules_kv: Bucket | None = None
@@ -171,13 +175,16 @@ class View:
     def _on_module(self, key: str, data: bytes | None, revision: int) -> None:
         known = self.instances.get(key)
         if data is None:
+            self._absent.discard(key)
             if self._forget(key, time.time()):
                 self._rebuild()
             return
+        if self._absent.still_absent(key, revision):
+            return  # the announcement a call already found absent, delivered again
         try:
             ann = parse_announcement(data, key)
             if known is None or known[0] != ann:
-                self._check_module_cap(key, ann)
+                check_module_cap(self.instances, key, ann)
         except TooManyHandlers as exc:
             if key not in self._denied_keys:  # it beats every heartbeat: say it once
                 self._denied_keys.add(key)
@@ -200,22 +207,6 @@ class View:
         self._heard[key] = time.time() if self._started else (ann.at or time.time())
         if known is None or known[0] != ann:
             self._rebuild()
-
-    def _check_module_cap(self, key: str, ann: Announcement) -> None:
-        """Refuse ``ann`` if its module's live instances would declare more than MAX_HANDLERS handlers, or
-        more than two versions' worth of them (old and new side by side in a rolling deploy)."""
-        versions = set(zip((decl.qualname for decl in ann.declarations), ann.identities, strict=True))
-        for other, (known, _) in self.instances.items():
-            if other != key and known.module == ann.module:
-                versions.update(zip((decl.qualname for decl in known.declarations), known.identities, strict=True))
-                if len(versions) > 2 * MAX_HANDLERS:
-                    break
-        names = {qualname for qualname, _ in versions}
-        if len(names) > MAX_HANDLERS or len(versions) > 2 * MAX_HANDLERS:
-            raise TooManyHandlers(
-                f"module {ann.module} would declare {len(names)} handlers ({len(versions)} versions) with it, "
-                f"over the cap of {MAX_HANDLERS} ({2 * MAX_HANDLERS} versions)"
-            )
 
     def _seen(self, ann: Announcement) -> float:
         """When the instance was last heard of: now, or for what was stored before the watch began,
@@ -251,7 +242,7 @@ class View:
         stats = self._port.stats
         reconnects = stats.reconnects
         while True:
-            beats = [ann.heartbeat for ann, _ in self.instances.values()]
+            beats = [ann.interval for ann, _ in self.instances.values()]
             await asyncio.sleep(min([SWEEP_EVERY, *beats]))
             if not self._port.connected or stats.reconnects != reconnects:
                 reconnects = stats.reconnects
@@ -266,14 +257,12 @@ class View:
         self.instances = {key: (ann, now) for key, (ann, _) in self.instances.items()}
 
     def _silent(self) -> list[str]:
-        now = time.monotonic()
-        factor = self.liveness_factor
-        return [key for key, (ann, seen) in self.instances.items() if now - seen > factor * ann.heartbeat]
+        now, factor = time.monotonic(), self.liveness_factor
+        return [key for key, (ann, seen) in self.instances.items() if now - seen > factor * ann.interval]
 
     async def _confirm_dead(self, keys: list[str]) -> bool:
         """Ask the registry about silent instances; drop those it confirms; True if any was dropped."""
-        dropped = False
-        stalled = False
+        dropped = stalled = False
         for key in keys:
             verdict = await self._check(key)
             if verdict is None:
@@ -304,6 +293,27 @@ class View:
             return False
         self._on_module(key, entry.value, revision)  # heard of now, unless the new value is malformed
         return self._revisions.get(key) == revision
+
+    def absent(self, subject: str) -> None:
+        """A call to ``subject`` met no responders: its instances are absent now (a held guard holds at once),
+        probed until one answers (back as it was); a newer put brings it back too, a delete ends it."""
+        keys = [key for key, (ann, _) in self.instances.items() if request_subject(ann) == subject]
+        now = time.time()
+        for key in keys:
+            self._absent.add(key, self.instances[key][0], self._revisions.get(key, 0))
+            log.info("module instance %s meets no responders: absent", key)
+            self._forget(key, now)
+        if keys:
+            self._rebuild()
+            self._spawn(self._probe(subject, keys))
+
+    async def _probe(self, subject: str, keys: list[str]) -> None:
+        if await probe(self._port, subject, lambda: any(key in self._absent.known for key in keys)):
+            for key, (ann, revision) in [(k, self._absent.known.pop(k)) for k in keys if k in self._absent.known]:
+                if key not in self.instances:  # back as it was
+                    self.instances[key], self._revisions[key] = (ann, time.monotonic()), revision
+                    self._heard[key] = time.time()
+            self._rebuild()
 
     def _drop_dead(self) -> bool:
         """At start: drop what the stored announcements' own times say is long dead."""

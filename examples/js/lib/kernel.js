@@ -26,6 +26,9 @@ function parseAnnouncement(key, data) {
   if ('subject' in obj && typeof obj.subject !== 'string') throw new Error("'subject' is not a string");
   const heartbeat = 'heartbeat' in obj ? obj.heartbeat : 1.0;
   if (typeof heartbeat !== 'number' || !(heartbeat >= 0.05 && heartbeat <= 60)) throw new Error(`heartbeat ${heartbeat} is not a number in 0.05..60 s`);
+  // Protocol 2 (docs/protocol.md): `refresh` seconds between re-puts, no beat; ignored under protocol 1.
+  if ('refresh' in obj && (typeof obj.refresh !== 'number' || !(obj.refresh >= 1 && obj.refresh <= 86400))) throw new Error(`refresh ${obj.refresh} is not a number in 1..86400 s`);
+  const refresh = (obj.protocol ?? 1) >= 2 && 'refresh' in obj ? obj.refresh : 0;
   const at = 'at' in obj ? obj.at : 0;
   if (typeof at !== 'number' || !Number.isFinite(at)) throw new Error("'at' is not a finite time");
   if (!obj.handlers.every(isObject)) throw new Error('a handler is not an object');
@@ -33,7 +36,7 @@ function parseAnnouncement(key, data) {
   if ('subject' in obj && obj.subject !== subject) throw new ForeignAnnouncement(`module ${module} announces subject ${obj.subject}`);
   const declarations = obj.handlers.map(normalise);
   if (declarations.some((d) => d.module !== module)) throw new ForeignAnnouncement('a handler names another module');
-  return { module, instance: obj.instance, heartbeat, batch: obj.batch === true, at, declarations,
+  return { module, instance: obj.instance, heartbeat, interval: refresh || heartbeat, batch: obj.batch === true, at, declarations,
     subject: `${subject}.${version(declarations)}`, sameAs: JSON.stringify([obj.batch === true, heartbeat, declarations.map(identity)]) };
 }
 
@@ -154,6 +157,7 @@ class Kernel {
     this.guards = new Map(); // key -> guard record
     this.chains = new Map();
     this.goneAt = new Map(); // module -> Unix time its last instance was last heard of
+    this.absentAt = new Map(); // key -> revision of the announcement a call found absent
     this.started = false;
     this.listeners = new Set();
   }
@@ -217,14 +221,19 @@ class Kernel {
 
   onModule(key, data, revision) {
     if (data === null) {
+      this.absentAt.delete(key);
       this.forget(key, Date.now() / 1000);
       this.rebuild();
       return;
     }
+    if (this.absentAt.has(key)) {
+      if (revision <= this.absentAt.get(key)) return; // the announcement a call found absent, again: still absent
+      this.absentAt.delete(key);
+    }
     let ann;
     try { ann = parseAnnouncement(key, data); } catch (err) { console.error(`registry entry ${key}: ${err.message}: ignored`); return; }
     const now = performance.now();
-    const age = Math.min(Math.max(0, Date.now() / 1000 - ann.at), 300) * 1000;
+    const age = Math.min(Math.max(0, Date.now() / 1000 - ann.at), 3600) * 1000;
     const seen = this.started || !ann.at ? now : now - age; // stored before the watch began: back-dated
     const known = this.instances.get(key);
     const heard = this.started || !ann.at ? Date.now() / 1000 : ann.at;
@@ -240,6 +249,17 @@ class Kernel {
     if (!Array.from(this.instances.values()).some((i) => i.ann.module === module)) this.goneAt.set(module, heard);
   }
 
+  // A call to `subject` met no responders: its instances leave the view now (this example does not probe them;
+  // they come back with their next put, which a protocol 2 module makes when its connection comes back).
+  absent(subject) {
+    const keys = Array.from(this.instances).filter(([, i]) => i.ann.subject === subject).map(([k]) => k);
+    for (const key of keys) {
+      this.absentAt.set(key, this.instances.get(key).revision);
+      this.forget(key, Date.now() / 1000);
+    }
+    if (keys.length) this.rebuild();
+  }
+
   refreshSeen() {
     const now = performance.now();
     for (const inst of this.instances.values()) inst.seen = now;
@@ -247,7 +267,7 @@ class Kernel {
 
   silent() {
     const now = performance.now();
-    return Array.from(this.instances).filter(([, i]) => now - i.seen > this.livenessFactor * i.ann.heartbeat * 1000).map(([k]) => k);
+    return Array.from(this.instances).filter(([, i]) => now - i.seen > this.livenessFactor * i.ann.interval * 1000).map(([k]) => k);
   }
 
   dropSilent(rebuild = true) {
@@ -457,7 +477,10 @@ class Kernel {
     try {
       msg = await this.nc.request(batch[0].subject, data, { timeout: timeout * 1000 });
     } catch (err) {
-      if (err.code === ErrorCode.NoResponders) return faulted('absent', 'no responders: the module is not running');
+      if (err.code === ErrorCode.NoResponders) {
+        this.absent(batch[0].subject); // absent at once (protocol 2): a held guard holds from the next call
+        return faulted('absent', 'no responders: the module is not running');
+      }
       if (err.code === ErrorCode.Timeout) return faulted('timeout', `no reply within ${timeout}s`);
       return faulted('shutdown', `the request failed: ${err.message}`);
     }

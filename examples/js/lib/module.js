@@ -8,9 +8,11 @@ const { normalise, identity, version, DeclarationError } = require('./identity')
 const wire = require('./wire');
 
 class Module {
-  constructor(name, { heartbeat = 1.0 } = {}) {
+  // heartbeat null (the default): protocol 2, put once, on reconnect and before the bucket's max age;
+  // a number of seconds: protocol 1, a put every heartbeat.
+  constructor(name, { heartbeat = null } = {}) {
     if (typeof name !== 'string' || !wire.TOKEN.test(name)) throw new DeclarationError('a module name must match [A-Za-z0-9_-]+');
-    if (!(heartbeat >= 0.05 && heartbeat <= 60)) throw new DeclarationError('heartbeat must be within 0.05..60 s');
+    if (heartbeat !== null && !(heartbeat >= 0.05 && heartbeat <= 60)) throw new DeclarationError('heartbeat must be null or within 0.05..60 s');
     this.name = name;
     this.heartbeat = heartbeat;
     this.handlers = new Map(); // handler name -> { decl, fn }
@@ -87,15 +89,16 @@ class Module {
 
   announcement(instance) {
     return {
-      protocol: wire.PROTOCOL,
+      protocol: this.heartbeat === null ? wire.PROTOCOL : 1,
       module: this.name,
       instance,
       subject: wire.moduleSubject(this.name),
-      heartbeat: this.heartbeat,
+      heartbeat: this.heartbeat ?? 1.0,
       batch: true,
       handlers: this.declarations,
       host: os.hostname(),
       pid: process.pid,
+      ...(this.heartbeat === null ? { refresh: this.refresh } : {}),
       at: Date.now() / 1000,
     };
   }
@@ -122,8 +125,14 @@ class Module {
     const instance = crypto.randomBytes(6).toString('hex');
     const key = `${this.name}.${instance}`;
     const beat = () => kv.put(key, JSON.stringify(this.announcement(instance)));
+    if (this.heartbeat === null) { // protocol 2: re-put within a third of what the bucket keeps, and on reconnect
+      const ttlMs = (await kv.status()).ttl;
+      this.refresh = Math.max(1, Math.min(ttlMs ? ttlMs / 1000 : 3600, 3600) / 3);
+      (async () => { for await (const s of nc.status()) if (s.type === 'reconnect') beat().catch(() => {}); })();
+    }
     await beat();
-    const timer = setInterval(() => beat().catch((err) => console.error(`heartbeat failed: ${err}`)), this.heartbeat * 1000);
+    const every = (this.heartbeat ?? this.refresh) * 1000;
+    const timer = setInterval(() => beat().catch((err) => console.error(`announcement put failed: ${err}`)), every);
     const stop = async () => {
       clearInterval(timer);
       const at = Date.now() / 1000;

@@ -3,11 +3,11 @@
 
 const TOKEN = /^[A-Za-z0-9_-]+$/;
 
-const PROTOCOL = 1;
+const PROTOCOL = 2; // protocol 1: a module that beats (an explicit heartbeat)
 const MODULES_BUCKET = 'hookbus_modules';
 const TRUST_BUCKET = 'hookbus_trust';
 const GUARDS_BUCKET = 'hookbus_guards';
-const MODULES_TTL_MS = 300 * 1000;
+const MODULES_TTL_MS = 3600 * 1000; // docs/protocol.md: keys of dead instances go after an hour
 const MAX_DEPTH = 8;
 const REPLY_GRACE = 0.5;
 const CAUSE_LIMIT = 1000;
