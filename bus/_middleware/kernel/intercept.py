@@ -37,6 +37,7 @@ from bus._middleware.kernel import bag as _bag
 from bus._middleware.kernel.asking import Asked, AskHolder
 from bus._middleware.kernel.chain import Link, StageChain
 from bus._middleware.kernel.drain import DEFAULT_BUDGET, Drain
+from bus._middleware.kernel.held_stages import HeldStages
 from bus._middleware.kernel.holding import ASKED, hold_for_operator
 from bus._middleware.kernel.reactions import Reactions, answered, bounded, broken_chain, fault_of, faulted
 from bus._middleware.kernel.ruling import RuleCall
@@ -56,8 +57,6 @@ REPLY_GRACE: Final = 0.5
 DEFAULT_SHUTDOWN_CLAMP: Final = 2.0
 _TOOL_STAGES: Final = frozenset({Stage.TOOL_CALL.value, Stage.TOOL_RESULT.value})
 _EMPTY: Final[Mapping[str, Any]] = {}
-#: A held stage journals its first cancel at once, then one entry per this many seconds counting the rest.
-HELD_WINDOW: Final = 1.0
 
 
 @dataclass
@@ -97,7 +96,7 @@ class Interceptor:
         self._closing = False
         self._typo_checked: dict[str, int] = {}  # undeclared stage -> view generation it was checked at
         self._typo_warned: dict[str, str] = {}  # undeclared stage -> the stage it was said to look like
-        self._held: dict[str, list[Any]] = {}  # hold reason -> [link, calls since its last entry, timer, the cancel]
+        self._held = HeldStages(self._journal, options.journal_neutral, self._held_ctx)
         #: Each session's bag, cleared by the session's next user.message (bus._middleware.kernel.bag).
         self.bags = _bag.Bags()
         self.asks = AskHolder(bus)
@@ -161,7 +160,7 @@ class Interceptor:
                 self._typo_check(view, stage)
             return CONTINUE
         if chain.holds and _depth.current_depth() < self._bus.max_depth:
-            held = self._held_call(chain, payload, ctx or _EMPTY)
+            held = self._held.call(chain, self._canonical(stage, payload), ctx or _EMPTY)
             if held is not None:
                 return held
         if _tracing.active():
@@ -280,47 +279,8 @@ class Interceptor:
         """Hold the call for an operator (bus._middleware.kernel.holding)."""
         return await hold_for_operator(self.asks, self._journal, ask, link, payload, wire_ctx)
 
-    def _held_call(self, chain: StageChain, payload: dict[str, Any], ctx: Mapping[str, Any]) -> Decision | None:
-        """The cancel of a held guard that wants this call (no request), journaled; None if none wants it.
-
-        The first call of a window gets an entry of its own; the rest are
-        counted and journaled together when the window ends (a held stage of a
-        busy agent must not cost a journal message per call).
-        """
-        stage = chain.stage
-        current = self._canonical(stage, payload)
-        for link in chain.holds:
-            if link.scoped and not link.in_scope(ctx):
-                continue
-            if link.match is None or current.get(match_field(stage)) in link.match:
-                tally = self._held.get(link.hold)  # type: ignore[arg-type]  # a hold link has its reason
-                if tally is not None:
-                    tally[1] += 1
-                    decision: Decision = tally[3]
-                    return decision
-                return self._held_first(link, ctx)
-        return None
-
-    def _held_first(self, link: Link, ctx: Mapping[str, Any]) -> Decision:
-        assert link.hold is not None
-        decision = Cancel(link.hold, link.decl.qualname)
-        timer = asyncio.get_running_loop().call_later(HELD_WINDOW, self._held_window_ends, link.hold)
-        self._held[link.hold] = [link, 0, timer, decision]
-        wire_ctx = _wire_ctx(ctx, _depth.current_depth(), self._bus.new_id())
-        journal = Reactions(self._journal, link.decl.stage, wire_ctx, self.options.journal_neutral)
-        journal.add(link, link.outcome, decision, 0.0, link.hold)
-        journal.flush()
-        return decision
-
-    def _held_window_ends(self, reason: str) -> None:
-        link, count, timer, _ = self._held.pop(reason)
-        timer.cancel()
-        if not count:
-            return
-        journal = Reactions(self._journal, link.decl.stage, RequestCtx(), self.options.journal_neutral)
-        cause = f"{reason}; {count} more call{'s' if count != 1 else ''} cancelled alike within {HELD_WINDOW:g}s"
-        journal.add(link, link.outcome, Cancel(cause, link.decl.qualname), 0.0, cause, count)
-        journal.flush()
+    def _held_ctx(self, ctx: Mapping[str, Any]) -> RequestCtx:
+        return _wire_ctx(ctx, _depth.current_depth(), self._bus.new_id())
 
     def _canonical(self, stage: str, payload: dict[str, Any]) -> dict[str, Any]:
         """On tool stages, the payload with the tool's canonical name (one run per call, not per alias)."""
@@ -423,8 +383,7 @@ class Interceptor:
             if aborted:
                 log.warning("%d intercepts still waiting after the %.1fs shutdown clamp: ended", aborted, clamp)
                 await asyncio.sleep(0)  # let them journal and return
-        for reason in list(self._held):  # the calls counted in a window still open
-            self._held_window_ends(reason)
+        self._held.close()
         await self._journal.drain()
         if view is not None:
             await view.stop()
