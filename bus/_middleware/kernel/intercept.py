@@ -249,7 +249,10 @@ class Interceptor:
             batch = _batch(links, index)
             index += len(batch)
             if rules is not None and batch[0].rule is not None:  # evaluated here: no request
-                if not run.take(rules.decide(batch[0], run.payload, journal), batch[0].decl.qualname):
+                ruled = rules.decide(batch[0], run.payload, journal)
+                if isinstance(ruled, Ask):  # held for an operator, as a handler's ask
+                    ruled = await self._hold(ruled, batch[0], run.payload, wire_ctx)
+                if not run.take(ruled, batch[0].decl.qualname):
                     break
                 continue
             if bag is not None:  # a consumer starts its own request: the bag is current when it is asked

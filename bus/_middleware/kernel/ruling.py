@@ -6,7 +6,8 @@ pays for it once. A rule whose condition holds decides its ``then``; one whose
 condition cannot be evaluated (a missing key, a non-bool) is a failed handler:
 continue, or cancel if it is fail-closed. A shadow rule's decision is
 journaled as ``would_cancel`` / ``would_patch`` with the payload's hash and
-never applied.
+never applied. A ``then: ask`` rule's decision is an Ask the kernel holds
+for an operator, as a handler's, named by the rule's qualified name.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from bus._core.decisions import CONTINUE, Cancel, HandlerDecision, Patch
+from bus._core.decisions import CONTINUE, Ask, Cancel, HandlerDecision, Patch
 from bus._core.middleware_schema import RequestCtx
 from bus._core.stages import match_field
 from bus._middleware.faults import Outcome, fault_decision
@@ -68,6 +69,8 @@ class RuleCall:
             self._act, self._payload = activation(payload, self.ctx, self._bag), payload
         if not holds(rule, self._act):
             return CONTINUE, False
+        if rule.ask:
+            return Ask(render(rule, self._act), on_timeout=None, handler=rule.qualname), True
         if rule.reason:
             return Cancel(render(rule, self._act), rule.qualname), True
         if rule.patch is not None:
@@ -94,13 +97,15 @@ class RuleCall:
         if decision is CONTINUE:
             journal.ok(link, rule.qualname, "continue", ms)
             return CONTINUE
-        reason = f"; {decision.reason}" if isinstance(decision, Cancel) else ""
+        reason = f"; {decision.reason}" if isinstance(decision, (Cancel, Ask)) else ""
         result = f"if {rule.source!r} -> {str(held).lower()}{reason}"
         if rule.shadow:
             journal.decided(
                 link, f"would_{decision.kind}", "continue", f"payload {payload_hash(payload)}; {result}", ms
             )
             return CONTINUE
+        if isinstance(decision, Ask):  # the hold journals the ask and its answer
+            return decision
         journal.decided(link, decision.kind, decision.kind, result, ms)
         return decision
 
@@ -130,7 +135,7 @@ def offline(
                 return "cancel", f"{rule.qualname} is fail-closed and failed", payload, steps
             continue
         shadow = " (shadow: not applied)" if rule.shadow and decision.kind != "continue" else ""
-        detail = f": {decision.reason}" if isinstance(decision, Cancel) else ""
+        detail = f": {decision.reason}" if isinstance(decision, (Cancel, Ask)) else ""
         steps.append(f"{rule.qualname}: if -> {str(held).lower()}: {decision.kind}{detail}{shadow}")
         if rule.shadow:
             continue
@@ -138,4 +143,6 @@ def offline(
             payload, final = dict(decision.payload), "patch"
         elif isinstance(decision, Cancel):
             return "cancel", decision.reason, payload, steps
+        elif isinstance(decision, Ask):  # held for an operator: the offline run stops at the ask
+            return "ask", decision.reason, payload, steps
     return final, why, payload, steps

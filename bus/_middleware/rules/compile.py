@@ -69,6 +69,7 @@ class Rule:
     enabled: bool
     decls: tuple[RuleDeclaration, ...]
     is_global: bool = True
+    ask: bool = False  # ``then: ask``: its reason is the ask's, the call is held for an operator
     qualname: str = ""  # ``<file stem>.<name>``, made once (it names the rule on every call's path)
 
     def __post_init__(self) -> None:
@@ -76,8 +77,8 @@ class Rule:
 
     @property
     def kind(self) -> str:
-        """What it decides when its condition holds: continue, cancel or patch."""
-        return "cancel" if self.reason else "patch" if self.patch is not None else "continue"
+        """What it decides when its condition holds: continue, cancel, ask or patch."""
+        return "ask" if self.ask else "cancel" if self.reason else "patch" if self.patch is not None else "continue"
 
 
 def compile_file(parsed: RuleFile) -> tuple[Rule, ...]:
@@ -91,7 +92,8 @@ def compile_rule(module: str, rule: RuleText, is_global: bool = True) -> Rule:
     identity = hashlib.sha256(f"rule:{module}:{text}".encode()).hexdigest()
     condition = _compile(body["if"], rule, "if")
     then = body["then"]
-    reason = _template(then["cancel"], rule) if "cancel" in then else ()
+    asked = then.get("ask")
+    reason = _template(then["cancel"], rule) if "cancel" in then else _template(asked, rule) if asked else ()
     try:
         decls = tuple(_declaration(module, body, stage, text, identity) for stage in body["stage"])
     except DeclarationError as exc:
@@ -105,6 +107,7 @@ def compile_rule(module: str, rule: RuleText, is_global: bool = True) -> Rule:
         source=body["if"],
         reason=reason,
         patch=then.get("patch"),
+        ask=asked is not None,
         shadow=body["mode"] == "shadow",
         enabled=body["enabled"],
         decls=decls,

@@ -199,18 +199,19 @@ def _when(value: Any, fault: Any) -> dict[str, list[str]]:
 
 
 def _then(value: Any, reason: Any, fault: Any) -> dict[str, Any]:
-    """``continue``; ``cancel`` (with ``reason``) or ``{cancel: REASON}``; ``{patch: {set: {...}, remove: [...]}}``."""
+    """``continue``; ``cancel`` or ``ask`` (with ``reason``), ``{cancel|ask: REASON}``; ``{patch: {set:, remove:}}``."""
     if value == "continue":
         return {"continue": True}
-    if value == "cancel":
-        value = {"cancel": reason if reason is not None else "cancelled by a rule"}
+    if value in ("cancel", "ask"):
+        default = "cancelled by a rule" if value == "cancel" else "a rule asks an operator"
+        value = {value: reason if reason is not None else default}
     if not isinstance(value, dict) or len(value) != 1:
-        raise fault("then", "then must be continue, cancel, {cancel: REASON} or {patch: {set: ..., remove: ...}}")
+        raise fault("then", "then must be continue, cancel, ask, {cancel|ask: REASON} or {patch: {set:, remove:}}")
     ((kind, body),) = value.items()
-    if kind == "cancel":
+    if kind in ("cancel", "ask"):
         if not isinstance(body, str) or not body:
-            raise fault("then", "a cancel's reason must be text")
-        return {"cancel": body}
+            raise fault("then", f"a{'n' if kind == 'ask' else ''} {kind}'s reason must be text")
+        return {kind: body}
     if kind != "patch" or not isinstance(body, dict) or any(key not in ("set", "remove") for key in body):
         raise fault("then", "then's patch is {set: {PATH: VALUE}, remove: [PATH]}")
     sets, removes = body.get("set") or {}, body.get("remove") or []
