@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from bus._core.errors import SubjectError as SubjectError
     from bus._core.errors import SyncCallError as SyncCallError
     from bus._core.errors import TransportError as TransportError
+    from bus._core.payloads import AgentError as AgentError
     from bus._core.payloads import AgentSpawn as AgentSpawn
     from bus._core.payloads import AgentTerminate as AgentTerminate
     from bus._core.payloads import AssistantMessage as AssistantMessage
@@ -58,10 +59,13 @@ if TYPE_CHECKING:
     from bus._core.payloads import LlmRequest as LlmRequest
     from bus._core.payloads import LlmRetry as LlmRetry
     from bus._core.payloads import LlmToken as LlmToken
+    from bus._core.payloads import LoopEnd as LoopEnd
     from bus._core.payloads import MemorySave as MemorySave
     from bus._core.payloads import ToolCall as ToolCall
     from bus._core.payloads import ToolExec as ToolExec
     from bus._core.payloads import ToolResult as ToolResult
+    from bus._core.payloads import TurnAfter as TurnAfter
+    from bus._core.payloads import TurnDone as TurnDone
     from bus._core.payloads import TurnEnd as TurnEnd
     from bus._core.payloads import UserMessage as UserMessage
     from bus._core.stages import Stage as Stage

@@ -29,7 +29,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "Serve turn requests for agent NAME (hookbus.turn.NAME; replicas share them) by calling an "
             "OpenAI-compatible chat-completions endpoint. Asks the agent_os hook points (docs/stages.md: "
             "agent.spawn, user.message, llm.request, llm.retry, llm.token, tool.call, tool.exec, tool.result, "
-            "context.evict, assistant.message, turn.end, agent.terminate), streams answers on eva.stream.NAME, "
+            "context.evict, assistant.message, turn.done, loop.end, turn.end, turn.after, agent.error, "
+            "agent.terminate), streams answers on eva.stream.NAME, "
             "keeps budgets.yaml, and emits the PRX lifecycle events and eva.turn.completed / eva.turn.failed."
         ),
     )
@@ -71,6 +72,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=[],
         metavar="FILE",
         help="a rule file for this agent alone (repeatable; a bare name takes a 'global: false' file of the bus)",
+    )
+    parser.add_argument(
+        "--job-done",
+        action="store_true",
+        help="offer the model the job_done tool; turn.done judges each completion (docs/stages.md)",
     )
     parser.add_argument("--host", default="127.0.0.1", help="address /metrics binds (default: 127.0.0.1)")
     add_metrics_port(parser)
@@ -173,6 +179,7 @@ def runner_settings(args: argparse.Namespace) -> TurnRunnerSettings:
         context_tokens=args.context_tokens,
         max_tokens=args.max_tokens,
         group=args.group,
+        job_done=args.job_done,
     )
 
 

@@ -161,6 +161,52 @@ class AgentTerminate:
 
 
 @dataclass
+class TurnDone:
+    """turn.done: the model called job_done; a cancel or a patch with ``rework`` hands the correction back."""
+
+    agent: str = ""
+    turn: str = ""
+    result: str = ""
+    round: int = 0
+    rework: str | None = field(default=None, metadata=_PATCH_ONLY)
+    rest: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class LoopEnd:
+    """loop.end: the agent loop ended with an answer (agent_os's after_loop); observed."""
+
+    agent: str = ""
+    turn: str = ""
+    reason: str = "answer"
+    rounds: int = 0
+    rest: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class TurnAfter:
+    """turn.after: a turn completed with its settled answer (agent_os's after_turn); observed."""
+
+    agent: str = ""
+    turn: str = ""
+    question: str = ""
+    answer: str = ""
+    rounds: int = 0
+    rest: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class AgentError:
+    """agent.error: a turn failed (agent_os's on_error); observed, before the ``error`` event."""
+
+    agent: str = ""
+    turn: str = ""
+    error: str = ""
+    component: str = "agent"
+    rest: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class MemorySave:
     """memory.save: a memory about to be stored."""
 

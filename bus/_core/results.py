@@ -6,7 +6,10 @@ a cancel hides the output from the model behind a note with the reason, and a
 patch carrying ``"remark"`` keeps the output wrapped with the handler's text.
 A patch carrying a stage's terminal field (``result`` on tool.call and
 llm.request, ``rework`` on assistant.message) ends the chain like a cancel:
-later handlers are not asked (docs/stages.md). Both the module (its own
+later handlers are not asked (docs/stages.md). On tool.call a ``result``
+beats a cancel, as agent_os has it: a cancel there does not end the chain, the
+later handlers are asked, and a later ``result`` wins over it (the tool runs
+in neither case); without one the first cancel stands. Both the module (its own
 sub-chain) and the kernel (the whole chain) walk with :class:`ChainRun`, so
 the rule lives here only.
 """
@@ -27,7 +30,17 @@ TERMINAL: Final = {
     Stage.TOOL_CALL.value: "result",
     Stage.LLM_REQUEST.value: "result",
     Stage.ASSISTANT_MESSAGE.value: "rework",
+    Stage.TURN_DONE.value: "rework",
 }
+
+
+#: Stages where a later handler's ``result`` beats an earlier cancel (agent_os: result over deny in before_tool_call).
+RESULT_BEATS_DENY: Final = frozenset({Stage.TOOL_CALL.value})
+
+
+def defers_cancel(stage: str) -> bool:
+    """Whether a cancel on ``stage`` lets the chain go on, so that a later ``result`` may beat it."""
+    return stage in RESULT_BEATS_DENY
 
 
 def ends_run(stage: str, payload: dict[str, Any]) -> bool:
@@ -74,11 +87,17 @@ class ChainRun:
         if isinstance(decision, Patch):
             self.payload = apply_patch(self.stage, to_dict(decision.payload), handler)
             self.patched = True
-            return not ends_run(self.stage, self.payload)
+            if ends_run(self.stage, self.payload):
+                self.cancel = None  # a result beats a cancel before it (only where cancels are deferred)
+                return False
+            return True
         if isinstance(decision, Cancel):
-            self.cancel = Cancel(decision.reason, handler)
-            return False
+            if self.cancel is None:  # the first cancel's reason stands unless a result beats it
+                self.cancel = Cancel(decision.reason, handler)
+            return defers_cancel(self.stage)
         if isinstance(decision, Ask):
+            if self.cancel is not None:
+                return True  # denied already: nothing to ask an operator about, though a later result may win
             patched = self.payload if self.patched else None
             self.ask = Ask(decision.reason, decision.timeout, decision.on_timeout, handler, patched)
             return False

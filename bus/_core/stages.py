@@ -36,6 +36,10 @@ class Stage(enum.StrEnum):
     TURN_END = "turn.end"
     AGENT_SPAWN = "agent.spawn"
     AGENT_TERMINATE = "agent.terminate"
+    TURN_DONE = "turn.done"
+    LOOP_END = "loop.end"
+    TURN_AFTER = "turn.after"
+    AGENT_ERROR = "agent.error"
 
 
 #: What each known stage is for, one line (``hookbus events``, ``hookbus chain``; docs/stages.md has the fields).
@@ -55,11 +59,25 @@ DESCRIPTIONS: Final = {
     Stage.TURN_END.value: "a turn ended: patch replaces the answer returned, cancel fails the turn",
     Stage.AGENT_SPAWN.value: "a turn is about to start on an agent: cancel refuses it",
     Stage.AGENT_TERMINATE.value: "a turn's agent loop ended (observed; decisions are journaled)",
+    Stage.TURN_DONE.value: "the model called job_done: cancel or rework hands the correction back as its result",
+    Stage.LOOP_END.value: "the agent loop ended with an answer (after_loop; observed)",
+    Stage.TURN_AFTER.value: "a turn completed: its question and settled answer (after_turn; observed)",
+    Stage.AGENT_ERROR.value: "a turn failed: the error, before the error event (on_error; observed)",
 }
 
 #: Stages whose veto acts on something that already happened.
 _AFTER: Final = frozenset(
-    {Stage.TOOL_RESULT.value, Stage.ASSISTANT_MESSAGE.value, Stage.TURN_END.value, Stage.AGENT_TERMINATE.value}
+    stage.value
+    for stage in (
+        Stage.TOOL_RESULT,
+        Stage.ASSISTANT_MESSAGE,
+        Stage.TURN_END,
+        Stage.AGENT_TERMINATE,
+        Stage.TURN_DONE,
+        Stage.LOOP_END,
+        Stage.TURN_AFTER,
+        Stage.AGENT_ERROR,
+    )
 )
 
 #: The payload field a matcher is compared with, per stage; ``name`` otherwise.
@@ -77,6 +95,10 @@ _MATCH_FIELD: Final = {
             Stage.TURN_END,
             Stage.AGENT_SPAWN,
             Stage.AGENT_TERMINATE,
+            Stage.TURN_DONE,
+            Stage.LOOP_END,
+            Stage.TURN_AFTER,
+            Stage.AGENT_ERROR,
         )
     },
 }

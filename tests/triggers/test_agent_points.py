@@ -33,7 +33,7 @@ Answer = Callable[[str, dict[str, Any]], Decision]
 NEW_STAGES = [
     Stage.AGENT_SPAWN, Stage.USER_MESSAGE, Stage.CONTEXT_EVICT, Stage.LLM_REQUEST, Stage.LLM_RETRY,
     Stage.LLM_TOKEN, Stage.TOOL_CALL, Stage.TOOL_EXEC, Stage.TOOL_RESULT, Stage.ASSISTANT_MESSAGE,
-    Stage.TURN_END, Stage.AGENT_TERMINATE,
+    Stage.TURN_END, Stage.AGENT_TERMINATE, Stage.TURN_DONE, Stage.LOOP_END, Stage.TURN_AFTER, Stage.AGENT_ERROR,
 ]  # fmt: skip
 
 
@@ -84,7 +84,7 @@ async def test_every_point_is_asked_in_turn_order_with_its_payload(
     order = [name for name, _ in points.asked if name != "llm.token"]
     assert order == [
         "agent.spawn", "user.message", "llm.request", "tool.call", "tool.exec", "tool.result",
-        "llm.request", "assistant.message", "turn.end", "agent.terminate",
+        "llm.request", "assistant.message", "loop.end", "turn.end", "turn.after", "agent.terminate",
     ]  # fmt: skip
     agent = points.of("agent.spawn")[0]["agent"]
     assert points.of("user.message") == [{"agent": agent, "turn": result["id"], "content": "say hey"}]
@@ -99,6 +99,10 @@ async def test_every_point_is_asked_in_turn_order_with_its_payload(
     judged = points.of("assistant.message")[0]
     assert judged == {"agent": agent, "turn": result["id"], "content": "all done now", "round": 0}
     assert points.of("turn.end")[0]["answer"] == "all done now" and points.of("turn.end")[0]["rounds"] == 2
+    assert points.of("loop.end") == [{"agent": agent, "turn": result["id"], "reason": "answer", "rounds": 2}]
+    assert points.of("turn.after") == [
+        {"agent": agent, "turn": result["id"], "question": "say hey", "answer": "all done now", "rounds": 2}
+    ]
     assert points.of("agent.terminate") == [{"agent": agent, "turn": result["id"], "success": True, "error": None}]
     asked_tokens = points.of("llm.token")
     assert "".join(t["text"] for t in asked_tokens) == "all done now"

@@ -9,10 +9,13 @@ and the next attempt (``llm.request`` again); for each tool call the model asks
 for: ``tool_call_start``, ``tool.call`` (``result`` short-circuits the tool),
 ``tool.exec`` with the resolved command, the tool, ``tool.result``,
 ``tool_call``] until the model answers in text; ``assistant.message`` judges
-the answer (suppress, replace, or rework up to MAX_REWORK_ROUNDS times); then
-``turn.end``, ``turn_complete``, ``agent_end``, ``agent.terminate`` and
-``eva.turn.completed`` with the answer. A failure emits ``error``,
-``agent_end`` (success false), ``agent.terminate`` and ``eva.turn.failed``.
+the answer (suppress, replace, or rework up to MAX_REWORK_ROUNDS times), or,
+with the ``job_done`` tool offered, ``turn.done`` judges the completion the
+model calls it with (a veto hands the correction back as its result); then
+``loop.end``, ``turn.end``, ``turn.after``, ``turn_complete``, ``agent_end``,
+``agent.terminate`` and ``eva.turn.completed`` with the answer. A failure asks
+``agent.error``, emits ``error``, ``agent_end`` (success false), asks
+``agent.terminate`` and emits ``eva.turn.failed``.
 Everything runs at the request's depth, so what a triggered turn emits
 carries the recursion counter on. docs/stages.md describes every point.
 """
@@ -32,6 +35,7 @@ from bus._journal.entries import PROCESS, JournalEntry, publish_entry
 from bus._turns.errors import TurnFailed
 from bus._turns.server import TurnRequest
 from bus._turns.subjects import agent_stream_subject
+from triggers.agent import _completion as completions
 from triggers.agent import _context as context
 from triggers.agent import _points as points
 from triggers.agent._budgets import BudgetBook, Usage
@@ -64,6 +68,8 @@ class TurnRunnerSettings:
     max_tokens: int | None = None
     #: The budgets' group layer key; None: the agent's name.
     group: str | None = None
+    #: Offer the model the ``job_done`` tool; its completions are judged by ``turn.done``.
+    job_done: bool = False
 
 
 @dataclass
@@ -75,6 +81,10 @@ class _Turn:
     stream: TokenStream | None
     rounds: int = 0
     reworks: int = 0
+    #: How the loop ended: ``answer``, ``suppressed`` or ``job_done`` (loop.end's reason).
+    ended: str = "answer"
+    #: The user message as user.message left it (turn.after's question).
+    question: str = ""
 
 
 class TurnRunner:
@@ -123,10 +133,17 @@ class TurnRunner:
         if self.system:
             messages.append({"role": "system", "content": self.system})
         try:
-            messages.append({"role": "user", "content": await self._user_message(turn)})
-            answer = await self._end(turn, await self._rounds(turn, messages), messages)
+            turn.question = await self._user_message(turn)
+            messages.append({"role": "user", "content": turn.question})
+            answer = await self._rounds(turn, messages)
+            await self._observe(turn, Stage.LOOP_END, {"reason": turn.ended, "rounds": turn.rounds})
+            answer = await self._end(turn, answer, messages)
+            await self._observe(
+                turn, Stage.TURN_AFTER, {"question": turn.question, "answer": answer, "rounds": turn.rounds}
+            )
         except (TurnFailed, LLMError) as exc:
             component = "llm" if isinstance(exc, LLMError) else "agent"
+            await self._observe(turn, Stage.AGENT_ERROR, {"error": str(exc), "component": component})
             await self._emit("error", {"component": component, "message": str(exc)}, request)
             await self._emit("agent_end", {"success": False, "messages_count": len(messages)}, request)
             await self._terminate(turn, str(exc))
@@ -144,6 +161,10 @@ class TurnRunner:
             session_id=request.session_id,
         )
         return answer
+
+    async def _observe(self, turn: _Turn, stage: Stage, fields: dict[str, Any]) -> None:
+        """An observed point (loop.end, turn.after, agent.error): its decisions are journaled, nothing changes."""
+        await self._ask_point(turn, stage, {"agent": self.agent, "turn": turn.request.id, **fields})
 
     async def _failed(self, request: TurnRequest, error: str) -> None:
         await self.bus.emit(
@@ -221,17 +242,42 @@ class TurnRunner:
             completion = await self._ask(turn, messages)
             if completion.tool_calls:
                 messages.append(completion.raw["choices"][0]["message"])
+                done: str | None = None
                 for call in completion.tool_calls:
-                    output = await self._tool(turn, call)
+                    if call.name == completions.JOB_DONE and self.settings.job_done:
+                        output, finished = await self._job_done(turn, call)
+                        done = finished if finished is not None else done
+                    else:
+                        output = await self._tool(turn, call)
                     messages.append({"role": "tool", "tool_call_id": call.id, "content": output})
+                if done is not None:
+                    turn.ended = "job_done"
+                    self._replace(turn, done)
+                    return done
                 continue
             answer, feedback = await self._judge(turn, completion.content or "")
             if feedback is None:
                 if answer is not None:
                     messages.append({"role": "assistant", "content": answer})
+                else:
+                    turn.ended = "suppressed"
                 return answer or ""
             messages.append({"role": "user", "content": feedback})
         raise TurnFailed(f"no answer after {MAX_ROUNDS} rounds of tool calls")
+
+    async def _job_done(self, turn: _Turn, call: ChatToolCall) -> tuple[str, str | None]:
+        """turn.done on a job_done call: (the tool message, the completion that ends the loop or None)."""
+        result = completions.completion_of(call.arguments)
+        payload = {"agent": self.agent, "turn": turn.request.id, "result": result, "round": turn.reworks}
+        judged = completions.verdict(await self._ask_point(turn, Stage.TURN_DONE, payload), result)
+        if judged.result is not None:
+            return "done", judged.result
+        correction = judged.correction or ""
+        if turn.reworks < MAX_REWORK_ROUNDS:
+            turn.reworks += 1
+            return completions.sent_back(correction), None
+        await self._note(turn, Stage.TURN_DONE, "rework_limit", completions.limit_cause(correction, MAX_REWORK_ROUNDS))
+        return "done", result
 
     async def _judge(self, turn: _Turn, answer: str) -> tuple[str | None, str | None]:
         """assistant.message: (the answer that stands or None if suppressed, rework feedback or None)."""
@@ -252,7 +298,9 @@ class TurnRunner:
             await self._note(turn, Stage.ASSISTANT_MESSAGE, "rework_limit", cause)
             return answer, None
         replaced = points.text_field("assistant.message", decision.payload, "answer")
-        if replaced is None:
+        if replaced is None:  # no answer field: a content changed in place replaces the answer too
+            replaced = points.kept("assistant.message", decision.payload, "content", answer)
+        if replaced == answer:
             return answer, None
         self._replace(turn, replaced)
         return replaced, None
@@ -299,7 +347,8 @@ class TurnRunner:
     async def _ask(self, turn: _Turn, messages: list[dict[str, Any]]) -> Completion:
         """One model call: llm.request before every attempt, llm.retry before every retry."""
         model = self.client.model
-        tools = [tool.schema() for tool in self.tools.values()] or None
+        offered = [*self.tools.values(), *([completions.JOB_DONE_TOOL] if self.settings.job_done else [])]
+        tools = [tool.schema() for tool in offered] or None
         attempt = 1
         while True:
             await self._check_budget(turn)

@@ -267,7 +267,7 @@ class Interceptor:
                 values = _bag.inputs_for(batch, bag)
                 wire_ctx.inputs = msgspec.UNSET if values is None else values
             decision, who = await self._call(stage, batch, run.payload, wire_ctx, journal, bag)
-            if isinstance(decision, Ask):  # the chain stops here until the answer; then the rest runs on it
+            if isinstance(decision, Ask) and run.cancel is None:  # held until the answer; then the rest runs on it
                 position = next((i for i, link in enumerate(links) if link.decl.qualname == who), index - 1)
                 if decision.payload is not None:  # handlers before it in its module's run patched
                     run.payload, run.patched = decision.payload, True

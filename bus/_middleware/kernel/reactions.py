@@ -15,7 +15,7 @@ from typing import Any, Final
 from bus._core.clock import timestamp_ms
 from bus._core.decisions import CONTINUE, Ask, Cancel, Decision, HandlerDecision, Patch
 from bus._core.middleware_schema import MiddlewareReply, ReactionMsg, RequestCtx
-from bus._core.results import ends_run
+from bus._core.results import defers_cancel, ends_run
 from bus._core.stages import phase
 from bus._journal.entries import PROCESS, JournalEntry, JournalPublisher
 from bus._middleware.faults import REPORTED, Outcome, fault_decision
@@ -76,8 +76,14 @@ def answered(
 def _accounted(
     batch: Sequence[Link], reactions: list[ReactionMsg], decision: HandlerDecision, started: float, journal: Reactions
 ) -> tuple[HandlerDecision, str]:
-    """Walk the batch with the module's reactions: a fault reads per the kernel's declared fail mode."""
+    """Walk the batch with the module's reactions: a fault reads per the kernel's declared fail mode.
+
+    Where a later result beats a cancel (tool.call), a cancel does not end the walk: it stands unless the
+    module's decision is a terminal patch.
+    """
     count = len(reactions)
+    defer = bool(batch) and defers_cancel(batch[0].decl.stage)
+    pending: Cancel | None = None
     for index, link in enumerate(batch):
         decl = link.decl
         qualname = decl.qualname
@@ -87,7 +93,9 @@ def _accounted(
                 link, Outcome.INVALID, "the module's reply does not account for it", _elapsed(started), journal
             )
             if isinstance(fault, Cancel):
-                return fault, qualname
+                if not defer:
+                    return fault, qualname
+                pending = pending or Cancel(fault.reason, qualname)
             continue
         outcome, kind, ms = item.outcome, item.decision, item.duration_ms
         if ms is None:
@@ -102,7 +110,10 @@ def _accounted(
                 reason = decision.reason if isinstance(decision, Cancel) else item.reason
                 cancel = Cancel(reason if isinstance(reason, str) else "cancelled", qualname)
                 journal.add(link, Outcome.OK, cancel, ms, None)
-                return cancel, qualname
+                if not defer:
+                    return cancel, qualname
+                pending = pending or cancel
+                continue
             if kind == "ask" and isinstance(decision, Ask):
                 journal.add(link, Outcome.OK, decision, ms, None)
                 return decision, qualname
@@ -110,7 +121,11 @@ def _accounted(
         cause = bounded(item.cause) or f"reported {bounded(repr(outcome))}, {bounded(repr(kind))}"
         fault = fault_of(link, read, cause, ms, journal)
         if isinstance(fault, Cancel):
-            return fault, qualname
+            if not defer:
+                return fault, qualname
+            pending = pending or Cancel(fault.reason, qualname)
+    if pending is not None and not (isinstance(decision, Patch) and ends_run(batch[-1].decl.stage, decision.payload)):
+        return pending, pending.handler or batch[-1].decl.qualname
     return decision, batch[-1].decl.qualname
 
 
