@@ -18,6 +18,7 @@ from bus._cli.common import (
     serve_metrics,
     stop_on_signals,
 )
+from bus._cli.journal_verify import register as register_verify
 from bus._cli.options import SERVICE_CONNECT_S
 from bus._cli.workspace import add_workspace, existing
 from bus._cli.workspace import resolve as resolve_workspace
@@ -67,6 +68,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     add_nats_url(query)  # --events reads the recorded history from the bus
     query.set_defaults(func=run_query)
+    register_verify(query)
 
     sink = subparsers.add_parser(
         "journal-sink",
@@ -218,5 +220,6 @@ async def run_sink(args: argparse.Namespace) -> int:
         parts = [component("journal_sink", "journal", str(sink.store.path))]
         await stack.enter_async_context(presence(bus, "hookbus journal-sink", parts))
         print(f"journal sink: {sink.store.path}" + (f", metrics {metrics}" if metrics else ""), flush=True)
+        print(f"journal key: {sink.key.public_key}", flush=True)
         await sink.run(stop)
     return 0

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -23,29 +23,44 @@ import orjson
 
 from bus._journal.entries import KINDS, JournalEntry
 from bus._runtime.private_files import append_private, private_dir, private_file, restrict
+from subscribers.journal._chain import Chains, Link, linked
 
 DB_NAME: Final = "journal.db"
 JSONL_DIR: Final = "journal"
 DEFAULT_JSONL_MAX_BYTES: Final = 10 * 1024 * 1024
 DEFAULT_JSONL_KEEP: Final = 5
+#: Beside the JSONL directory, not in it: whatever reads ``journal/*.jsonl`` reads entries only.
+CHECKPOINTS_JSONL: Final = "journal.checkpoints.jsonl"
 #: Version 1 keyed rows by the entry's own id (which anyone could pre-claim); 2 by the stream sequence;
-#: 3 added the shell hooks' output columns (stdout, stderr).
-SCHEMA_VERSION: Final = 3
-#: Columns later versions added to the table, ALTERed into an older one.
-_ADDED: Final = ("stdout", "stderr")
+#: 3 added the shell hooks' output columns (stdout, stderr); 4 the hash chain (chain, prev, hash) and checkpoints.
+SCHEMA_VERSION: Final = 4
+#: Columns later versions added to the table, ALTERed into an older one (the chain's place is an integer).
+_ADDED: Final = ("stdout", "stderr", "chain", "prev", "hash")
 BUSY_TIMEOUT_MS: Final = 10_000
 
 _COLUMNS: Final = tuple(JournalEntry.__dataclass_fields__)
 _PLACE: Final = ("stream", "stream_seq", "received", "origin")
-_TYPES: Final = {"duration_ms": "REAL", "depth": "INTEGER", "stream_seq": "INTEGER"}
+#: The hash chain's fields (subscribers.journal._chain): the entry's place in its kind's chain,
+#: the hash of the one before, its own hash.
+CHAIN_FIELDS: Final = ("chain", "prev", "hash")
+_ALL: Final = _PLACE + _COLUMNS + CHAIN_FIELDS
+_TYPES: Final = {"duration_ms": "REAL", "depth": "INTEGER", "stream_seq": "INTEGER", "chain": "INTEGER"}
 _INDEXED: Final = ("point", "who", "decision", "session", "kind")
 _TABLE: Final = f"""
 CREATE TABLE entries (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    {", ".join(f"{name} {_TYPES.get(name, 'TEXT')}" for name in _PLACE + _COLUMNS)},
+    {", ".join(f"{name} {_TYPES.get(name, 'TEXT')}" for name in _ALL)},
     UNIQUE (stream, stream_seq)
 )
 """
+#: Signed checkpoints (subscribers.journal._checkpoints): one row per signature, as its JSON fields.
+_CHECKPOINTS: Final = """
+CREATE TABLE IF NOT EXISTS checkpoints (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, kind TEXT, chain INTEGER, hash TEXT, time TEXT, sink TEXT,
+    public_key TEXT, signature TEXT
+)
+"""
+CHECKPOINT_FIELDS: Final = ("kind", "chain", "hash", "time", "sink", "public_key", "signature")
 _INDEXES: Final = [
     *(f"CREATE INDEX IF NOT EXISTS entries_{c} ON entries ({c}, received)" for c in _INDEXED),
     "CREATE INDEX IF NOT EXISTS entries_received ON entries (received)",
@@ -67,10 +82,22 @@ class Received:
     received: str
     stream: str = ""
     origin: str | None = None
+    chain: int | None = None
+    prev: str | None = None
+    hash: str | None = None
 
     def values(self) -> list[Any]:
         entry = self.entry  # attributes, not asdict(): that deep-copies, at several times the cost
-        return [self.stream, self.stream_seq, self.received, self.origin, *(getattr(entry, n) for n in _COLUMNS)]
+        return [
+            self.stream,
+            self.stream_seq,
+            self.received,
+            self.origin,
+            *(getattr(entry, n) for n in _COLUMNS),
+            self.chain,
+            self.prev,
+            self.hash,
+        ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,8 +150,9 @@ class JournalStore:
                     self._from_version_1(columns)
                 else:
                     for name in _ADDED:
-                        if name not in columns:
-                            self._db.execute(f"ALTER TABLE entries ADD COLUMN {name} TEXT")  # fixed names
+                        if name not in columns:  # fixed names and types
+                            self._db.execute(f"ALTER TABLE entries ADD COLUMN {name} {_TYPES.get(name, 'TEXT')}")
+                self._db.execute(_CHECKPOINTS)
                 for statement in _INDEXES:
                     self._db.execute(statement)
                 self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
@@ -145,23 +173,33 @@ class JournalStore:
         )
         self._db.execute("DROP TABLE entries_v1")
 
-    def insert_many(self, rows: Iterable[Received]) -> tuple[list[tuple[int, Received]], list[tuple[Received, str]]]:
+    def insert_many(
+        self, rows: Iterable[Received], chains: Chains | None = None
+    ) -> tuple[list[tuple[int, Received]], list[tuple[Received, str]]]:
         """Store rows in one transaction: return the new ones with their numbers, and those SQLite refused.
+
+        With ``chains`` each new row is linked into its kind's chain (a
+        redelivered row, skipped, takes no place in it); the returned rows
+        carry their chain fields, for the JSONL copy.
 
         A row already stored (same stream place) is skipped quietly: that is a
         redelivery. A row SQLite refuses is returned with the reason and the
         rest go on; a database that cannot be written at all (disk full,
         locked) raises ``sqlite3.OperationalError`` and stores nothing.
         """
-        names = ", ".join(_PLACE + _COLUMNS)
+        names = ", ".join(_ALL)
         # Column names are fixed, values are bound: nothing anyone sent is spliced in.
-        sql = f"INSERT OR IGNORE INTO entries ({names}) VALUES ({', '.join('?' * (len(_PLACE) + len(_COLUMNS)))})"
+        sql = f"INSERT OR IGNORE INTO entries ({names}) VALUES ({', '.join('?' * len(_ALL))})"
         fresh: list[tuple[int, Received]] = []
         refused: list[tuple[Received, str]] = []
         with self._lock:
+            before = chains.snapshot() if chains is not None else {}
             self._db.execute("BEGIN")
             try:
                 for row in rows:
+                    head: Link | None = None
+                    if chains is not None:
+                        row, head = linked(row, chains.head(row.entry.kind), entry_json)
                     try:
                         cursor = self._db.execute(sql, row.values())
                     except sqlite3.OperationalError:
@@ -171,12 +209,49 @@ class JournalStore:
                         continue
                     if cursor.rowcount and cursor.lastrowid is not None:
                         fresh.append((cursor.lastrowid, row))
+                        if chains is not None and head is not None:
+                            chains.heads[row.entry.kind] = head
                 self._db.execute("COMMIT")
             except BaseException:
+                if chains is not None:
+                    chains.restore(before)  # nothing stored: the chains stand where they stood
                 if self._db.in_transaction:  # some errors (disk full, I/O) have rolled it back already
                     self._db.execute("ROLLBACK")
                 raise
         return fresh, refused
+
+    def heads(self) -> dict[str, Link]:
+        """Where each kind's chain stands in this database: a restarted sink goes on from there."""
+        sql = (
+            "SELECT kind, chain, hash FROM entries WHERE seq IN "
+            "(SELECT max(seq) FROM entries WHERE chain IS NOT NULL GROUP BY kind)"
+        )
+        with self._lock:
+            return {kind: Link(place, digest) for kind, place, digest in self._db.execute(sql)}
+
+    def chained(self, since: str | None = None) -> Iterator[dict[str, Any]]:
+        """Every row in its JSON form, in row order (for verifying); ``since`` a receive time."""
+        names = ", ".join(_ALL)
+        where, params = ("WHERE received >= ?", [since]) if since else ("", [])
+        with self._lock:
+            cursor = self._db.execute(f"SELECT seq, {names} FROM entries {where} ORDER BY seq", params)
+            while batch := cursor.fetchmany(5000):
+                for values in batch:
+                    yield entry_json(values[0], _row(values[1:]))
+
+    def add_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        names = ", ".join(CHECKPOINT_FIELDS)
+        with self._lock:
+            self._db.execute(
+                f"INSERT INTO checkpoints ({names}) VALUES ({', '.join('?' * len(CHECKPOINT_FIELDS))})",
+                [checkpoint[name] for name in CHECKPOINT_FIELDS],
+            )
+
+    def checkpoints(self) -> list[dict[str, Any]]:
+        names = ", ".join(CHECKPOINT_FIELDS)
+        with self._lock:
+            found = self._db.execute(f"SELECT {names} FROM checkpoints ORDER BY id").fetchall()
+        return [dict(zip(CHECKPOINT_FIELDS, values, strict=True)) for values in found]
 
     def query(self, query: Query) -> list[tuple[int, Received]]:
         """Rows matching ``query``, oldest first, with their numbers; ``since``/``until`` are receive times."""
@@ -194,7 +269,7 @@ class JournalStore:
             where.append("received < ?")
             params.append(query.until)
         # Columns are fixed names and every value is a bound parameter.
-        names = ", ".join(_PLACE + _COLUMNS)
+        names = ", ".join(_ALL)
         sql = (
             f"SELECT seq, {names} FROM ("
             f"SELECT * FROM entries WHERE {' AND '.join(where)} ORDER BY seq DESC LIMIT ?) ORDER BY seq"
@@ -214,8 +289,10 @@ class JournalStore:
 
 def _row(values: tuple[Any, ...]) -> Received:
     stream, stream_seq, received, origin = values[: len(_PLACE)]
-    entry = JournalEntry(**dict(zip(_COLUMNS, values[len(_PLACE) :], strict=True)))
-    return Received(entry, stream_seq or 0, received or entry.time, stream or "", origin)
+    end = len(_PLACE) + len(_COLUMNS)
+    entry = JournalEntry(**dict(zip(_COLUMNS, values[len(_PLACE) : end], strict=True)))
+    chain, prev, digest = values[end:]
+    return Received(entry, stream_seq or 0, received or entry.time, stream or "", origin, chain, prev, digest)
 
 
 class JsonlWriter:
@@ -247,6 +324,11 @@ class JsonlWriter:
             self._rotate_if_full(path)
             append_private(path, b"".join(lines))
 
+    def write_checkpoints(self, checkpoints: list[dict[str, Any]]) -> None:
+        """Append signed checkpoints to ``journal.checkpoints.jsonl`` beside the directory (small: never rotated)."""
+        data = b"".join(orjson.dumps(checkpoint) + b"\n" for checkpoint in checkpoints)
+        append_private(self.directory.parent / CHECKPOINTS_JSONL, data)
+
     def _rotate_if_full(self, path: Path) -> None:
         if not path.exists() or path.stat().st_size < self.max_bytes:
             return
@@ -261,12 +343,17 @@ class JsonlWriter:
 
 def entry_json(seq: int, row: Received) -> dict[str, Any]:
     """A row as printed by ``hookbus journal --json`` and written to JSONL."""
+    entry = row.entry
     return {
         "seq": seq,
+        "stream": row.stream,
         "stream_seq": row.stream_seq,
         "received": row.received,
         "origin": row.origin,
-        **{name: getattr(row.entry, name) for name in _COLUMNS},
+        **{name: getattr(entry, name) for name in _COLUMNS},
+        "chain": row.chain,
+        "prev": row.prev,
+        "hash": row.hash,
     }
 
 

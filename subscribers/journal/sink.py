@@ -45,6 +45,8 @@ from bus._runtime.ratelog import RateLimitedLog
 from bus._runtime.stats import PREFIX
 from bus._service import ServiceContext
 from bus._transport.streams import PullConsumer, StreamMessage, ack, nak
+from subscribers.journal._chain import Chains
+from subscribers.journal._checkpoints import Checkpointer, JournalKey, last_signed
 from subscribers.journal._store import DB_NAME, JSONL_DIR, JournalStore, JsonlWriter, Received
 
 log = logging.getLogger("hookbus.journal")
@@ -111,9 +113,14 @@ class JournalSink:
         self.store = JournalStore(workspace / DB_NAME)
         self.jsonl = JsonlWriter(workspace / JSONL_DIR)
         self.durable = durable or durable_for(workspace)
+        # The chains go on where this database's left off; the checkpoints from its last signed ones.
+        self.chains = Chains(self.store.heads())
+        self.key = JournalKey.of_workspace(workspace)
+        self.checkpointer = Checkpointer(self.key, self.durable, last_signed(self.store.checkpoints()))
         self.stored = 0
         self.rejected = 0
         self.clamped = 0
+        self.checkpoints = 0
         self._stream = ""
         self._bad_log = RateLimitedLog(log)
         self._cut_log = RateLimitedLog(log)
@@ -140,6 +147,8 @@ class JournalSink:
                     await asyncio.sleep(0.5)
                     sub = await self._resubscribe_if_gone(sub)
                     continue
+                if batch or self.chains.heads:
+                    await self._checkpoint()
                 if batch:
                     # The next batch comes while this one is written (SQLite and JSONL in threads): the
                     # store rate is the slower of the two, not their sum (bench/bench_scale.py, journal).
@@ -158,6 +167,8 @@ class JournalSink:
             if ahead is not None:
                 ahead.cancel()
                 await asyncio.gather(ahead, return_exceptions=True)
+            with contextlib.suppress(sqlite3.Error, OSError):  # stopping: the tail signed too
+                await self._checkpoint(final=True)
             self.store.close()
 
     async def _subscribe(self) -> PullConsumer:
@@ -185,7 +196,7 @@ class JournalSink:
     async def _store(self, batch: list[StreamMessage]) -> None:
         rows = [row for row in map(self._receive, batch) if row is not None]
         try:
-            fresh, refused = await asyncio.to_thread(self.store.insert_many, rows)
+            fresh, refused = await asyncio.to_thread(self.store.insert_many, rows, self.chains)
         except sqlite3.Error as exc:  # the database itself: nothing stored; the batch comes back
             self._store_log.warning("journal sink: cannot write %s (%r); retrying the batch", self.store.path, exc)
             for msg in batch:
@@ -203,6 +214,20 @@ class JournalSink:
         STORED.inc(len(fresh))
         for msg in batch:  # only now that the batch is stored
             await ack(msg)  # not acknowledged: it comes back, and is a duplicate
+
+    async def _checkpoint(self, final: bool = False) -> None:
+        """Sign the chains that are due and keep the checkpoints in SQLite and JSONL."""
+        made = self.checkpointer.due(self.chains, final)
+        if not made:
+            return
+
+        def keep() -> None:
+            for checkpoint in made:
+                self.store.add_checkpoint(checkpoint)
+            self.jsonl.write_checkpoints(made)
+
+        await asyncio.to_thread(keep)
+        self.checkpoints += len(made)
 
     def _receive(self, msg: StreamMessage) -> Received | None:
         """The row for one message, or None (counted and logged) if it cannot be stored."""
@@ -244,6 +269,7 @@ async def service(ctx: ServiceContext) -> AsyncIterator[None]:
     stop = asyncio.Event()
     task = asyncio.create_task(sink.run(stop), name="journal-sink")
     ctx.lines.append(f"  journal  {sink.store.path} (+ {sink.jsonl.directory}/*.jsonl)")
+    ctx.lines.append(f"  journal key {sink.key.public_key} (hookbus journal verify --public-key)")
     try:
         yield
     finally:

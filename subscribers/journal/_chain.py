@@ -1,0 +1,66 @@
+"""The journal's hash chain: each stored entry names the hash of the one before it, per kind.
+
+A sink keeps one chain per kind of entry (``middleware``, ``shell_hook``,
+``subscriber``, ``trigger``): the same chain in ``journal.db`` and in the
+kind's JSONL file, so either can be checked alone. An entry's place in its
+chain is ``chain`` (1, 2, 3 ...), ``prev`` is the hash of the entry at the
+place before (empty for the first) and ``hash`` the SHA-256 of the row as
+``hookbus journal --json`` prints it, without ``seq`` (the database's own row
+number) and ``hash`` itself, as sorted-key JSON. Editing any field, removing,
+reordering or inserting a row breaks a link; :mod:`subscribers.journal._verify`
+finds the first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, replace
+from typing import Any, Final
+
+import orjson
+
+#: The ``prev`` of a chain's first entry.
+GENESIS: Final = ""
+#: What a row's hash leaves out: the database's row number (not the sink's to keep) and the hash itself.
+UNHASHED: Final = frozenset({"seq", "hash"})
+
+
+def record_hash(record: dict[str, Any]) -> str:
+    """The hash of a row in its JSON form (``hookbus journal --json``, a JSONL line)."""
+    body = {name: value for name, value in record.items() if name not in UNHASHED}
+    return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """Where a chain stands: its last place and that entry's hash."""
+
+    place: int = 0
+    hash: str = GENESIS
+
+
+class Chains:
+    """The sink's chains, one per kind: links each new row to the last one stored of its kind."""
+
+    def __init__(self, heads: dict[str, Link] | None = None) -> None:
+        self.heads: dict[str, Link] = dict(heads or {})
+
+    def head(self, kind: str) -> Link:
+        return self.heads.get(kind, Link())
+
+    def snapshot(self) -> dict[str, Link]:
+        return dict(self.heads)
+
+    def restore(self, heads: dict[str, Link]) -> None:
+        self.heads = dict(heads)
+
+
+def linked(row: Any, head: Link, as_json: Any) -> tuple[Any, Link]:
+    """``row`` (a ``Received``) with its chain fields after ``head``, and the chain's new head.
+
+    ``as_json`` is the row's JSON form (``_store.entry_json``), passed in so this module needs no store.
+    """
+    place = head.place + 1
+    draft = replace(row, chain=place, prev=head.hash, hash=None)
+    digest = record_hash(as_json(0, draft))
+    return replace(draft, hash=digest), Link(place, digest)
