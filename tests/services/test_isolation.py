@@ -227,6 +227,8 @@ async def test_an_isolated_hook_sees_no_store_journal_drain_nor_secret(workspace
         ".hookbus/drain/0002.json": "dot-drain-secret",
         "api-token": "api-token-secret",
         "ask-link-key": "ask-link-key-secret",
+        "journal.key": "journal-key-secret",
+        "journal.checkpoints.jsonl": "checkpoints-secret",
         "claude-hooks.json": "claude-config-secret",
         "triggers.yaml": "triggers-secret",
         "sub/notes.txt": "sub-file-secret",
