@@ -30,18 +30,21 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands = parser.add_subparsers(dest="rules_command", metavar="COMMAND", required=True)
-    push = commands.add_parser("push", help="check rule files and write them to the hookbus_rules bucket")
-    push.add_argument("files", nargs="+", metavar="FILE")
+    push_help = "check rule files and write them to the hookbus_rules bucket"
+    push = commands.add_parser("push", help=push_help, description=push_help + " (all checked before any is written)")
+    push.add_argument("files", nargs="+", metavar="FILE", help="rule files (YAML); each is named by its stem")
     add_nats_url(push)
     push.set_defaults(func=run_push)
-    test = commands.add_parser("test", help="run a rule file on one payload locally (no bus)")
-    test.add_argument("file", metavar="FILE")
+    test_help = "run a rule file on one payload locally (no bus)"
+    test = commands.add_parser("test", help=test_help, description=test_help + ", printing the decision")
+    test.add_argument("file", metavar="FILE", help="the rule file (YAML)")
     test.add_argument("stage", help=f"the stage, or a shorthand ({', '.join(SHORTHANDS)})")
     test.add_argument("payload", metavar="JSON", help="the payload, a JSON object")
     for name in ("agent", "user", "session", "template"):
         test.add_argument(f"--{name}", help=f"the call's {name}")
     test.set_defaults(func=run_test)
-    report = commands.add_parser("shadow-report", help="what a shadow rule would have changed, from the journal")
+    report_help = "what a shadow rule would have changed, from the journal"
+    report = commands.add_parser("shadow-report", help=report_help, description=report_help + " (counts and a sample)")
     report.add_argument("name", help="the rule's qualified name (guards.no-rm)")
     report.add_argument("--since", default="24h", metavar="DURATION", help="entries of the last DURATION (24h)")
     add_workspace(report, "workspace whose journal to read")

@@ -162,8 +162,9 @@ async def fixture_proxy(nats_url: str, tmp_path: Path, *args: str) -> AsyncItera
 
 
 async def test_a_hanging_server_is_an_mcp_error_and_the_session_goes_on(nats_url: str, tmp_path: Path) -> None:
-    async with fixture_proxy(nats_url, tmp_path, "--timeout", "3") as session:
-        with pytest.raises(MCPError, match="did not answer tools/call within 3s"):
+    # The timeout covers the fixture server's start too (its initialize): long enough for a loaded machine.
+    async with fixture_proxy(nats_url, tmp_path, "--timeout", "10") as session:
+        with pytest.raises(MCPError, match="did not answer tools/call within 10s"):
             await session.call_tool("hang", {})
         assert text_of(await session.call_tool("echo", {"text": "still here"})) == "still here"
 

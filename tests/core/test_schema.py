@@ -259,8 +259,11 @@ def test_an_announcement_follows_its_type_and_only_true_means_batches() -> None:
     decl = Declaration(module="g", name="h", stage="tool.call")
     ann = Announcement("g", "i1", "hookbus.mw.g", 2.0, True, (decl,))
     wire = orjson.loads(ann.to_bytes())
-    assert set(wire) == set(AnnouncementMsg.__struct_fields__)
+    assert set(wire) == set(AnnouncementMsg.__struct_fields__) - {"refresh"}  # a heartbeating (protocol 1) module
     assert parse_announcement(ann.to_bytes(), "g.i1") == ann
+    refreshing = Announcement("g", "i2", "hookbus.mw.g", 2.0, True, (decl,), refresh=600.0)
+    assert set(orjson.loads(refreshing.to_bytes())) == set(AnnouncementMsg.__struct_fields__)
+    assert parse_announcement(refreshing.to_bytes(), "g.i2").refresh == 600.0
     assert parse_announcement(orjson.dumps({**wire, "batch": "yes"}), "g.i1").batch is False
     for bad, message in [
         ({**wire, "heartbeat": 0.01}, "announcement: field 'heartbeat': expected `float` >= 0.05"),

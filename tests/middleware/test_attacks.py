@@ -178,10 +178,17 @@ async def test_a_flood_of_bad_requests_from_another_agent_leaves_a_fail_closed_g
         while not flooding.done() or len(decisions) < 20:
             decisions.append(await eva.intercept(Stage.TOOL_CALL, RM))
         await flooding
-        decisions.append(await eva.intercept(Stage.TOOL_CALL, RM))  # and the module still answers after it
         # The flood reached the module and was answered in full (an error for each bad one), none dropped.
         await wait_until(lambda: len(attacker.received) == 4_000, 30, "an answer to each of bob's 4,000 asks")
-    assert set(decisions) == {Cancel("only by hand", "guard.no_rm")}, set(decisions)
+
+        async def answered_by_the_guard() -> bool:  # and the module still answers after it
+            return await eva.intercept(Stage.TOOL_CALL, RM) == Cancel("only by hand", "guard.no_rm")
+
+        await wait_until(answered_by_the_guard, 30, "the guard's own answer after the flood")
+    # Never a continue: the guard's own cancel, or (on a loaded machine, a call that timed out or found the
+    # module away for a moment) the cancel its fail-closed mark makes in its name.
+    assert all(isinstance(d, Cancel) and d.handler == "guard.no_rm" for d in decisions), set(decisions)
+    assert Cancel("only by hand", "guard.no_rm") in decisions
 
 
 async def test_a_module_cannot_answer_or_announce_as_another(
