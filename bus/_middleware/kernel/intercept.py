@@ -246,15 +246,18 @@ class Interceptor:
         index = 0
         rules = RuleCall(stage, wire_ctx, bag) if chain.rules else None
         while index < len(links):
-            batch = _batch(links, index)
-            index += len(batch)
-            if rules is not None and batch[0].rule is not None:  # evaluated here: no request
-                ruled = rules.decide(batch[0], run.payload, journal)
+            if rules is not None and links[index].rule is not None:  # evaluated here, a run of rules at once
+                index, ruled = rules.sweep(links, index, run.payload, journal)
+                if ruled is CONTINUE:
+                    continue
+                ruler = links[index - 1]
                 if isinstance(ruled, Ask):  # held for an operator, as a handler's ask
-                    ruled = await self._hold(ruled, batch[0], run.payload, wire_ctx)
-                if not run.take(ruled, batch[0].decl.qualname):
+                    ruled = await self._hold(ruled, ruler, run.payload, wire_ctx)
+                if not run.take(ruled, ruler.decl.qualname):
                     break
                 continue
+            batch = _batch(links, index)
+            index += len(batch)
             if bag is not None:  # a consumer starts its own request: the bag is current when it is asked
                 lacking = _bag.missing(batch[0].decl, bag)
                 if lacking is not None:

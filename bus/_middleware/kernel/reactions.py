@@ -200,6 +200,13 @@ class Reactions:
         if kind == "patch" or self._neutral:
             self._reactions.append((who, link.identity, kind, None, duration_ms, time.time_ns() // 1_000_000))
 
+    def continued(self, done: Sequence[tuple[Link, str, float]]) -> None:
+        """Rules' continues, each ``(link, who, duration_ms)`` in chain order: as one :meth:`ok` each."""
+        MIDDLEWARE.observe_continues(self._stage, [(who, ms / 1000) for _, who, ms in done])
+        if self._neutral:
+            when = time.time_ns() // 1_000_000
+            self._reactions.extend((who, link.identity, "continue", None, ms, when) for link, who, ms in done)
+
     def _add(
         self,
         who: str,
