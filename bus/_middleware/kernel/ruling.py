@@ -60,9 +60,7 @@ class RuleCall:
         self._payload: Mapping[str, Any] | None = None
         self._act: Any = None
 
-    def verdict(
-        self, rule: Rule, payload: Mapping[str, Any], held: bool | None = None
-    ) -> tuple[HandlerDecision, bool]:
+    def verdict(self, rule: Rule, payload: Mapping[str, Any], held: bool | None = None) -> tuple[HandlerDecision, bool]:
         """What the rule decides on ``payload`` (applied or not) and whether its condition held (``held``:
         already evaluated on this payload).
 
