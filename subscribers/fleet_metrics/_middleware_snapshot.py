@@ -25,7 +25,9 @@ from subscribers.fleet_metrics._reports import apply_report
 #: Journal decisions that are faults (a handler's turn that did not end in its own decision).
 FAULTS: Final = frozenset(o.value for o in Outcome) - {Outcome.OK.value, Outcome.UNTRUSTED.value}
 #: Outcomes of a turn in which the handler was not called (not trusted, its chain held or broken, an input missing).
-NOT_CALLED: Final = frozenset({Outcome.UNTRUSTED.value, Outcome.BROKEN.value, Outcome.CHANGED.value, Outcome.SKIPPED.value})
+NOT_CALLED: Final = frozenset(
+    {Outcome.UNTRUSTED.value, Outcome.BROKEN.value, Outcome.CHANGED.value, Outcome.SKIPPED.value}
+)
 #: Characters of a last error kept (a module's cause can be long).
 ERROR_LIMIT: Final = 300
 

@@ -77,7 +77,9 @@ async def test_calls_panics_timeouts_and_the_last_error_are_counted_per_hook_and
         def counted() -> bool:
             got = rows()
             done = [got.get(key, {}).get("calls") for key in ((tag, first), (boom, first), (slow, first))]
-            errors = [got.get(key, {}).get("last_error") for key in ((boom, first), (slow, first), (boom_second, second))]
+            errors = [
+                got.get(key, {}).get("last_error") for key in ((boom, first), (slow, first), (boom_second, second))
+            ]
             return done == [3, 3, 3] and got.get((boom_second, second), {}).get("calls") == 1 and all(errors)
 
         await wait_until(counted, what="the kernel's reports and the faults' journal entries")
@@ -93,7 +95,12 @@ async def test_calls_panics_timeouts_and_the_last_error_are_counted_per_hook_and
     assert body["since"] > 0
     fields = {"hook", "point", "calls", "panics", "timeouts", "total_ms", "mean_ms", "last_error", "last_error_at"}
     assert all(set(row) == fields for row in listed.values())
-    ok, raised, late, other = listed[(tag, first)], listed[(boom, first)], listed[(slow, first)], listed[(boom_second, second)]
+    ok, raised, late, other = (
+        listed[(tag, first)],
+        listed[(boom, first)],
+        listed[(slow, first)],
+        listed[(boom_second, second)],
+    )
     assert (ok["calls"], ok["panics"], ok["timeouts"], ok["last_error"]) == (3, 0, 0, None)
     assert (raised["calls"], raised["panics"], raised["timeouts"]) == (3, 3, 0)
     assert raised["last_error"].startswith("failed: ") and f"boom at {first}" in raised["last_error"]
@@ -110,9 +117,9 @@ def test_the_agent_os_row_counts_only_the_turns_that_called_the_handler() -> Non
     row = {
         "handler": "m.h", "stage": "s", "calls": 7, "decisions": {}, "panics": 1, "timeouts": 2,
         "faults": {"failed": 1, "timeout": 2, "untrusted": 3}, "total_ms": 12.0, "mean_ms": 3.0,
-        "last_error": {"outcome": "timeout", "cause": "no answer in 0.2 s", "time": 1},
+        "last_error": {"outcome": "timeout", "cause": "no answer in 0.2 s", "time": "2026-12-02T16:30:00Z"},
     }  # fmt: skip
     assert as_hook_point(row) == {
         "hook": "m.h", "point": "s", "calls": 4, "panics": 1, "timeouts": 2, "total_ms": 12.0, "mean_ms": 3.0,
-        "last_error": "timeout: no answer in 0.2 s", "last_error_at": 1,
+        "last_error": "timeout: no answer in 0.2 s", "last_error_at": "2026-12-02T16:30:00Z",
     }  # fmt: skip
