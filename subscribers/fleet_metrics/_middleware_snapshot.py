@@ -24,6 +24,10 @@ from subscribers.fleet_metrics._reports import apply_report
 
 #: Journal decisions that are faults (a handler's turn that did not end in its own decision).
 FAULTS: Final = frozenset(o.value for o in Outcome) - {Outcome.OK.value, Outcome.UNTRUSTED.value}
+#: Outcomes of a turn in which the handler was not called (not trusted, its chain held or broken, an input missing).
+NOT_CALLED: Final = frozenset(
+    {Outcome.UNTRUSTED.value, Outcome.BROKEN.value, Outcome.CHANGED.value, Outcome.SKIPPED.value}
+)
 #: Characters of a last error kept (a module's cause can be long).
 ERROR_LIMIT: Final = 300
 
@@ -72,14 +76,18 @@ class MiddlewareSnapshot:
         }
 
     def snapshot(self) -> list[dict[str, Any]]:
-        """One row per (handler, stage), sorted: calls, decisions, faults by cause, p50/p95 (ms), last error."""
+        """One row per (handler, stage), sorted: calls, decisions, faults by cause, panics (raised), timeouts,
+        total and mean time of the timed calls, p50/p95 (ms), last error."""
         fleet = self.fleet
         rows: dict[_Pair, dict[str, Any]] = {}
 
         def row(pair: _Pair) -> dict[str, Any]:
             found = rows.get(pair)
             if found is None:
-                found = rows[pair] = {"handler": pair[0], "stage": pair[1], "calls": 0, "decisions": {}, "faults": {}}
+                found = rows[pair] = {
+                    "handler": pair[0], "stage": pair[1], "calls": 0, "decisions": {}, "faults": {},
+                    "panics": 0, "timeouts": 0, "total_ms": 0.0, "mean_ms": None,
+                }  # fmt: skip
             return found
 
         for (handler, stage, outcome), value in dict(fleet.mw_calls.values).items():
@@ -89,12 +97,40 @@ class MiddlewareSnapshot:
                 target["faults"][outcome] = int(value)
         for (handler, stage, decision), value in dict(fleet.mw_decisions.values).items():
             row((handler, stage))["decisions"][decision] = int(value)
-        for (handler, stage), (buckets, _) in dict(fleet.mw_duration.values).items():
+        for (handler, stage), (buckets, total) in dict(fleet.mw_duration.values).items():
             target = row((handler, stage))
             target["p50_ms"], target["p95_ms"] = quantile_ms(buckets, 0.5), quantile_ms(buckets, 0.95)
+            timed, total_ms = sum(buckets), total[0] * 1000
+            target["total_ms"] = round(total_ms, 3)
+            target["mean_ms"] = round(total_ms / timed, 3) if timed else None
         for pair, error in dict(self.errors).items():
             row(pair)["last_error"] = error
+        for target in rows.values():
+            target["panics"] = target["faults"].get(Outcome.FAILED.value, 0)
+            target["timeouts"] = target["faults"].get(Outcome.TIMEOUT.value, 0)
         return [rows[pair] for pair in sorted(rows)]
+
+    def hook_points(self) -> list[dict[str, Any]]:
+        """The rows as agent_os names them per (hook, point): calls (turns that called the handler), panics,
+        timeouts, total and mean time, last error (``outcome: cause``, or None)."""
+        return [as_hook_point(row) for row in self.snapshot()]
+
+
+def as_hook_point(row: dict[str, Any]) -> dict[str, Any]:
+    """One :meth:`MiddlewareSnapshot.snapshot` row under agent_os's names (``GET /v1/hooks/metrics``)."""
+    error = row.get("last_error")
+    not_called = sum(n for outcome, n in row["faults"].items() if outcome in NOT_CALLED)
+    return {
+        "hook": row["handler"],
+        "point": row["stage"],
+        "calls": row["calls"] - not_called,
+        "panics": row["panics"],
+        "timeouts": row["timeouts"],
+        "total_ms": row["total_ms"],
+        "mean_ms": row["mean_ms"],
+        "last_error": f"{error['outcome']}: {error['cause']}" if error else None,
+        "last_error_at": error["time"] if error else None,
+    }
 
 
 def quantile_ms(buckets: list[int], q: float) -> float | None:

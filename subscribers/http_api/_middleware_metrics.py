@@ -1,5 +1,8 @@
 """``GET /api/middleware/metrics``: per (handler, stage) calls, decisions, faults, p50/p95 and last error, bus-wide.
 
+``GET /v1/hooks/metrics`` serves the same snapshot as agent_os names it, per
+(hook, point): calls, panics, timeouts, total and mean time, last error.
+
 The snapshot (:mod:`subscribers.fleet_metrics._middleware_snapshot`) starts
 with the app on the console's own connection and counts what every kernel
 reports from then on. Same bearer token as every API route.
@@ -39,11 +42,23 @@ def add_routes(app: web.Application, console: Console) -> None:
     app.on_startup.append(snapshots.start)
     app.on_cleanup.append(snapshots.stop)
     app.router.add_get("/api/middleware/metrics", metrics)
+    app.router.add_get("/v1/hooks/metrics", hook_points)
 
 
-async def metrics(request: web.Request) -> web.Response:
+def _current(request: web.Request) -> MiddlewareSnapshot:
     snapshot = request.app[SNAPSHOT].current
     if snapshot is None:
         raise web.HTTPServiceUnavailable(text="the middleware snapshot is not started")
+    return snapshot
+
+
+async def metrics(request: web.Request) -> web.Response:
+    snapshot = _current(request)
     body = {"since": snapshot.since, "metrics": snapshot.snapshot()}
+    return web.Response(body=orjson.dumps(body), content_type="application/json")
+
+
+async def hook_points(request: web.Request) -> web.Response:
+    snapshot = _current(request)
+    body = {"since": snapshot.since, "metrics": snapshot.hook_points()}
     return web.Response(body=orjson.dumps(body), content_type="application/json")

@@ -68,14 +68,21 @@ def api_routes() -> list[tuple[str, str]]:
     routes = []
     for route in app.router.routes():
         path = route.resource.canonical if route.resource is not None else ""
-        if route.method != "HEAD" and path.startswith("/api/"):
+        if route.method != "HEAD" and path.startswith(("/api/", "/v1/")):
             routes.append((route.method, re.sub(r"\{[^}]+\}", "x", path)))
     return routes
 
 
 async def test_every_api_route_refuses_a_request_without_the_token(client: Client) -> None:
     routes = api_routes()
-    for expected in ("/api/live", "/api/journal", "/api/middleware/approve", "/api/status", "/api/hooks"):
+    for expected in (
+        "/api/live",
+        "/api/journal",
+        "/api/middleware/approve",
+        "/api/status",
+        "/api/hooks",
+        "/v1/hooks/metrics",
+    ):
         assert any(path == expected for _, path in routes), expected
     bare = client.auth["Authorization"][len("Bearer ") :]
     wrong: tuple[dict[str, str], ...] = ({}, {"Authorization": "Bearer wrong"}, {"Authorization": bare})
