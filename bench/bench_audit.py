@@ -1,7 +1,7 @@
 """Audit benchmark: the journal sink's store rate with the hash chain and signed checkpoints against without,
 and ``hookbus journal verify``'s entries per second, in the same run.
 
-    python bench/bench_audit.py [--entries 20000] [--rounds 6]
+    python bench/bench_audit.py [--entries 20000] [--rounds 6] [--sink-entries 10000]
 
 Each round stores the same entries, in the sink's batches of 500, into a fresh
 ``journal.db`` and its JSONL files twice: once as the sink does (each row
@@ -9,8 +9,11 @@ linked into its kind's chain, a checkpoint signed every 1,000 entries per kind
 and when it stops), once unchained (``JournalStore.insert_many`` without
 chains, no checkpoints: what the sink stored before the chain). Rounds
 alternate which goes first, so load on the machine hits both alike. This is
-the store step alone; the stream fetch and the decoding come on top of both
-alike, so end to end the ratio sits nearer 1.
+the store step alone, the strict measure. Then the whole sink, end to end:
+entries published once into the stream on a real server, and each round a
+new ``JournalSink`` (its own workspace and durable consumer) fetches,
+decodes, stores and acknowledges them all, chained or not (``chained=False``,
+the bench's baseline only).
 
 ``verify`` checks the chained journal of the last round (the same function
 ``hookbus journal verify`` runs), from ``journal.db`` and from the JSONL
@@ -21,23 +24,27 @@ chained / unchained store rate (target >= 0.9), and verify entries/s.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+import nats
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import median, print_table, verdict
+from bus import Bus, NatsServer
 from bus._core.clock import timestamp_ms
-from bus._journal.entries import JournalEntry
+from bus._journal.entries import STREAM, JournalEntry, ensure_journal_stream
 from subscribers.journal._chain import Chains
 from subscribers.journal._checkpoints import Checkpointer, JournalKey
 from subscribers.journal._store import CHECKPOINTS_JSONL, DB_NAME, JSONL_DIR, JournalStore, JsonlWriter, Received
 from subscribers.journal._verify import verify
+from subscribers.journal.sink import JournalSink
 
 BATCH = 500  # subscribers.journal.sink.BATCH
 _BASE_MS = 1_796_000_000_000
@@ -150,7 +157,52 @@ def verify_rates(workspace: Path, count: int) -> dict[str, float]:
     return {name: median(values) for name, values in rates.items()}
 
 
-def run(entries: int, rounds: int) -> None:
+async def _until(done: Callable[[], bool], bound: float) -> None:
+    end = time.perf_counter() + bound
+    while not done():
+        assert time.perf_counter() < end, "the sink did not store every entry in time"
+        await asyncio.sleep(0.002)
+
+
+async def sink_rates(entries: int, rounds: int) -> tuple[float, float]:
+    """(unchained, chained) entries/s of the whole sink: fetch from the stream, decode, store, acknowledge.
+
+    ``entries`` are published once; each round a new sink (own workspace, own durable consumer) stores them all.
+    """
+    plain: list[float] = []
+    chained: list[float] = []
+    with NatsServer() as server, tempfile.TemporaryDirectory(prefix="hookbus-bench-audit-sink-") as folder:
+        async with Bus(server.url, name="bench-audit") as bus:
+            await ensure_journal_stream(bus.port)
+            nc = await nats.connect(server.url)
+            for row in make_rows(entries):
+                await nc.publish(row.entry.subject("kernel"), row.entry.encode())
+            await nc.flush()
+            await nc.close()
+            for _ in range(1000):
+                state = await bus.port.stream_state(STREAM)
+                if state is not None and state.messages >= entries:
+                    break
+                await asyncio.sleep(0.01)
+            for index in range(rounds):
+                order = (True, False) if index % 2 else (False, True)
+                for link in order:
+                    workspace = Path(folder) / f"{index}-{link}"
+                    sink = JournalSink(bus, workspace, durable=f"bench-audit-{index}-{link}", chained=link)
+                    stop = asyncio.Event()
+                    started = time.perf_counter()
+                    task = asyncio.create_task(sink.run(stop))
+                    try:
+                        await _until(lambda s=sink: s.stored >= entries, 120)
+                        (chained if link else plain).append(entries / (time.perf_counter() - started))
+                    finally:
+                        stop.set()
+                        await task
+                    assert sink.rejected == 0, sink.rejected
+    return median(plain), median(chained)
+
+
+def run(entries: int, rounds: int, sink_entries: int) -> None:
     rows = make_rows(entries)
     chained_rates: list[float] = []
     plain_rates: list[float] = []
@@ -167,11 +219,16 @@ def run(entries: int, rounds: int) -> None:
                 if chained:
                     last = workspace
         reading = verify_rates(last, entries)
+    sink_plain, sink_chained = asyncio.run(sink_rates(sink_entries, rounds))
+    sink_ratio = sink_chained / sink_plain
     chained_rate, plain_rate = median(chained_rates), median(plain_rates)
     ratio = chained_rate / plain_rate
     rows_out = [
         ["store, unchained (baseline)", f"{plain_rate:,.0f} entries/s", "", ""],
         ["store, chained + signed", f"{chained_rate:,.0f} entries/s", f"{ratio:.2f}", verdict(ratio, 0.9)],
+        ["sink end to end, unchained (baseline)", f"{sink_plain:,.0f} entries/s", "", ""],
+        ["sink end to end, chained + signed", f"{sink_chained:,.0f} entries/s", f"{sink_ratio:.2f}",
+         verdict(sink_ratio, 0.9)],
         ["read journal.db (baseline)", f"{reading['read_db']:,.0f} entries/s", "", ""],
         ["verify journal.db", f"{reading['verify_db']:,.0f} entries/s",
          f"{reading['verify_db'] / reading['read_db']:.2f}", ""],
@@ -190,8 +247,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--entries", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--sink-entries", type=int, default=10_000)
     args = parser.parse_args()
-    run(args.entries, args.rounds)
+    run(args.entries, args.rounds, args.sink_entries)
 
 
 if __name__ == "__main__":
