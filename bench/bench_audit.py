@@ -102,7 +102,8 @@ def store_round(workspace: Path, rows: list[Received], chained: bool) -> float:
         for start in range(0, len(rows), BATCH):
             checkpoint()
             fresh, refused = store.insert_many(rows[start : start + BATCH], chains)
-            assert not refused and len(fresh) == min(BATCH, len(rows) - start)
+            assert not refused, refused
+            assert len(fresh) == min(BATCH, len(rows) - start)
             jsonl.write(fresh)
         checkpoint(final=True)
         elapsed = time.perf_counter() - started
@@ -131,7 +132,8 @@ def verify_rates(workspace: Path, count: int) -> dict[str, float]:
 
     def verify_db() -> int:
         report = verify(store.chained(), store.checkpoints(), key)
-        assert report.ok and not report.unsigned, report
+        assert report.ok, report
+        assert not report.unsigned, report
         return report.entries
 
     def lines() -> list[dict[str, object]]:
@@ -142,7 +144,8 @@ def verify_rates(workspace: Path, count: int) -> dict[str, float]:
 
     def verify_jsonl() -> int:
         report = verify(lines(), checkpoints, key)
-        assert report.ok and not report.unsigned, report
+        assert report.ok, report
+        assert not report.unsigned, report
         return report.entries
 
     try:

@@ -198,7 +198,8 @@ class JournalSink:
     async def _store(self, batch: list[StreamMessage]) -> None:
         rows = [row for row in map(self._receive, batch) if row is not None]
         try:
-            fresh, refused = await asyncio.to_thread(self.store.insert_many, rows, self.chains if self._chained else None)
+            chains = self.chains if self._chained else None
+            fresh, refused = await asyncio.to_thread(self.store.insert_many, rows, chains)
         except sqlite3.Error as exc:  # the database itself: nothing stored; the batch comes back
             self._store_log.warning("journal sink: cannot write %s (%r); retrying the batch", self.store.path, exc)
             for msg in batch:

@@ -312,6 +312,7 @@ async def test_no_role_journals_as_another_and_what_it_journals_is_chained_as_it
         task = asyncio.create_task(sink.run(stop))
         try:
             for role, own in OWN_JOURNAL.items():
+
                 async def refused(exc: Exception, role: str = role) -> None:
                     denied[role].append(str(exc))
 
