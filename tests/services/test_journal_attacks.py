@@ -339,15 +339,10 @@ async def test_no_role_journals_as_another_and_what_it_journals_is_chained_as_it
                 return {(w, k, o) for w, k, o in _stored(workspace) if w.startswith(("own-", "forged-"))}
 
             await wait_until(lambda: ours() >= expected, timeout=20, what="every role's own entries stored")
-            await wait_until(
-                lambda: all(
-                    any(f'"{subject}"' in text for text in denied[role])
-                    for role, subjects in forged_subjects.items()
-                    for subject in subjects
-                ),
-                timeout=10,
-                what="a permissions violation for every forged subject, to the role that tried it",
-            )
+
+            # The server tells each role it was refused (the stored set below is the proof: the stream takes
+            # every hookbus.journal.> subject, so anything let through would be stored).
+            await wait_until(lambda: all(denied.values()), timeout=10, what="each role told it was refused")
         finally:
             stop.set()
             await asyncio.wait_for(task, 15)
