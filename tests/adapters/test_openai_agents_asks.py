@@ -14,11 +14,11 @@ from agents import Agent, OpenAIChatCompletionsModel, Runner, function_tool, set
 from openai import AsyncOpenAI
 
 from bus import Bus
-from bus._middleware.asks.store import AskStore, Pending
+from bus._middleware.asks.store import AskStore
 from bus.adapters.openai_agents_asks import ASKER, approve_from_fleet
 from tests.conftest import run_cli, unique
+from tests.support.asks_support import pending_ask
 from tests.support.fake_llm import FakeLLM, text, tool_calls
-from tests.support.waiting import wait_until
 
 set_tracing_disabled(True)
 
@@ -42,17 +42,6 @@ def _agent(model: OpenAIChatCompletionsModel, ran: list[str]) -> Agent[Any]:
     return Agent(name="sre", instructions="help", model=model, tools=[shell])
 
 
-async def _pending(store: AskStore, session: str) -> Pending:
-    found: list[Pending] = []
-
-    async def one() -> bool:
-        found[:] = [item for item in await store.pending() if item.ask.session == session]
-        return bool(found)
-
-    await wait_until(one, what=f"the ask of {session}")
-    return found[0]
-
-
 @pytest.mark.parametrize("answer", ["allow", "deny", "edit"])
 async def test_an_approval_is_a_fleet_ask_and_the_run_resumes_from_the_answer(
     nats_url: str, llm: FakeLLM, model: OpenAIChatCompletionsModel, kernel: Bus, answer: str
@@ -64,7 +53,7 @@ async def test_an_approval_is_a_fleet_ask_and_the_run_resumes_from_the_answer(
     assert [item.name for item in result.interruptions] == ["shell"] and ran == []
     approving = asyncio.create_task(approve_from_fleet(result, kernel, session_id=session, timeout=60))
     async with Bus(nats_url, name="operator") as op:
-        item = await _pending(AskStore(op.port), session)
+        item = await pending_ask(AskStore(op.port), session)
     assert item.ask.handler == ASKER and item.ask.payload["input"] == {"command": "rm -rf build"}
     extra = {"allow": [], "deny": ["--reason", "not the build dir"], "edit": ['{"input": {"command": "rm -rf tmp"}}']}
     done = await asyncio.to_thread(run_cli, answer, item.ask.id, *extra[answer], "--nats-url", nats_url)

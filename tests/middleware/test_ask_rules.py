@@ -11,9 +11,10 @@ import pytest
 
 from bus import Ask, Asked, Bus, Continue, Module
 from bus._middleware.asks.rules import AskRules
-from bus._middleware.asks.store import AskStore, Pending
+from bus._middleware.asks.store import AskStore
 from bus.testing import JournalRecorder, serving, wait_for_chain
 from tests.conftest import run_cli, unique
+from tests.support.asks_support import pending_ask
 from tests.support.waiting import wait_until
 
 
@@ -37,23 +38,12 @@ def call(tool: str, n: int) -> dict[str, Any]:
     return {"name": tool, "input": {"n": n}}
 
 
-async def _pending(store: AskStore, session: str) -> Pending:
-    found: list[Pending] = []
-
-    async def one() -> bool:
-        found[:] = [item for item in await store.pending() if item.ask.session == session]
-        return bool(found)
-
-    await wait_until(one, what=f"an ask of {session}")
-    return found[0]
-
-
 async def _remembered(
     kernel: Bus, nats_url: str, operator: AskStore, stage: str, ctx: dict[str, str], scope: str
 ) -> str:
     """Hold one call of ``ctx``, answer it with ``hookbus allow --remember SCOPE``; the rule's id."""
     held = asyncio.create_task(kernel.intercept(stage, call("shell", 1), ctx))
-    item = await _pending(operator, ctx["session"])
+    item = await pending_ask(operator, ctx["session"])
     done = await asyncio.to_thread(run_cli, "allow", item.ask.id, "--remember", scope, "--nats-url", nats_url)
     assert done.returncode == 0, done.stderr
     assert await held == Continue()

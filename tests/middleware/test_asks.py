@@ -16,12 +16,13 @@ from prometheus_client import CollectorRegistry, generate_latest
 from bus import Ask, Asked, Bus, Cancel, Module, Patch, register_collectors
 from bus._core.errors import AskRefused
 from bus._middleware.asks.records import payload_sha256
-from bus._middleware.asks.store import AskStore, Pending
+from bus._middleware.asks.store import AskStore
 from bus._middleware.kernel.asking import ASKS
 from bus.adapters.claude_code._mapping import answer as claude_answer
 from bus.adapters.claude_code._mapping import parse as parse_hook
 from bus.testing import EventRecorder, JournalRecorder, serving, wait_for_chain
 from tests.conftest import hookbus_cmd, run_cli, unique
+from tests.support.asks_support import pending_ask
 from tests.support.waiting import wait_until
 
 
@@ -52,18 +53,6 @@ def _asker(name: str, stage: str, *, fail_closed: bool = False, timeout: float =
     return mod
 
 
-async def _pending(store: AskStore, session: str) -> Pending:
-    """The ask of ``session`` once it is pending."""
-    found: list[Pending] = []
-
-    async def one() -> bool:
-        found[:] = [item for item in await store.pending() if item.ask.session == session]
-        return bool(found)
-
-    await wait_until(one, what=f"an ask of {session}")
-    return found[0]
-
-
 async def test_allow_resumes_the_chain_after_the_asking_handler(kernel: Bus, nats_url: str, operator: AskStore) -> None:
     stage = f"custom.{unique('a')}"
     mod = _asker(unique("ask"), stage)
@@ -72,7 +61,7 @@ async def test_allow_resumes_the_chain_after_the_asking_handler(kernel: Bus, nat
         await wait_for_chain(kernel, stage, [f"{mod.name}.ask", f"{mod.name}.after"])
         session = unique("s")
         call = asyncio.create_task(kernel.intercept(stage, {"n": 1}, {"session": session, "agent": "eva"}))
-        item = await _pending(operator, session)
+        item = await pending_ask(operator, session)
         assert item.ask.payload == {"n": 1} and item.ask.payload_sha256 == payload_sha256({"n": 1})
         assert item.ask.handler == f"{mod.name}.ask" and item.ask.reason == "a person decides"
         assert not call.done()
@@ -99,7 +88,7 @@ async def test_deny_cancels_with_the_operators_reason(kernel: Bus, nats_url: str
         await wait_for_chain(kernel, stage, [f"{mod.name}.ask", f"{mod.name}.after"])
         session = unique("s")
         call = asyncio.create_task(kernel.intercept(stage, {"n": 2}, {"session": session}))
-        item = await _pending(operator, session)
+        item = await pending_ask(operator, session)
         await operator.answer(item.ask.id, "deny", "bob", reason="not on a Friday")
         decision = await call
     assert isinstance(decision, Cancel)
@@ -113,7 +102,7 @@ async def test_edit_reaches_the_later_handlers(kernel: Bus, nats_url: str, opera
         await wait_for_chain(kernel, stage, [f"{mod.name}.ask", f"{mod.name}.after"])
         session = unique("s")
         call = asyncio.create_task(kernel.intercept(stage, {"n": 3}, {"session": session}))
-        item = await _pending(operator, session)
+        item = await pending_ask(operator, session)
         await operator.answer(item.ask.id, "edit", "carol", payload={"n": 30})
         decision = await call
     assert decision == Patch({"n": 30, "after_saw": {"n": 30}})
@@ -143,7 +132,7 @@ async def test_an_answer_for_another_payload_hash_is_refused(kernel: Bus, nats_u
         await wait_for_chain(kernel, stage, [f"{mod.name}.ask", f"{mod.name}.after"])
         session = unique("s")
         call = asyncio.create_task(kernel.intercept(stage, {"n": 5}, {"session": session}))
-        item = await _pending(operator, session)
+        item = await pending_ask(operator, session)
         with pytest.raises(AskRefused, match="asks about payload"):
             await operator.answer(item.ask.id, "allow", "mallory", payload_sha256({"n": 6}))
         assert not call.done()
@@ -159,7 +148,7 @@ async def test_two_answers_race_and_one_wins(kernel: Bus, nats_url: str, operato
         await wait_for_chain(kernel, stage, [f"{mod.name}.ask", f"{mod.name}.after"])
         session = unique("s")
         call = asyncio.create_task(kernel.intercept(stage, {"n": 7}, {"session": session}))
-        item = await _pending(operator, session)
+        item = await pending_ask(operator, session)
         results = await asyncio.gather(
             operator.answer(item.ask.id, "allow", "alice"),
             second.answer(item.ask.id, "deny", "bob", reason="mine first"),
@@ -195,7 +184,7 @@ async def test_allow_from_the_cli_resumes_an_intercept(kernel: Bus, nats_url: st
         await wait_for_chain(kernel, stage, [f"{mod.name}.ask", f"{mod.name}.after"])
         session = unique("s")
         call = asyncio.create_task(kernel.intercept(stage, {"n": 10}, {"session": session}))
-        item = await _pending(operator, session)
+        item = await pending_ask(operator, session)
         listed = await asyncio.to_thread(run_cli, "asks", "--json", "--nats-url", nats_url)
         assert listed.returncode == 0, listed.stderr
         rows = [orjson.loads(line) for line in listed.stdout.splitlines()]
@@ -220,7 +209,7 @@ async def test_a_kernel_restarted_mid_ask_finds_it_again(
         args = ["intercept", stage, '{"n": 11}', "--session", session, "--trust-new", "--nats-url", nats_url]
         first = subprocess.Popen([*hookbus_cmd(), *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
-            item = await _pending(operator, session)
+            item = await pending_ask(operator, session)
         finally:
             first.kill()
             first.wait()
@@ -268,7 +257,7 @@ async def test_claude_code_asks_at_its_terminal_or_holds_for_the_fleet(
         assert specific["permissionDecision"] == "ask" and "confirm the push" in specific["permissionDecisionReason"]
         assert [p for p in await operator.pending() if p.ask.session == session] == [], "nothing held for the fleet"
         fleet = asyncio.create_task(claude_answer(kernel, _pre_tool_use(session, "git push")))
-        item = await _pending(operator, session)
+        item = await pending_ask(operator, session)
         await operator.answer(item.ask.id, "deny", "alice", reason="not from here")
         denied = await fleet
     specific = (denied.output or {})["hookSpecificOutput"]

@@ -6,12 +6,12 @@ import asyncio
 from pathlib import Path
 
 from bus import Bus, Cancel, Continue
-from bus._middleware.asks.store import AskStore, Pending
+from bus._middleware.asks.store import AskStore
 from bus._middleware.rules.compile import compile_file
 from bus._middleware.rules.errors import RuleFileError
 from bus._middleware.rules.files import parse
 from tests.conftest import run_cli, unique
-from tests.support.waiting import wait_until
+from tests.support.asks_support import pending_ask
 
 
 def _file(tmp_path: Path, stem: str, tool: str, mode: str = "enforce") -> Path:
@@ -25,17 +25,6 @@ def _file(tmp_path: Path, stem: str, tool: str, mode: str = "enforce") -> Path:
     return path
 
 
-async def _pending(store: AskStore, session: str) -> Pending:
-    found: list[Pending] = []
-
-    async def one() -> bool:
-        found[:] = [item for item in await store.pending() if item.ask.session == session]
-        return bool(found)
-
-    await wait_until(one, what=f"an ask of {session}")
-    return found[0]
-
-
 async def test_an_ask_rule_holds_the_call_until_an_operator_answers(nats_url: str, tmp_path: Path) -> None:
     stem, tool = unique("askr"), unique("tool")
     async with Bus(nats_url, rules=[_file(tmp_path, stem, tool)]) as bus:
@@ -44,7 +33,7 @@ async def test_an_ask_rule_holds_the_call_until_an_operator_answers(nats_url: st
             session = unique("s")
             call = {"name": tool, "input": {"command": "rm -rf /tmp/x"}}
             held = asyncio.create_task(bus.intercept("tool.call", call, {"session": session}))
-            item = await _pending(store, session)
+            item = await pending_ask(store, session)
             assert item.ask.handler == f"{stem}.ask-rm"
             assert item.ask.reason == "rm in rm -rf /tmp/x"
             done = await asyncio.to_thread(run_cli, *verb, item.ask.id, "--nats-url", nats_url)
