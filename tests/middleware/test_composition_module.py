@@ -57,10 +57,12 @@ def test_runs_the_chain_in_process_and_prints_the_journal(guard_file: Path) -> N
     done = run_cli("test-module", str(guard_file), "tool.call", CALL, "--agent", "eva-2", "--user", "al", env=NO_SERVER)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith('decision: {"decision":"cancel","reason":"only by hand (eva-2, al)"')
-    # priority 5 first, then declaration order among equals; a cancel ends the chain.
+    # priority 5 first, then declaration order among equals; on tool.call a cancel does not end the chain
+    # (a later handler's result would beat it, as in agent_os): guard.last is asked, fails, and the cancel stands.
     assert [(e["who"], e["decision"]) for e in _entries(done.stdout)] == [
         ("guard.tag", "patch"),
         ("guard.no_rm", "cancel"),
+        ("guard.last", "failed"),
     ]
 
 

@@ -65,21 +65,21 @@ async def test_module_handle_runs_its_sub_chain_without_nats() -> None:
 
 
 async def test_module_handle_stops_at_a_cancel_and_names_its_handler() -> None:
-    mod = Module("local")
+    mod = Module("local")  # llm.request: a cancel ends the chain (on tool.call a later result may beat it)
 
-    @mod.stage("tool.call")
+    @mod.stage("llm.request")
     async def first(stage: str, payload: dict[str, Any]) -> Patch:
         return Patch({**payload, "seen": 1})
 
-    @mod.stage("tool.call")
+    @mod.stage("llm.request")
     async def veto(stage: str, payload: dict[str, Any]) -> Cancel:
         return Cancel(f"no after {payload['seen']}")
 
-    @mod.stage("tool.call")
+    @mod.stage("llm.request")
     async def never(stage: str, payload: dict[str, Any]) -> Continue:
         raise AssertionError("a cancel ends the run")
 
-    reply = await mod.answer(MiddlewareRequest(stage="tool.call", payload={"name": "x"}))
+    reply = await mod.answer(MiddlewareRequest(stage="llm.request", payload={"name": "x"}))
     assert (reply.decision, reply.reason, reply.handler) == ("cancel", "no after 1", "local.veto")
     wire = orjson.loads(encode(reply))
     assert [r["handler"] for r in wire["reactions"]] == ["local.first", "local.veto"]

@@ -254,6 +254,8 @@ async def test_stopping_the_worker_stops_a_plugin_mid_call(
     worker = await PluginWorker(bus, workspace, WorkerSettings(queue=None)).start()
     await bus.emit("prx.lifecycle.tool_call", {})
     await wait_until(lambda: worker.stats.received == 1, what="the event to reach the plugin")
+    codes = worker.plugins.running().values()
+    await wait_until(lambda: any(code._lock.locked() for code in codes), what="the plugin's call to start")
     await asyncio.wait_for(worker.stop(), 10)  # not the plugin's 30 s
     await wait_until(lambda: journal, what="the run's journal entry")
     assert journal[0].cause == "stopped: the worker is stopping"
