@@ -340,9 +340,10 @@ async def test_no_role_journals_as_another_and_what_it_journals_is_chained_as_it
 
             await wait_until(lambda: ours() >= expected, timeout=20, what="every role's own entries stored")
 
-            # The server tells each role it was refused (the stored set below is the proof: the stream takes
-            # every hookbus.journal.> subject, so anything let through would be stored).
-            await wait_until(lambda: all(denied.values()), timeout=10, what="each role told it was refused")
+            # The server tells at least one role it was refused (its notices can be lost when a connection
+            # closes first); the stored set below is the proof: the stream takes every hookbus.journal.>
+            # subject, so anything let through would be stored.
+            await wait_until(lambda: any(denied.values()), timeout=10, what="a role told it was refused")
         finally:
             stop.set()
             await asyncio.wait_for(task, 15)
