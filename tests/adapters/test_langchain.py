@@ -222,8 +222,10 @@ async def test_documented_tools_keep_artifacts_and_injected_arguments(nats_url: 
         message = await foo.ainvoke(_call("foo", {"x": 5}, "call_4"))
         assert isinstance(message, ToolMessage)
         assert (message.content, message.artifact, message.tool_call_id) == ("5", 5, "call_4")
-    assert seen[0] == {"min": 0, "max": 9, "size": 10}
-    assert seen[3] == {"pets": ["cat", "dog"]} and seen[4] == {"x": 5}, "handlers never see injected arguments"
+    # What the handler saw, in any order (a call retried on a loaded machine is seen again).
+    assert {"min": 0, "max": 9, "size": 10} in seen
+    assert {"pets": ["cat", "dog"]} in seen and {"x": 5} in seen, "handlers never see injected arguments"
+    assert not any("user_id" in item for item in seen), "handlers never see injected arguments"
 
 
 async def test_a_documented_tool_keeps_its_artifact_on_a_sync_bus(nats_url: str, kernel: Bus) -> None:
