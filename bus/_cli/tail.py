@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from typing import Any
 
 import orjson
 
-from bus._cli.common import add_nats_url, connection_args, hint_event
+from bus._cli.common import add_nats_url, connection_args, hint_event, stop_on_signals
 from bus._cli.tail_history import HistoryThenLive
 from bus._client import Bus
 from bus._core.envelope import Event
@@ -79,7 +78,7 @@ async def _full_line(event: Event, as_json: bool) -> str:
 
 async def run(args: argparse.Namespace) -> int:
     hint_event(args.pattern, "hookbus tail")
-    done = asyncio.Event()
+    done = stop_on_signals()  # set by --count, SIGINT or SIGTERM: also when SIGINT came in ignored (a background job)
     seen = 0
 
     async def show(event: Event) -> None:

@@ -221,3 +221,21 @@ def test_help_everywhere() -> None:
     for command in ([], ["up"], ["emit"], ["tail"], ["events"]):
         done = run_cli(*command, "--help")
         assert done.returncode == 0 and "usage: hookbus" in done.stdout
+
+
+def test_tail_stops_on_sigint_even_when_started_with_it_ignored(nats_url: str) -> None:
+    """A shell starts a background job with SIGINT ignored; the interrupt sent to the tail still ends it."""
+    proc = subprocess.Popen(
+        [*hookbus_cmd(), "tail", "--nats-url", nats_url],
+        stderr=subprocess.PIPE, text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )  # fmt: skip
+    try:
+        assert proc.stderr is not None
+        while not proc.stderr.readline().startswith("tailing"):
+            assert proc.poll() is None, "tail ended before it tailed"
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=20)
