@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -75,6 +76,21 @@ def shipped_server(tmp_path_factory: pytest.TempPathFactory, name: str) -> Itera
 def as_user(server: NatsServer, user: str) -> str:
     """``server``'s URL logged in as ``user`` of the shipped permissions file (password ``change-me-<user>``)."""
     return f"nats://{user}:change-me-{user}@127.0.0.1:{server.port}"
+
+
+@contextlib.asynccontextmanager
+async def connect_as(server: NatsServer, user: str) -> AsyncIterator[Client]:
+    """A plain nats-py connection as ``user`` of the shipped permissions, quiet about its refusals."""
+    nc = Client()
+
+    async def quiet(exc: Exception) -> None:
+        return None
+
+    await nc.connect(as_user(server, user), inbox_prefix=f"_INBOX.{user}", error_cb=quiet, allow_reconnect=False)
+    try:
+        yield nc
+    finally:
+        await nc.close()
 
 
 @pytest.fixture
@@ -156,6 +172,18 @@ async def start_worker(bus: Bus, workspace: Path) -> AsyncIterator[StartWorker]:
     yield start
     for worker in workers:
         await worker.stop()
+
+
+@pytest.fixture
+def recorded(workspace: Path) -> Iterator[Any]:
+    """`hookbus up` recording prx.> on an embedded server of its own: each test sees only its own history."""
+    from tests.cli.test_cli import UpProcess  # a test module that imports this one
+
+    up = UpProcess(workspace, "--record", "prx.>")
+    try:
+        yield up
+    finally:
+        up.close()
 
 
 @pytest.fixture

@@ -11,11 +11,10 @@ own user, against state the bus role made as ``hookbus up`` does.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import logging
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import nats.errors
@@ -46,6 +45,7 @@ from bus._presence import component, presence
 from bus._transport.objects import CHUNK_BYTES, PUBLISHER_MESSAGES, ensure_payloads_bucket
 from bus.testing import EventRecorder, serving, wait_for_chain
 from tests.conftest import as_user as url
+from tests.conftest import connect_as as raw
 from tests.conftest import shipped_server
 from tests.middleware.test_attacks import RM, guard_module
 from tests.support.waiting import wait_until
@@ -72,20 +72,6 @@ async def hookbus_up_state(server: NatsServer) -> None:
     """What ``hookbus up`` makes, as the bus role."""
     async with Bus(url(server, "bus")) as bus_role:
         await ensure_buckets(bus_role.port, (PRESENCE_BUCKET, PRESENCE_MAX_AGE_S))
-
-
-@contextlib.asynccontextmanager
-async def raw(server: NatsServer, user: str) -> AsyncIterator[Client]:
-    nc = Client()
-
-    async def quiet(exc: Exception) -> None:
-        return None
-
-    await nc.connect(url(server, user), inbox_prefix=f"_INBOX.{user}", error_cb=quiet, allow_reconnect=False)
-    try:
-        yield nc
-    finally:
-        await nc.close()
 
 
 async def rollup(nc: Client, subject: str) -> str:

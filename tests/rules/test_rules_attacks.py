@@ -11,8 +11,7 @@ control.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import nats.errors
@@ -25,6 +24,7 @@ from bus._core.subjects import PRESENCE_BUCKET, RULES_BUCKET
 from bus._middleware.registry import ensure_buckets
 from bus._presence import MAX_AGE_S as PRESENCE_MAX_AGE_S
 from tests.conftest import as_user as url
+from tests.conftest import connect_as as raw
 from tests.conftest import run_cli, shipped_server
 
 RULE = b"""
@@ -41,20 +41,6 @@ ATTACKERS = ("agent-eva", "agent-bob", "module-guard", "worker", "sink", "bus")
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
     yield from shipped_server(tmp_path_factory, "rules-attacks")
-
-
-@contextlib.asynccontextmanager
-async def raw(server: NatsServer, user: str) -> AsyncIterator[Client]:
-    nc = Client()
-
-    async def quiet(exc: Exception) -> None:
-        return None
-
-    await nc.connect(url(server, user), inbox_prefix=f"_INBOX.{user}", error_cb=quiet, allow_reconnect=False)
-    try:
-        yield nc
-    finally:
-        await nc.close()
 
 
 async def attempt(nc: Client, subject: str, data: bytes, headers: dict[str, str] | None = None) -> str:

