@@ -22,6 +22,7 @@ from bus._core.encoder import Encoder
 from bus._core.envelope_schema import PayloadRefMsg
 from bus._core.errors import BusClosedError, NotSent, PayloadRefError
 from bus._runtime.stats import BusStats
+from bus._transport.counters import CounterBucket
 from bus._transport.kv import Bucket
 from bus._transport.once import OnceBucket, once_bucket
 from bus._transport.port import Connection, ObjectStore, RawMessage, RawSubscription
@@ -118,6 +119,10 @@ class BusPort:
     def once_bucket(self, name: str, max_age_s: float) -> OnceBucket:
         """A write-once KV bucket on this connection (bus._transport.once: the asks are kept so)."""
         return once_bucket(self.connection().raw, name, max_age_s)
+
+    def counter_bucket(self, name: str, max_age_s: float) -> CounterBucket:
+        """A counter bucket on this connection (bus._transport.counters: the budgets' books are kept so)."""
+        return CounterBucket(name, self.connection().raw, max_age_s)
 
     async def emit(self, subject: str, payload: Mapping[str, Any] | None = None, session_id: str | None = None) -> bool:
         """:meth:`bus._client.Bus.emit` (the kernel's and the services' events go out as any other)."""

@@ -67,6 +67,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("--group", default=None, help="the budgets' group key (default: NAME)")
     parser.add_argument(
+        "--local-budgets",
+        action="store_true",
+        help="keep budgets in this process (each replica its own, a restart starts the day over), not in JetStream",
+    )
+    parser.add_argument(
         "--rules",
         action="append",
         default=[],
@@ -139,6 +144,10 @@ async def run(args: argparse.Namespace) -> int:
             rules=args.rules,
         ) as bus:
             tools = with_record_tools(bus, args.name)
+            if book is not None and not args.local_budgets:
+                from triggers.agent._books import SharedBooks
+
+                book.ledger = SharedBooks.of(bus)  # the fleet's books: every replica and restart spends from them
             runner = TurnRunner(
                 bus, args.name, client, tools=tools, system=args.system, settings=settings, budgets=book
             )

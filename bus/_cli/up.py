@@ -25,7 +25,7 @@ from bus._cli.workspace import add_workspace
 from bus._cli.workspace import resolve as resolve_workspace
 from bus._client import Bus
 from bus._core.errors import ConfigError, ConnectError, PortInUse, ServerError
-from bus._core.subjects import PRESENCE_BUCKET, RULES_BUCKET
+from bus._core.subjects import BUDGET_BUCKETS, BUDGET_MAX_AGE_S, PRESENCE_BUCKET, RULES_BUCKET
 from bus._middleware.asks.store import ensure_asks_bucket
 from bus._middleware.kernel.approvals import approvals_held
 from bus._middleware.registry import ensure_buckets
@@ -233,6 +233,8 @@ async def run(args: argparse.Namespace) -> int:
         # agents and modules may read the middleware state, not create it
         await ensure_buckets(bus.port, (PRESENCE_BUCKET, PRESENCE_MAX_AGE_S), (RULES_BUCKET, None))
         await ensure_asks_bucket(bus.port)  # agents write their asks there and may not create it
+        for name in BUDGET_BUCKETS.values():  # the budgets' books: agents add to them and may not create them
+            await bus.port.counter_bucket(name, BUDGET_MAX_AGE_S).ensure()
         rules_folder = workspace / "rules"
         pushed = await push_folder(bus.port, rules_folder, check_folder(rules_folder))
         from bus._sandbox.security import public_url  # workers load with the services, not with the CLI

@@ -82,8 +82,8 @@ _EVA = {
     "or are cancelled if it holds a trusted fail-closed handler",
     "broken.cleared": "a disabled middleware chain works again",
     "spend.day": "the day's spend was totalled (payload: agent, day, total in USD, tokens, calls)",
-    "budget.threshold": "a budget layer's key crossed warn_at or reached max, once per key, level and day "
-    "(payload: agent, layer, key, level, spent, max, ratio, unit, day)",
+    "budget.threshold": "a budget layer's key crossed warn_at or reached max, once per key, kind and day "
+    "(payload: agent, level (the layer), kind (warn|exhausted), key, spent, max, ratio, unit, day; layer: deprecated)",
     "person.created": "a person was created",
 }
 

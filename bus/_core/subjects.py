@@ -297,6 +297,18 @@ ASKS_BUCKET = "hookbus_asks"
 #: Standing rules operators made from an answer (``hookbus allow --remember``): write-once keys without a
 #: time to live, ``rule.<user>.<id>`` and ``revoked.<user>.<id>``, written by operators only.
 ASK_RULES_BUCKET = "hookbus_ask_rules"
+#: The budgets' books (docs/stages.md#budgets): a counter bucket per layer, keys ``<day>.<key>.<writer>`` (the
+#: UTC day, the layer's key as one token, the NATS user that spent), each written only by its writer.
+BUDGET_BUCKETS = {layer: f"hookbus_budget_{layer}" for layer in ("session", "group", "user")}
+
+
+def direct_get_subject(stream: str) -> str:
+    """The JetStream API subject of a (batched) direct get on ``stream``."""
+    return f"$JS.API.DIRECT.GET.{stream}"
+
+
+#: Seconds a book is kept: the day it counts and the next (older days are never read).
+BUDGET_MAX_AGE_S = 2 * 86400.0
 #: Rule files (docs/rules.md): ``<file stem>`` -> the file's YAML text, written by operators only.
 RULES_BUCKET = "hookbus_rules"
 #: The event a kernel emits when it holds a call for an operator.

@@ -175,9 +175,10 @@ async def test_a_trigger_event_naming_a_user_does_not_charge_that_users_budget(
                 await wait_until(lambda n=n: state.fired == n + 1 and not state.in_flight, what=f"bob's turn {n}")
         finally:
             await client.close()
-    assert book.exhausted({"user": "alice"}) is None  # alice spent nothing: bob's payload named her
+    assert await book.exhausted({"user": "alice"}) is None  # alice spent nothing: bob's payload named her
     assert (
-        book.exhausted({"user": "agent-bob"}) == "budget exhausted: user agent-bob spent 80 tokens of 80 tokens today"
+        await book.exhausted({"user": "agent-bob"})
+        == "budget exhausted: user agent-bob spent 80 tokens of 80 tokens today"
     )
     assert len(llm.requests) == 2  # bob's third turn was stopped by his own budget
 

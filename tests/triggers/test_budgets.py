@@ -94,20 +94,20 @@ async def test_thresholds_fire_once_per_layer_and_exhaustion_cancels(
     )
     assert (await agent.turn("s2", user="ann"))["status"] == "completed"  # another session; the user at 120 of 120
     await wait_until(lambda: len(agent.of("eva.budget.threshold")) == 5, what="five thresholds")
-    crossed = [(t["layer"], t["key"], t["level"]) for t in agent.of("eva.budget.threshold")]
+    crossed = [(t["level"], t["key"], t["kind"]) for t in agent.of("eva.budget.threshold")]
     assert crossed == [
         ("session", "s1", "warn"), ("session", "s1", "exhausted"), ("session", "s2", "warn"),
         ("user", "ann", "warn"), ("user", "ann", "exhausted"),
     ]  # fmt: skip
     assert agent.of("eva.budget.threshold")[0] == {
-        "agent": agent.name, "layer": "session", "key": "s1", "level": "warn", "spent": CALL_USD,
-        "max": 2 * CALL_USD, "ratio": 0.5, "unit": "usd", "day": "2026-11-30",
+        "agent": agent.name, "level": "session", "key": "s1", "kind": "warn", "spent": CALL_USD,
+        "max": 2 * CALL_USD, "ratio": 0.5, "unit": "usd", "day": "2026-11-30", "layer": "session",
     }  # fmt: skip
     assert (
         agent.of("eva.budget.threshold")[-1]["spent"] == 120
         and agent.of("eva.budget.threshold")[-1]["unit"] == "tokens"
     )
-    assert not any(t["layer"] == "group" for t in agent.of("eva.budget.threshold"))  # 160 of 1000 tokens
+    assert not any(t["level"] == "group" for t in agent.of("eva.budget.threshold"))  # 160 of 1000 tokens
     refused_again = await agent.turn("s3", user="ann")
     assert "budget exhausted: user ann" in refused_again["error"]
     assert len(agent.of("eva.budget.threshold")) == 5  # no second announcement of the same level
@@ -136,7 +136,7 @@ async def test_a_new_day_reports_spend_and_opens_the_budgets_again(
     assert agent.of("eva.spend.day") == [
         {"agent": agent.name, "day": "2026-11-30", "total": CALL_USD, "tokens": 40, "calls": 1}
     ]
-    levels = [(t["key"], t["level"], t["day"]) for t in agent.of("eva.budget.threshold")]
+    levels = [(t["key"], t["kind"], t["day"]) for t in agent.of("eva.budget.threshold")]
     assert ("s1", "exhausted", "2026-12-01") in levels and ("s1", "exhausted", "2026-11-30") in levels
 
 

@@ -6,9 +6,12 @@ the turn), the group (the runner's group, by default the agent) and the user
 (the NATS user that published the triggering event, as its subject vouches:
 ``TurnRequest.publisher``; never a payload field, which any publisher writes). Crossing a
 layer's ``warn_at`` and reaching its ``max`` each yield one
-``eva.budget.threshold`` per key, level and UTC day; a key at its ``max``
-cancels ``llm.request`` until the day ends. Spending is kept in the process
-(each replica of an agent keeps its own). docs/stages.md#budgets has the file.
+``eva.budget.threshold`` per key, level and UTC day (``level`` the layer, as
+agent_os names it; ``kind`` warn or exhausted); a key at its ``max`` cancels
+``llm.request`` until the day ends. The books are a :class:`~triggers.agent._books.Ledger`:
+the fleet's in JetStream (``hookbus agent``; every process of an agent and every
+agent of a group or user spends from the same book, and a restart keeps the
+day) or the process's own. docs/stages.md#budgets has the file.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Any, Final, TypeGuard
 from bus._core.errors import ConfigError
 from bus._core.schema import convert
 from bus._runtime.config_files import read_yaml
+from triggers.agent._books import Ledger, LocalBooks
 from triggers.agent._config_schema import BudgetLayer, BudgetsFile, ModelPrice
 
 log = logging.getLogger("hookbus.agent.budgets")
@@ -31,6 +35,8 @@ BUDGETS_FILE: Final = "budgets.yaml"
 LAYERS: Final = ("session", "group", "user")
 #: Tokens per price unit in the price table (USD per million tokens).
 _PER: Final = 1_000_000
+#: What the books count a USD in (they keep integers).
+NANO: Final = 1_000_000_000
 
 
 def utc_day() -> str:
@@ -77,10 +83,9 @@ class Usage:
 
 @dataclass
 class _Day:
-    """One UTC day's books: per (layer, key) what was spent, per (layer, key, level) what was announced."""
+    """One UTC day of this process: per (layer, key, kind) what it announced, and its own totals."""
 
     day: str
-    spent: dict[tuple[str, str], float] = field(default_factory=dict)
     announced: set[tuple[str, str, str]] = field(default_factory=set)
     usd: float = 0.0
     tokens: int = 0
@@ -90,8 +95,10 @@ class _Day:
 class BudgetBook:
     """One agent's spending today against budgets.yaml, and the agent's daily total."""
 
-    def __init__(self, config: BudgetsFile, today: Callable[[], str] = utc_day) -> None:
+    def __init__(self, config: BudgetsFile, today: Callable[[], str] = utc_day, ledger: Ledger | None = None) -> None:
         self.config = config
+        #: Where spending is kept: the fleet's books, or (None given) this process's own.
+        self.ledger: Ledger = LocalBooks() if ledger is None else ledger
         self._today = today
         self._books = _Day(today())
         self._warned: set[str] = set()
@@ -115,32 +122,31 @@ class BudgetBook:
         ended, self._books = self._books, _Day(today)
         return {"day": ended.day, "total": round(ended.usd, 6), "tokens": ended.tokens, "calls": ended.calls}
 
-    def exhausted(self, keys: dict[str, str | None]) -> str | None:
+    async def exhausted(self, keys: dict[str, str | None]) -> str | None:
         """Why no model call may go out for these keys today, or None."""
+        day = self._today()
         for name, key, layer in self._layers(keys):
-            spent = self._books.spent.get((name, key), 0.0)
+            spent = _value(await self.ledger.spent(name, day, key), layer)
             if spent >= layer.max:
                 limit = _amount(layer.max, layer)
                 return f"budget exhausted: {name} {key} spent {_amount(spent, layer)} of {limit} today"
         return None
 
-    def charge(self, keys: dict[str, str | None], model: str, usage: Usage) -> list[dict[str, Any]]:
-        """Book one call; returns the eva.budget.threshold payloads it crossed (each once per key, level, day)."""
+    async def charge(self, keys: dict[str, str | None], model: str, usage: Usage) -> list[dict[str, Any]]:
+        """Book one call; returns the eva.budget.threshold payloads it crossed (each once per key, kind, day)."""
         usd = self.price(model, usage) if self.config.prices else 0.0
         tokens = usage.prompt + usage.completion
         books = self._books
         books.usd, books.tokens, books.calls = books.usd + usd, books.tokens + tokens, books.calls + 1
         crossed = []
         for name, key, layer in self._layers(keys):
-            spent = books.spent.get((name, key), 0.0) + (usd if layer.unit == "usd" else tokens)
-            books.spent[name, key] = spent
-            ratio = spent / layer.max
-            for level, at in (("warn", layer.warn_at), ("exhausted", 1.0)):
-                if ratio >= at and (name, key, level) not in books.announced:
-                    books.announced.add((name, key, level))
-                    numbers = {"spent": round(spent, 6), "max": layer.max, "ratio": round(ratio, 4)}
-                    crossed.append({"layer": name, "key": key, "level": level, **numbers, "unit": layer.unit})
-                    crossed[-1]["day"] = books.day
+            amount = round(usd * NANO) if layer.unit == "usd" else tokens
+            total = await self.ledger.add(name, books.day, key, amount)
+            spent, before = _value(total, layer), _value(total - amount, layer)
+            for kind, at in (("warn", layer.warn_at), ("exhausted", 1.0)):
+                if spent / layer.max >= at > before / layer.max and (name, key, kind) not in books.announced:
+                    books.announced.add((name, key, kind))
+                    crossed.append(_threshold(books.day, name, key, kind, spent, layer))
         return crossed
 
     def _layers(self, keys: dict[str, str | None]) -> list[tuple[str, str, BudgetLayer]]:
@@ -150,6 +156,17 @@ class BudgetBook:
             if layer is not None and key:
                 out.append((name, key, layer))
         return out
+
+
+def _value(units: int, layer: BudgetLayer) -> float:
+    """What the books' integer means in the layer's unit."""
+    return units / NANO if layer.unit == "usd" else float(units)
+
+
+def _threshold(day: str, name: str, key: str, kind: str, spent: float, layer: BudgetLayer) -> dict[str, Any]:
+    """An eva.budget.threshold payload; ``layer`` repeats ``level``: the old name, deprecated, kept one release."""
+    numbers = {"spent": round(spent, 6), "max": layer.max, "ratio": round(spent / layer.max, 4)}
+    return {"level": name, "kind": kind, "key": key, **numbers, "unit": layer.unit, "day": day, "layer": name}
 
 
 def _amount(value: float, layer: BudgetLayer) -> str:

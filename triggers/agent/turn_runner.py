@@ -213,7 +213,7 @@ class TurnRunner:
     async def _check_budget(self, turn: _Turn) -> None:
         """An exhausted layer cancels llm.request (journaled as the budget's cancel) before any handler is asked."""
         await self.tick()
-        reason = self.budgets.exhausted(self._budget_keys(turn.request)) if self.budgets is not None else None
+        reason = await self.budgets.exhausted(self._budget_keys(turn.request)) if self.budgets is not None else None
         if reason is not None:
             await self._note(turn, Stage.LLM_REQUEST, "cancel", reason, who="budget")
             raise TurnFailed(f"llm.request cancelled: {reason}")
@@ -226,7 +226,7 @@ class TurnRunner:
         if spent is None:
             answer = [{"content": completion.content}, *[vars(call) for call in completion.tool_calls]]
             spent = Usage(context.tokens(messages), context.tokens(answer))
-        for crossed in self.budgets.charge(self._budget_keys(turn.request), model, spent):
+        for crossed in await self.budgets.charge(self._budget_keys(turn.request), model, spent):
             await self.bus.emit(
                 "eva.budget.threshold", {"agent": self.agent, **crossed}, session_id=turn.ctx["session"]
             )

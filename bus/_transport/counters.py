@@ -1,0 +1,129 @@
+"""Counter buckets: NATS 2.12 message counters under KV-style subjects, each key a number the server adds to.
+
+A counter bucket is a stream that allows message counters
+(``allow_msg_counter``): a publish on a key carries only a ``Nats-Incr``
+header and the server adds it to the key's last value atomically, answering
+with the new total, so any number of processes add to one key without a
+lost update. The stream refuses rollup headers, purges and deletes; the
+budgets' books are kept so (triggers/agent/_books.py). A total over keys is
+one batched direct get of the last message of each key under a prefix.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import msgspec
+import nats.errors as nats_errors
+import nats.js.errors as js_errors
+from nats.js import api
+
+from bus._core.errors import RegistryError
+from bus._core.subjects import direct_get_subject, kv_key_subject, kv_stream
+from bus._transport.connection import jetstream_replicas
+
+_FAILURES = (nats_errors.Error, js_errors.Error, TimeoutError)
+#: Seconds a request waits: one the permissions deny gets no answer at all.
+TIMEOUT: Final = 2.0
+#: Keys one total reads at most (a batch of the direct get API).
+MAX_KEYS: Final = 1000
+
+
+class _Ack(msgspec.Struct):
+    val: str = "0"
+    error: dict[str, Any] | None = None
+
+
+class _Value(msgspec.Struct):
+    val: str = "0"
+
+
+def counter_config(name: str, max_age_s: float, replicas: int) -> api.StreamConfig:
+    """A counter bucket's stream: counters on, direct gets, no rollups, purges or deletes; keys kept ``max_age_s``."""
+    return api.StreamConfig(
+        name=kv_stream(name),
+        subjects=[kv_key_subject(name) + ">"],
+        retention=api.RetentionPolicy.LIMITS,
+        storage=api.StorageType.FILE,
+        max_age=max_age_s,
+        max_msgs_per_subject=1,
+        discard=api.DiscardPolicy.OLD,
+        num_replicas=replicas,
+        allow_rollup_hdrs=False,
+        allow_direct=True,
+        allow_msg_counter=True,
+        deny_delete=True,
+        deny_purge=True,
+    )
+
+
+class CounterBucket:
+    """One counter bucket: add to a key, sum the keys under a prefix."""
+
+    def __init__(self, name: str, nc: Any, max_age_s: float) -> None:
+        self.name = name
+        self.max_age_s = max_age_s
+        self._nc = nc
+        self._js = nc.jetstream(timeout=TIMEOUT)
+        self._stream = kv_stream(name)
+        self._prefix = kv_key_subject(name)
+
+    async def ensure(self) -> None:
+        """Create the bucket's stream if it is missing; RegistryError if this user may not."""
+        try:
+            await self._js.add_stream(counter_config(self.name, self.max_age_s, jetstream_replicas(self._nc)))
+        except js_errors.BadRequestError:
+            pass  # it exists (made by someone else meanwhile)
+        except (nats_errors.TimeoutError, TimeoutError):  # what a create the server denied looks like from here
+            raise RegistryError(
+                f"the {self.name} bucket does not exist and this user may not create it: "
+                "start 'hookbus up' (the bus role creates it) or run a hookbus command as the operator"
+            ) from None
+        except (js_errors.ServiceUnavailableError, nats_errors.NoRespondersError) as exc:
+            raise RegistryError(f"JetStream is not available on this server ({type(exc).__name__})") from None
+        except _FAILURES as exc:
+            raise RegistryError(f"bucket {self.name}: create failed ({exc!r})") from None
+
+    async def add(self, key: str, amount: int) -> int:
+        """Add ``amount`` to ``key`` (made first if the bucket is missing, where this user may); the new value."""
+        try:
+            return await self._add(key, amount)
+        except nats_errors.NoRespondersError:
+            await self.ensure()
+        return await self._add(key, amount)
+
+    async def _add(self, key: str, amount: int) -> int:
+        headers = {"Nats-Incr": f"{amount:+d}"}
+        try:
+            reply = await self._nc.request(self._prefix + key, b"", timeout=TIMEOUT, headers=headers)
+        except nats_errors.NoRespondersError:
+            raise
+        except _FAILURES as exc:  # a denied publish times out: the server drops it
+            raise RegistryError(f"bucket {self.name}: add to {key} failed ({type(exc).__name__})") from None
+        ack = msgspec.json.decode(reply.data, type=_Ack)
+        if ack.error is not None:
+            raise RegistryError(f"bucket {self.name}: add to {key} refused ({ack.error.get('description')})")
+        return int(ack.val)
+
+    async def total(self, prefix: str) -> dict[str, int]:
+        """Each key directly under ``prefix`` (``prefix.<token>``) with its value; {} if none or no bucket."""
+        inbox = self._nc.new_inbox()
+        sub = await self._nc.subscribe(inbox)
+        request = msgspec.json.encode({"multi_last": [f"{self._prefix}{prefix}.*"], "batch": MAX_KEYS})
+        values: dict[str, int] = {}
+        try:
+            await self._nc.publish(direct_get_subject(self._stream), request, reply=inbox)
+            while True:
+                msg = await sub.next_msg(timeout=TIMEOUT)
+                headers = msg.headers or {}
+                if headers.get("Status") is not None:  # 204: end of the batch; 404: no key
+                    break
+                subject = headers.get("Nats-Subject", "")
+                values[subject[len(self._prefix) :]] = int(msgspec.json.decode(msg.data, type=_Value).val)
+        except nats_errors.NoRespondersError:
+            return {}
+        except _FAILURES as exc:
+            raise RegistryError(f"bucket {self.name}: read {prefix} failed ({type(exc).__name__})") from None
+        finally:
+            await sub.unsubscribe()
+        return values

@@ -1,0 +1,139 @@
+"""The fleet's budgets: books in JetStream counter buckets, under the shipped permissions on a real server.
+
+Two runners of agent-eva (each on a connection of its own, as two processes
+are) spend from one book, a runner started afterwards (a restart) finds the
+day as it was, and agent-bob can neither write eva's share of a book nor
+lower, roll up, purge or remake one. Against the scripted model reporting
+``usage`` (40 tokens a call).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+
+from bus import Bus, NatsServer, TurnRequest
+from bus._core.errors import RegistryError
+from bus._core.subjects import BUDGET_BUCKETS, BUDGET_MAX_AGE_S, RULES_BUCKET, kv_key_subject, kv_stream
+from bus._middleware.registry import ensure_buckets
+from bus._turns.errors import TurnFailed
+from tests.conftest import as_user as url
+from tests.conftest import shipped_server
+from tests.middleware.test_attacks import Attacker
+from tests.support import fake_llm
+from triggers.agent._books import SharedBooks
+from triggers.agent._budgets import BudgetBook
+from triggers.agent._config_schema import BudgetLayer, BudgetsFile
+from triggers.agent._llm import ChatClient
+from triggers.agent.turn_runner import TurnRunner
+
+USAGE = (30, 10)
+#: Three calls of 40 tokens.
+BOOK = BudgetsFile(session=BudgetLayer(max=120, unit="tokens"), user=BudgetLayer(max=1000, unit="tokens"))
+USER_BOOK = kv_key_subject(BUDGET_BUCKETS["user"])
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
+    yield from shipped_server(tmp_path_factory, "budgets-shared")
+
+
+@pytest.fixture
+async def state(server: NatsServer) -> None:
+    """What `hookbus up` makes as the bus role: the middleware buckets and the budgets' books."""
+    async with Bus(url(server, "bus")) as up:
+        await ensure_buckets(up.port, (RULES_BUCKET, None))
+        for name in BUDGET_BUCKETS.values():
+            await up.port.counter_bucket(name, BUDGET_MAX_AGE_S).ensure()
+
+
+@contextlib.asynccontextmanager
+async def runner(
+    server: NatsServer, llm: fake_llm.FakeLLM, day: str, user: str = "agent-eva"
+) -> AsyncIterator[TurnRunner]:
+    """A runner of agent ``eva`` as one process has it: its own connection as ``user``, the fleet's books."""
+    client = ChatClient(llm.url, "model-a", provider="fake", attempts=1, timeout=5.0)
+    async with Bus(url(server, user), trust_new=True) as bus:
+        await bus.middleware.start()
+        book = BudgetBook(BOOK, today=lambda: day, ledger=SharedBooks.of(bus))
+        try:
+            yield TurnRunner(bus, "eva", client, budgets=book)
+        finally:
+            await client.close()
+
+
+async def turn(runner: TurnRunner, session: str) -> str:
+    request = TurnRequest(agent="eva", prompt="go", session_id=session, publisher="worker")
+    try:
+        return await runner.handle(request)
+    except TurnFailed as exc:
+        return f"failed: {exc}"
+
+
+def day() -> str:
+    """A day of this test's own: the books on the module's server outlive a test."""
+    return f"2026-12-{uuid.uuid4().hex[:6]}"
+
+
+@pytest.mark.usefixtures("state")
+async def test_two_processes_spend_from_one_book_and_a_restart_keeps_the_day(
+    server: NatsServer, llm: fake_llm.FakeLLM
+) -> None:
+    llm.default = fake_llm.text("ok", usage=USAGE)
+    today = day()
+    async with runner(server, llm, today) as first, runner(server, llm, today) as second:
+        assert await turn(first, "s1") == "ok"
+        assert await turn(second, "s1") == "ok"
+        assert await turn(first, "s1") == "ok"  # 120 of 120 tokens, two processes together
+        refused = await turn(second, "s1")
+        assert (
+            refused
+            == "failed: llm.request cancelled: budget exhausted: session s1 spent 120 tokens of 120 tokens today"
+        )
+        assert len(llm.requests) == 3
+    async with runner(server, llm, today) as restarted:
+        assert (await turn(restarted, "s1")).startswith("failed: llm.request cancelled: budget exhausted: session s1")
+        assert await SharedBooks.of(restarted.bus).spent("user", today, "worker") == 120
+        assert await turn(restarted, "s2") == "ok"  # another session's book is open; the user's counts on
+        assert await SharedBooks.of(restarted.bus).spent("user", today, "worker") == 160
+    assert len(llm.requests) == 4
+
+
+@pytest.mark.usefixtures("state")
+async def test_another_agent_cannot_spend_reset_or_erase_a_users_book(
+    server: NatsServer, llm: fake_llm.FakeLLM
+) -> None:
+    llm.default = fake_llm.text("ok", usage=USAGE)
+    today = day()
+    async with runner(server, llm, today) as eva:
+        assert await turn(eva, "s1") == "ok"
+        books = SharedBooks.of(eva.bus)
+        assert await books.spent("user", today, "worker") == 40
+        async with Bus(url(server, "agent-bob")) as bob:
+            as_eva = SharedBooks(SharedBooks.of(bob).buckets, "agent-eva")  # bob writing eva's share
+            with pytest.raises(RegistryError, match=r"add to .*agent-eva failed"):
+                await as_eva.add("user", today, "worker", 10_000)
+            with pytest.raises(RegistryError):
+                await as_eva.add("user", today, "worker", -40)  # nor lower it to nothing
+        attacker = await Attacker().connect(server, "agent-bob")
+        try:
+            stream = kv_stream(BUDGET_BUCKETS["user"])
+            key = f"{USER_BOOK}{today}.worker"
+            await attacker.nc.publish(f"{key}.agent-eva", b"", headers={"Nats-Incr": "-40"})
+            for api in ("PURGE", "DELETE", "UPDATE", "CREATE"):
+                await attacker.nc.publish(f"$JS.API.STREAM.{api}.{stream}", b"{}")
+            await attacker.nc.publish(f"$JS.API.STREAM.MSG.DELETE.{stream}", b'{"seq": 1}')
+            await attacker.settle()
+            assert len(attacker.denied) == 6, attacker.denied
+            rollup = await attacker.nc.request(
+                f"{key}.agent-bob", b"", headers={"Nats-Incr": "+0", "Nats-Rollup": "sub"}, timeout=2
+            )
+            assert b"error" in rollup.data  # the book refuses a rollup even on bob's own share
+        finally:
+            await attacker.nc.close()
+        assert await books.spent("user", today, "worker") == 40  # eva's share stands as eva spent it
+        assert await turn(eva, "s1") == "ok"
+        assert await books.spent("user", today, "worker") == 80

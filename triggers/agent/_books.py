@@ -1,0 +1,79 @@
+"""Where the budgets' spending is kept: in the process, or in JetStream where the fleet shares it.
+
+:class:`SharedBooks` keeps one counter bucket per layer
+(``hookbus_budget_session``, ``_group``, ``_user``); a key is
+``<day>.<key>.<writer>``: the UTC day, the layer's key as one subject token and
+the NATS user of the process that spent (its vouched publisher identity, never
+a payload field). The server adds each charge to the key atomically, so every
+process of an agent adds to the same number and a restart finds the day as it
+was; what a key of a layer spent today is the sum over its writers. The
+shipped permissions let each user write only keys ending in its own name: an
+agent cannot lower, reset or erase what another spent (docs/security.md).
+Amounts are integers: tokens, or USD in billionths.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Final, Protocol
+
+from bus._client import Bus
+from bus._core.subjects import BUDGET_BUCKETS, BUDGET_MAX_AGE_S, TOKEN_RE
+from bus._transport.counters import CounterBucket
+
+#: The writer of a process without a NATS user (a server without accounts: one writer for all).
+ANONYMOUS: Final = "anyone"
+
+
+def token(key: str) -> str:
+    """``key`` as one subject token: itself if it is one, else ``~`` and its URL-safe base64."""
+    if TOKEN_RE.fullmatch(key):
+        return key
+    return "~" + base64.urlsafe_b64encode(key.encode()).decode().rstrip("=")
+
+
+class Ledger(Protocol):
+    """What a key of a layer spent on a day, and adding a charge to it."""
+
+    async def spent(self, layer: str, day: str, key: str) -> int: ...
+
+    async def add(self, layer: str, day: str, key: str, amount: int) -> int:
+        """Add ``amount``; what the key has spent now."""
+        ...
+
+
+class LocalBooks:
+    """Spending kept in the process (each process its own, a restart starts the day over)."""
+
+    def __init__(self) -> None:
+        self._spent: dict[tuple[str, str, str], int] = {}
+
+    async def spent(self, layer: str, day: str, key: str) -> int:
+        return self._spent.get((layer, day, key), 0)
+
+    async def add(self, layer: str, day: str, key: str, amount: int) -> int:
+        total = self._spent.get((layer, day, key), 0) + amount
+        self._spent[layer, day, key] = total
+        return total
+
+
+class SharedBooks:
+    """The fleet's books in JetStream counter buckets, this process writing as ``writer``."""
+
+    def __init__(self, buckets: dict[str, CounterBucket], writer: str) -> None:
+        self.buckets = buckets
+        self.writer = writer
+
+    @classmethod
+    def of(cls, bus: Bus) -> SharedBooks:
+        """The books on ``bus``'s connection, written as its vouched NATS user."""
+        buckets = {layer: bus.port.counter_bucket(name, BUDGET_MAX_AGE_S) for layer, name in BUDGET_BUCKETS.items()}
+        return cls(buckets, bus.publisher or ANONYMOUS)
+
+    async def spent(self, layer: str, day: str, key: str) -> int:
+        return sum((await self.buckets[layer].total(f"{day}.{token(key)}")).values())
+
+    async def add(self, layer: str, day: str, key: str, amount: int) -> int:
+        mine = f"{day}.{token(key)}"
+        await self.buckets[layer].add(f"{mine}.{self.writer}", amount)
+        return await self.spent(layer, day, key)
