@@ -14,6 +14,7 @@ is the top of a module's reply, ``bus._core.middleware_schema.MiddlewareReply``
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final, TypeAlias
 
@@ -27,9 +28,10 @@ from bus._core.schema import convert, decode
 
 @dataclass(frozen=True, slots=True)
 class Continue:
-    """Let the action pass unchanged."""
+    """Let the action pass unchanged; ``outputs``: bag values the handler writes (its declared keys only)."""
 
     kind: ClassVar[str] = "continue"
+    outputs: Mapping[str, Any] | None = field(default=None, compare=False)
 
     def to_wire(self) -> dict[str, Any]:
         return _builtins(reply_of(self))
@@ -57,11 +59,13 @@ class Cancel:
 class Patch:
     """Let the action pass with ``payload`` instead of the original.
 
-    ``payload`` may be a dict or a typed payload (see :mod:`bus._core.payloads`).
+    ``payload`` may be a dict or a typed payload (see :mod:`bus._core.payloads`); ``outputs``: bag
+    values the handler writes (its declared keys only), as a :class:`Continue`'s.
     """
 
     kind: ClassVar[str] = "patch"
     payload: Any
+    outputs: Mapping[str, Any] | None = field(default=None, compare=False)
 
     def to_wire(self) -> dict[str, Any]:
         return _builtins(reply_of(self))

@@ -39,14 +39,24 @@ MAX_PORTS: Final = 32
 
 @dataclass(frozen=True, slots=True)
 class Input:
-    """A bag value a handler reads: ``key``; ``required`` (skipped without it), else ``default`` (text, bool, null)."""
+    """A bag value a handler reads: ``key`` (agent_os's ``from``); ``required`` (skipped without it), else
+    ``default`` (text, bool, null); ``port``: the name the handler reads it by in ``ctx.inputs`` (None: ``key``)."""
 
     key: str
     required: bool = False
     default: str | bool | None = None
+    port: str | None = None
+
+    @property
+    def name(self) -> str:
+        """What ``ctx.inputs`` calls it: its port, else its key."""
+        return self.port or self.key
 
     def to_wire(self) -> dict[str, Any]:
-        return {"key": self.key, "required": self.required, "default": self.default}
+        wire: dict[str, Any] = {"key": self.key, "required": self.required, "default": self.default}
+        if self.port is not None:
+            wire["port"] = self.port  # only when named: a declaration without ports keeps its identity
+        return wire
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,32 +245,57 @@ def _outputs(handler: str, value: str | Iterable[str] | None, where: str) -> tup
 
 
 def _inputs(handler: str, value: Iterable[str | Mapping[str, Any]] | None, where: str) -> tuple[Input, ...]:
-    """Each a key, or ``{key, required, default}``; sorted by key, one entry per key."""
+    """Each a key or ``{key|from, required, default, port}``, or a map ``{port: {from, default, required}}`` as
+    agent_os writes them; sorted by key, one entry per key."""
     if value is None:
         return ()
-    if isinstance(value, str | Mapping):
+    if isinstance(value, Mapping):
+        value = [_port_entry(port, spec, where) for port, spec in value.items()]
+    elif isinstance(value, str):
         raise DeclarationError(where, f"inputs must be a list of keys or {{key, required, default}}, not {value!r}")
     out: dict[str, Input] = {}
     for item in value:
-        if isinstance(item, str):
-            item = {"key": item}
-        if not isinstance(item, Mapping):
-            raise DeclarationError(where, f"an input must be a key or {{key, required, default}}, not {item!r}")
-        unknown = sorted(str(field) for field in item if field not in ("key", "required", "default"))
-        if unknown:
-            raise DeclarationError(where, f"input has unknown field(s) {', '.join(unknown)}")
-        key = bag_key(handler, item.get("key"), where)  # type: ignore[arg-type]  # checked inside
-        required, default = item.get("required", False), item.get("default")
-        if not isinstance(required, bool):
-            raise DeclarationError(where, f"input {key}: required must be true or false, not {required!r}")
-        if default is not None and not isinstance(default, str | bool):
-            raise DeclarationError(where, f"input {key}: a default is a string, true, false or null, not {default!r}")
-        if key in out:
-            raise DeclarationError(where, f"input {key} declared twice")
-        out[key] = Input(key, required, default)
+        found = _input(handler, item, where)
+        if found.key in out:
+            raise DeclarationError(where, f"input {found.key} declared twice")
+        out[found.key] = found
+    if len({item.name for item in out.values()}) != len(out):
+        raise DeclarationError(where, "two inputs read by the same port name")
     if len(out) > MAX_PORTS:
         raise DeclarationError(where, f"{len(out)} inputs: at most {MAX_PORTS}")
     return tuple(out[key] for key in sorted(out))
+
+
+def _port_entry(port: object, spec: object, where: str) -> dict[str, Any]:
+    """One ``port: {from, default, required}`` of the map form (``port: key`` names the key alone)."""
+    if not isinstance(port, str) or not TOKEN_RE.fullmatch(port):
+        raise DeclarationError(where, f"an input port is one [A-Za-z0-9_-]+ token, not {port!r}")
+    if isinstance(spec, str):
+        spec = {"from": spec}
+    if not isinstance(spec, Mapping):
+        raise DeclarationError(where, f"input port {port}: {{from, default, required}}, not {spec!r}")
+    return {"key": port, **spec, "port": port} if "from" not in spec and "key" not in spec else {**spec, "port": port}
+
+
+def _input(handler: str, item: object, where: str) -> Input:
+    if isinstance(item, str):
+        item = {"key": item}
+    if not isinstance(item, Mapping):
+        raise DeclarationError(where, f"an input must be a key or {{key, required, default}}, not {item!r}")
+    unknown = sorted(str(field) for field in item if field not in ("key", "from", "required", "default", "port"))
+    if unknown:
+        raise DeclarationError(where, f"input has unknown field(s) {', '.join(unknown)}")
+    if "key" in item and "from" in item:
+        raise DeclarationError(where, "an input names its key once: 'key' or its alias 'from'")
+    key = bag_key(handler, item.get("key", item.get("from")), where)
+    required, default, port = item.get("required", False), item.get("default"), item.get("port")
+    if not isinstance(required, bool):
+        raise DeclarationError(where, f"input {key}: required must be true or false, not {required!r}")
+    if default is not None and not isinstance(default, str | bool):
+        raise DeclarationError(where, f"input {key}: a default is a string, true, false or null, not {default!r}")
+    if port is not None and (not isinstance(port, str) or not TOKEN_RE.fullmatch(port)):
+        raise DeclarationError(where, f"input {key}: a port is one [A-Za-z0-9_-]+ token, not {port!r}")
+    return Input(key, required, default, None if port == key else port)
 
 
 def _names(value: str | Iterable[str] | None, split: str | None, where: str) -> list[str]:

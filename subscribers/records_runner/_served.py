@@ -10,10 +10,11 @@ again at call time), never before.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from bus._core import bag_keys
 from bus._core.decisions import CONTINUE, Decision, HandlerDecision, reply_of
 from bus._core.declaration import Declaration
 from bus._core.middleware_schema import MiddlewareReply, MiddlewareRequest, ReactionMsg, RequestCtx
@@ -101,7 +102,7 @@ class RecordSet:
                 return _reaction(decl.qualname, Outcome.ABSENT, _fault(decl, cause), 0.0, cause), _fault(decl, cause)
             if handler is None:  # approved as disabled: skipped
                 return _reaction(decl.qualname, Outcome.OK, CONTINUE, 0.0, "disabled"), CONTINUE
-        ctx = record_ctx(decl, wire, bag)
+        ctx = record_ctx(decl, wire, bag, payload)
         ran = await run_record(handler, decl, payload, ctx)
         self._report(entry, ran)
         reaction = _reaction(decl.qualname, ran.outcome, ran.decision, ran.duration_ms, ran.cause)
@@ -112,7 +113,9 @@ class RecordSet:
         return reaction, ran.decision
 
 
-def record_ctx(decl: Declaration, wire: RequestCtx, bag: dict[str, Any]) -> RecordCtx:
+def record_ctx(
+    decl: Declaration, wire: RequestCtx, bag: dict[str, Any], payload: Mapping[str, Any] | None = None
+) -> RecordCtx:
     """The call's context as a record sees it: the same fields a module's StageCtx carries, without a bus."""
     return RecordCtx(
         decl.stage,
@@ -125,7 +128,7 @@ def record_ctx(decl: Declaration, wire: RequestCtx, bag: dict[str, Any]) -> Reco
         user=_given(wire.user),
         template=_given(wire.template),
         process=_given(wire.process),
-        inputs={item.key: bag.get(item.key, item.default) for item in decl.inputs},
+        inputs=bag_keys.inputs(decl, bag, payload or {}),
     )
 
 

@@ -78,7 +78,7 @@ async def test_a_record_sees_the_calls_context_and_its_bag_input_and_writes_its_
     assert seen["depth"] == 0 and seen["request_id"] and got.payload["deadline_set"] is True
     assert got.payload["inputs"] == {"intent.label": "question"}
     assert read_back == [{"ctx.seen": "eva"}]  # its declared output reached the next handler; the undeclared did not
-    assert kernel.middleware.bags.of("s-ctx") == {"intent.label": "question", "ctx.seen": "eva"}
+    assert kernel.middleware.bags.of("s-ctx", "p-7") == {"intent.label": "question", "ctx.seen": "eva"}
 
 
 async def test_a_hook_turns_prompt_carries_the_calls_context(kernel: Bus, nats_url: str, llm: fake_llm.FakeLLM) -> None:

@@ -164,9 +164,15 @@ async def test_bag_listing_on_the_cli_and_the_api(kernel: Bus, bus: Bus, nats_ur
         assert f"  reads   {mod.name}.route  ({stage}, default 'en')" in lines
         async with http.get(f"{base}/api/bag") as refused:
             assert refused.status == 401
+        async with http.get(f"{base}/v1/hooks/bag") as refused_too:
+            assert refused_too.status == 401
         async with http.get(f"{base}/api/bag", headers={"Authorization": f"Bearer {TOKEN}"}) as answered:
-            keys = {row["key"]: row for row in (await answered.json())["keys"]}
+            body = await answered.json()
+            keys = {row["key"]: row for row in body["keys"]}
+        async with http.get(f"{base}/v1/hooks/bag", headers={"Authorization": f"Bearer {TOKEN}"}) as agent_os:
+            assert await agent_os.json() == body  # agent_os's path, the same listing
+    assert body["standard"] == ["retrieval.query", "retrieval.source", "intent.label", "lang.user", "model.route"]
     assert keys["intent.label"]["producers"] == [{"handler": f"{mod.name}.classify", "stage": stage}]
     assert keys["lang.user"]["consumers"] == [
-        {"handler": f"{mod.name}.route", "stage": stage, "required": False, "default": "en"}
+        {"handler": f"{mod.name}.route", "stage": stage, "port": "lang.user", "required": False, "default": "en"}
     ]

@@ -24,6 +24,7 @@ from typing import Any, Final, Protocol, TypeVar, cast, get_type_hints
 
 import msgspec
 
+from bus._core import bag_keys
 from bus._core import depth as _depth
 from bus._core.decisions import Ask, Cancel, Continue, Decision, HandlerDecision, Patch, ask_problem, reply_of
 from bus._core.declaration import DEFAULT_TIMEOUT, Declaration, declare
@@ -245,7 +246,9 @@ class Handlers:
             # In a task of its own (bus._runtime.eager runs it inline until it waits): whatever it does to its
             # task (a timeout, a TaskGroup, a cancel of itself) stays with it; the request only waits.
             if handler.wants_ctx:
-                coro = handler.func(stage, arg, ctx=_stage_ctx(decl, wire_ctx, bus, bag or {}, outputs))
+                coro = handler.func(
+                    stage, arg, ctx=_stage_ctx(decl, wire_ctx, bus, bag_keys.inputs(decl, bag or {}, payload), outputs)
+                )
             else:
                 coro = handler.func(stage, arg)
             result = await run_bounded(coro, decl.timeout)
@@ -266,6 +269,9 @@ class Handlers:
         if outcome is not Outcome.OK:
             result = fault_decision(decl.fail_closed, decl.qualname, outcome, cause or "")
         reaction = _reaction(decl.qualname, outcome, result, elapsed, cause)
+        returned = getattr(result, "outputs", None)
+        if isinstance(returned, Mapping):  # agent_os: a handler returns its outputs (or sets ctx.outputs)
+            outputs.update(returned)
         if outputs and outcome is Outcome.OK:
             written = {key: value for key, value in outputs.items() if key in decl.outputs}
             if written:
@@ -326,7 +332,7 @@ def _stage_ctx(
         template=_given(wire_ctx.template),
         process=_given(wire_ctx.process),
         bus=bus,
-        inputs={item.key: bag.get(item.key, item.default) for item in decl.inputs},
+        inputs=bag,
         outputs=outputs,
     )
 

@@ -1,11 +1,15 @@
-"""The per-turn bag: named values handlers pass to the handlers after them, kept by the kernel per session.
+"""The per-turn bag: named values handlers pass to the handlers after them, kept by the kernel per agent run.
 
 A handler declares ``outputs`` (bag keys it writes) and ``inputs`` (keys it
 reads, each ``required`` or with a ``default``). The kernel sends a request the
 values its handlers read (``ctx.inputs``), keeps what they wrote (a reply's
 ``outputs``, only their declared keys, bounded in size), and clears a
-session's bag when the session's next ``user.message`` is intercepted: a bag
-lives for one user message. A handler whose required input is missing is not
+bag when its next ``user.message`` is intercepted: a bag lives for one user
+message. A bag belongs to one agent run, as agent_os scopes it by process:
+the caller's ``process`` and session together (``scope="process"``, the
+default), so two processes of one kernel (the agent-hook relay's agents)
+never share one; ``scope="session"`` keys it by the session alone, shared by
+every process that names the session. A handler whose required input is missing is not
 called; it reads as a fault of its fail mode (outcome ``skipped``).
 """
 
@@ -36,14 +40,24 @@ class _Linked(Protocol):
     def decl(self) -> Declaration: ...
 
 
-class Bags:
-    """Every session's bag (``None`` and ``""`` share one: calls that name no session)."""
+#: What a bag belongs to: an agent run (a process and its session), or a session whoever calls.
+SCOPES: Final = ("process", "session")
 
-    def __init__(self) -> None:
+
+class Bags:
+    """Every agent run's bag (``None`` and ``""`` share one: calls that name no session, or no process)."""
+
+    def __init__(self, scope: str = "process") -> None:
+        if scope not in SCOPES:
+            raise ValueError(f"bag scope {scope!r}: one of {', '.join(SCOPES)}")
+        self.scope = scope
         self._bags: OrderedDict[str, dict[str, Any]] = OrderedDict()
 
-    def of(self, session: str | None) -> dict[str, Any]:
-        key = session or ""
+    def _key(self, session: str | None, process: str | None) -> str:
+        return session or "" if self.scope == "session" else f"{process or ''}\x1f{session or ''}"
+
+    def of(self, session: str | None, process: str | None = None) -> dict[str, Any]:
+        key = self._key(session, process)
         bag = self._bags.get(key)
         if bag is None:
             bag = self._bags[key] = {}
@@ -53,9 +67,9 @@ class Bags:
             self._bags.move_to_end(key)
         return bag
 
-    def clear(self, session: str | None) -> None:
-        """A new user message: the session's bag starts empty."""
-        self._bags.pop(session or "", None)
+    def clear(self, session: str | None, process: str | None = None) -> None:
+        """A new user message: the run's bag starts empty."""
+        self._bags.pop(self._key(session, process), None)
 
 
 def missing(decl: Declaration, bag: dict[str, Any]) -> str | None:
@@ -96,7 +110,7 @@ def _fits(value: Any) -> bool:
 
 
 def ports(decls: Iterable[Declaration]) -> list[dict[str, Any]]:
-    """Per bag key, sorted: its producers and its consumers (``hookbus bag``, ``GET /api/bag``)."""
+    """Per bag key, sorted: its producers and its consumers (``hookbus bag``, ``GET /api/bag``, ``/v1/hooks/bag``)."""
     keys: dict[str, dict[str, Any]] = {}
 
     def entry(key: str) -> dict[str, Any]:
@@ -106,7 +120,7 @@ def ports(decls: Iterable[Declaration]) -> list[dict[str, Any]]:
         for key in decl.outputs:
             entry(key)["producers"].append({"handler": decl.qualname, "stage": decl.stage})
         for item in decl.inputs:
-            consumer = {"handler": decl.qualname, "stage": decl.stage, "required": item.required}
+            consumer = {"handler": decl.qualname, "stage": decl.stage, "port": item.name, "required": item.required}
             consumer["default"] = item.default
             entry(item.key)["consumers"].append(consumer)
     return [keys[key] for key in sorted(keys)]

@@ -72,6 +72,8 @@ class MiddlewareOptions:
     journal_neutral: bool = False
     #: An instance unheard of for this many of its heartbeats (and confirmed by the registry) is gone.
     liveness_factor: float = LIVENESS_FACTOR
+    #: What a bag belongs to: ``process`` (an agent run: the caller's process and session) or ``session``.
+    bag_scope: str = "process"
 
 
 class Interceptor:
@@ -98,7 +100,7 @@ class Interceptor:
         self._typo_warned: dict[str, str] = {}  # undeclared stage -> the stage it was said to look like
         self._held = HeldStages(self._journal, options.journal_neutral, self._held_ctx)
         #: Each session's bag, cleared by the session's next user.message (bus._middleware.kernel.bag).
-        self.bags = _bag.Bags()
+        self.bags = _bag.Bags(self.options.bag_scope)
         self.asks = AskHolder(bus)
         self._unheld: dict[str, asyncio.Task[Decision]] = {}  # ask id -> the run waiting for its answer
 
@@ -151,9 +153,9 @@ class Interceptor:
             if self._closing:
                 raise BusClosedError("intercept on a closed Bus")
             view = await self.start()
-        if stage == _bag.TURN_START:  # a new user message: its session's bag starts empty
-            session = ctx.get("session") if ctx else None
-            self.bags.clear(None if session is None else str(session))
+        if stage == _bag.TURN_START:  # a new user message: its run's bag starts empty
+            session, process = (ctx.get("session"), ctx.get("process")) if ctx else (None, None)
+            self.bags.clear(None if session is None else str(session), None if process is None else str(process))
         chain = view.chains.get(stage)
         if chain is None:
             if self._typo_checked.get(stage) != view.generation:
@@ -234,7 +236,7 @@ class Interceptor:
         wire_ctx = _wire_ctx(ctx, depth, rid)
         journal = Reactions(self._journal, stage, wire_ctx, self.options.journal_neutral)
         run = ChainRun(stage, self._canonical(stage, payload))
-        bag = self.bags.of(wire_ctx.session) if chain.bag else None
+        bag = self.bags.of(wire_ctx.session, _given(wire_ctx.process)) if chain.bag else None
         for link in chain.waiting:
             if _wants(link, stage, run.payload) and (not link.scoped or link.in_scope(ctx)):
                 journal.add(link, Outcome.UNTRUSTED, CONTINUE, 0.0, f"{link.trust.value}: not approved")
@@ -462,3 +464,8 @@ def _batch(links: Sequence[Link], start: int) -> list[Link]:
 def _log_failure(task: asyncio.Task[Any]) -> None:
     if not task.cancelled() and task.exception() is not None:
         log.warning("could not publish a middleware event: %r", task.exception())
+
+
+def _given(value: str | msgspec.UnsetType) -> str | None:
+    """A ctx field the caller may leave out: None when it did."""
+    return None if isinstance(value, msgspec.UnsetType) else value
