@@ -11,6 +11,7 @@ one batched direct get of the last message of each key under a prefix.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Final
 
 import msgspec
@@ -67,6 +68,10 @@ class CounterBucket:
         self._js = nc.jetstream(timeout=TIMEOUT)
         self._stream = kv_stream(name)
         self._prefix = kv_key_subject(name)
+        #: Batched gets' replies arrive on ``<inbox>.<n>``, one subscription for them all, each routed to its get.
+        self._inbox: str | None = None
+        self._next = 0
+        self._answers: dict[str, asyncio.Queue[Any]] = {}
 
     async def ensure(self) -> None:
         """Create the bucket's stream if it is missing; RegistryError if this user may not."""
@@ -107,23 +112,36 @@ class CounterBucket:
 
     async def total(self, prefix: str) -> dict[str, int]:
         """Each key directly under ``prefix`` (``prefix.<token>``) with its value; {} if none or no bucket."""
-        inbox = self._nc.new_inbox()
-        sub = await self._nc.subscribe(inbox)
+        reply, answers = await self._reply_to()
         request = msgspec.json.encode({"multi_last": [f"{self._prefix}{prefix}.*"], "batch": MAX_KEYS})
         values: dict[str, int] = {}
         try:
-            await self._nc.publish(direct_get_subject(self._stream), request, reply=inbox)
+            await self._nc.publish(direct_get_subject(self._stream), request, reply=reply)
             while True:
-                msg = await sub.next_msg(timeout=TIMEOUT)
+                msg = await asyncio.wait_for(answers.get(), TIMEOUT)
                 headers = msg.headers or {}
-                if headers.get("Status") is not None:  # 204: end of the batch; 404: no key
+                if headers.get("Status") is not None:  # 204: end of the batch; 404: no key; 503: no bucket
                     break
                 subject = headers.get("Nats-Subject", "")
                 values[subject[len(self._prefix) :]] = int(msgspec.json.decode(msg.data, type=_Value).val)
-        except nats_errors.NoRespondersError:
-            return {}
         except _FAILURES as exc:
             raise RegistryError(f"bucket {self.name}: read {prefix} failed ({type(exc).__name__})") from None
         finally:
-            await sub.unsubscribe()
+            self._answers.pop(reply.rpartition(".")[2], None)
         return values
+
+    async def _reply_to(self) -> tuple[str, asyncio.Queue[Any]]:
+        """A reply subject of its own for one batched get, under the bucket's one inbox subscription."""
+        if self._inbox is None:
+            inbox = self._nc.new_inbox()
+            await self._nc.subscribe(inbox + ".*", cb=self._route)
+            self._inbox = inbox
+        self._next += 1
+        answers: asyncio.Queue[Any] = asyncio.Queue()
+        self._answers[str(self._next)] = answers
+        return f"{self._inbox}.{self._next}", answers
+
+    async def _route(self, msg: Any) -> None:
+        answers = self._answers.get(msg.subject.rpartition(".")[2])
+        if answers is not None:
+            answers.put_nowait(msg)

@@ -14,6 +14,7 @@ Amounts are integers: tokens, or USD in billionths.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 from typing import Final, Protocol
 
@@ -41,6 +42,14 @@ class Ledger(Protocol):
         """Add ``amount``; what the key has spent now."""
         ...
 
+    async def spent_many(self, books: list[tuple[str, str, str]]) -> list[int]:
+        """:meth:`spent` of each (layer, day, key)."""
+        ...
+
+    async def add_many(self, charges: list[tuple[str, str, str, int]]) -> list[int]:
+        """:meth:`add` of each (layer, day, key, amount)."""
+        ...
+
 
 class LocalBooks:
     """Spending kept in the process (each process its own, a restart starts the day over)."""
@@ -55,6 +64,12 @@ class LocalBooks:
         total = self._spent.get((layer, day, key), 0) + amount
         self._spent[layer, day, key] = total
         return total
+
+    async def spent_many(self, books: list[tuple[str, str, str]]) -> list[int]:
+        return [self._spent.get(book, 0) for book in books]
+
+    async def add_many(self, charges: list[tuple[str, str, str, int]]) -> list[int]:
+        return [await self.add(*charge) for charge in charges]
 
 
 class SharedBooks:
@@ -77,3 +92,10 @@ class SharedBooks:
         mine = f"{day}.{token(key)}"
         await self.buckets[layer].add(f"{mine}.{self.writer}", amount)
         return await self.spent(layer, day, key)
+
+    async def spent_many(self, books: list[tuple[str, str, str]]) -> list[int]:
+        """Every layer at once: one batched direct get each, in flight together."""
+        return list(await asyncio.gather(*(self.spent(*book) for book in books)))
+
+    async def add_many(self, charges: list[tuple[str, str, str, int]]) -> list[int]:
+        return list(await asyncio.gather(*(self.add(*charge) for charge in charges)))

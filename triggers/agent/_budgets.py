@@ -124,9 +124,10 @@ class BudgetBook:
 
     async def exhausted(self, keys: dict[str, str | None]) -> str | None:
         """Why no model call may go out for these keys today, or None."""
-        day = self._today()
-        for name, key, layer in self._layers(keys):
-            spent = _value(await self.ledger.spent(name, day, key), layer)
+        day, layers = self._today(), self._layers(keys)
+        books = await self.ledger.spent_many([(name, day, key) for name, key, _ in layers])
+        for (name, key, layer), units in zip(layers, books, strict=True):
+            spent = _value(units, layer)
             if spent >= layer.max:
                 limit = _amount(layer.max, layer)
                 return f"budget exhausted: {name} {key} spent {_amount(spent, layer)} of {limit} today"
@@ -138,10 +139,12 @@ class BudgetBook:
         tokens = usage.prompt + usage.completion
         books = self._books
         books.usd, books.tokens, books.calls = books.usd + usd, books.tokens + tokens, books.calls + 1
+        layers = self._layers(keys)
+        amounts = [round(usd * NANO) if layer.unit == "usd" else tokens for _, _, layer in layers]
+        charges = [(name, books.day, key, amount) for (name, key, _), amount in zip(layers, amounts, strict=True)]
+        totals = await self.ledger.add_many(charges)
         crossed = []
-        for name, key, layer in self._layers(keys):
-            amount = round(usd * NANO) if layer.unit == "usd" else tokens
-            total = await self.ledger.add(name, books.day, key, amount)
+        for (name, key, layer), amount, total in zip(layers, amounts, totals, strict=True):
             spent, before = _value(total, layer), _value(total - amount, layer)
             for kind, at in (("warn", layer.warn_at), ("exhausted", 1.0)):
                 if spent / layer.max >= at > before / layer.max and (name, key, kind) not in books.announced:
