@@ -147,7 +147,9 @@ async def run(args: argparse.Namespace) -> int:
             if book is not None and not args.local_budgets:
                 from triggers.agent._books import SharedBooks
 
-                book.ledger = SharedBooks.of(bus)  # the fleet's books: every replica and restart spends from them
+                books = SharedBooks.of(bus)  # the fleet's books: every replica and restart spends from them
+                await books.ready()
+                book.ledger = books
             runner = TurnRunner(
                 bus, args.name, client, tools=tools, system=args.system, settings=settings, budgets=book
             )

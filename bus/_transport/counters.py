@@ -95,7 +95,10 @@ class CounterBucket:
             return await self._add(key, amount)
         except nats_errors.NoRespondersError:
             await self.ensure()
-        return await self._add(key, amount)
+        try:
+            return await self._add(key, amount)
+        except nats_errors.NoRespondersError:
+            raise RegistryError(f"bucket {self.name}: no JetStream answers for it") from None
 
     async def _add(self, key: str, amount: int) -> int:
         headers = {"Nats-Incr": f"{amount:+d}"}
@@ -120,7 +123,10 @@ class CounterBucket:
             while True:
                 msg = await asyncio.wait_for(answers.get(), TIMEOUT)
                 headers = msg.headers or {}
-                if headers.get("Status") is not None:  # 204: end of the batch; 404: no key; 503: no bucket
+                status = headers.get("Status")
+                if status == "503":  # nobody answers for the stream: no bucket (a book nobody can read is not 0)
+                    raise RegistryError(f"the {self.name} bucket does not exist: start 'hookbus up'")
+                if status is not None:  # 204: the end of the batch; 404: no such key
                     break
                 subject = headers.get("Nats-Subject", "")
                 values[subject[len(self._prefix) :]] = int(msgspec.json.decode(msg.data, type=_Value).val)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -21,11 +22,11 @@ from bus._core.subjects import BUDGET_BUCKETS, BUDGET_MAX_AGE_S, RULES_BUCKET, k
 from bus._middleware.registry import ensure_buckets
 from bus._turns.errors import TurnFailed
 from tests.conftest import as_user as url
-from tests.conftest import shipped_server
+from tests.conftest import shipped_permissions, shipped_server
 from tests.middleware.test_attacks import Attacker
 from tests.support import fake_llm
 from triggers.agent._books import SharedBooks
-from triggers.agent._budgets import BudgetBook
+from triggers.agent._budgets import BudgetBook, Usage
 from triggers.agent._config_schema import BudgetLayer, BudgetsFile
 from triggers.agent._llm import ChatClient
 from triggers.agent.turn_runner import TurnRunner
@@ -137,3 +138,19 @@ async def test_another_agent_cannot_spend_reset_or_erase_a_users_book(
         assert await books.spent("user", today, "worker") == 40  # eva's share stands as eva spent it
         assert await turn(eva, "s1") == "ok"
         assert await books.spent("user", today, "worker") == 80
+
+
+async def test_an_agent_without_the_books_is_told_at_start_and_no_call_goes_out(tmp_path: Path) -> None:
+    """Before `hookbus up` made the books an agent may not make them: ready() says so, and a check refuses."""
+    with NatsServer(config_file=shipped_permissions(tmp_path), jetstream=False) as bare:
+        async with Bus(url(bare, "agent-eva")) as eva:
+            books = SharedBooks.of(eva)
+            with pytest.raises(RegistryError, match=r"hookbus_budget_session bucket does not exist.*hookbus up"):
+                await books.ready()
+            book = BudgetBook(BOOK, ledger=books)
+            assert await book.charge({"session": "s1"}, "model-a", Usage(30, 10)) == []  # said in the log
+            reason = await book.exhausted({"session": "s1"})
+            assert (
+                reason
+                == "budget books unreachable: the hookbus_budget_session bucket does not exist: start 'hookbus up'"
+            )

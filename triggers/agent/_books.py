@@ -85,6 +85,12 @@ class SharedBooks:
         buckets = {layer: bus.port.counter_bucket(name, BUDGET_MAX_AGE_S) for layer, name in BUDGET_BUCKETS.items()}
         return cls(buckets, bus.publisher or ANONYMOUS)
 
+    async def ready(self) -> None:
+        """Check every book takes this writer's charges (made where this user may): RegistryError naming the
+        bucket and what to do (start ``hookbus up``) if not; an agent finds out at start, not at its first call."""
+        for bucket in self.buckets.values():
+            await bucket.add(f"ready.ready.{self.writer}", 0)
+
     async def spent(self, layer: str, day: str, key: str) -> int:
         return sum((await self.buckets[layer].total(f"{day}.{token(key)}")).values())
 

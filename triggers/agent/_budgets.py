@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, TypeGuard
 
-from bus._core.errors import ConfigError
+from bus._core.errors import ConfigError, RegistryError
 from bus._core.schema import convert
 from bus._runtime.config_files import read_yaml
 from triggers.agent._books import Ledger, LocalBooks
@@ -125,7 +125,10 @@ class BudgetBook:
     async def exhausted(self, keys: dict[str, str | None]) -> str | None:
         """Why no model call may go out for these keys today, or None."""
         day, layers = self._today(), self._layers(keys)
-        books = await self.ledger.spent_many([(name, day, key) for name, key, _ in layers])
+        try:
+            books = await self.ledger.spent_many([(name, day, key) for name, key, _ in layers])
+        except RegistryError as exc:  # a budget nobody can check is not open: no model call goes out
+            return f"budget books unreachable: {exc}"
         for (name, key, layer), units in zip(layers, books, strict=True):
             spent = _value(units, layer)
             if spent >= layer.max:
@@ -142,7 +145,11 @@ class BudgetBook:
         layers = self._layers(keys)
         amounts = [round(usd * NANO) if layer.unit == "usd" else tokens for _, _, layer in layers]
         charges = [(name, books.day, key, amount) for (name, key, _), amount in zip(layers, amounts, strict=True)]
-        totals = await self.ledger.add_many(charges)
+        try:
+            totals = await self.ledger.add_many(charges)
+        except RegistryError as exc:  # the call was made: said, and the next check finds the books or refuses
+            log.error("budgets: a call of %d tokens could not be booked: %s", tokens, exc)
+            return []
         crossed = []
         for (name, key, layer), amount, total in zip(layers, amounts, totals, strict=True):
             spent, before = _value(total, layer), _value(total - amount, layer)
