@@ -30,6 +30,7 @@ from tests.cli.test_cli import UpProcess
 from tests.conftest import as_user as url
 from tests.conftest import shipped_permissions, shipped_server
 from tests.support.waiting import wait_until
+from triggers.agent._books import SharedBooks
 
 RM = {"name": "shell", "input": {"command": "rm -rf /"}}
 
@@ -322,6 +323,7 @@ async def test_only_the_bus_role_creates_state_and_hookbus_up_runs_as_it(tmp_pat
             async with Bus(url(fresh, "agent-eva")) as eva:
                 view = await eva.middleware.start()
                 assert view is not None
+                await SharedBooks.of(eva).ready()  # the budgets' books, made by `hookbus up`, take eva's charges
             code, out = up.stop()
         finally:
             up.close()
