@@ -72,6 +72,7 @@ class CounterBucket:
         self._inbox: str | None = None
         self._next = 0
         self._answers: dict[str, asyncio.Queue[Any]] = {}
+        self._subscribing = asyncio.Lock()
 
     async def ensure(self) -> None:
         """Create the bucket's stream if it is missing; RegistryError if this user may not."""
@@ -138,10 +139,11 @@ class CounterBucket:
 
     async def _reply_to(self) -> tuple[str, asyncio.Queue[Any]]:
         """A reply subject of its own for one batched get, under the bucket's one inbox subscription."""
-        if self._inbox is None:
-            inbox = self._nc.new_inbox()
-            await self._nc.subscribe(inbox + ".*", cb=self._route)
-            self._inbox = inbox
+        async with self._subscribing:  # one subscription, however many gets start at once
+            if self._inbox is None:
+                inbox = self._nc.new_inbox()
+                await self._nc.subscribe(inbox + ".*", cb=self._route)
+                self._inbox = inbox
         self._next += 1
         answers: asyncio.Queue[Any] = asyncio.Queue()
         self._answers[str(self._next)] = answers

@@ -9,6 +9,7 @@ lower, roll up, purge or remake one. Against the scripted model reporting
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -154,3 +155,14 @@ async def test_an_agent_without_the_books_is_told_at_start_and_no_call_goes_out(
                 reason
                 == "budget books unreachable: the hookbus_budget_session bucket does not exist: start 'hookbus up'"
             )
+
+
+@pytest.mark.usefixtures("state")
+async def test_charges_racing_from_two_processes_lose_nothing(server: NatsServer) -> None:
+    """Two connections of agent-eva add to the same key at once: the server adds every charge (no lost update)."""
+    today = day()
+    async with Bus(url(server, "agent-eva")) as one, Bus(url(server, "agent-eva")) as two:
+        first, second = SharedBooks.of(one), SharedBooks.of(two)
+        charges = [books.add("group", today, "eva", 1) for _ in range(50) for books in (first, second)]
+        await asyncio.gather(*charges)
+        assert await first.spent("group", today, "eva") == await second.spent("group", today, "eva") == 100
