@@ -114,10 +114,11 @@ class CounterBucket:
             raise RegistryError(f"bucket {self.name}: add to {key} refused ({ack.error.get('description')})")
         return int(ack.val)
 
-    async def total(self, prefix: str) -> dict[str, int]:
-        """Each key directly under ``prefix`` (``prefix.<token>``) with its value; {} if none or no bucket."""
+    async def total(self, *patterns: str) -> dict[str, int]:
+        """Each key matching one of ``patterns`` (key patterns: ``day.key.*``) with its value; {} if none."""
         reply, answers = await self._reply_to()
-        request = msgspec.json.encode({"multi_last": [f"{self._prefix}{prefix}.*"], "batch": MAX_KEYS})
+        subjects = [self._prefix + pattern for pattern in patterns]
+        request = msgspec.json.encode({"multi_last": subjects, "batch": MAX_KEYS})
         values: dict[str, int] = {}
         try:
             await self._nc.publish(direct_get_subject(self._stream), request, reply=reply)
@@ -132,7 +133,7 @@ class CounterBucket:
                 subject = headers.get("Nats-Subject", "")
                 values[subject[len(self._prefix) :]] = int(msgspec.json.decode(msg.data, type=_Value).val)
         except _FAILURES as exc:
-            raise RegistryError(f"bucket {self.name}: read {prefix} failed ({type(exc).__name__})") from None
+            raise RegistryError(f"bucket {self.name}: read {patterns[0]} failed ({type(exc).__name__})") from None
         finally:
             self._answers.pop(reply.rpartition(".")[2], None)
         return values

@@ -17,7 +17,7 @@ import pytest
 
 from bus import Bus, NatsServer
 from bus._core.envelope import Event
-from bus._core.subjects import split_vouched, vouched_pattern, wire_subject
+from bus._core.subjects import BUDGET_BUCKETS, BUDGET_MAX_AGE_S, split_vouched, vouched_pattern, wire_subject
 from bus._middleware.registry import ensure_buckets
 from tests.conftest import as_user as url
 from tests.conftest import run_cli, shipped_server
@@ -25,6 +25,7 @@ from tests.middleware.test_attacks import Attacker
 from tests.support import fake_llm
 from tests.support.waiting import wait_until
 from tests.triggers.test_triggers import Agent
+from triggers.agent._books import today
 from triggers.agent._budgets import BudgetBook
 from triggers.agent._config_schema import BudgetLayer, BudgetsFile, ModelPrice
 from triggers.agent._llm import ChatClient
@@ -159,6 +160,8 @@ async def test_a_trigger_event_naming_a_user_does_not_charge_that_users_budget(
 ) -> None:
     async with Bus(url(server, "bus")) as bus:
         await ensure_buckets(bus.port)  # the agent's kernel reads them; only the bus role creates them
+        for name in BUDGET_BUCKETS.values():  # the budgets' books, where the engine grants each turn
+            await bus.port.counter_bucket(name, BUDGET_MAX_AGE_S).ensure()
     llm.default = fake_llm.text("ok", usage=(30, 10))  # 40 tokens a call
     config = BudgetsFile(prices={"model-a": ModelPrice(input=1.0, output=2.0)}, user=BudgetLayer(max=80, unit="tokens"))
     book = BudgetBook(config, today=lambda: "2026-12-01")
@@ -180,6 +183,13 @@ async def test_a_trigger_event_naming_a_user_does_not_charge_that_users_budget(
         await book.exhausted({"user": "agent-bob"})
         == "budget exhausted: user agent-bob spent 80 tokens of 80 tokens today"
     )
+    async with Bus(url(server, "agent-eva")) as eva:  # the engine granted eva agent-bob's book, by the subject
+        grants = eva.port.counter_bucket(BUDGET_BUCKETS["user"], BUDGET_MAX_AGE_S)
+        book_of = f"{today()}.{{}}.agent-eva.granted"
+        await wait_until(
+            lambda: grants.total(book_of.format("agent-bob")), what="the trigger's grant of bob's book to eva"
+        )
+        assert await grants.total(book_of.format("alice")) == {}  # the payload's user: nothing granted
     assert len(llm.requests) == 2  # bob's third turn was stopped by his own budget
 
 

@@ -26,7 +26,7 @@ from tests.conftest import as_user as url
 from tests.conftest import shipped_permissions, shipped_server
 from tests.middleware.test_attacks import Attacker
 from tests.support import fake_llm
-from triggers.agent._books import SharedBooks
+from triggers.agent._books import SharedBooks, grant_turn
 from triggers.agent._budgets import BudgetBook, Usage
 from triggers.agent._config_schema import BudgetLayer, BudgetsFile
 from triggers.agent._llm import ChatClient
@@ -166,3 +166,26 @@ async def test_charges_racing_from_two_processes_lose_nothing(server: NatsServer
         charges = [books.add("group", today, "eva", 1) for _ in range(50) for books in (first, second)]
         await asyncio.gather(*charges)
         assert await first.spent("group", today, "eva") == await second.spent("group", today, "eva") == 100
+
+
+@pytest.mark.usefixtures("state")
+async def test_an_agent_spends_a_users_book_only_after_the_user_sent_it_a_turn(server: NatsServer) -> None:
+    """Bob adds a fortune to alice's book in his own share: nobody else counts it until a trigger started a
+    turn of alice's on bob (the worker's grant), and bob may not write himself that grant."""
+    today = day()
+    async with (
+        Bus(url(server, "agent-eva")) as eva_bus,
+        Bus(url(server, "agent-bob")) as bob_bus,
+        Bus(url(server, "worker")) as worker,
+    ):
+        eva, bob = SharedBooks.of(eva_bus), SharedBooks.of(bob_bus)
+        await grant_turn(worker, "alice", "eva", day=today)  # a trigger started a turn of alice's on eva
+        await eva.add("user", today, "alice", 40)  # which spent 40
+        await bob.add("user", today, "alice", 1_000_000)  # bob was never sent one
+        assert await eva.spent("user", today, "alice") == 40  # refused: alice's book as everyone else reads it
+        assert await bob.spent("user", today, "alice") == 1_000_040  # bob's own reading stops bob alone
+        with pytest.raises(RegistryError):
+            await grant_turn(bob_bus, "alice", "bob", day=today)  # bob may not grant himself alice's book
+        assert await eva.spent("user", today, "alice") == 40
+        await grant_turn(worker, "alice", "bob", day=today)  # a trigger started a turn of alice's on bob
+        assert await eva.spent("user", today, "alice") == 1_000_040

@@ -6,7 +6,10 @@
 the NATS user of the process that spent (its vouched publisher identity, never
 a payload field). The server adds each charge to the key atomically, so every
 process of an agent adds to the same number and a restart finds the day as it
-was; what a key of a layer spent today is the sum over its writers. The
+was; what a key of a layer spent today is the sum over its writers (in the
+user layer, over the writers a trigger started a turn of that user's on, and
+the reader itself: :func:`grant_turn`, so no agent inflates the book of a
+user who never sent it a turn). The
 shipped permissions let each user write only keys ending in its own name: an
 agent cannot lower, reset or erase what another spent (docs/security.md).
 Amounts are integers: tokens, or USD in billionths.
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+from datetime import UTC, datetime
 from typing import Final, Protocol
 
 from bus._client import Bus
@@ -24,6 +28,27 @@ from bus._transport.counters import CounterBucket
 
 #: The writer of a process without a NATS user (a server without accounts: one writer for all).
 ANONYMOUS: Final = "anyone"
+#: A user's book counts an agent's share once a trigger started a turn of the user's on it that day:
+#: ``<day>.<user>.<agent's NATS user>.granted``, written only by the worker and bus roles.
+GRANTED: Final = "granted"
+
+
+def agent_user(agent: str) -> str:
+    """The NATS user an agent serves its turns as, by the shipped convention (triggers' default publishers)."""
+    return f"agent-{agent}"
+
+
+def today() -> str:
+    """The books' day: today's UTC date."""
+    return datetime.now(UTC).strftime("%Y-%m-%d")
+
+
+async def grant_turn(bus: Bus, user: str, agent: str, day: str | None = None) -> None:
+    """Let ``agent``'s spending count in ``user``'s book today: a trigger started a turn of the user's on it.
+
+    RegistryError if the book cannot take it (no ``hookbus up``, or this user may not write grants)."""
+    bucket = bus.port.counter_bucket(BUDGET_BUCKETS["user"], BUDGET_MAX_AGE_S)
+    await bucket.add(f"{day or today()}.{token(user)}.{agent_user(agent)}.{GRANTED}", 1)
 
 
 def token(key: str) -> str:
@@ -92,7 +117,12 @@ class SharedBooks:
             await bucket.add(f"ready.ready.{self.writer}", 0)
 
     async def spent(self, layer: str, day: str, key: str) -> int:
-        return sum((await self.buckets[layer].total(f"{day}.{token(key)}")).values())
+        book = f"{day}.{token(key)}"
+        if layer != "user":
+            return sum((await self.buckets[layer].total(f"{book}.*")).values())
+        keys = await self.buckets[layer].total(f"{book}.*", f"{book}.*.{GRANTED}")
+        granted = {self.writer, ANONYMOUS} | {key.split(".")[2] for key in keys if key.endswith("." + GRANTED)}
+        return sum(value for key, value in keys.items() if key.count(".") == 2 and key.split(".")[2] in granted)
 
     async def add(self, layer: str, day: str, key: str, amount: int) -> int:
         mine = f"{day}.{token(key)}"

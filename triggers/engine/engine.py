@@ -42,7 +42,7 @@ from prometheus_client.registry import REGISTRY, CollectorRegistry
 from bus._client import Bus, Subscription
 from bus._core.clock import now_timestamp
 from bus._core.envelope import Event
-from bus._core.errors import PayloadRefError
+from bus._core.errors import HookbusError, PayloadRefError
 from bus._core.subjects import key_queue
 from bus._journal.entries import JournalEntry, publish_entry
 from bus._metrics import register_once
@@ -51,6 +51,7 @@ from bus._runtime.tasks import TaskSet
 from bus._service import ServiceContext
 from bus._transport.port import TRANSPORT_FAILURES, RawMessage
 from bus._turns.server import TurnRequest
+from triggers.agent._books import grant_turn
 from triggers.engine import _config as config
 from triggers.engine._config import TriggerSpec
 from triggers.engine._request import fit_request
@@ -62,6 +63,8 @@ QUEUE: Final = TRIGGERS_QUEUE
 STATUS_SUBJECT: Final = TRIGGERS_STATUS
 #: Dedupe keys remembered per trigger before the oldest are forgotten.
 MAX_DEDUPE_KEYS: Final = 10_000
+#: Seconds budget grants pause after one could not be written (no books: `hookbus up` not run, or no JetStream).
+GRANTS_RETRY_S: Final = 30.0
 #: Dedupe keys longer than this (characters) are remembered by their SHA-256, so a whole payload cannot fill memory.
 MAX_KEY_CHARS: Final = 256
 #: Characters of a refusal kept in a journal cause.
@@ -171,6 +174,8 @@ class TriggerEngine:
         self._subs: dict[str, Subscription] = {}
         self._inbox = ""
         self._tasks: TaskSet[None] = TaskSet()
+        #: Budget grants are not written before this (monotonic) time: the books were missing a moment ago.
+        self._grants_after = 0.0
 
     async def start(self) -> TriggerEngine:
         register_metrics()
@@ -298,8 +303,18 @@ class TriggerEngine:
         FIRED.labels(spec.name).inc()
         IN_FLIGHT.labels(spec.name).set(len(state.in_flight))
         await self.bus.request_turn(request, reply=f"{self._inbox}.{spec.name}")
+        if request.publisher is not None and time.monotonic() >= self._grants_after:
+            self._tasks.start(self._grant(request.publisher, spec.agent))
         cause = f"turn {request.id} on agent {spec.agent}"
         await self._journal(spec, seen, "fired", f"{cause}; {seen.note}" if seen.note else cause)
+
+    async def _grant(self, user: str, agent: str) -> None:
+        """Let the agent's spending count in the user's budget book today (triggers/agent/_books.py)."""
+        try:
+            await grant_turn(self.bus, user, agent)
+        except HookbusError as exc:
+            self._grants_after = time.monotonic() + GRANTS_RETRY_S
+            log.warning("triggers: budget grant of %s for %s not written (%s)", agent, user, exc)
 
     async def _suppress(self, spec: TriggerSpec, seen: Seen, reason: str, cause: str | None = None) -> None:
         state = self.state.get(spec.name)
