@@ -4,8 +4,8 @@
 holding a Bus with operator rights. The switches live in the trust bucket
 (:mod:`bus._middleware.switches`); every kernel applies them from its next call
 after its watch delivers them (within a heartbeat). Each change is journaled
-(kind ``middleware``, decision ``enabled``/``disabled``/``granted``/``revoked``,
-the actor in the cause).
+(kind ``middleware``, decision ``enabled``/``disabled``/``granted``/``revoked``/
+``shadowed``/``unshadowed``, the actor in the cause).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from bus._middleware.switches import describe
 from bus._transport.kv import Bucket
 
 #: The journal decisions these write.
-SWITCH_DECISIONS: Final = ("enabled", "disabled", "granted", "revoked")
+SWITCH_DECISIONS: Final = ("enabled", "disabled", "granted", "revoked", "shadowed", "unshadowed")
 
 
 def _actor() -> str:
@@ -41,6 +41,12 @@ async def enable_handler(bus: Bus, name: str, *, actor: str | None = None) -> Sw
 async def disable_handler(bus: Bus, name: str, *, actor: str | None = None) -> SwitchRecordMsg:
     """Stop calling ``name`` without stopping its module; a disabled fail-closed guard cancels nothing."""
     return await _switch(bus, name, "disabled", None, actor)
+
+
+async def shadow_handler(bus: Bus, name: str, on: bool = True, *, actor: str | None = None) -> SwitchRecordMsg:
+    """Put ``name`` in shadow (``on``): it runs on live traffic, its decisions journaled as ``would_cancel`` /
+    ``would_patch`` / ``would_ask`` with the payload's hash and never applied; ``on=False`` applies them again."""
+    return await _switch(bus, name, "shadowed" if on else "unshadowed", None, actor)
 
 
 async def grant_handler(bus: Bus, name: str, agent: str | None, *, actor: str | None = None) -> SwitchRecordMsg:
@@ -59,6 +65,8 @@ async def _switch(bus: Bus, name: str, action: str, agent: str | None, actor: st
     stage = await _stage_of(bus, kv, name)
     if action in ("enabled", "disabled"):
         record = await switches.set_enabled(kv, name, action == "enabled")
+    elif action in ("shadowed", "unshadowed"):
+        record = await switches.set_shadow(kv, name, action == "shadowed")
     elif action == "granted":
         record = await switches.grant(kv, name, agent)
     else:
@@ -79,6 +87,9 @@ async def _stage_of(bus: Bus, kv: Bucket, name: str) -> str:
     live = view.declarations()
     if name in live:
         return live[name][0].stage
+    rule = view.rules.find(name)
+    if rule is not None:
+        return rule.decls[0].stage
     entry = await kv.get(name)
     if entry is not None and entry.value:
         try:

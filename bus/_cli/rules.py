@@ -8,18 +8,13 @@ hookbus rules shadow-report guards.no-rm --since 24h
 from __future__ import annotations
 
 import argparse
-import sys
-from datetime import UTC, datetime
 
 import orjson
 
 from bus._cli.common import add_nats_url, connection_args
-from bus._cli.workspace import add_workspace, existing
+from bus._cli.workspace import add_workspace
 from bus._core.errors import ConfigError
 from bus._middleware.rules.files import SHORTHANDS, read_path
-
-#: Shadow entries a report samples.
-SAMPLE = 5
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -43,7 +38,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     for name in ("agent", "user", "session", "template"):
         test.add_argument(f"--{name}", help=f"the call's {name}")
     test.set_defaults(func=run_test)
-    report_help = "what a shadow rule would have changed, from the journal"
+    report_help = "what a shadow rule would have changed, from the journal (as 'hookbus shadow report')"
     report = commands.add_parser("shadow-report", help=report_help, description=report_help + " (counts and a sample)")
     report.add_argument("name", help="the rule's qualified name (guards.no-rm)")
     report.add_argument("--since", default="24h", metavar="DURATION", help="entries of the last DURATION (24h)")
@@ -87,39 +82,6 @@ async def run_test(args: argparse.Namespace) -> int:
 
 
 async def run_shadow_report(args: argparse.Namespace) -> int:
-    from bus._journal.entries import JournalEntry
-    from bus._runtime.quantities import parse_duration
-    from subscribers.journal._store import DB_NAME, JournalStore, Query
+    from bus._cli.shadow import report
 
-    since = datetime.fromtimestamp(datetime.now(UTC).timestamp() - parse_duration(args.since), UTC)
-    path = existing(args).path / DB_NAME
-    if not path.exists():
-        raise ConfigError(f"no journal at {path}")
-    store = JournalStore(path)
-    try:
-        counts: dict[str, int] = {}
-        sample: list[JournalEntry] = []
-        after = 0
-        stamp = since.strftime("%Y-%m-%dT%H:%M:%S.000Z")
-        while True:
-            rows = store.query(Query(who=args.name, since=stamp, after_seq=after, limit=1000))
-            if not rows:
-                break
-            for seq, row in rows:
-                after = max(after, seq)
-                decision = row.entry.decision
-                if decision.startswith("would_"):
-                    counts[decision] = counts.get(decision, 0) + 1
-                    if len(sample) < SAMPLE:
-                        sample.append(row.entry)
-    finally:
-        store.close()
-    total = sum(counts.values())
-    print(f"{args.name}: {total} call{'s' if total != 1 else ''} would have changed in the last {args.since}")
-    for decision in sorted(counts):
-        print(f"  {decision}: {counts[decision]}")
-    for entry in sample:
-        where = f"{entry.time} {entry.point} agent={entry.agent} session={entry.session}"
-        print(f"  {where} {entry.decision}: {entry.cause}")
-    sys.stdout.flush()
-    return 0
+    return report(args, args.name)

@@ -41,10 +41,12 @@ class SwitchRecordMsg(msgspec.Struct, kw_only=True):
     """A ``switch.<module>.<handler>`` value of the trust bucket: the operator's switches of one handler.
 
     ``agents`` null: the handler applies to every agent (global); a list: only to those agents.
+    ``shadow``: the handler runs on live traffic but its decisions are journaled (``would_*``), never applied.
     """
 
     enabled: bool = True
     agents: list[Token] | None = None
+    shadow: bool = False
     by: str = ""
     at: float = 0.0
 

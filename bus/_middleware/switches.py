@@ -30,10 +30,11 @@ SWITCH_PREFIX: Final = "switch."
 
 @dataclass(frozen=True, slots=True)
 class Switches:
-    """One handler's switches: ``agents`` None means every agent (global)."""
+    """One handler's switches: ``agents`` None means every agent (global); ``shadow``: decide, never apply."""
 
     enabled: bool = True
     agents: frozenset[str] | None = None
+    shadow: bool = False
 
     def applies_to(self, agent: object) -> bool:
         """Whether a call by ``agent`` (the call's ctx ``agent``) reaches the handler."""
@@ -62,7 +63,7 @@ def parse_switches(data: bytes | None) -> Switches:
     if not data:
         return DEFAULT
     msg = decode(data, SwitchRecordMsg, "switch record", ValueError)
-    return Switches(msg.enabled, frozenset(msg.agents) if msg.agents is not None else None)
+    return Switches(msg.enabled, frozenset(msg.agents) if msg.agents is not None else None, msg.shadow)
 
 
 async def read_switches(kv: Bucket, qualname: str) -> SwitchRecordMsg:
@@ -78,7 +79,13 @@ async def read_switches(kv: Bucket, qualname: str) -> SwitchRecordMsg:
 async def set_enabled(kv: Bucket, qualname: str, enabled: bool) -> SwitchRecordMsg:
     """Enable or disable a handler (its grants are kept); return the record written."""
     record = await read_switches(kv, qualname)
-    return await _write(kv, qualname, SwitchRecordMsg(enabled=enabled, agents=record.agents))
+    return await _write(kv, qualname, SwitchRecordMsg(enabled=enabled, agents=record.agents, shadow=record.shadow))
+
+
+async def set_shadow(kv: Bucket, qualname: str, shadow: bool) -> SwitchRecordMsg:
+    """Put a handler in shadow (its decisions journaled as ``would_*``, never applied) or back; return the record."""
+    record = await read_switches(kv, qualname)
+    return await _write(kv, qualname, SwitchRecordMsg(enabled=record.enabled, agents=record.agents, shadow=shadow))
 
 
 async def grant(kv: Bucket, qualname: str, agent: str | None) -> SwitchRecordMsg:
@@ -89,7 +96,7 @@ async def grant(kv: Bucket, qualname: str, agent: str | None) -> SwitchRecordMsg
     else:
         _check_agent(agent)
         agents = sorted({*(record.agents or ()), agent})
-    return await _write(kv, qualname, SwitchRecordMsg(enabled=record.enabled, agents=agents))
+    return await _write(kv, qualname, SwitchRecordMsg(enabled=record.enabled, agents=agents, shadow=record.shadow))
 
 
 async def revoke(kv: Bucket, qualname: str, agent: str) -> SwitchRecordMsg:
@@ -105,7 +112,7 @@ async def revoke(kv: Bucket, qualname: str, agent: str) -> SwitchRecordMsg:
         granted = ", ".join(record.agents) or "no agent"
         raise MiddlewareError(f"{qualname} is not granted to {agent} (granted to {granted})")
     agents = sorted(set(record.agents) - {agent})
-    return await _write(kv, qualname, SwitchRecordMsg(enabled=record.enabled, agents=agents))
+    return await _write(kv, qualname, SwitchRecordMsg(enabled=record.enabled, agents=agents, shadow=record.shadow))
 
 
 def _check_agent(agent: str) -> None:
@@ -122,7 +129,7 @@ async def _write(kv: Bucket, qualname: str, record: SwitchRecordMsg) -> SwitchRe
 
 def describe(record: SwitchRecordMsg) -> str:
     """``enabled, global`` / ``disabled, granted to eva, bob``: how the CLI and the journal say it."""
-    state = "enabled" if record.enabled else "disabled"
+    state = ("enabled" if record.enabled else "disabled") + (", shadow" if record.shadow else "")
     if record.agents is None:
         return f"{state}, global"
     return f"{state}, granted to {', '.join(record.agents) or 'no agent'}"

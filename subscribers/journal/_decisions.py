@@ -16,6 +16,6 @@ from subscribers.plugins._plugin_log import DROPPED, LEVELS
 def known_decisions() -> list[str]:
     """Every decision a journal writer records, sorted."""
     written = {"continue", "cancel", "patch", "denied", "fired", "suppressed", "reordered"}  # reordered: the bag's
-    written |= {"would_cancel", "would_patch", "would_fail"}  # shadow rules (docs/rules.md)
+    written |= {"would_cancel", "would_patch", "would_ask", "would_fail"}  # shadow rules and handlers (docs/rules.md)
     written |= {*OPERATOR_DECISIONS, *SWITCH_DECISIONS, *LEVELS, DROPPED}  # a plugin's log lines: their level
     return sorted({*written, *(o.value for o in Outcome), *(o.value for o in HookOutcome)})

@@ -143,6 +143,8 @@ class Link:
     scoped: bool = False
     #: For a rule (bus._middleware.rules): the compiled rule the kernel evaluates itself, with no request.
     rule: Rule | None = None
+    #: In shadow (``mode: shadow``, ``hookbus shadow NAME``): it decides, journaled as ``would_*``; nothing applied.
+    shadow: bool = False
 
     def in_scope(self, ctx: Mapping[str, Any]) -> bool:
         """Whether a call with this context reaches the handler (its grants and its ``when``)."""
@@ -196,7 +198,8 @@ class ChainParts:
         try:
             ordered, note = order_with_bag(stage, decls, known, first)
         except BrokenChain as exc:
-            guards = sorted(decl.qualname for decl in decls if decl.fail_closed)
+            shadows = {link.decl.qualname for link in self.runs if link.shadow}
+            guards = sorted(decl.qualname for decl in decls if decl.fail_closed and decl.qualname not in shadows)
             guard = guards[0] if guards else None
             return StageChain(stage, (), exc.reason, held, waiting, guard, disabled, rejected=rejected)
         links = tuple(members[decl.qualname] for decl in ordered if decl.qualname in members)

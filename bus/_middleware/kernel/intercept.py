@@ -271,7 +271,12 @@ class Interceptor:
                     continue
                 values = _bag.inputs_for(batch, bag)
                 wire_ctx.inputs = msgspec.UNSET if values is None else values
+            shadow = batch[0].shadow
+            if shadow:  # its entries name the payload it saw
+                journal.seen = run.payload
             decision, who = await self._call(stage, batch, run.payload, wire_ctx, journal, bag)
+            if shadow:  # journaled as would_*: never applied, never held for an operator
+                decision = CONTINUE
             if isinstance(decision, Ask) and run.cancel is None:  # held until the answer; then the rest runs on it
                 position = next((i for i, link in enumerate(links) if link.decl.qualname == who), index - 1)
                 if decision.payload is not None:  # handlers before it in its module's run patched
@@ -452,10 +457,10 @@ def _batch(links: Sequence[Link], start: int) -> list[Link]:
     """The run of handlers from ``start`` that one module answers in one request."""
     first = links[start]
     batch = [first]
-    if not first.batch:
+    if not first.batch or first.shadow:  # a handler in shadow is asked alone: nothing after it sees its patch
         return batch
     for link in links[start + 1 :]:
-        if link.subject != first.subject or link.decl.inputs:  # a bag consumer starts a request of its own
+        if link.subject != first.subject or link.decl.inputs or link.shadow:  # a bag consumer asks on its own
             break
         batch.append(link)
     return batch

@@ -8,9 +8,12 @@ per each handler's declared fail mode, and note each reaction.
 
 from __future__ import annotations
 
+import hashlib
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
+
+import orjson
 
 from bus._core.clock import timestamp_ms
 from bus._core.decisions import CONTINUE, Ask, Cancel, Decision, HandlerDecision, Patch
@@ -24,6 +27,11 @@ from bus._middleware.kernel.metrics import MIDDLEWARE
 
 #: Characters of a module-reported cause the journal keeps (a module cannot flood it).
 CAUSE_LIMIT: Final = 1000
+
+
+def payload_hash(payload: Mapping[str, Any]) -> str:
+    """SHA-256 of the payload's sorted JSON: what a shadow entry names the call by."""
+    return hashlib.sha256(orjson.dumps(payload, option=orjson.OPT_SORT_KEYS, default=str)).hexdigest()
 
 
 def broken_chain(chain: StageChain, journal: Reactions) -> Decision:
@@ -151,7 +159,7 @@ class Reactions:
     path: see :meth:`bus._journal.entries.JournalPublisher.add_later`).
     """
 
-    __slots__ = ("_ctx", "_neutral", "_phase", "_reactions", "_sink", "_stage")
+    __slots__ = ("_ctx", "_neutral", "_phase", "_reactions", "_sink", "_stage", "seen")
 
     def __init__(self, sink: JournalPublisher, stage: str, wire_ctx: RequestCtx, neutral: bool) -> None:
         self._sink = sink
@@ -160,6 +168,8 @@ class Reactions:
         self._phase = phase(stage)
         self._ctx = wire_ctx
         self._reactions: list[tuple[str, str | None, str, str | None, float | None, int]] = []
+        #: The payload a handler in shadow is called on (its entries name it by hash); set before the call.
+        self.seen: Mapping[str, Any] = {}
 
     def add(
         self,
@@ -171,6 +181,9 @@ class Reactions:
         count: int = 1,
     ) -> None:
         reason = decision.reason if isinstance(decision, Cancel | Ask) else None
+        if link is not None and link.shadow and decision.kind != "continue":
+            self.shadowed(link, outcome.value, decision.kind, reason, cause, duration_ms)
+            return
         self._add(
             link.decl.qualname if link else "*",
             link.identity if link else None,
@@ -196,9 +209,26 @@ class Reactions:
 
     def ok(self, link: Link, who: str, kind: str, duration_ms: float) -> None:
         """A handler's continue or patch, as its module reported it (the common case: kept cheap)."""
+        if kind == "patch" and link.shadow:
+            self.shadowed(link, _OK, kind, None, None, duration_ms)
+            return
         MIDDLEWARE.observe(who, self._stage, _OK, kind, duration_ms / 1000)
         if kind == "patch" or self._neutral:
             self._reactions.append((who, link.identity, kind, None, duration_ms, time.time_ns() // 1_000_000))
+
+    def shadowed(
+        self, link: Link, outcome: str, kind: str, reason: str | None, cause: str | None, duration_ms: float
+    ) -> None:
+        """A module's handler in shadow decided ``kind`` (or failed, reading as ``kind``): counted as a continue,
+        journaled as ``would_<kind>`` (or its fault) with the hash of the payload it saw; the kernel applies none."""
+        who = link.decl.qualname
+        MIDDLEWARE.observe(who, self._stage, outcome, "continue", duration_ms / 1000)
+        if outcome == _OK:
+            verdict, why = f"would_{kind}", f"; {reason}" if reason else ""
+        else:
+            verdict, why = outcome, f"; {cause}; read as continue (in shadow: would {kind})"
+        text = f"payload {payload_hash(self.seen)}{why}"
+        self._reactions.append((who, link.identity, verdict, text, duration_ms, time.time_ns() // 1_000_000))
 
     def continued(self, done: Sequence[tuple[Link, str, float]]) -> None:
         """Rules' continues, each ``(link, who, duration_ms)`` in chain order: as one :meth:`ok` each."""

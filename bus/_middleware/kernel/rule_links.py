@@ -110,9 +110,17 @@ class RulePlacer:
 
     def _link(self, rule: Rule, decl: RuleDeclaration, state: TrustState, switches: Mapping[str, Switches]) -> Link:
         match = frozenset(self.aliases.get(name, name) for name in decl.match) if decl.match else None
-        agents = switches.get(decl.qualname, DEFAULT_SWITCHES).agents
+        switched = switches.get(decl.qualname, DEFAULT_SWITCHES)
+        agents = switched.agents
         scoped = agents is not None or bool(decl.when)
-        return Link(decl, "", False, state, match, rule.identity, agents=agents, scoped=scoped, rule=rule)
+        shadow = rule.shadow or switched.shadow
+        return Link(
+            decl, "", False, state, match, rule.identity, agents=agents, scoped=scoped, rule=rule, shadow=shadow
+        )
+
+    def find(self, qualname: str) -> Rule | None:
+        """The rule named ``qualname`` this kernel knows (its own files first, then the fleet's), or None."""
+        return next((rule for rule in (*self.book.local, *self.book.fleet()) if rule.qualname == qualname), None)
 
     async def approve_new(self, decl: RuleDeclaration) -> None:
         """trust_new: approve a never-seen rule (create fails if someone approved meanwhile)."""

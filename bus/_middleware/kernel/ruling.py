@@ -12,19 +12,16 @@ for an operator, as a handler's, named by the rule's qualified name.
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
-
-import orjson
 
 from bus._core.decisions import CONTINUE, Ask, Cancel, HandlerDecision, Patch
 from bus._core.middleware_schema import RequestCtx
 from bus._core.stages import match_field
 from bus._middleware.faults import Outcome, fault_decision
 from bus._middleware.kernel.chain import Link
-from bus._middleware.kernel.reactions import Reactions
+from bus._middleware.kernel.reactions import Reactions, payload_hash
 from bus._middleware.rules.compile import Rule, activation, holds, patched, render
 
 
@@ -42,11 +39,6 @@ def rule_ctx(stage: str, wire_ctx: RequestCtx | Mapping[str, Any]) -> dict[str, 
         "session": session if isinstance(session, str) else "",
         "template": template if isinstance(template, str) else "",
     }
-
-
-def payload_hash(payload: Mapping[str, Any]) -> str:
-    """SHA-256 of the payload's sorted JSON: what a shadow entry names the call by."""
-    return hashlib.sha256(orjson.dumps(payload, option=orjson.OPT_SORT_KEYS, default=str)).hexdigest()
 
 
 class RuleCall:
@@ -146,7 +138,7 @@ class RuleCall:
         except Exception as exc:  # whatever a payload makes of a rule reads as its fail mode, never raises
             ms = (time.perf_counter() - started) * 1000
             cause = f"if {rule.source!r} could not be evaluated: {str(exc)[:300]}"
-            if rule.shadow:
+            if link.shadow:
                 journal.decided(link, "would_fail", "continue", cause, ms)
                 return CONTINUE
             failed = fault_decision(link.decl.fail_closed, rule.qualname, Outcome.FAILED, cause)
@@ -158,7 +150,7 @@ class RuleCall:
             return CONTINUE
         reason = f"; {decision.reason}" if isinstance(decision, (Cancel, Ask)) else ""
         result = f"if {rule.source!r} -> {str(held).lower()}{reason}"
-        if rule.shadow:
+        if link.shadow:
             journal.decided(
                 link, f"would_{decision.kind}", "continue", f"payload {payload_hash(payload)}; {result}", ms
             )

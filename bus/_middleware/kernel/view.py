@@ -50,13 +50,8 @@ from bus._middleware.registry import (
 )
 from bus._middleware.rules.book import RuleBook
 from bus._middleware.switches import DEFAULT as DEFAULT_SWITCHES
-from bus._middleware.trust import (
-    Managed,
-    TrustState,
-    state_of,
-    trust_key,
-    trust_record,
-)
+from bus._middleware.switches import Switches
+from bus._middleware.trust import Managed, TrustState, state_of, trust_key, trust_record
 from bus._runtime.tasks import TaskSet, stop_if_cancelled
 from bus._transport.kv import Bucket
 from bus._transport.port import Port
@@ -395,7 +390,9 @@ class View:
         A disabled handler neither runs nor holds: disabling is the operator's explicit act.
         """
         newest = next(reversed(live.items())) if live else None
-        enabled = self.switches.get(qualname, DEFAULT_SWITCHES).enabled
+        switched = self.switches.get(qualname, DEFAULT_SWITCHES)
+        enabled = switched.enabled
+        holding = enabled and not switched.shadow  # a guard in shadow never bites, gone or not
         if newest is not None and self.managed.covers(newest[1][0]):
             identity, (decl, ann) = newest
             parts = self._parts(by_stage, decl.stage)
@@ -404,7 +401,7 @@ class View:
             return
         if newest is None and records and self.managed.covers(records[0].decl):
             rec = max(records, key=lambda r: r.at)
-            if enabled:
+            if holding:
                 self._parts(by_stage, rec.decl.stage).holds.append(self._hold(rec, None, TrustState.MANAGED))
             return
         approved = self.approved.get(qualname)
@@ -414,7 +411,7 @@ class View:
             parts = self._parts(by_stage, decl.stage)
             link = self._link(decl, ann, TrustState.TRUSTED, approved)
             (parts.runs if enabled else parts.disabled).append(link)
-        elif enabled:
+        elif holding:
             attached = next((r for r in records if r.identity == approved), None)
             if attached is not None:  # an attached guard with no approved instance alive: it holds its stage
                 hold = self._hold(attached, others[-1][1][0] if others else None, TrustState.TRUSTED)
@@ -439,21 +436,26 @@ class View:
 
     def _link(self, decl: Declaration, ann: Announcement, trust: TrustState, identity: str) -> Link:
         """One handler's link: its identity and request subject as its announcement computed them once."""
+        match, switched, scoped = self._scope(decl)
+        return Link(
+            decl, request_subject(ann), ann.batch, trust, match, identity, None, Outcome.OK, switched.agents, scoped,
+            shadow=switched.shadow,
+        )  # fmt: skip
+
+    def _scope(self, decl: Declaration) -> tuple[frozenset[str] | None, Switches, bool]:
+        """A handler's canonical matcher, its switches, and whether it is scoped (grants or ``when``)."""
         match = frozenset(self.aliases.get(name, name) for name in decl.match) if decl.match else None
-        agents = self.switches.get(decl.qualname, DEFAULT_SWITCHES).agents
-        scoped = agents is not None or bool(decl.when)
-        return Link(decl, request_subject(ann), ann.batch, trust, match, identity, agents=agents, scoped=scoped)
+        switched = self.switches.get(decl.qualname, DEFAULT_SWITCHES)
+        return match, switched, switched.agents is not None or bool(decl.when)
 
     def _hold(self, rec: GuardRecord, changed: Declaration | None, trust: TrustState) -> Link:
         decl = rec.decl
-        match = frozenset(self.aliases.get(name, name) for name in decl.match) if decl.match else None
+        match, switched, scoped = self._scope(decl)
         if changed is not None:
             reason, outcome = f"{decl.qualname} changed, waiting for approval", Outcome.CHANGED
         else:
             reason, outcome = f"{decl.qualname} is {self._gone_text(rec)}", Outcome.ABSENT
-        agents = self.switches.get(decl.qualname, DEFAULT_SWITCHES).agents
-        scoped = agents is not None or bool(decl.when)
-        return Link(decl, "", False, trust, match, rec.identity, reason, outcome, agents, scoped)
+        return Link(decl, "", False, trust, match, rec.identity, reason, outcome, switched.agents, scoped)
 
     def gone_since(self, rec: GuardRecord) -> float | None:
         """Unix time the guard's module was last heard of, as well as this kernel knows it."""
@@ -462,9 +464,7 @@ class View:
 
     def _gone_text(self, rec: GuardRecord) -> str:
         since = self.gone_since(rec)
-        if since is None:
-            return f"gone (it last started at {_clock(rec.at)})"
-        return f"gone since {_clock(since)}"
+        return f"gone (it last started at {_clock(rec.at)})" if since is None else f"gone since {_clock(since)}"
 
     def similar_stage(self, stage: str) -> str | None:
         """For a stage neither built in nor declared: a declared stage it is probably a typo of."""
