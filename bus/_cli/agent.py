@@ -34,7 +34,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "keeps budgets.yaml, and emits the PRX lifecycle events and eva.turn.completed / eva.turn.failed."
         ),
     )
-    parser.add_argument("--name", required=True, help="the agent's name, as triggers.yaml names it")
+    parser.add_argument("--name", default=None, help="the agent's name, as triggers.yaml names it (or its --config's)")
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="an agent YAML (agent_os's agent.yaml): name, system, hook_files (rule files, relative to it)",
+    )
     parser.add_argument(
         "--llm-url",
         required=True,
@@ -90,6 +97,21 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.set_defaults(func=run)
 
 
+def configure(args: argparse.Namespace) -> None:
+    """Fold an agent YAML (``--config``) into the flags: its hook_files join --rules, a flag wins over the file."""
+    if args.config is not None:
+        from triggers.agent._agent_file import load
+
+        settings = load(args.config)
+        if settings.name is not None and args.name is not None and settings.name != args.name:
+            raise ConfigError(f"--name {args.name!r} differs from the name in {args.config} ({settings.name!r})")
+        args.name = args.name or settings.name
+        args.system = args.system if args.system is not None else settings.system
+        args.rules = [*settings.rules, *args.rules]
+    if args.name is None:
+        raise ConfigError("--name is required (or a name in the --config agent YAML)")
+
+
 def client_key(args: argparse.Namespace) -> str | None:
     key: str | None = args.api_key or os.environ.get("OPENAI_API_KEY")
     return key
@@ -101,6 +123,7 @@ async def run(args: argparse.Namespace) -> int:
     from triggers.agent._tools import with_record_tools
     from triggers.agent.turn_runner import TurnRunner
 
+    configure(args)
     if not TOKEN_RE.fullmatch(args.name):
         raise ConfigError(f"--name {args.name!r} must match [A-Za-z0-9_-]+")
     if args.attempts < 1 or args.timeout <= 0 or args.concurrency < 1:

@@ -59,3 +59,15 @@ class BudgetsFile(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, froz
     session: BudgetLayer | None = None
     group: BudgetLayer | None = None
     user: BudgetLayer | None = None
+
+
+class AgentFile(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
+    """An agent YAML (``hookbus agent --config FILE``): agent_os's ``agent.yaml``, the fields this runner reads.
+
+    ``hook_files``: rule files (docs/rules.md) for this agent alone, each a path relative to the YAML, or a
+    bare stem naming a ``global: false`` file of the bus (as ``--rules`` takes them).
+    """
+
+    name: Name | None = None
+    system: NonEmpty | None = None
+    hook_files: list[NonEmpty] = []
