@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bus import Bus, Cancel, MiddlewareOptions
+from bus import Bus, Cancel, Continue, MiddlewareOptions
 from bus._middleware.kernel.metrics import MIDDLEWARE
 from bus.testing import JournalRecorder
 from tests.conftest import unique
@@ -79,3 +79,59 @@ async def test_every_rule_of_a_call_is_counted_and_journaled_in_order(nats_url: 
         assert MIDDLEWARE.decisions.get((who, stage, kind)) == 1, name
         assert MIDDLEWARE.latency[(who, stage)].count == 1, name
     assert not any(key[0] == f"{stem}.g-never" for key in MIDDLEWARE.calls)
+
+
+QUIET = """rules:
+{rules}
+  - name: z-int
+    stage: {stage}
+    if: 'size(payload.input)'
+    then: cancel
+  - name: zz-closed
+    stage: {stage}
+    if: 'payload.input.gone == 1'
+    then: cancel
+    fail_closed: true
+"""
+
+
+async def test_a_run_of_quiet_rules_evaluated_together_counts_and_faults_as_each_alone(
+    nats_url: str, tmp_path: Path
+) -> None:
+    stem = unique("quiet")
+    stage = f"{stem}.check"
+    rules = "\n".join(
+        f"  - name: q{index:02d}\n    stage: {stage}\n    if: 'payload.input.command == \"rm{index}\"'\n    then: cancel"
+        for index in range(20)
+    )
+    path = tmp_path / f"{stem}.yaml"
+    quiet_only = tmp_path / f"{stem}q.yaml"
+    path.write_text(QUIET.format(rules=rules, stage=stage))
+    quiet_only.write_text(f"rules:\n{rules.replace(stage, stage + 'q')}\n")
+    options = MiddlewareOptions(journal_neutral=True)
+    async with Bus(nats_url, rules=[path, quiet_only], middleware=options) as bus:
+        await bus.middleware.start()
+        journal = await JournalRecorder().attach(bus)
+        for _ in range(3):  # 20 quiet rules, all false: one evaluation, each counted
+            assert await bus.intercept(f"{stage}q", {"input": {"command": "ls"}}) == Continue()
+        hit = await bus.intercept(f"{stage}q", {"input": {"command": "rm7"}})
+        assert hit == Cancel("cancelled by a rule", f"{stem}q.q07")
+        # z-int gives an int, zz-closed cannot be evaluated: the run is evaluated rule by rule, each reads so
+        closed = await bus.intercept(stage, {"input": {"command": "ls"}})
+        assert isinstance(closed, Cancel) and closed.handler == f"{stem}.zz-closed", closed
+        await wait_until(lambda: any(e.who == f"{stem}.zz-closed" for e in journal.entries), what="the fault")
+        await wait_until(lambda: sum(e.point == f"{stage}q" for e in journal.entries) >= 20 * 3 + 8, what="quiet")
+    quiet = [e.who for e in journal.entries if e.point == f"{stage}q" and e.decision == "continue"][:20]
+    assert quiet == [f"{stem}q.q{index:02d}" for index in range(20)]  # journaled in chain order
+    for index in range(20):
+        who = f"{stem}q.q{index:02d}"
+        calls = 4 if index <= 7 else 3  # the fourth call stopped at q07
+        assert MIDDLEWARE.calls.get((who, f"{stage}q", "ok")) == calls, who
+        assert MIDDLEWARE.latency[(who, f"{stage}q")].count == calls, who
+        assert MIDDLEWARE.decisions.get((who, f"{stage}q", "continue")) == (calls if index != 7 else 3), who
+    assert MIDDLEWARE.decisions.get((f"{stem}q.q07", f"{stage}q", "cancel")) == 1
+    assert MIDDLEWARE.calls.get((f"{stem}.z-int", stage, "failed")) == 1
+    assert MIDDLEWARE.calls.get((f"{stem}.zz-closed", stage, "failed")) == 1
+    assert MIDDLEWARE.calls.get((f"{stem}.q00", stage, "ok")) == 1
+    mine = [(e.who.removeprefix(f"{stem}."), e.decision) for e in journal.entries if e.point == stage]
+    assert mine[-2:] == [("z-int", "failed"), ("zz-closed", "failed")]

@@ -176,6 +176,8 @@ class StageChain:
     rejected: tuple[Link, ...] = ()
     #: Whether a rule is among the links (the kernel then makes the rules' activation for the call).
     rules: bool = False
+    #: Whether no link has a matcher or a scope: every call takes ``links`` itself (the same tuple each call).
+    plain: bool = False
 
 
 @dataclass
@@ -205,4 +207,5 @@ class ChainParts:
         links = tuple(members[decl.qualname] for decl in ordered if decl.qualname in members)
         bag = any(link.decl.inputs or link.decl.outputs for link in links)
         rules = any(link.rule is not None for link in links)
-        return StageChain(stage, links, None, held, waiting, None, disabled, note, bag, rejected, rules)
+        plain = all(link.match is None and not link.scoped for link in links)
+        return StageChain(stage, links, None, held, waiting, None, disabled, note, bag, rejected, rules, plain)

@@ -244,7 +244,7 @@ class Interceptor:
             journal.flush()
             return broken_chain(chain, journal)
         # Matchers, grants and ``when`` are read here, before any request: a handler they exclude costs nothing.
-        links = _taken(chain.links, match_field(stage), run.payload, ctx)
+        links = chain.links if chain.plain else _taken(chain.links, match_field(stage), run.payload, ctx)
         index = 0
         rules = RuleCall(stage, wire_ctx, bag) if chain.rules else None
         while index < len(links):
@@ -440,7 +440,7 @@ def _wants(link: Link, stage: str, payload: dict[str, Any]) -> bool:
     return True
 
 
-def _taken(links: Sequence[Link], field: str, payload: dict[str, Any], ctx: Mapping[str, Any]) -> list[Link]:
+def _taken(links: Sequence[Link], field: str, payload: dict[str, Any], ctx: Mapping[str, Any]) -> Sequence[Link]:
     """The links a call reaches: ``_wants`` and the scope, with the match field read once (a stage of many
     rules walks its links here, on every call)."""
     value = payload.get(field)

@@ -30,23 +30,73 @@ class _Series:
         self.sum = 0.0
 
 
+def _copy(series: _Series) -> _Series:
+    out = _Series()
+    out.buckets, out.count, out.sum = list(series.buckets), series.count, series.sum
+    return out
+
+
+def _add(mine: _Series, other: _Series) -> _Series:
+    mine.buckets = [a + b for a, b in zip(mine.buckets, other.buckets, strict=True)]
+    mine.count += other.count
+    mine.sum += other.sum
+    return mine
+
+
+#: Distinct quiet runs kept apart before they are counted into the handlers' series.
+QUIET_RUNS: Final = 256
+
+
 class MiddlewareStats(Collector):
     """Process-wide middleware counters (registered explicitly, see :mod:`bus._metrics`)."""
 
     def __init__(self) -> None:
-        self.calls: dict[tuple[str, str, str], int] = {}  # (handler, stage, outcome)
-        self.decisions: dict[tuple[str, str, str], int] = {}  # (handler, stage, decision)
+        self._calls: dict[tuple[str, str, str], int] = {}  # (handler, stage, outcome)
+        self._decisions: dict[tuple[str, str, str], int] = {}  # (handler, stage, decision)
         self.fail_closed: dict[tuple[str, str], int] = {}  # (handler, stage)
-        self.latency: dict[tuple[str, str], _Series] = {}
+        self._latency: dict[tuple[str, str], _Series] = {}
+        #: Runs of rules evaluated together, all quiet: (stage, handlers) -> one series for them all.
+        self._quiet: dict[tuple[str, tuple[str, ...]], tuple[tuple[str, ...], _Series]] = {}
         self._handler = LabelCap()
+
+    @property
+    def calls(self) -> dict[tuple[str, str, str], int]:
+        """(handler, stage, outcome) -> calls, the quiet runs counted in (a copy: read, never write)."""
+        out = dict(self._calls)
+        for (stage, _), (names, series) in list(self._quiet.items()):
+            for name in names:
+                key = (name, stage, "ok")
+                out[key] = out.get(key, 0) + series.count
+        return out
+
+    @property
+    def decisions(self) -> dict[tuple[str, str, str], int]:
+        """(handler, stage, decision) -> reactions, the quiet runs counted in (a copy)."""
+        out = dict(self._decisions)
+        for (stage, _), (names, series) in list(self._quiet.items()):
+            for name in names:
+                key = (name, stage, "continue")
+                out[key] = out.get(key, 0) + series.count
+        return out
+
+    @property
+    def latency(self) -> dict[tuple[str, str], _Series]:
+        """(handler, stage) -> latency series, the quiet runs counted in (copies)."""
+        out = {key: _copy(series) for key, series in list(self._latency.items())}
+        for (stage, _), (names, series) in list(self._quiet.items()):
+            for name in names:
+                mine = out.get((name, stage))
+                out[(name, stage)] = _copy(series) if mine is None else _add(mine, series)
+        return out
 
     def reset(self) -> None:
         """Start over: no series, and the handler label cap empty (a test suite starts each test so, since
         the cap is per process and a suite names more handlers than one process of a deployment)."""
-        self.calls.clear()
-        self.decisions.clear()
+        self._calls.clear()
+        self._decisions.clear()
         self.fail_closed.clear()
-        self.latency.clear()
+        self._latency.clear()
+        self._quiet.clear()
         self._handler = LabelCap()
 
     def observe(
@@ -55,16 +105,16 @@ class MiddlewareStats(Collector):
         """``count`` alike reactions: ``outcome`` (ok, timeout, failed, ...) and what it read as (``decision``)."""
         handler = self._handler(handler)
         key = (handler, stage, outcome)
-        self.calls[key] = self.calls.get(key, 0) + count
+        self._calls[key] = self._calls.get(key, 0) + count
         dkey = (handler, stage, decision)
-        self.decisions[dkey] = self.decisions.get(dkey, 0) + count
+        self._decisions[dkey] = self._decisions.get(dkey, 0) + count
         if outcome != "ok" and decision == "cancel":
             pair = (handler, stage)
             self.fail_closed[pair] = self.fail_closed.get(pair, 0) + count
         if seconds is not None:
-            series = self.latency.get((handler, stage))
+            series = self._latency.get((handler, stage))
             if series is None:
-                series = self.latency[(handler, stage)] = _Series()
+                series = self._latency[(handler, stage)] = _Series()
             series.buckets[bisect.bisect_left(BUCKETS, seconds)] += 1
             series.count += 1
             series.sum += seconds
@@ -72,7 +122,7 @@ class MiddlewareStats(Collector):
     def observe_continues(self, stage: str, done: Sequence[tuple[str, float]]) -> None:
         """Handlers' ok continues on one stage, each ``(handler, seconds)``: as one ``observe`` each, in one pass
         (a stage of many rules counts its quiet ones so)."""
-        cap, calls, decisions, latency = self._handler, self.calls, self.decisions, self.latency
+        cap, calls, decisions, latency = self._handler, self._calls, self._decisions, self._latency
         for who, seconds in done:
             handler = cap(who)
             key = (handler, stage, "ok")
@@ -85,6 +135,26 @@ class MiddlewareStats(Collector):
             series.buckets[bisect.bisect_left(BUCKETS, seconds)] += 1
             series.count += 1
             series.sum += seconds
+
+    def observe_quiet(self, stage: str, handlers: tuple[str, ...], seconds: float) -> None:
+        """A run of rules evaluated together, every one an ok continue taking ``seconds``: one series for the run
+        (the readers count it in per handler), so a stage of many rules pays one count per call, not one each."""
+        key = (stage, handlers)
+        kept = self._quiet.get(key)
+        if kept is None:
+            if len(self._quiet) >= QUIET_RUNS:
+                self._fold()
+            kept = self._quiet[key] = (tuple(self._handler(name) for name in handlers), _Series())  # capped once
+        series = kept[1]
+        series.buckets[bisect.bisect_left(BUCKETS, seconds)] += 1
+        series.count += 1
+        series.sum += seconds
+
+    def _fold(self) -> None:
+        """Count the quiet runs into the per-handler series (on the event loop, the one writer)."""
+        calls, decisions, latency = self.calls, self.decisions, self.latency
+        self._calls, self._decisions, self._latency = calls, decisions, latency
+        self._quiet = {}
 
     def collect(self) -> Iterable[CounterMetricFamily | HistogramMetricFamily]:
         # dict() copies are single C calls, atomic under the GIL: no lock against the event loop.

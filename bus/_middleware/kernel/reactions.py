@@ -230,9 +230,23 @@ class Reactions:
         text = f"payload {payload_hash(self.seen)}{why}"
         self._reactions.append((who, link.identity, verdict, text, duration_ms, time.time_ns() // 1_000_000))
 
-    def continued(self, done: Sequence[tuple[Link, str, float]]) -> None:
-        """Rules' continues, each ``(link, who, duration_ms)`` in chain order: as one :meth:`ok` each."""
-        MIDDLEWARE.observe_continues(self._stage, [(who, ms / 1000) for _, who, ms in done])
+    def quiet(self, names: tuple[str, ...], links: Sequence[Link], each_ms: float) -> None:
+        """A run of rules evaluated together, every one a continue taking ``each_ms``: counted as one run."""
+        MIDDLEWARE.observe_quiet(self._stage, names, each_ms / 1000)
+        if self._neutral:
+            when = time.time_ns() // 1_000_000
+            self._reactions.extend(
+                (who, link.identity, "continue", None, each_ms, when) for who, link in zip(names, links, strict=True)
+            )
+
+    def continued(self, done: Sequence[tuple[Link, str, float]], shared: bool = False) -> None:
+        """Rules' continues, each ``(link, who, duration_ms)`` in chain order: as one :meth:`ok` each.
+
+        ``shared``: they were evaluated together, each taking the same share of the time (counted as one run)."""
+        if shared:
+            MIDDLEWARE.observe_quiet(self._stage, tuple(who for _, who, _ in done), done[0][2] / 1000)
+        else:
+            MIDDLEWARE.observe_continues(self._stage, [(who, ms / 1000) for _, who, ms in done])
         if self._neutral:
             when = time.time_ns() // 1_000_000
             self._reactions.extend((who, link.identity, "continue", None, ms, when) for link, who, ms in done)

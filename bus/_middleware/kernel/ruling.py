@@ -23,6 +23,7 @@ from bus._middleware.faults import Outcome, fault_decision
 from bus._middleware.kernel.chain import Link
 from bus._middleware.kernel.reactions import Reactions, payload_hash
 from bus._middleware.rules.compile import Rule, activation, holds, patched, render
+from bus._middleware.rules.runs import evaluate, run_of
 
 
 def rule_ctx(stage: str, wire_ctx: RequestCtx | Mapping[str, Any]) -> dict[str, str]:
@@ -82,39 +83,55 @@ class RuleCall:
         """Run the rules from ``links[start]`` on ``payload`` while they continue; return the index after the last
         one run and its decision (CONTINUE when every one continued, up to the end or a module's handler).
 
-        A quiet rule (its condition false: the common case) costs its evaluation, one clock read and its share of
-        one count for all; the others go through :meth:`decide`, journaled as each always was.
+        The conditions of the whole run of rules are evaluated at once (bus._middleware.rules.runs): when all
+        are false (the common case) the run continues as a whole, counted once; a run that cannot be evaluated
+        together (a condition fails on this payload) is evaluated rule by rule, so each fault reads as before.
+        A rule whose condition holds goes through :meth:`decide`, journaled as each always was.
         """
         act = self._activation(payload)
-        done: list[tuple[Link, str, float]] = []
         clock = time.perf_counter
         stamp = clock()
-        index, count = start, len(links)
+        run = run_of(links, start)
+        values = evaluate(run, act) if run is not None else None
+        if values is True:  # every condition false: the run continues as a whole
+            assert run is not None
+            journal.quiet(run.names, links[start : start + run.size], (clock() - stamp) * 1000 / run.size)
+            return start + run.size, CONTINUE
+        end = start + run.size if run is not None else len(links)
+        share = (clock() - stamp) * 1000 / run.size if run is not None and values is not None else 0.0
+        done: list[tuple[Link, str, float]] = []
+        index = start
         decision: HandlerDecision = CONTINUE
-        while index < count:
+        while index < end:
             link = links[index]
             rule = link.rule
             if rule is None:
                 break
+            if values is not None:
+                value = values[index - start]  # type: ignore[index]
+            else:
+                try:
+                    value = rule.condition.eval(act).value()
+                except Exception:  # decide evaluates it again and reads the failure
+                    value = None
             index += 1
-            try:
-                value = rule.condition.eval(act).value()
-            except Exception:  # decide evaluates it again and reads the failure
-                value = None
             if value is False:
-                now = clock()
-                done.append((link, rule.qualname, (now - stamp) * 1000))
-                stamp = now
+                if values is None:
+                    now = clock()
+                    done.append((link, rule.qualname, (now - stamp) * 1000))
+                    stamp = now
+                else:
+                    done.append((link, rule.qualname, share))
                 continue
             if done:  # journaled in chain order
-                journal.continued(done)
+                journal.continued(done, values is not None)
                 done = []
             decision = self.decide(link, payload, journal, stamp, value if value is True else None)
             if decision is not CONTINUE:
                 break
             stamp = clock()
         if done:
-            journal.continued(done)
+            journal.continued(done, values is not None)
         return index, decision
 
     def decide(
