@@ -101,8 +101,8 @@ async def test_a_run_of_quiet_rules_evaluated_together_counts_and_faults_as_each
     stem = unique("quiet")
     stage = f"{stem}.check"
     rules = "\n".join(
-        f"  - name: q{index:02d}\n    stage: {stage}\n    if: 'payload.input.command == \"rm{index}\"'\n    then: cancel"
-        for index in range(20)
+        f"  - name: q{i:02d}\n    stage: {stage}\n    if: 'payload.input.command == \"rm{i}\"'\n    then: cancel"
+        for i in range(20)
     )
     path = tmp_path / f"{stem}.yaml"
     quiet_only = tmp_path / f"{stem}q.yaml"
