@@ -7,7 +7,10 @@ without approval). Stages, each timed over the same sequential calls:
 
 - undeclared: no handler at all (the floor: no network, no chain);
 - 1 rule: one rule whose condition is evaluated (false: continue);
-- 100 rules: 100 rules on the stage, each one evaluated (the worst case);
+- 100 rules: 100 rules on the stage, each one evaluated (the worst case), their
+  conditions evaluated as one run (bus._middleware.rules.runs);
+- 100 rules, one by one: the same stage with the run disabled, one CEL
+  evaluation per rule (the kernel's path before runs: the same-run baseline);
 - 100 rules, indexed: 100 rules matching 100 different tools, the call's tool
   matches one (what the matchers spare);
 - remote: one module handler (continue) served over NATS by this process.
@@ -31,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import median, print_table, verdict
 from bus import Bus, Continue, Module, NatsServer
+from bus._middleware.kernel import ruling
 from bus.testing import serving, wait_for_chain
 
 PAYLOAD = {"name": "shell", "input": {"command": "ls -la /srv/project"}, "call_id": "c-0001"}
@@ -89,6 +93,12 @@ async def main(calls: int) -> None:
             floor = await timed(bus, "bench.none", calls)
             one = await timed(bus, "bench.one", calls)
             hundred = await timed(bus, "bench.hundred", calls)
+            together = ruling.run_of
+            ruling.run_of = lambda links, start: None  # type: ignore[assignment]  # one evaluation per rule
+            try:
+                single = await timed(bus, "bench.hundred", calls)
+            finally:
+                ruling.run_of = together
             indexed = await timed(bus, "bench.indexed", calls)
             remote = await timed(bus, "bench.remote", max(calls // 5, 200))
     rows = [
@@ -101,6 +111,7 @@ async def main(calls: int) -> None:
             f"{hundred / remote:.3f}",
             f"{'meets' if hundred <= TARGET_US else 'MISSES'} target <= {TARGET_US:g} us",
         ],
+        ["100 rules, one by one (baseline)", f"{single:.2f}", f"{single / floor:.1f}", f"{single / remote:.3f}", ""],
         [
             "100 rules, one matches",
             f"{indexed:.2f}",
@@ -115,6 +126,7 @@ async def main(calls: int) -> None:
         rows,
         ["stage", "us/call", "x undeclared", "x remote handler", "target"],
     )
+    print(f"\n100 rules as one run against one by one: {verdict(single / hundred, 1.0)} ({single / hundred:.1f}x faster)")
     evaluations = 100 / (hundred / 1e6)
     print(
         f"\nCEL evaluations per second, one core (100-rule stage): {evaluations:,.0f} "
