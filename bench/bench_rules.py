@@ -126,7 +126,8 @@ async def main(calls: int) -> None:
         rows,
         ["stage", "us/call", "x undeclared", "x remote handler", "target"],
     )
-    print(f"\n100 rules as one run against one by one: {verdict(single / hundred, 1.0)} ({single / hundred:.1f}x faster)")
+    faster = single / hundred
+    print(f"\n100 rules as one run against one by one: {verdict(faster, 1.0)} ({faster:.1f}x faster)")
     evaluations = 100 / (hundred / 1e6)
     print(
         f"\nCEL evaluations per second, one core (100-rule stage): {evaluations:,.0f} "

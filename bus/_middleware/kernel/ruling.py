@@ -61,7 +61,7 @@ class RuleCall:
         """
         act = self._activation(payload)
         if held is None:
-            held = holds(rule, act)
+            held = holds(rule, act) if rule.cedar is None else rule.cedar.denies(self.ctx, payload)
         if not held:
             return CONTINUE, False
         if rule.ask:
@@ -110,8 +110,8 @@ class RuleCall:
             if values is not None:
                 value = values[index - start]  # type: ignore[index]
             else:
-                try:
-                    value = rule.condition.eval(act).value()
+                try:  # a Cedar rule (no CEL condition) is evaluated by decide
+                    value = rule.condition.eval(act).value() if rule.cedar is None else None
                 except Exception:  # decide evaluates it again and reads the failure
                     value = None
             index += 1

@@ -71,6 +71,8 @@ class Rule:
     is_global: bool = True
     ask: bool = False  # ``then: ask``: its reason is the ask's, the call is held for an operator
     qualname: str = ""  # ``<file stem>.<name>``, made once (it names the rule on every call's path)
+    #: A Cedar rule's policies (bus._middleware.rules.cedar.CedarCheck): its condition is "Cedar denies".
+    cedar: Any = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "qualname", f"{self.module}.{self.name}")
@@ -90,7 +92,12 @@ def compile_rule(module: str, rule: RuleText, is_global: bool = True) -> Rule:
     body = rule.fields
     text = orjson.dumps(body, option=orjson.OPT_SORT_KEYS).decode()
     identity = hashlib.sha256(f"rule:{module}:{text}".encode()).hexdigest()
-    condition = _compile(body["if"], rule, "if")
+    cedar = None
+    if "cedar" in body:  # a Cedar rule: its policies parsed once (bus._middleware.rules.cedar)
+        from bus._middleware.rules.cedar import check
+
+        cedar = check(body["cedar"], body["default"], rule.file, rule.lines.get("cedar", rule.line))
+    condition = _compile(body["if"], rule, "if") if cedar is None else None
     then = body["then"]
     asked = then.get("ask")
     reason = _template(then["cancel"], rule) if "cancel" in then else _template(asked, rule) if asked else ()
@@ -104,7 +111,7 @@ def compile_rule(module: str, rule: RuleText, is_global: bool = True) -> Rule:
         text=text,
         identity=identity,
         condition=condition,
-        source=body["if"],
+        source=body["if"] if cedar is None else body["cedar"],
         reason=reason,
         patch=then.get("patch"),
         ask=asked is not None,
@@ -112,6 +119,7 @@ def compile_rule(module: str, rule: RuleText, is_global: bool = True) -> Rule:
         enabled=body["enabled"],
         decls=decls,
         is_global=is_global,
+        cedar=cedar,
     )
 
 

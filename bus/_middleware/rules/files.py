@@ -33,6 +33,7 @@ SHORTHANDS: Final = {
 }
 RULE_FIELDS: Final = frozenset(
     {"name", "stage", "match", "when", "if", "then", "reason", "priority", "enabled", "fail_closed", "mode"}
+    | {"cedar", "default"}  # a Cedar rule (bus._middleware.rules.cedar): policies instead of if
 )
 FILE_FIELDS: Final = frozenset({"rules", "global"})
 MODES: Final = ("enforce", "shadow")
@@ -146,11 +147,16 @@ def _check(item: Any, file: str, line: int, lines: Mapping[str, int]) -> dict[st
     out: dict[str, Any] = {"name": name, "stage": _stages(item.get("stage"), fault)}
     out["match"] = _names(item.get("match"), "match", fault)
     out["when"] = _when(item.get("when"), fault)
-    condition = item.get("if", "true")
-    if not isinstance(condition, str) or not condition.strip():
-        raise fault("if", "if must be a CEL expression (text)")
-    out["if"] = condition.strip()
-    out["then"] = _then(item.get("then", "continue"), item.get("reason"), fault)
+    if "cedar" in item:
+        out.update(_cedar(item, fault))
+    else:
+        if "default" in item:
+            raise fault("default", "default (allow or deny) is for cedar rules")
+        condition = item.get("if", "true")
+        if not isinstance(condition, str) or not condition.strip():
+            raise fault("if", "if must be a CEL expression (text)")
+        out["if"] = condition.strip()
+        out["then"] = _then(item.get("then", "continue"), item.get("reason"), fault)
     priority = item.get("priority", 0)
     if isinstance(priority, bool) or not isinstance(priority, int) or abs(priority) > 1_000_000:
         raise fault("priority", "priority must be an integer from -1000000 to 1000000")
@@ -165,6 +171,23 @@ def _check(item: Any, file: str, line: int, lines: Mapping[str, int]) -> dict[st
         raise fault("mode", f"mode must be one of {', '.join(MODES)}, not {mode!r}")
     out["mode"] = mode
     return out
+
+
+def _cedar(item: Mapping[str, Any], fault: Any) -> dict[str, Any]:
+    """A Cedar rule's fields (docs/rules.md): its policies, its default, and a cancel or ask when Cedar denies."""
+    if "if" in item:
+        raise fault("if", "a rule has if (CEL) or cedar (policies), not both")
+    policies = item["cedar"]
+    if not isinstance(policies, str) or not policies.strip():
+        raise fault("cedar", "cedar must be Cedar policy text (permit/forbid statements)")
+    default = item.get("default", "deny")
+    if default not in ("deny", "allow"):
+        raise fault("default", f"default must be deny or allow, not {default!r}")
+    then = item.get("then", "cancel")
+    if then not in ("cancel", "ask") and not (isinstance(then, dict) and set(then) <= {"cancel", "ask"}):
+        raise fault("then", "a cedar rule's then is cancel or ask (what a denied call gets)")
+    reason = item.get("reason", "forbidden by a Cedar policy")
+    return {"cedar": policies.strip(), "default": default, "then": _then(then, reason, fault)}
 
 
 def _stages(value: Any, fault: Any) -> list[str]:

@@ -59,7 +59,7 @@ def run_of(links: Sequence[Any], start: int) -> RuleRun | None:
 def _rules(links: Sequence[Any], start: int) -> tuple[Rule, ...]:
     out: list[Rule] = []
     for link in links[start:]:
-        if link.rule is None:
+        if link.rule is None or link.rule.cedar is not None:  # a Cedar rule is asked by itself
             break
         out.append(link.rule)
     return tuple(out)
