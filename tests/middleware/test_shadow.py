@@ -136,3 +136,25 @@ async def test_shadow_report_counts_a_module_handlers_would_be_decisions(tmp_pat
         assert "would_cancel: 2" in text and "agent=eva session=s7" in text and "no rm" in text, text
     finally:
         up.close()
+
+
+async def test_the_same_switch_puts_an_enforcing_rule_in_shadow(nats_url: str, tmp_path: Path) -> None:
+    stem = unique("ruled")
+    stage = f"custom.{unique('r')}"
+    path = tmp_path / f"{stem}.yaml"
+    condition = 'payload.command == "rm"'
+    path.write_text(f"rules:\n  - name: no-rm\n    stage: {stage}\n    if: '{condition}'\n    then: cancel\n")
+    name = f"{stem}.no-rm"
+    async with Bus(nats_url, rules=[path]) as bus:
+        await bus.middleware.start()
+        journal = await JournalRecorder().attach(bus)
+        assert await bus.intercept(stage, {"command": "rm"}) == Cancel("cancelled by a rule", name)
+        await shadow_handler(bus, name)
+        await wait_until(lambda: _in_shadow(bus, stage, name), what="the rule in shadow")
+        assert await bus.intercept(stage, {"command": "rm"}) == Continue()
+        await wait_until(lambda: any(e.decision == "would_cancel" for e in journal.entries), what="would_cancel")
+        await shadow_handler(bus, name, on=False)
+        await wait_until(lambda: _in_shadow(bus, stage, name, shadow=False), what="the rule enforcing again")
+        assert await bus.intercept(stage, {"command": "rm"}) == Cancel("cancelled by a rule", name)
+    [would] = [e for e in journal.entries if e.decision == "would_cancel"]
+    assert would.who == name and (would.cause or "").startswith(f"payload {payload_hash({'command': 'rm'})}")
