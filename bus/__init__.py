@@ -82,6 +82,7 @@ if TYPE_CHECKING:
     from bus._switching import enable_handler as enable_handler
     from bus._switching import grant_handler as grant_handler
     from bus._switching import revoke_handler as revoke_handler
+    from bus._switching import shadow_handler as shadow_handler
     from bus._transport.endpoints import Credentials as Credentials
     from bus._transport.server import NatsServer as NatsServer
     from bus._turns.server import TurnRequest as TurnRequest
