@@ -21,8 +21,12 @@ from nats.js import api
 from bus._core.errors import RegistryError
 from bus._core.subjects import kv_key_subject, kv_stream
 from bus._transport.connection import jetstream_replicas
+from bus._transport.kv_mirror import origin_prefix, remote_domain, write_prefix
 
 log = logging.getLogger("hookbus.registry")
+
+#: JetStream's error code for a write whose expected last subject sequence did not match.
+_WRONG_LAST_SEQUENCE = 10071
 
 #: What a bucket operation may raise from nats-py (and asyncio, for a timed-out request).
 _FAILURES = (nats_errors.Error, js_errors.Error, TimeoutError)
@@ -100,10 +104,21 @@ class KvWatch:
 class Bucket:
     """One JetStream KV bucket: get, put, create, delete, watch."""
 
-    def __init__(self, name: str, kv: Any, js: Any = None) -> None:
+    def __init__(self, name: str, kv: Any, js: Any = None, write: str | None = None) -> None:
         self.name = name
         self._kv = kv
         self._js = js
+        #: A local mirror's writes go to its origin under this prefix (kv_mirror.write_prefix); None: nats-py's.
+        self._origin = write
+
+    @property
+    def cross_domain(self) -> bool:
+        """True when writes go to another JetStream domain: a local mirror of the hub's bucket, or the hub's own."""
+        return self._origin is not None
+
+    async def _publish(self, key: str, value: bytes, headers: dict[str, str] | None = None) -> int:
+        """A write to a mirror's origin: what nats-py's put does, on the origin's subject."""
+        return int((await self._js.publish(f"{self._origin}{key}", value, headers=headers)).seq)
 
     async def get(self, key: str) -> KvEntry | None:
         """The key's current entry, None if it does not exist or was deleted."""
@@ -117,6 +132,8 @@ class Bucket:
     async def put(self, key: str, value: bytes) -> int:
         """Store ``value`` under ``key``; returns the new revision."""
         try:
+            if self._origin is not None:
+                return await self._publish(key, value)
             return int(await self._kv.put(key, value))
         except _FAILURES as exc:
             raise _failed(self.name, f"put {key}", exc) from None
@@ -124,6 +141,8 @@ class Bucket:
     async def create(self, key: str, value: bytes) -> bool:
         """Store ``value`` only if ``key`` holds nothing; False if it already does."""
         try:
+            if self._origin is not None:
+                return await self._create_at_origin(key, value)
             await self._kv.create(key, value)
         except js_errors.KeyWrongLastSequenceError:
             return False
@@ -131,8 +150,32 @@ class Bucket:
             raise _failed(self.name, f"create {key}", exc) from None
         return True
 
+    async def _create_at_origin(self, key: str, value: bytes) -> bool:
+        """nats-py's create on the origin: only over nothing, or over the key's delete marker."""
+        if await self._write_after(key, value, 0):
+            return True
+        try:
+            await self._kv._get(key)  # as nats-py's create does: its public get hides a delete marker's revision
+            return False  # a live value: taken
+        except js_errors.KeyDeletedError as deleted:
+            return await self._write_after(key, value, deleted.entry.revision or 0)
+        except js_errors.KeyNotFoundError:
+            return False
+
+    async def _write_after(self, key: str, value: bytes, last: int) -> bool:
+        try:
+            await self._publish(key, value, {"Nats-Expected-Last-Subject-Sequence": str(last)})
+        except js_errors.APIError as exc:
+            if exc.err_code == _WRONG_LAST_SEQUENCE:
+                return False
+            raise
+        return True
+
     async def delete(self, key: str) -> None:
         try:
+            if self._origin is not None:
+                await self._publish(key, b"", {"KV-Operation": "DEL"})
+                return
             await self._kv.delete(key)
         except _FAILURES as exc:
             raise _failed(self.name, f"delete {key}", exc) from None
@@ -203,13 +246,16 @@ async def bind_bucket(nc: Any, name: str, ttl_s: float | None = None) -> Bucket:
     """Bind to a bucket, creating it on first use (keys expire after ``ttl_s``); RegistryError when JetStream is off."""
     js = nc.jetstream()
     try:
-        return Bucket(name, await js.key_value(name), js)
+        return await _bound(js, name)
     except js_errors.BucketNotFoundError:
         pass
     except (js_errors.ServiceUnavailableError, nats_errors.NoRespondersError, nats_errors.TimeoutError) as exc:
         raise RegistryError(
             f"JetStream is not available on this server ({type(exc).__name__}); run nats-server with -js"
         ) from None
+    hub = await remote_domain(nc)
+    if hub is not None:
+        return await _bound_at(nc, hub, name)
     try:
         await js.add_stream(bucket_config(name, ttl_s, jetstream_replicas(nc)))
     except js_errors.BadRequestError:
@@ -222,15 +268,36 @@ async def bind_bucket(nc: Any, name: str, ttl_s: float | None = None) -> Bucket:
     except _FAILURES as exc:
         raise _failed(name, "create", exc) from None
     try:
-        return Bucket(name, await js.key_value(name), js)
+        return await _bound(js, name)
     except _FAILURES as exc:
         raise _failed(name, "bind", exc) from None
+
+
+async def _bound_at(nc: Any, domain: str, name: str) -> Bucket:
+    """Bucket ``name`` of another JetStream domain (the hub's), read and written across the leaf link."""
+    js = nc.jetstream(domain=domain)
+    try:
+        return Bucket(name, await js.key_value(name), js, origin_prefix(domain, name))
+    except js_errors.BucketNotFoundError:
+        raise RegistryError(
+            f"the {name} bucket does not exist in domain {domain!r}: start 'hookbus up' there"
+        ) from None
+    except _FAILURES as exc:
+        raise _failed(name, f"bind in domain {domain}", exc) from None
+
+
+async def _bound(js: Any, name: str) -> Bucket:
+    """The bucket ``name`` as this server's JetStream holds it: a bucket of its own, or a local mirror."""
+    kv = await js.key_value(name)
+    return Bucket(name, kv, js, write_prefix((await js.stream_info(kv_stream(name))).config))
 
 
 async def ensure_bucket(nc: Any, name: str, ttl_s: float | None = None) -> Bucket:
     """What ``hookbus up`` does (as the bus role): open the bucket, and bring one an older hookbus made
     (rollup headers allowed, purges not denied) to :func:`bucket_config`'s; RegistryError if refused."""
     bucket = await bind_bucket(nc, name, ttl_s)
+    if bucket.cross_domain:
+        return bucket  # the origin's config is the hub's to keep
     js = nc.jetstream()
     try:
         info = await js.stream_info(kv_stream(name))

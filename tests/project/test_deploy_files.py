@@ -15,7 +15,7 @@ DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 COMPOSE = DEPLOY / "compose" / "docker-compose.yml"
 
 
-@pytest.mark.parametrize("conf", sorted((DEPLOY / "nats").glob("*.conf")), ids=lambda p: p.name)
+@pytest.mark.parametrize("conf", sorted((DEPLOY / "nats").rglob("*.conf")), ids=lambda p: p.name)
 def test_nats_configs_pass_nats_server_t(conf: Path) -> None:
     done = subprocess.run(
         [find_binary(), "-t", "-c", str(conf)], capture_output=True, text=True, check=False, cwd=conf.parent

@@ -1,0 +1,229 @@
+"""deploy/nats/topology: a hub and two leaf nodes, each leaf in a JetStream domain of its own with
+mirrors of the hub's buckets, started from the shipped files (ports and stores templated)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import nats
+import nats.errors
+import pytest
+
+from bus import Bus, Cancel, Continue, Module, NatsServer, Stage
+from bus._core.subjects import MODULES_BUCKET, PRESENCE_BUCKET, RULES_BUCKET, kv_stream
+from bus._presence import MAX_AGE_S
+from bus._transport.kv_mirror import DOMAIN_ENV, MIRRORED
+from bus.testing import serving, wait_for_chain
+from tests.conftest import as_user, run_cli
+from tests.support.waiting import wait_until
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "nats"
+RM = {"name": "shell", "input": {"command": "rm -rf /"}}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Topology:
+    hub: NatsServer
+    leaf_a: NatsServer
+    leaf_b: NatsServer
+
+
+def templated(folder: Path, leaf_port: int) -> Path:
+    """The shipped permissions and topology files under ``folder``: loopback ports, stores in ``folder``."""
+    (folder / "topology").mkdir()
+    permissions = (DEPLOY / "permissions.conf").read_text()
+    (folder / "permissions.conf").write_text(permissions.replace("0.0.0.0:8222", "127.0.0.1:0"))
+    for name in ("hub", "leaf-a", "leaf-b"):
+        text = (DEPLOY / "topology" / f"{name}.conf").read_text()
+        link = "0.0.0.0:7422" if name == "hub" else "@hub:7422"
+        for shipped in ("/data/jetstream", "0.0.0.0:8222", link):
+            assert shipped in text, f"{name}.conf changed shape: no {shipped}"
+        text = text.replace("/data/jetstream", str(folder / name / "jetstream")).replace("0.0.0.0:8222", "127.0.0.1:0")
+        text = text.replace("0.0.0.0:7422", f"127.0.0.1:{leaf_port}").replace("@hub:7422", f"@127.0.0.1:{leaf_port}")
+        (folder / "topology" / f"{name}.conf").write_text(text)
+    return folder / "topology"
+
+
+@pytest.fixture(scope="module")
+def topology(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Topology]:
+    files = templated(tmp_path_factory.mktemp("topology"), free_port())
+    with (
+        NatsServer(config_file=files / "hub.conf", jetstream=False) as hub,
+        NatsServer(config_file=files / "leaf-a.conf", jetstream=False) as leaf_a,
+        NatsServer(config_file=files / "leaf-b.conf", jetstream=False) as leaf_b,
+    ):
+        yield Topology(hub, leaf_a, leaf_b)
+
+
+async def linked(server: NatsServer) -> None:
+    """Wait until ``server`` (a leaf) reaches the hub's JetStream over its leaf node link."""
+    nc = await nats.connect(as_user(server, "operator"))
+    try:
+
+        async def reaches_hub() -> bool:
+            try:
+                return (await nc.jetstream(domain="hub").account_info()).domain == "hub"
+            except (nats.errors.Error, TimeoutError):
+                return False
+
+        await wait_until(reaches_hub, what=f"{server.url} linked to the hub")
+        assert (await nc.jetstream().account_info()).domain in ("leaf-a", "leaf-b")
+    finally:
+        await nc.close()
+
+
+async def _buckets_on_the_hub(topology: Topology) -> None:
+    async with Bus(as_user(topology.hub, "operator")) as op:
+        await op.middleware.start()
+        await op.port.ensure_bucket(RULES_BUCKET)
+        await op.port.ensure_bucket(PRESENCE_BUCKET, MAX_AGE_S)
+    for leaf in (topology.leaf_a, topology.leaf_b):
+        await linked(leaf)
+
+
+@pytest.fixture(scope="module")
+def mirrored(topology: Topology) -> Topology:
+    """`hookbus up`'s buckets on the hub (as the operator), then `hookbus mirror --from hub` on each leaf."""
+    asyncio.run(_buckets_on_the_hub(topology))
+    for leaf in (topology.leaf_a, topology.leaf_b):
+        done = run_cli("mirror", "--from", "hub", "--nats-url", as_user(leaf, "operator"))
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.count("mirrored from hub") == len(MIRRORED), done.stdout
+        again = run_cli("mirror", "--from", "hub", "--nats-url", as_user(leaf, "operator"))
+        assert again.returncode == 0 and again.stdout.count("already a mirror") == len(MIRRORED), again.stdout
+    return topology
+
+
+def guard_module() -> Module:
+    guard = Module("guard")
+
+    @guard.stage(Stage.TOOL_CALL, fail_closed=True)
+    async def no_rm(stage: str, payload: dict[str, Any]) -> Cancel | Continue:
+        return Cancel("only by hand") if "rm" in payload["input"]["command"] else Continue()
+
+    return guard
+
+
+async def stored_keys(server: NatsServer, domain: str | None, bucket: str) -> set[str]:
+    nc = await nats.connect(as_user(server, "operator"))
+    try:
+        js = nc.jetstream(domain=domain)
+        info = await js.stream_info(kv_stream(bucket), subjects_filter=">")
+        return set(info.state.subjects or {})
+    finally:
+        await nc.close()
+
+
+async def test_a_module_on_one_leaf_serves_an_agent_on_the_other_through_local_mirrors(
+    mirrored: Topology, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(DOMAIN_ENV, "hub")
+    async with (
+        serving(guard_module(), as_user(mirrored.leaf_b, "module-guard")),
+        Bus(as_user(mirrored.leaf_a, "agent-eva"), managed=["guard.no_rm"]) as eva,
+    ):
+        await wait_for_chain(eva, "tool.call", ["guard.no_rm"])
+        view = await eva.middleware.start()
+        assert all(bucket.cross_domain for bucket in (view._modules_kv, view._trust_kv, view.guards_kv))
+        decision = await eva.intercept(Stage.TOOL_CALL, RM)
+        assert decision == Cancel("only by hand", "guard.no_rm")
+        ok = await eva.intercept(Stage.TOOL_CALL, {"name": "shell", "input": {"command": "ls"}})
+        assert isinstance(ok, Continue)
+    # The announcement went through the hub: the hub's bucket has it, and each leaf's copy too.
+    announced = "$KV.hookbus_modules.guard."
+    hub_keys = await stored_keys(mirrored.hub, None, MODULES_BUCKET)
+    assert any(key.startswith(announced) for key in hub_keys), hub_keys
+
+    async def copied(leaf: NatsServer) -> bool:
+        return any(key.startswith(announced) for key in await stored_keys(leaf, None, MODULES_BUCKET))
+
+    for leaf in (mirrored.leaf_a, mirrored.leaf_b):
+        await wait_until(lambda leaf=leaf: copied(leaf), what=f"the announcement in {leaf.url}'s mirror")
+
+
+class Refusals:
+    """A raw connection as ``user`` that records the server's permission refusals."""
+
+    def __init__(self) -> None:
+        self.denied: list[str] = []
+
+    async def connect(self, server: NatsServer, user: str) -> Any:
+        async def error(exc: Exception) -> None:
+            if "permissions violation" in str(exc).lower():
+                self.denied.append(str(exc))
+
+        return await nats.connect(
+            as_user(server, user), error_cb=error, allow_reconnect=False, inbox_prefix=f"_INBOX.{user}"
+        )
+
+
+async def test_a_module_on_a_leaf_cannot_announce_as_another_through_the_hub_prefix(mirrored: Topology) -> None:
+    refusals = Refusals()
+    nc = await refusals.connect(mirrored.leaf_b, "module-audit")
+    try:
+        forged = "$JS.hub.API.$KV.hookbus_modules.guard.forged"
+        with pytest.raises((nats.errors.NoRespondersError, nats.errors.TimeoutError)):
+            await nc.request(forged, b'{"forged": true}', timeout=1)
+        await nc.flush()
+        await wait_until(lambda: refusals.denied, what="the refusal of the forged announcement")
+        assert forged.lower() in refusals.denied[0].lower()
+    finally:
+        await nc.close()
+    assert not any(key.endswith(".guard.forged") for key in await stored_keys(mirrored.hub, None, MODULES_BUCKET))
+
+
+async def test_an_agent_on_a_leaf_cannot_shadow_a_bucket_in_the_leafs_domain(mirrored: Topology) -> None:
+    refusals = Refusals()
+    nc = await refusals.connect(mirrored.leaf_a, "agent-eva")
+    try:
+        with pytest.raises((nats.errors.NoRespondersError, nats.errors.TimeoutError)):
+            await nc.request("$JS.API.STREAM.CREATE.KV_hookbus_shadow", b'{"name": "KV_hookbus_shadow"}', timeout=1)
+        await wait_until(lambda: refusals.denied, what="the refusal of the stream create")
+    finally:
+        await nc.close()
+
+
+async def test_a_bucket_with_no_mirror_on_a_leaf_is_bound_at_the_hub_never_made_locally(
+    mirrored: Topology, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Even as the operator (who may create streams anywhere): with HOOKBUS_KV_DOMAIN naming the hub, a bucket
+    missing from the leaf is the hub's, read and written across the link, never a second one on the leaf."""
+    async with Bus(as_user(mirrored.hub, "operator")) as op:
+        await op.port.ensure_bucket("hookbus_unmirrored")
+    monkeypatch.setenv(DOMAIN_ENV, "hub")
+    async with Bus(as_user(mirrored.leaf_a, "operator")) as op:
+        bucket = await op.port.open_bucket("hookbus_unmirrored")
+        assert bucket.cross_domain
+        await bucket.put("k", b"v")
+        assert await bucket.create("k", b"again") is False
+        await bucket.delete("k")
+        assert await bucket.create("k", b"after-delete") is True
+        with pytest.raises(Exception, match="not found"):
+            await op.port.nc.jetstream().stream_info(kv_stream("hookbus_unmirrored"))
+    async with Bus(as_user(mirrored.hub, "operator")) as op:
+        entry = await (await op.port.open_bucket("hookbus_unmirrored")).get("k")
+        assert entry is not None and entry.value == b"after-delete"
+
+
+async def test_a_server_without_the_leaf_password_is_refused_as_a_leaf(mirrored: Topology, tmp_path: Path) -> None:
+    hub_conf = (mirrored.hub.config_file or Path()).read_text()
+    port = hub_conf.split("listen: 127.0.0.1:")[-1].split()[0]
+    rogue = tmp_path / "rogue.conf"
+    rogue.write_text(f'leafnodes {{ remotes: [ {{ url: "nats-leaf://leaf:guessed@127.0.0.1:{port}" }} ] }}\n')
+    with NatsServer(config_file=rogue, jetstream=False):
+
+        def refused() -> bool:
+            return "authentication error" in mirrored.hub.log_path.read_text(errors="replace").lower()
+
+        await wait_until(refused, what="the hub refusing the rogue leaf")
