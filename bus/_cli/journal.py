@@ -80,6 +80,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         ),
     )
     add_workspace(sink, "workspace where journal.db and the JSONL files go, created if missing")
+    sink.add_argument(
+        "--group",
+        metavar="NAME",
+        help=(
+            "share one durable consumer with every sink of group NAME (one per workspace): each entry is stored "
+            "by one of them; each chains and signs its own share (hookbus journal verify says so)"
+        ),
+    )
     sink.add_argument("--host", default="127.0.0.1", help="address /metrics binds (default: 127.0.0.1)")
     add_metrics_port(sink)
     add_nats_url(sink, connect_s=SERVICE_CONNECT_S)  # a service may start before its server
@@ -216,10 +224,12 @@ async def run_sink(args: argparse.Namespace) -> int:
     async with AsyncExitStack() as stack:
         metrics = serve_metrics(stack, args.host, args.metrics_port)
         bus = await stack.enter_async_context(Bus(args.nats_url, name="hookbus-journal-sink", **connection_args(args)))
-        sink = JournalSink(bus, resolve_workspace(args).path)
+        sink = JournalSink(bus, resolve_workspace(args).path, group=args.group)
         parts = [component("journal_sink", "journal", str(sink.store.path))]
         await stack.enter_async_context(presence(bus, "hookbus journal-sink", parts))
         print(f"journal sink: {sink.store.path}" + (f", metrics {metrics}" if metrics else ""), flush=True)
         print(f"journal key: {sink.key.public_key}", flush=True)
+        if sink.group:
+            print(f"journal sink group {sink.group}: consumer {sink.durable}, this journal keeps a share", flush=True)
         await sink.run(stop)
     return 0

@@ -80,6 +80,12 @@ async def run_verify(args: argparse.Namespace) -> int:
         print(f"journal verify: {finding}", file=sys.stderr)
     for kind, count in sorted(report.unsigned.items()):
         print(f"journal verify: {kind}: the last {count} entries are not signed by a checkpoint yet", file=sys.stderr)
+    for group in report.groups:
+        print(
+            f"journal verify: one of the sinks of group {group}: its chains are its own, over the entries it took; "
+            "the group's other sinks hold the rest (verify each one's journal)",
+            file=sys.stderr,
+        )
     if report.unchained:
         print(f"journal verify: {report.unchained} entries from before the chain (not checked)", file=sys.stderr)
     state = "holds" if report.ok else "BROKEN"

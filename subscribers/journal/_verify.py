@@ -21,6 +21,7 @@ from typing import Any
 
 from subscribers.journal._chain import GENESIS, record_hash
 from subscribers.journal._checkpoints import signature_holds
+from subscribers.journal._groups import group_of
 
 
 @dataclass(slots=True)
@@ -45,6 +46,8 @@ class Report:
     findings: list[Finding] = field(default_factory=list)
     unsigned: dict[str, int] = field(default_factory=dict)
     unchained: int = 0
+    #: The sink groups whose consumer the checkpoints name: this journal is one share of a group's entries.
+    groups: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -69,7 +72,7 @@ def verify(
     ``from_start`` False (``--since``, a rotated JSONL file) takes each chain's
     first record as it comes: its place and ``prev`` are trusted, the rest is checked.
     """
-    report = Report()
+    report = Report(groups=sorted({g for cp in checkpoints if (g := group_of(str(cp.get("sink", "")))) is not None}))
     by_kind: dict[str, list[dict[str, Any]]] = {}
     for record in records:
         report.entries += 1

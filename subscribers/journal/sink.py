@@ -47,6 +47,7 @@ from bus._service import ServiceContext
 from bus._transport.streams import PullConsumer, StreamMessage, ack, nak
 from subscribers.journal._chain import Chains
 from subscribers.journal._checkpoints import Checkpointer, JournalKey, last_signed
+from subscribers.journal._groups import durable_for_group
 from subscribers.journal._store import DB_NAME, JSONL_DIR, JournalStore, JsonlWriter, Received
 
 log = logging.getLogger("hookbus.journal")
@@ -107,14 +108,26 @@ CONSUMER_CHECK_S: Final = 2.0
 class JournalSink:
     """Moves journal entries from the stream into the workspace's SQLite and JSONL files."""
 
-    def __init__(self, bus: Bus, workspace: Path, durable: str | None = None, *, chained: bool = True) -> None:
-        """``chained`` False stores entries unchained and unsigned: only bench/bench_audit.py's baseline does."""
+    def __init__(
+        self,
+        bus: Bus,
+        workspace: Path,
+        durable: str | None = None,
+        *,
+        chained: bool = True,
+        group: str | None = None,
+        batch: int = BATCH,
+    ) -> None:
+        """``chained`` False stores entries unchained and unsigned: only bench/bench_audit.py's baseline does.
+        ``group``: share one consumer with the group's other sinks (:func:`durable_for_group`)."""
         register_metrics()
+        self._batch = batch
         self._chained = chained
         self.bus = bus
         self.store = JournalStore(workspace / DB_NAME)
         self.jsonl = JsonlWriter(workspace / JSONL_DIR)
-        self.durable = durable or durable_for(workspace)
+        self.group = group
+        self.durable = durable or (durable_for_group(group) if group else durable_for(workspace))
         # The chains go on where this database's left off; the checkpoints from its last signed ones.
         self.chains = Chains(self.store.heads())
         self.key = JournalKey.of_workspace(workspace)
@@ -143,7 +156,7 @@ class JournalSink:
             while not stop.is_set():
                 fetching, ahead = ahead, None
                 try:
-                    batch = await (fetching or sub.fetch(BATCH, timeout=0.5))
+                    batch = await (fetching or sub.fetch(self._batch, timeout=0.5))
                 except JournalError as exc:
                     log.warning("journal sink: %s; retrying", exc)
                     await asyncio.sleep(0.5)
@@ -154,7 +167,7 @@ class JournalSink:
                 if batch:
                     # The next batch comes while this one is written (SQLite and JSONL in threads): the
                     # store rate is the slower of the two, not their sum (bench/bench_scale.py, journal).
-                    ahead = asyncio.create_task(sub.fetch(BATCH, timeout=0.5), name="journal-sink-fetch")
+                    ahead = asyncio.create_task(sub.fetch(self._batch, timeout=0.5), name="journal-sink-fetch")
                     await self._store(batch)
                 elif loop.time() - checked >= CONSUMER_CHECK_S:  # idle: is the consumer still there?
                     checked = loop.time()
