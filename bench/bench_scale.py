@@ -49,7 +49,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import scale_curves, scale_decisions
+from bench import scale_curves, scale_decisions, scale_registry
 from bench.common import print_table, rss_mib
 from bus import Bus, Continue, Module, NatsServer
 from bus.testing import wait_for_chain
@@ -281,7 +281,7 @@ async def modules_child(url: str, tag: str, first: int, count: int) -> None:
     async with Bus(url, name="scale-modules") as bus:
         tasks = []
         for index in range(first, first + count):
-            module = Module(f"scale_{tag}_m{index}", heartbeat=1.0)
+            module = Module(f"scale_{tag}_m{index}", heartbeat=None if tag.startswith("p2") else 1.0)
 
             async def allow(stage: str, payload: dict[str, Any]) -> Continue:
                 return Continue()
@@ -568,7 +568,7 @@ async def chains_curve(server: NatsServer, lengths: list[int], calls: int) -> No
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="smaller curves (about a minute)")
-    parser.add_argument("--only", default="agents,registry,chains,decisions,hooks,journal,fleet,cluster")
+    parser.add_argument("--only", default="agents,registry,registry-idle,chains,decisions,hooks,journal,fleet,cluster")
     parser.add_argument("--seconds", type=float, default=8.0, help="emitting time per agents row")
     parser.add_argument("--agents-child", nargs=4, help=argparse.SUPPRESS)
     parser.add_argument("--modules-child", nargs=4, help=argparse.SUPPRESS)
@@ -591,6 +591,10 @@ async def main() -> None:
         if "agents" in only:
             sizes = [1, 10, 100] if args.quick else [1, 10, 100, 1000]
             await agents_curve([server], sizes, 4.0 if args.quick else args.seconds, "one server")
+        if "registry-idle" in only:
+            await scale_registry.idle_curve(
+                server, child, read_line, tell, 50, [1, 10, 100], 5.0 if args.quick else 10.0
+            )
         if "registry" in only:
             grid = (
                 [(1, 1), (10, 10), (50, 10)]
