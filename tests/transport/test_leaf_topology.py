@@ -16,6 +16,7 @@ import pytest
 
 from bus import Bus, Cancel, Continue, Module, NatsServer, Stage
 from bus._core.subjects import MODULES_BUCKET, PRESENCE_BUCKET, RULES_BUCKET, kv_stream
+from bus._middleware.registry import request_subject
 from bus._presence import MAX_AGE_S
 from bus._transport.kv_mirror import DOMAIN_ENV, MIRRORED
 from bus.testing import serving, wait_for_chain
@@ -115,6 +116,26 @@ def guard_module() -> Module:
     return guard
 
 
+async def answered_from(server: NatsServer, subject: str) -> None:
+    """Wait until a request on ``subject`` from ``server`` finds a responder: the module's interest crossed
+    the hub to this leaf (its announcement may arrive through the mirror before that)."""
+    nc = await nats.connect(as_user(server, "operator"))
+
+    async def found() -> bool:
+        try:
+            await nc.request(subject, b"{}", timeout=1)
+        except nats.errors.NoRespondersError:
+            return False
+        except nats.errors.TimeoutError:
+            pass  # someone is there, and took its time over a request it cannot read
+        return True
+
+    try:
+        await wait_until(found, what=f"a responder on {subject} seen from {server.url}")
+    finally:
+        await nc.close()
+
+
 async def stored_keys(server: NatsServer, domain: str | None, bucket: str) -> set[str]:
     nc = await nats.connect(as_user(server, "operator"))
     try:
@@ -135,6 +156,8 @@ async def test_a_module_on_one_leaf_serves_an_agent_on_the_other_through_local_m
     ):
         await wait_for_chain(eva, "tool.call", ["guard.no_rm"])
         view = await eva.middleware.start()
+        guard = next(ann for ann, _ in view.instances.values() if ann.module == "guard")
+        await answered_from(mirrored.leaf_a, request_subject(guard))
         assert all(bucket.cross_domain for bucket in (view._modules_kv, view._trust_kv, view.guards_kv))
         decision = await eva.intercept(Stage.TOOL_CALL, RM)
         assert decision == Cancel("only by hand", "guard.no_rm")
