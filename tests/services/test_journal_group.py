@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from bus import Bus
+from bus import Bus, NatsServer
 from bus._core.errors import ConfigError
 from bus._journal.entries import JournalEntry, ensure_journal_stream, publish_entry
 from subscribers.journal._groups import durable_for_group, group_of
 from subscribers.journal._store import DB_NAME, JournalStore
 from subscribers.journal.sink import JournalSink
-from tests.conftest import run_cli
+from tests.conftest import hookbus_cmd, run_cli
 from tests.support.waiting import wait_until
 
 N = 400
@@ -65,3 +67,36 @@ def test_a_group_name_is_one_consumer_token() -> None:
     for bad in ("", "a.b", "a b", "x" * 65, "a>"):
         with pytest.raises(ConfigError):
             durable_for_group(bad)
+
+
+async def test_two_sink_processes_of_a_group_share_the_journal(own_server: NatsServer, tmp_path: Path) -> None:
+    env = {**os.environ, "NATS_URL": own_server.url}
+    sinks: list[subprocess.Popen[str]] = []
+    async with Bus(own_server.url) as bus:
+        await ensure_journal_stream(bus.port)
+        try:
+            for name in ("a", "b"):
+                cmd = [*hookbus_cmd(), "journal-sink", "--workspace", str(tmp_path / name), "--group", "fleet"]
+                sink = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True)
+                sinks.append(sink)
+                assert sink.stdout is not None
+                lines = [await asyncio.to_thread(sink.stdout.readline) for _ in range(3)]
+                assert "journal sink group fleet: consumer hookbus-journal-group-fleet" in lines[2], lines
+            for i in range(200):
+                await publish_entry(
+                    bus.port,
+                    JournalEntry(kind="trigger", point="tool.call", phase="run", who=f"p{i}", decision="fired"),
+                )
+            await bus.flush()
+
+            def stored() -> int:
+                return sum(len(whos(tmp_path / name)) for name in ("a", "b") if (tmp_path / name / DB_NAME).exists())
+
+            await wait_until(lambda: stored() >= 200, 60, "the group's processes to store every entry")
+        finally:
+            for sink in sinks:
+                sink.terminate()
+            for sink in sinks:
+                sink.communicate(timeout=20)
+    assert [sink.returncode for sink in sinks] == [0, 0]
+    assert sorted(whos(tmp_path / "a") + whos(tmp_path / "b")) == sorted(f"p{i}" for i in range(200))
