@@ -325,6 +325,22 @@ def kv_key_subject(bucket: str, key: str = "") -> str:
     return f"$KV.{bucket}.{key}"
 
 
+def kv_bucket_of_stream(stream: str) -> str:
+    """The bucket whose stream is ``stream`` (:func:`kv_stream` undone; any other name as it is)."""
+    return stream[len("KV_") :] if stream.startswith("KV_") else stream
+
+
+def js_domain_api(domain: str) -> str:
+    """The API prefix reaching JetStream domain ``domain`` from any server linked to it."""
+    return f"$JS.{domain}.API"
+
+
+def kv_key_subject_via(api: str, bucket: str) -> str:
+    """Where writes to ``bucket`` go through JetStream API prefix ``api`` (another domain's: ADR-8's layout
+    for a mirrored bucket), up to the key."""
+    return f"{api}.{kv_key_subject(bucket)}"
+
+
 #: The JetStream object store holding whole payloads of events over the size limit (the claim check,
 #: docs/protocol.md): the envelope carries a reference to one of its objects and a preview.
 PAYLOADS_BUCKET = "hookbus_payloads"

@@ -33,6 +33,9 @@ from bus._core.subjects import (
     PRESENCE_BUCKET,
     RULES_BUCKET,
     TRUST_BUCKET,
+    js_domain_api,
+    kv_bucket_of_stream,
+    kv_key_subject_via,
     kv_stream,
 )
 
@@ -52,11 +55,6 @@ def kv_domain(environ: Mapping[str, str] | None = None) -> str | None:
     return value or None
 
 
-def domain_api(domain: str) -> str:
-    """The API prefix reaching ``domain``'s JetStream from any server linked to it."""
-    return f"$JS.{domain}.API"
-
-
 def write_prefix(config: Any) -> str | None:
     """Where puts to a bucket whose stream has ``config`` go: None for a bucket of its own (nats-py's
     ``$KV.<bucket>.``), the origin's subjects through its domain's API prefix for a mirror of another
@@ -65,15 +63,14 @@ def write_prefix(config: Any) -> str | None:
     external = getattr(mirror, "external", None) if mirror is not None else None
     if mirror is None or external is None or not external.api:
         return None
-    origin = mirror.name[len("KV_") :] if mirror.name.startswith("KV_") else mirror.name
-    return f"{external.api}.$KV.{origin}."
+    return kv_key_subject_via(external.api, kv_bucket_of_stream(mirror.name))
 
 
 def mirror_config(origin: Any, domain: str) -> api.StreamConfig:
     """The stream of a local mirror of the bucket whose stream config is ``origin``, in ``domain``."""
     return api.StreamConfig(
         name=origin.name,
-        mirror=api.StreamSource(name=origin.name, external=api.ExternalStream(api=domain_api(domain))),
+        mirror=api.StreamSource(name=origin.name, external=api.ExternalStream(api=js_domain_api(domain))),
         retention=api.RetentionPolicy.LIMITS,
         storage=api.StorageType.FILE,
         max_age=origin.max_age,
@@ -111,7 +108,7 @@ async def remote_domain(nc: Any) -> str | None:
 
 def origin_prefix(domain: str, name: str) -> str:
     """Where writes to bucket ``name`` of ``domain`` go from a server of another domain."""
-    return f"{domain_api(domain)}.$KV.{name}."
+    return kv_key_subject_via(js_domain_api(domain), name)
 
 
 async def mirror_buckets(nc: Any, source: str, names: Sequence[str] = MIRRORED) -> list[str]:
