@@ -10,8 +10,8 @@ to the origin through the hub domain's API prefix, as ADR-8 lays out for
 mirrored buckets: ``$JS.<hub>.API.$KV.<bucket>.<key>`` (:func:`write_prefix`).
 
 ``HOOKBUS_KV_DOMAIN`` names the domain that holds the buckets (the hub's).
-Set on a leaf's processes, a bucket with no mirror there (the asks, the
-records) is read and written at the hub through that domain's API prefix,
+Set on a leaf's processes, a bucket with no mirror there (the records' buckets,
+say) is read and written at the hub through that domain's API prefix,
 never created on the leaf as a second bucket of the same name that nobody on
 the hub would see.
 """
