@@ -22,27 +22,40 @@ _PATCH_ONLY: Final = {"patch_only": True}
 
 
 @dataclass
-class ToolCall:
+class _Payload:
+    """What every typed payload carries: ``rest``, the fields this SDK does not know, written back untouched."""
+
+    rest: dict[str, Any] = field(default_factory=dict, kw_only=True)
+
+
+@dataclass
+class _TurnPayload(_Payload):
+    """A payload of a stage inside an agent's turn: the agent and the turn it belongs to."""
+
+    agent: str = ""
+    turn: str = ""
+
+
+@dataclass
+class ToolCall(_Payload):
     """tool.call: the tool's stable hook form of the call; a patch with ``result`` short-circuits the tool."""
 
     name: str = ""
     input: dict[str, Any] = field(default_factory=dict)
     result: str | None = field(default=None, metadata=_PATCH_ONLY)
-    rest: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
-class ToolResult:
+class ToolResult(_Payload):
     """tool.result: what the tool returned."""
 
     name: str = ""
     output: str = ""
     is_error: bool = False
-    rest: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
-class LlmRequest:
+class LlmRequest(_Payload):
     """llm.request: the request about to go to the model provider; a patch with ``result`` skips the model."""
 
     model: str = ""
@@ -51,11 +64,10 @@ class LlmRequest:
     max_tokens: int | None = None
     temperature: float | None = None
     result: str | dict[str, Any] | None = field(default=None, metadata=_PATCH_ONLY)
-    rest: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
-class LlmRetry:
+class LlmRetry(_Payload):
     """llm.retry: a transient model error about to be retried; a patch may change ``delay_s`` or ``model``."""
 
     model: str = ""
@@ -64,155 +76,119 @@ class LlmRetry:
     error: str = ""
     delay_s: float = 0.0
     during: str = "connect"
-    rest: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
-class LlmToken:
+class LlmToken(_TurnPayload):
     """llm.token: one streamed chunk (or a batch of them); a patch changes only what the client is streamed."""
 
-    agent: str = ""
-    turn: str = ""
     text: str = ""
     index: int = 0
     final_answer: bool = True
     replace: bool = False
-    rest: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
-class ToolExec:
+class ToolExec(_Payload):
     """tool.exec: the resolved command at the runner's tool-execution boundary (agent_os's before_syscall)."""
 
     name: str = ""
     input: dict[str, Any] = field(default_factory=dict)
     command: list[str] = field(default_factory=list)
-    rest: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
-class ContextEvict:
+class ContextEvict(_TurnPayload):
     """context.evict: the messages about to leave the context window; a patch supplies the ``summary`` kept."""
 
-    agent: str = ""
-    turn: str = ""
     evicted: list[dict[str, Any]] = field(default_factory=list)
     summary: str = ""
     tokens: int = 0
     window_tokens: int = 0
-    rest: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
-class UserMessage:
+class UserMessage(_TurnPayload):
     """user.message: the incoming message; a patch rewrites ``content``, a cancel rejects it."""
 
-    agent: str = ""
-    turn: str = ""
     content: str = ""
-    rest: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
-class AssistantMessage:
+class AssistantMessage(_TurnPayload):
     """assistant.message: the final answer; cancel suppresses, a patch sets ``answer`` or asks ``rework``."""
 
-    agent: str = ""
-    turn: str = ""
     content: str = ""
     round: int = 0
     answer: str | None = field(default=None, metadata=_PATCH_ONLY)
     rework: str | None = field(default=None, metadata=_PATCH_ONLY)
-    rest: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
-class TurnEnd:
+class TurnEnd(_TurnPayload):
     """turn.end: the turn is done; a patch may replace ``answer``, a cancel fails the turn."""
 
-    agent: str = ""
-    turn: str = ""
     answer: str = ""
     rounds: int = 0
     messages_count: int = 0
-    rest: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
-class AgentSpawn:
+class AgentSpawn(_TurnPayload):
     """agent.spawn: a turn is about to start on an agent; a cancel refuses it."""
 
-    agent: str = ""
-    turn: str = ""
     trigger: str | None = None
     depth: int = 0
-    rest: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
-class AgentTerminate:
+class AgentTerminate(_TurnPayload):
     """agent.terminate: a turn's agent loop ended, successfully or not."""
 
-    agent: str = ""
-    turn: str = ""
     success: bool = True
     error: str | None = None
-    rest: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
-class TurnDone:
+class TurnDone(_TurnPayload):
     """turn.done: the model called job_done; a cancel or a patch with ``rework`` hands the correction back."""
 
-    agent: str = ""
-    turn: str = ""
     result: str = ""
     round: int = 0
     rework: str | None = field(default=None, metadata=_PATCH_ONLY)
-    rest: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
-class LoopEnd:
+class LoopEnd(_TurnPayload):
     """loop.end: the agent loop ended with an answer (agent_os's after_loop); observed."""
 
-    agent: str = ""
-    turn: str = ""
     reason: str = "answer"
     rounds: int = 0
-    rest: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
-class TurnAfter:
+class TurnAfter(_TurnPayload):
     """turn.after: a turn completed with its settled answer (agent_os's after_turn); observed."""
 
-    agent: str = ""
-    turn: str = ""
     question: str = ""
     answer: str = ""
     rounds: int = 0
-    rest: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
-class AgentError:
+class AgentError(_TurnPayload):
     """agent.error: a turn failed (agent_os's on_error); observed, before the ``error`` event."""
 
-    agent: str = ""
-    turn: str = ""
     error: str = ""
     component: str = "agent"
-    rest: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
-class MemorySave:
+class MemorySave(_Payload):
     """memory.save: a memory about to be stored."""
 
     key: str = ""
     content: str = ""
-    rest: dict[str, Any] = field(default_factory=dict)
 
 
 def is_typed(cls: object) -> bool:
