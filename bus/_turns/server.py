@@ -77,17 +77,8 @@ TurnResult = TurnResultMsg
 def decode_turn_request(data: bytes) -> TurnRequest:
     """Decode a turn request (schema TurnRequestMsg), naming what is wrong if it is not one."""
     msg = decode(data, TurnRequestMsg, "turn request", TurnRequestError)
-    return TurnRequest(
-        agent=msg.agent,
-        prompt=msg.prompt,
-        depth=msg.depth,
-        trigger=msg.trigger,
-        event=msg.event,
-        session_id=msg.session_id,
-        id=msg.id,
-        timestamp=msg.timestamp or "",
-        publisher=msg.publisher,
-    )
+    # TurnRequest has the schema type's fields, one for one: only a missing timestamp becomes "now".
+    return TurnRequest(**{**msgspec.structs.asdict(msg), "timestamp": msg.timestamp or ""})
 
 
 #: An agent's turn handler: returns the answer (or raises, and the turn failed).

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import re
 from pathlib import Path
 from typing import Any
@@ -124,6 +125,11 @@ def test_a_turn_request_round_trips_through_its_wire_type() -> None:
     request = TurnRequest(agent="eva", prompt="go", depth=2, trigger="t", event={"a": [1]}, session_id="s")
     assert decode_turn_request(request.encode()) == request
     assert decode(request.encode(), TurnRequestMsg, "turn request", TurnRequestError).depth == 2
+
+
+def test_a_turn_request_has_its_wire_types_fields_one_for_one() -> None:
+    # decode_turn_request builds the request from the decoded message field by field, by name.
+    assert {f.name for f in dataclasses.fields(TurnRequest)} == set(TurnRequestMsg.__struct_fields__)
 
 
 def test_a_turn_result_has_one_of_two_statuses() -> None:
