@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import re
 
-from bus._core.errors import SubjectError
+from bus._core.errors import MiddlewareError, SubjectError
 
 TOKEN_RE = re.compile(r"[A-Za-z0-9_-]+")
 
@@ -25,9 +25,11 @@ def is_qualname(name: str) -> bool:
     return bool(dot) and TOKEN_RE.fullmatch(module) is not None and TOKEN_RE.fullmatch(handler) is not None
 
 
-def handler_key(prefix: str, qualname: str) -> str | None:
-    """``<prefix><module>.<handler>``, a bucket key of one handler's record; None if ``qualname`` is not one."""
-    return prefix + qualname if is_qualname(qualname) else None
+def handler_key(prefix: str, qualname: str) -> str:
+    """``<prefix><module>.<handler>``, the bucket key of one handler's record (MiddlewareError if not a qualname)."""
+    if not is_qualname(qualname):
+        raise MiddlewareError(f"{qualname!r} is not module.handler")
+    return prefix + qualname
 
 
 def handler_of_key(prefix: str, key: str) -> str | None:

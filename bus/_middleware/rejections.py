@@ -15,7 +15,6 @@ from typing import Final
 import msgspec
 
 from bus._core.declaration import Declaration
-from bus._core.errors import MiddlewareError
 from bus._core.schema import decode
 from bus._core.subjects import handler_key, handler_of_key
 from bus._middleware.schema import RejectRecordMsg
@@ -29,10 +28,7 @@ MAX_REJECTED: Final = 32
 
 def reject_key(qualname: str) -> str:
     """``reject.<module>.<handler>``; raises MiddlewareError for a name that is not module.handler."""
-    key = handler_key(REJECT_PREFIX, qualname)
-    if key is None:
-        raise MiddlewareError(f"{qualname!r} is not module.handler")
-    return key
+    return handler_key(REJECT_PREFIX, qualname)
 
 
 def rejected_handler(key: str) -> str | None:

@@ -47,10 +47,7 @@ DEFAULT: Final = Switches()
 
 def switch_key(qualname: str) -> str:
     """``switch.<module>.<handler>``; raises MiddlewareError for a name that is not module.handler."""
-    key = handler_key(SWITCH_PREFIX, qualname)
-    if key is None:
-        raise MiddlewareError(f"{qualname!r} is not module.handler")
-    return key
+    return handler_key(SWITCH_PREFIX, qualname)
 
 
 def switched_handler(key: str) -> str | None:
