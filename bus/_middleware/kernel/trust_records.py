@@ -8,7 +8,9 @@ is known.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from bus._middleware.guards import GUARDS_BUCKET, GuardRecord, parse_record
 from bus._middleware.rejections import parse_rejected, rejected_handler
@@ -17,6 +19,8 @@ from bus._middleware.switches import Switches, parse_switches, switched_handler
 from bus._middleware.trust import approved_identity, first_approved
 
 log = logging.getLogger("hookbus.middleware")
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -38,45 +42,13 @@ class TrustRecords:
         """Take in one trust store entry (an approval, a switch, a rejection); whether anything changed."""
         switched = switched_handler(key)
         if switched is not None:
-            return self._on_switch(switched, data)
+            return _take(self.switches, "switch", switched, data, parse_switches, DEFAULT_SWITCHES)
         rejected = rejected_handler(key)
         if rejected is not None:
-            return self._on_rejected(rejected, data)
+            return _take(self.rejected, "rejection", rejected, data, parse_rejected, frozenset())
         identity = approved_identity(data)
-        if identity is None:
-            self.approved.pop(key, None)
-            self.first_approved.pop(key, None)
-        else:
-            self.approved[key] = identity
-            first = first_approved(data)
-            if first is None:
-                self.first_approved.pop(key, None)
-            else:
-                self.first_approved[key] = first
-        return True
-
-    def _on_rejected(self, qualname: str, data: bytes | None) -> bool:
-        try:
-            identities = parse_rejected(data)
-        except ValueError as exc:
-            log.warning("rejection record of %s is malformed (%s): ignored", qualname, exc)
-            return False
-        if identities:
-            self.rejected[qualname] = identities
-        else:
-            self.rejected.pop(qualname, None)
-        return True
-
-    def _on_switch(self, qualname: str, data: bytes | None) -> bool:
-        try:
-            switches = parse_switches(data)
-        except ValueError as exc:
-            log.warning("switch record of %s is malformed (%s): ignored", qualname, exc)
-            return False
-        if switches == DEFAULT_SWITCHES:
-            self.switches.pop(qualname, None)
-        else:
-            self.switches[qualname] = switches
+        _put(self.approved, key, identity)
+        _put(self.first_approved, key, None if identity is None else first_approved(data))
         return True
 
     def on_guard(self, key: str, data: bytes | None, revision: int) -> bool:
@@ -95,3 +67,24 @@ class TrustRecords:
                 log.warning("%s: ignored", exc)
                 return False
         return True
+
+
+def _put(table: dict[str, T], key: str, value: T | None) -> None:
+    """Keep ``value`` under ``key``, or forget the key when there is none."""
+    if value is None:
+        table.pop(key, None)
+    else:
+        table[key] = value
+
+
+def _take(
+    table: dict[str, T], what: str, qualname: str, data: bytes | None, parse: Callable[[bytes | None], T], unset: T
+) -> bool:
+    """Take in one handler's record of ``what`` into ``table`` (``unset``: nothing kept); whether it changed."""
+    try:
+        value = parse(data)
+    except ValueError as exc:
+        log.warning("%s record of %s is malformed (%s): ignored", what, qualname, exc)
+        return False
+    _put(table, qualname, None if value == unset else value)
+    return True
