@@ -197,21 +197,11 @@ class Present:
 async def read_presence(bus: Bus, within_s: float = 10.0) -> tuple[list[Present], list[str]]:
     """Every presence record on the bus, and one problem line per record that is not one."""
     kv = await open_presence(bus)
-    watch = await kv.watch()
     found: list[Present] = []
     problems: list[str] = []
     now = time.time()
-    try:
-        async with asyncio.timeout(within_s):
-            async for entry in watch:
-                if entry is None:
-                    break
-                if entry.value is not None:
-                    _take(entry.key, entry.value, now, found, problems)
-    except TimeoutError:
-        raise RegistryError(f"the {PRESENCE_BUCKET} bucket did not load within {within_s:g}s") from None
-    finally:
-        await watch.stop()
+    for key, value in (await kv.stored(within_s)).items():
+        _take(key, value, now, found, problems)
     return found, problems
 
 

@@ -10,14 +10,13 @@ removes what an operator approved; only an operator removes a record
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
 import msgspec
 
-from bus._core.errors import RecordError, RegistryError
+from bus._core.errors import RecordError
 from bus._core.schema import decode
 from bus._core.stages import phase
 from bus._core.subjects import RECORDS_APPROVED_BUCKET, RECORDS_BUCKET
@@ -152,19 +151,9 @@ async def every_record(port: Port) -> dict[str, Record | RecordError]:
 async def _load(bucket: Bucket, parse: Callable[[str, bytes], T]) -> dict[str, T | RecordError]:
     """Every stored key of a bucket, parsed (a malformed one as the error saying why); bounded in time."""
     out: dict[str, T | RecordError] = {}
-    watch = await bucket.watch()
-    try:
-        async with asyncio.timeout(LOAD_WITHIN_S):
-            async for entry in watch:
-                if entry is None:
-                    break
-                if entry.value is not None:
-                    try:
-                        out[entry.key] = parse(entry.key, entry.value)
-                    except RecordError as exc:
-                        out[entry.key] = exc
-    except TimeoutError:
-        raise RegistryError(f"the {bucket.name} bucket did not load within {LOAD_WITHIN_S:g}s") from None
-    finally:
-        await watch.stop()
+    for key, value in (await bucket.stored(LOAD_WITHIN_S)).items():
+        try:
+            out[key] = parse(key, value)
+        except RecordError as exc:
+            out[key] = exc
     return out

@@ -8,6 +8,7 @@ middleware above names no nats-py type.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
@@ -198,6 +199,23 @@ class Bucket:
             return KvWatch(self.name, await self._kv.watchall(), present, self._present)
         except _FAILURES as exc:
             raise _failed(self.name, "watch", exc) from None
+
+    async def stored(self, within_s: float) -> dict[str, bytes]:
+        """Every stored key's value, in the order a watch delivers them; RegistryError if not read in ``within_s``."""
+        found: dict[str, bytes] = {}
+        watch = await self.watch()
+        try:
+            async with asyncio.timeout(within_s):
+                async for entry in watch:
+                    if entry is None:
+                        break
+                    if entry.value is not None:
+                        found[entry.key] = entry.value
+        except TimeoutError:
+            raise RegistryError(f"the {self.name} bucket did not load within {within_s:g}s") from None
+        finally:
+            await watch.stop()
+        return found
 
     async def _keys_present(self) -> set[str]:
         """The keys the bucket's stream holds a message for (deleted keys included: their marker)."""
