@@ -15,7 +15,6 @@ import logging
 from dataclasses import replace
 from typing import Any, Final, Protocol
 
-from bus._core.declaration import Declaration
 from bus._core.errors import RegistryError
 from bus._core.middleware_schema import MiddlewareReply, MiddlewareRequest
 from bus._core.schema import decode, encode
@@ -23,6 +22,7 @@ from bus._core.subjects import is_reply_inbox
 from bus._middleware.guards import GUARDS_BUCKET, mark_stopped, put_records, remove_records
 from bus._middleware.registry import (
     MODULES_BUCKET,
+    Announced,
     announcement_of,
     check_handler_count,
     open_bucket,
@@ -37,20 +37,11 @@ from bus._transport.port import TRANSPORT_FAILURES, Port, RawMessage
 log = logging.getLogger("hookbus.module")
 
 
-class Served(Protocol):
-    """What a ModuleServer serves: a module's identity, its declarations and its request handler."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def heartbeat(self) -> float | None: ...
+class Served(Announced, Protocol):
+    """What a ModuleServer serves: what it announces (name, heartbeat, declarations), and its request handler."""
 
     @property
     def concurrency(self) -> int: ...
-
-    @property
-    def declarations(self) -> list[Declaration]: ...
 
     async def answer(self, request: MiddlewareRequest, bus: Any = None) -> MiddlewareReply: ...
 
