@@ -234,24 +234,31 @@ def bucket_config(name: str, ttl_s: float | None, replicas: int) -> api.StreamCo
     """A bucket's stream as hookbus makes it: nats-py's KV layout (one value per key, deletes by marker),
     but neither rollup headers nor purges, so a put on one's own key never erases another's."""
     window = 120.0 if not ttl_s else min(120.0, ttl_s)
-    return api.StreamConfig(
+    return kept_stream(
         name=kv_stream(name),
         subjects=[kv_key_subject(name) + ">"],
-        retention=api.RetentionPolicy.LIMITS,
-        storage=api.StorageType.FILE,
         max_age=ttl_s,
         max_msgs_per_subject=1,
         max_msgs=-1,
         max_bytes=-1,
         max_msg_size=-1,
         max_consumers=-1,
-        discard=api.DiscardPolicy.NEW,
         duplicate_window=window,
         num_replicas=replicas,
-        allow_rollup_hdrs=False,
         allow_msg_ttl=True,
+    )
+
+
+def kept_stream(**fields: Any) -> api.StreamConfig:
+    """A file stream that keeps what it holds: a full one refuses new messages; no rollup, no delete, no purge."""
+    return api.StreamConfig(
+        retention=api.RetentionPolicy.LIMITS,
+        storage=api.StorageType.FILE,
+        discard=api.DiscardPolicy.NEW,
+        allow_rollup_hdrs=False,
         deny_delete=True,
         deny_purge=True,
+        **fields,
     )
 
 

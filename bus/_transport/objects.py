@@ -47,6 +47,7 @@ from bus._core.subjects import (
 )
 from bus._runtime.ratelog import RateLimitedLog
 from bus._transport.connection import INBOX_ROOT, jetstream_replicas
+from bus._transport.kv import kept_stream
 
 log = logging.getLogger("hookbus.payloads")
 
@@ -193,22 +194,16 @@ def payloads_config(
     ttl_s: float = PAYLOADS_TTL_S, max_bytes: int = PAYLOADS_MAX_BYTES, replicas: int = 1
 ) -> api.StreamConfig:
     """The ``hookbus_payloads`` stream as hookbus keeps it: per-publisher quotas, no rollup, no purge."""
-    return api.StreamConfig(
+    return kept_stream(
         name=PAYLOADS_STREAM,
         description="whole payloads of events over the size limit (hookbus claim check)",
         subjects=[_CHUNKS + ">", _METAS + ">"],
-        retention=api.RetentionPolicy.LIMITS,
-        storage=api.StorageType.FILE,
         max_age=ttl_s,
         max_bytes=max_bytes,
         max_msgs_per_subject=PUBLISHER_MESSAGES,
         max_msg_size=MAX_MESSAGE_BYTES,
-        discard=api.DiscardPolicy.NEW,
         num_replicas=replicas,
         allow_direct=True,
-        allow_rollup_hdrs=False,
-        deny_delete=True,
-        deny_purge=True,
     )
 
 
