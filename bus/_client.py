@@ -43,7 +43,7 @@ from bus._transport.connection import Credentials, auth_options, resolve_servers
 from bus._transport.nats_connection import NatsConnection
 from bus._transport.port import Connection, Trouble
 from bus._transport.server import NatsServer
-from bus._turns.server import TurnHandler, TurnRequest, TurnServer
+from bus._turns.server import TurnHandler, TurnRequest, TurnServer, spawned
 
 log = logging.getLogger("hookbus.bus")
 _current_depth = _depth.current_depth
@@ -441,7 +441,12 @@ class Bus:
         return server
 
     async def request_turn(self, request: TurnRequest, reply: str = "") -> bool:
-        """Ask an agent to start a turn (fire-and-forget; ``reply`` gets a TurnResult)."""
+        """Ask an agent to start a turn (fire-and-forget; ``reply`` gets a TurnResult).
+
+        Asked from inside a turn (its runner's task, or one it started), the request is that turn's child
+        (``parent`` and ``spawn_depth`` + 1) unless it names a parent itself.
+        """
+        request = spawned(request)
         try:
             await self._port.connection().publish(request.subject, request.encode(), reply)
         except NotSent:

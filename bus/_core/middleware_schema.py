@@ -35,6 +35,12 @@ ReportedMs = Annotated[float, msgspec.Meta(ge=0, lt=1e8)]
 DecisionKind = Literal["continue", "cancel", "patch", "ask"]
 #: An ask's wait in seconds: at most a day (bus._core.decisions.ASK_TIMEOUT_MAX).
 AskSeconds = Annotated[float, msgspec.Meta(gt=0, le=86400)]
+#: A run's depth in its agent's process tree (0: a run nobody spawned), as its agent claims it.
+SpawnDepth = Annotated[int, msgspec.Meta(ge=0, le=1000)]
+#: A process's tool allowlist as its agent claims it: at most this many names.
+ToolNames = Annotated[list[str], msgspec.Meta(max_length=1024)]
+#: A budget amount (USD or tokens, per ``budget_unit``) as the agent claims it.
+BudgetAmount = Annotated[float, msgspec.Meta(ge=0, lt=1e15)]
 
 
 class RequestCtx(msgspec.Struct, kw_only=True):
@@ -53,6 +59,15 @@ class RequestCtx(msgspec.Struct, kw_only=True):
     traceparent: str | msgspec.UnsetType = msgspec.UNSET
     #: The bag values the requested handlers read (docs/protocol.md, The bag), sent only when some handler reads any.
     inputs: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET
+    #: The calling agent's claims about its run (docs/protocol.md, Context), each sent only when given: the
+    #: parent run, the depth in the process tree (``depth`` above stays the event depth), the tool allowlist,
+    #: and the budget of the layer closest to its limit (``budget_unit``: usd or tokens).
+    parent: str | msgspec.UnsetType = msgspec.UNSET
+    spawn_depth: SpawnDepth | msgspec.UnsetType = msgspec.UNSET
+    tools: ToolNames | msgspec.UnsetType = msgspec.UNSET
+    budget_total: BudgetAmount | msgspec.UnsetType = msgspec.UNSET
+    budget_spent: BudgetAmount | msgspec.UnsetType = msgspec.UNSET
+    budget_unit: str | msgspec.UnsetType = msgspec.UNSET
 
 
 class MiddlewareRequest(msgspec.Struct, kw_only=True):

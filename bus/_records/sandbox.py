@@ -84,6 +84,21 @@ class RecordCtx:
     process: str | None = None
     inputs: Mapping[str, Any] = field(default_factory=dict)
     outputs: dict[str, Any] = field(default_factory=dict)
+    #: As a StageCtx's (bus._middleware.handler.module): ``depth`` is the depth in the process tree, the
+    #: event's is ``event_depth``; parent, tools and budget are the agent's claims. A record has no config.
+    config: Mapping[str, Any] = field(default_factory=dict)
+    event_depth: int = 0
+    parent: str | None = None
+    tools: tuple[str, ...] | None = None
+    budget_total: float | None = None
+    budget_spent: float | None = None
+    budget_unit: str | None = None
+
+    def budget_remaining(self) -> float | None:
+        """What is left of the agent's budget (never below 0), or None when it has none."""
+        if self.budget_total is None or self.budget_spent is None:
+            return None
+        return max(self.budget_total - self.budget_spent, 0.0)
 
     def get(self, name: str, default: Any = None) -> Any:
         """``ctx.get("agent")``, as records written against a dict context expect."""

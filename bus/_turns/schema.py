@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from bus._core.middleware_schema import SpawnDepth
 from bus._core.schema import NonNegative
 
 
@@ -22,6 +23,9 @@ class TurnRequestMsg(msgspec.Struct, kw_only=True):
     timestamp: str | None = None
     #: The vouched publisher of ``event`` (docs/protocol.md, Publisher identity); None: unvouched or no event.
     publisher: str | None = None
+    #: The run that spawned this one (``agent/turn``) and this run's depth in the process tree (claims).
+    parent: str | None = None
+    spawn_depth: SpawnDepth = 0
 
 
 class TurnResultMsg(msgspec.Struct):

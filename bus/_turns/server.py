@@ -13,6 +13,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
@@ -55,6 +56,10 @@ class TurnRequest:
     #: The vouched NATS user that published ``event`` (its ``Event.publisher``), set by the trigger engine;
     #: only workers and the bus may publish turn requests, so the agent may key on it (budgets' user layer).
     publisher: str | None = None
+    #: The run that spawned this one (``agent/turn``) and this run's depth in the process tree: given by the
+    #: requester, else filled by ``Bus.request_turn`` from the turn it is called in (:func:`spawned`).
+    parent: str | None = None
+    spawn_depth: int = 0
 
     def __post_init__(self) -> None:
         if not TOKEN_RE.fullmatch(self.agent):
@@ -79,6 +84,19 @@ def decode_turn_request(data: bytes) -> TurnRequest:
     msg = decode(data, TurnRequestMsg, "turn request", TurnRequestError)
     # TurnRequest has the schema type's fields, one for one: only a missing timestamp becomes "now".
     return TurnRequest(**{**msgspec.structs.asdict(msg), "timestamp": msg.timestamp or ""})
+
+
+#: The turn this task runs in, if any: (``agent/turn``, its spawn depth), inherited by the tasks it starts.
+_current_run: ContextVar[tuple[str, int] | None] = ContextVar("hookbus_turn_run", default=None)
+
+
+def spawned(request: TurnRequest) -> TurnRequest:
+    """``request`` as a child of the turn this code runs in (its parent and depth + 1), unless it names a parent."""
+    run = _current_run.get()
+    if run is None or request.parent is not None:
+        return request
+    request.parent, request.spawn_depth = run[0], run[1] + 1
+    return request
 
 
 #: An agent's turn handler: returns the answer (or raises, and the turn failed).
@@ -133,9 +151,11 @@ class TurnServer:
             return
         await self._slots.acquire()
         token = _depth._current.set(request.depth)  # the turn runs at the request's depth
+        run = _current_run.set((f"{self.agent}/{request.id}", request.spawn_depth))  # turns it requests: children
         try:
             task = asyncio.get_running_loop().create_task(self._run(request, msg.reply))
         finally:
+            _current_run.reset(run)
             _depth._current.reset(token)
         self._tasks.keep(task)
 

@@ -21,6 +21,8 @@ from triggers.agent._hook_turn import HookTurnSpec
 from triggers.agent._llm import ChatClient
 
 CTX = {"agent": "eva", "session": "s-ctx", "user": "ann", "template": "coder", "process": "p-7"}
+#: The agent's run as the caller claims it (bus._core.run_context): what agent_os's HookContext adds.
+RUN = {"parent": "boss/t0", "spawn_depth": 2, "tools": ["echo"], "budget_total": 10.0, "budget_spent": 4.0}
 
 #: Patches the payload with what its ctx holds, and writes a bag value for whoever reads it next.
 SHOW_CTX = """
@@ -28,7 +30,10 @@ async def handle(stage, payload, ctx):
     ctx.outputs["ctx.seen"] = ctx.agent
     ctx.outputs["not.declared"] = "dropped"
     seen = {"agent": ctx.agent, "session": ctx.session, "user": ctx.user, "template": ctx.template,
-            "process": ctx.process, "depth": ctx.depth, "request_id": ctx.request_id}  # no getattr in a record
+            "process": ctx.process, "depth": ctx.depth, "request_id": ctx.request_id,  # no getattr in a record
+            "event_depth": ctx.event_depth, "parent": ctx.parent, "tools": list(ctx.tools),
+            "budget": [ctx.budget_total, ctx.budget_spent, ctx.budget_remaining(), ctx.budget_unit],
+            "config": dict(ctx.config)}
     return Patch({**payload, "seen": seen, "inputs": dict(ctx.inputs), "deadline_set": ctx.deadline > 0})
 """
 
@@ -71,11 +76,13 @@ async def test_a_record_sees_the_calls_context_and_its_bag_input_and_writes_its_
     await approve(view, f"{module}.show")
     async with serving(mod, nats_url, detach_on_stop=True):
         await wait_for_chain(kernel, stage, [f"{mod.name}.label", f"{module}.show", f"{mod.name}.reader"])
-        got = await kernel.intercept(stage, {"text": "why?"}, CTX)
+        got = await kernel.intercept(stage, {"text": "why?"}, {**CTX, **RUN, "budget_unit": "usd"})
     assert isinstance(got, Patch)
     seen = got.payload["seen"]
     assert {k: seen[k] for k in CTX} == CTX
-    assert seen["depth"] == 0 and seen["request_id"] and got.payload["deadline_set"] is True
+    assert (seen["depth"], seen["event_depth"], seen["parent"], seen["tools"]) == (2, 0, "boss/t0", ["echo"])
+    assert seen["budget"] == [10.0, 4.0, 6.0, "usd"] and seen["config"] == {}
+    assert seen["request_id"] and got.payload["deadline_set"] is True
     assert got.payload["inputs"] == {"intent.label": "question"}
     assert read_back == [{"ctx.seen": "eva"}]  # its declared output reached the next handler; the undeclared did not
     assert kernel.middleware.bags.of("s-ctx", "p-7") == {"intent.label": "question", "ctx.seen": "eva"}
@@ -85,16 +92,20 @@ async def test_a_hook_turns_prompt_carries_the_calls_context(kernel: Bus, nats_u
     name = unique("ht")
     llm.script = [fake_llm.tool_calls(("hook_continue", {}))]
     client = ChatClient(llm.url, "judge-model", attempts=1)
-    spec = HookTurnSpec(name="judge", stage="tool.call", prompt="judge it", timeout=5.0)
+    spec = HookTurnSpec(name="judge", stage="tool.call", prompt="judge it", timeout=5.0, config={"strict": True})
     try:
         async with serving(hook_turn.build_module(name, [spec], client), nats_url, detach_on_stop=True):
             await wait_for_chain(kernel, "tool.call", [f"{name}.judge"])
-            assert await kernel.intercept("tool.call", {"name": "shell", "input": {}}, CTX) == Continue()
+            assert await kernel.intercept("tool.call", {"name": "shell", "input": {}}, {**CTX, **RUN}) == Continue()
     finally:
         await client.close()
     shown = orjson.loads(llm.requests[-1]["messages"][1]["content"])
     assert shown["stage"] == "tool.call" and shown["payload"] == {"name": "shell", "input": {}}
     context = shown["context"]
     assert {k: context[k] for k in CTX} == CTX
-    assert context["handler"] == f"{name}.judge" and context["depth"] == 0 and context["request_id"]
+    assert context["handler"] == f"{name}.judge" and context["request_id"]
+    assert (context["depth"], context["event_depth"], context["parent"]) == (2, 0, "boss/t0")
+    assert context["tools"] == ["echo"] and context["config"] == {"strict": True}
+    assert (context["budget_total"], context["budget_spent"], context["budget_remaining"]) == (10.0, 4.0, 6.0)
+    assert context["budget_unit"] is None  # none claimed
     assert context["deadline"] > 0 and context["inputs"] == {}

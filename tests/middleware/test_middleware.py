@@ -205,7 +205,7 @@ async def test_reentry_a_b_a_does_not_deadlock(nats_url: str) -> None:
 
     @a.stage(s3)
     async def inner(stage: str, payload: dict[str, Any], ctx: StageCtx) -> Patch:
-        return Patch({"depth": ctx.depth})
+        return Patch({"depth": ctx.event_depth, "spawn_depth": ctx.depth})  # the event's depth; no spawn
 
     async with (
         Bus(nats_url, trust_new=True) as kernel,
@@ -219,7 +219,7 @@ async def test_reentry_a_b_a_does_not_deadlock(nats_url: str) -> None:
                 await wait_for_chain(bus, s2, [f"{b.name}.middle"])
             await wait_for_chain(kernel, s1, [f"{a.name}.outer"])
             decisions = await asyncio.gather(*(kernel.intercept(s1, {}) for _ in range(4)))
-            assert decisions == [Patch({"depth": 2})] * 4
+            assert decisions == [Patch({"depth": 2, "spawn_depth": 0})] * 4
         finally:
             for task in tasks:
                 task.cancel()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -29,6 +29,8 @@ class HookTurn(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     before: Strings = []
     after: Strings = []
     model: NonEmpty | None = None
+    #: The handler's own settings: its ``ctx.config``, shown to the model (and part of its identity).
+    config: dict[str, Any] = {}
 
 
 class HookTurnsFile(msgspec.Struct, forbid_unknown_fields=True):

@@ -1,8 +1,9 @@
 """The model as a middleware handler: a hook-turn answers a stage by asking the model.
 
 The model gets the handler's prompt, the stage, its payload and the call's
-context (agent, user, session, template, process, depth, deadline, request id,
-bag inputs: what a module's ``StageCtx`` holds), and exactly
+context (agent, user, session, template, process, depth in the process tree,
+event depth, parent, tools, budget, its own config, deadline, request id, bag
+inputs: what a module's ``StageCtx`` holds), and exactly
 four tools: ``hook_continue``, ``hook_cancel(reason)``, ``hook_patch(payload)`` and
 ``hook_ask(reason[, timeout])``, which holds the call for an operator (an :class:`~bus.Ask`).
 The call goes straight to the chat-completions endpoint, never through
@@ -23,6 +24,7 @@ Hook-turns are declared in ``<workspace>/hook_turns.yaml`` like any handler:
         before: []                   # optional ordering references
         after: []
         model: gpt-4o-mini           # optional; default: the agent's model
+        config: {}                   # optional: the handler's own settings, shown to the model as its config
 
 They are expensive: keep them to one stage and a narrow matcher.
 """
@@ -115,11 +117,15 @@ class HookTurnSpec:
     before: tuple[str, ...] = ()
     after: tuple[str, ...] = ()
     model: str | None = None
+    config: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
     source: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     def identity_text(self) -> str:
         """What this handler does, for its trust identity: a changed prompt or model is a changed handler."""
-        return orjson.dumps({"prompt": self.prompt, "model": self.model}, option=orjson.OPT_SORT_KEYS).decode()
+        what: dict[str, Any] = {"prompt": self.prompt, "model": self.model}
+        if self.config:  # only when given: a hook-turn without config keeps its identity
+            what["config"] = self.config
+        return orjson.dumps(what, option=orjson.OPT_SORT_KEYS).decode()
 
 
 def decision_from(completion_calls: list[Any]) -> HandlerDecision:
@@ -168,6 +174,14 @@ def context_of(ctx: StageCtx | None) -> dict[str, Any]:
         "template": ctx.template,
         "process": ctx.process,
         "depth": ctx.depth,
+        "event_depth": ctx.event_depth,
+        "parent": ctx.parent,
+        "tools": None if ctx.tools is None else list(ctx.tools),
+        "budget_total": ctx.budget_total,
+        "budget_spent": ctx.budget_spent,
+        "budget_remaining": ctx.budget_remaining(),
+        "budget_unit": ctx.budget_unit,
+        "config": dict(ctx.config),
         "deadline": ctx.deadline,
         "request_id": ctx.request_id,
         "inputs": dict(ctx.inputs),
@@ -209,6 +223,7 @@ def build_module(name: str, specs: list[HookTurnSpec], client: ChatClient) -> Mo
             match=spec.match,
             name=spec.name,
             code=spec.identity_text(),
+            config=spec.config,
         )(handler)
     return module
 
@@ -254,5 +269,6 @@ def _parse_one(item: Any, where: str) -> HookTurnSpec:
         before=_strings(entry.before),
         after=_strings(entry.after),
         model=entry.model,
+        config=dict(entry.config),
         source=dict(item),
     )

@@ -38,6 +38,7 @@ from bus._turns.subjects import agent_stream_subject
 from triggers.agent import _completion as completions
 from triggers.agent import _context as context
 from triggers.agent import _points as points
+from triggers.agent._budget_view import budget_fields
 from triggers.agent._budgets import BudgetBook, Usage
 from triggers.agent._errors import LLMError
 from triggers.agent._llm import ChatClient, ChatToolCall, Completion, request_body
@@ -118,7 +119,8 @@ class TurnRunner:
 
     async def handle(self, request: TurnRequest) -> str:
         """Run one turn; returns the answer, raises TurnFailed."""
-        ctx = {"session": request.session_id, "agent": self.agent, "process": PROCESS}  # what when/grants see
+        ctx = {"session": request.session_id, "agent": self.agent, "process": PROCESS, **self._run_ctx(request)}
+        await self._budget_ctx(ctx, request)
         base = {"agent": self.agent, "turn": request.id}
         spawn = await self.bus.intercept(
             Stage.AGENT_SPAWN, {**base, "trigger": request.trigger, "depth": request.depth}, ctx=ctx
@@ -161,6 +163,15 @@ class TurnRunner:
             session_id=request.session_id,
         )
         return answer
+
+    def _run_ctx(self, request: TurnRequest) -> dict[str, Any]:
+        """The run's place in the process tree and the tool allowlist, as every handler is told (claims)."""
+        tools = [*self.tools, *([completions.JOB_DONE] if self.settings.job_done else [])]
+        return {"parent": request.parent, "spawn_depth": request.spawn_depth, "tools": tools}
+
+    async def _budget_ctx(self, ctx: dict[str, Any], request: TurnRequest) -> None:
+        """The budget every handler is told: read at the turn's start, before each model call, after its charge."""
+        ctx.update(await budget_fields(self.budgets, self._budget_keys(request)))
 
     async def _observe(self, turn: _Turn, stage: Stage, fields: dict[str, Any]) -> None:
         """An observed point (loop.end, turn.after, agent.error): its decisions are journaled, nothing changes."""
@@ -213,6 +224,7 @@ class TurnRunner:
     async def _check_budget(self, turn: _Turn) -> None:
         """An exhausted layer cancels llm.request (journaled as the budget's cancel) before any handler is asked."""
         await self.tick()
+        await self._budget_ctx(turn.ctx, turn.request)
         reason = await self.budgets.exhausted(self._budget_keys(turn.request)) if self.budgets is not None else None
         if reason is not None:
             await self._note(turn, Stage.LLM_REQUEST, "cancel", reason, who="budget")
@@ -230,6 +242,7 @@ class TurnRunner:
             await self.bus.emit(
                 "eva.budget.threshold", {"agent": self.agent, **crossed}, session_id=turn.ctx["session"]
             )
+        await self._budget_ctx(turn.ctx, turn.request)
 
     async def _terminate(self, turn: _Turn, error: str | None) -> None:
         """agent.terminate: observed (its decisions are journaled), the turn's outcome is already set."""

@@ -32,6 +32,7 @@ from bus._core.errors import DeclarationError
 from bus._core.middleware_schema import MiddlewareReply, MiddlewareRequest, ReactionMsg, RequestCtx
 from bus._core.payloads import from_dict, is_typed, to_dict
 from bus._core.results import ChainRun
+from bus._core.run_context import RunClaims, claims_of
 from bus._core.schema import convert
 from bus._core.subjects import TOKEN_RE
 from bus._middleware.faults import Outcome, fault_decision
@@ -70,8 +71,10 @@ class HandlerBus(Protocol):
 class StageCtx:
     """What a handler may ask for (a parameter named ``ctx``): the call's context and a bus.
 
-    Emits and intercepts made through ``bus`` inside the handler carry
-    ``depth + 1`` (the depth rule of :mod:`bus._core.depth`).
+    ``depth`` is the run's depth in its agent's process tree (0: a run nobody spawned; agent_os's
+    ``depth``); the recursion depth of the event is ``event_depth``. Emits and intercepts made through
+    ``bus`` inside the handler carry ``event_depth + 1`` (the depth rule of :mod:`bus._core.depth`).
+    ``parent``, ``depth``, ``tools`` and the budget are the agent's claims (bus._core.run_context).
     """
 
     stage: str
@@ -90,6 +93,24 @@ class StageCtx:
     inputs: Mapping[str, Any] = field(default_factory=dict)
     #: What it puts in the bag for the handlers after it: only its declared outputs are kept.
     outputs: dict[str, Any] = field(default_factory=dict)
+    #: The handler's own config (``@handlers.stage(config=...)``; a hook-turn's ``config:``), never sent.
+    config: Mapping[str, Any] = field(default_factory=dict)
+    #: The recursion depth of the call (the wire's ``ctx.depth``): what ``depth`` held up to 0.4.
+    event_depth: int = 0
+    #: The parent run (``agent/turn``) when the agent's run was spawned by another, else None.
+    parent: str | None = None
+    #: The agent process's tool allowlist, when the agent gave it.
+    tools: tuple[str, ...] | None = None
+    #: The agent's budget (the layer nearest its limit): total and spent in ``budget_unit``; None without one.
+    budget_total: float | None = None
+    budget_spent: float | None = None
+    budget_unit: str | None = None
+
+    def budget_remaining(self) -> float | None:
+        """What is left of the agent's budget (never below 0), or None when it has none."""
+        if self.budget_total is None or self.budget_spent is None:
+            return None
+        return max(self.budget_total - self.budget_spent, 0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +119,7 @@ class _Handler:
     func: StageHandler
     wants_ctx: bool
     payload_type: type | None
+    config: Mapping[str, Any] = field(default_factory=dict)
 
 
 class Handlers:
@@ -137,6 +159,7 @@ class Handlers:
         when: Mapping[str, Any] | None = None,
         inputs: Iterable[str | Mapping[str, Any]] | None = None,
         outputs: str | Iterable[str] | None = None,
+        config: Mapping[str, Any] | None = None,
     ) -> Callable[[F], F]:
         """Declare the decorated coroutine function as this module's handler of ``stage``.
 
@@ -145,6 +168,8 @@ class Handlers:
         digest goes into the handler's identity instead of the bytecode's.
         ``priority`` (higher runs earlier) and ``when`` (``{agents, users,
         sessions, templates}``: glob patterns) compose it with other handlers.
+        ``config`` is the handler's own settings, handed to it as ``ctx.config``
+        (kept in this process: not announced, not part of its identity).
         """
 
         def register(func: F) -> F:
@@ -168,7 +193,8 @@ class Handlers:
                 outputs=outputs,
                 code=hashlib.sha256(code.encode()).hexdigest()[:16] if code is not None else _code_digest(func),
             )
-            handler = _Handler(decl, func, "ctx" in inspect.signature(func).parameters, _payload_type(func))
+            wants_ctx = "ctx" in inspect.signature(func).parameters
+            handler = _Handler(decl, func, wants_ctx, _payload_type(func), dict(config or {}))
             self._handlers[handler_name] = handler
             self._by_stage.setdefault(decl.stage, []).append(handler)
             return func
@@ -247,7 +273,7 @@ class Handlers:
             # task (a timeout, a TaskGroup, a cancel of itself) stays with it; the request only waits.
             if handler.wants_ctx:
                 coro = handler.func(
-                    stage, arg, ctx=_stage_ctx(decl, wire_ctx, bus, bag_keys.inputs(decl, bag or {}, payload), outputs)
+                    stage, arg, ctx=_stage_ctx(handler, wire_ctx, bus, bag_keys.inputs(decl, bag or {}, payload), outputs)
                 )
             else:
                 coro = handler.func(stage, arg)
@@ -318,14 +344,16 @@ def _given(value: str | msgspec.UnsetType) -> str | None:
 
 
 def _stage_ctx(
-    decl: Declaration, wire_ctx: RequestCtx, bus: HandlerBus | None, bag: Mapping[str, Any], outputs: dict[str, Any]
+    handler: _Handler, wire_ctx: RequestCtx, bus: HandlerBus | None, bag: Mapping[str, Any], outputs: dict[str, Any]
 ) -> StageCtx:
+    decl = handler.decl
+    run: RunClaims = claims_of(wire_ctx)
     return StageCtx(
         stage=decl.stage,
         handler=decl.qualname,
         session=wire_ctx.session,
         agent=wire_ctx.agent,
-        depth=wire_ctx.depth,
+        depth=run.depth,
         deadline=wire_ctx.deadline,
         request_id=wire_ctx.id,
         user=_given(wire_ctx.user),
@@ -334,6 +362,13 @@ def _stage_ctx(
         bus=bus,
         inputs=bag,
         outputs=outputs,
+        config=handler.config,
+        event_depth=wire_ctx.depth,
+        parent=run.parent,
+        tools=run.tools,
+        budget_total=run.budget_total,
+        budget_spent=run.budget_spent,
+        budget_unit=run.budget_unit,
     )
 
 

@@ -29,6 +29,7 @@ from bus._core.decisions import CONTINUE, Ask, Cancel, Decision, HandlerDecision
 from bus._core.errors import Aborted, BusClosedError, DecisionError, MiddlewareError, NoResponders, RequestTimeout
 from bus._core.middleware_schema import MiddlewareRequest, RequestCtx
 from bus._core.results import ChainRun, hide_output
+from bus._core.run_context import CLAIM_KEYS, put_claims
 from bus._core.schema import encode
 from bus._core.stages import Stage, match_field, phase
 from bus._journal.entries import JournalEntry, JournalPublisher
@@ -402,6 +403,9 @@ class Interceptor:
             await view.stop()
 
 
+_CLAIM_KEYS: Final = frozenset(CLAIM_KEYS)
+
+
 def _wire_ctx(ctx: Mapping[str, Any], depth: int, rid: str) -> RequestCtx:
     """A request's ``ctx`` from the caller's: its session and agent (texts, or null), the depth, the call's id,
     and the user, template and process when the caller gave them."""
@@ -419,6 +423,8 @@ def _wire_ctx(ctx: Mapping[str, Any], depth: int, rid: str) -> RequestCtx:
         wire.template = str(template)
     if process is not None:
         wire.process = str(process)
+    if ctx.keys() & _CLAIM_KEYS:  # the agent's run: parent, process-tree depth, tools, budget (bus._core.run_context)
+        put_claims(ctx, wire)
     traceparent = _tracing.current_traceparent()  # None at once where the process does not trace
     if traceparent is not None:
         wire.traceparent = traceparent

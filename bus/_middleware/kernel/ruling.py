@@ -18,6 +18,7 @@ from typing import Any
 
 from bus._core.decisions import CONTINUE, Ask, Cancel, HandlerDecision, Patch
 from bus._core.middleware_schema import RequestCtx
+from bus._core.run_context import claims_of, put_claims
 from bus._core.stages import match_field
 from bus._middleware.faults import Outcome, fault_decision
 from bus._middleware.kernel.chain import Link
@@ -26,20 +27,38 @@ from bus._middleware.rules.compile import Rule, activation, holds, patched, rend
 from bus._middleware.rules.runs import evaluate, run_of
 
 
-def rule_ctx(stage: str, wire_ctx: RequestCtx | Mapping[str, Any]) -> dict[str, str]:
-    """What a rule's ``ctx`` holds: agent, user, session, template (empty text when the call has none), stage."""
+def rule_ctx(stage: str, wire_ctx: RequestCtx | Mapping[str, Any]) -> dict[str, Any]:
+    """What a rule's ``ctx`` holds: agent, user, session, template (empty text when the call has none), stage,
+    and the agent's run (bus._core.run_context): ``parent`` ("" without one), ``depth`` in the process tree,
+    ``event_depth``, ``tools`` ([] when not given), and with a budget only (``has(ctx.budget_remaining)``)
+    ``budget_total``, ``budget_spent``, ``budget_remaining`` and ``budget_unit``."""
     if isinstance(wire_ctx, Mapping):
         agent, user = wire_ctx.get("agent"), wire_ctx.get("user")
         session, template = wire_ctx.get("session"), wire_ctx.get("template")
+        wire = RequestCtx()
+        put_claims(wire_ctx, wire)
+        depth = wire_ctx.get("depth")
+        wire.depth = depth if type(depth) is int else 0
     else:  # the call's RequestCtx: read directly, it is on every call's path
         agent, user, session, template = wire_ctx.agent, wire_ctx.user, wire_ctx.session, wire_ctx.template
-    return {
+        wire = wire_ctx
+    run = claims_of(wire)
+    remaining = run.budget_remaining()
+    out: dict[str, Any] = {
         "stage": stage,
         "agent": agent if isinstance(agent, str) else "",
         "user": user if isinstance(user, str) else "",
         "session": session if isinstance(session, str) else "",
         "template": template if isinstance(template, str) else "",
+        "parent": run.parent or "",
+        "depth": run.depth,
+        "event_depth": wire.depth,
+        "tools": list(run.tools or ()),
     }
+    if remaining is not None:
+        out.update(budget_total=run.budget_total, budget_spent=run.budget_spent, budget_remaining=remaining)
+        out["budget_unit"] = run.budget_unit or ""
+    return out
 
 
 class RuleCall:
