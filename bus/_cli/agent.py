@@ -17,6 +17,7 @@ from bus._core.errors import ConfigError
 from bus._core.subjects import TOKEN_RE
 
 if TYPE_CHECKING:
+    from bus._middleware.kernel.intercept import MiddlewareOptions
     from triggers.agent._budgets import BudgetBook
     from triggers.agent.turn_runner import TurnRunner, TurnRunnerSettings
 
@@ -108,6 +109,7 @@ def configure(args: argparse.Namespace) -> None:
         args.name = args.name or settings.name
         args.system = args.system if args.system is not None else settings.system
         args.rules = [*settings.rules, *args.rules]
+        args.hook_secs = settings.hook_secs
     if args.name is None:
         raise ConfigError("--name is required (or a name in the --config agent YAML)")
 
@@ -119,6 +121,7 @@ def client_key(args: argparse.Namespace) -> str | None:
 
 async def run(args: argparse.Namespace) -> int:
     from bus._presence import component, presence
+    from triggers.agent import _agent_file as agent_file
     from triggers.agent._llm import ChatClient
     from triggers.agent._tools import with_record_tools
     from triggers.agent.turn_runner import TurnRunner
@@ -130,6 +133,7 @@ async def run(args: argparse.Namespace) -> int:
         raise ConfigError("--attempts and --concurrency must be at least 1, --timeout positive")
     settings = runner_settings(args)
     book = budget_book(args)
+    options = kernel_options(args)
     stack = AsyncExitStack()
     if args.llm_url == "builtin:":  # triggers.agent._builtin_model.BUILTIN_URL (loaded only when used)
         from triggers.agent._builtin_model import MODEL, BuiltinModel
@@ -151,6 +155,7 @@ async def run(args: argparse.Namespace) -> int:
         from triggers.agent import _hook_turn as hook_turn
 
         specs = hook_turn.load(args.hook_turns)
+        agent_file.check_hook_turns(specs, options, str(args.hook_turns))
         judge = ChatClient(args.llm_url, args.model, client_key(args), attempts=1, provider=args.provider)
         hook_turns = hook_turn.build_module(f"hook-turns-{args.name}", specs, judge)
     stop = stop_on_signals()
@@ -163,7 +168,7 @@ async def run(args: argparse.Namespace) -> int:
             source=args.name,  # its events name it (the console's source, the dashboards' "by agent")
             **connection_args(args),
             managed=managed,
-            middleware=middleware_options(args),
+            middleware=options,
             rules=args.rules,
         ) as bus:
             tools = with_record_tools(bus, args.name)
@@ -215,6 +220,15 @@ def runner_settings(args: argparse.Namespace) -> TurnRunnerSettings:
         group=args.group,
         job_done=args.job_done,
     )
+
+
+def kernel_options(args: argparse.Namespace) -> MiddlewareOptions:
+    """The kernel's options: the workspace's, bounded by the agent YAML's ``timeouts.hook_secs`` when it sets one."""
+    from triggers.agent import _agent_file as agent_file
+
+    options = middleware_options(args)
+    agent_file.apply(getattr(args, "hook_secs", None), options, str(args.config))
+    return options
 
 
 def budget_book(args: argparse.Namespace) -> BudgetBook | None:

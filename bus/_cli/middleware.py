@@ -11,6 +11,7 @@ from bus._cli.workspace import add_workspace
 from bus._cli.workspace import resolve as resolve_workspace
 from bus._client import Bus
 from bus._core.declaration import Declaration
+from bus._middleware import timeouts
 from bus._middleware.kernel.chain import Link, StageChain
 from bus._middleware.kernel.intercept import MiddlewareOptions
 from bus._middleware.kernel.view import View
@@ -37,10 +38,12 @@ def add_drain_workspace(parser: argparse.ArgumentParser) -> None:
 
 
 def middleware_options(args: argparse.Namespace) -> MiddlewareOptions:
-    """Kernel-side settings from the flags: drained output goes under the workspace."""
+    """Kernel-side settings from the flags: drained output goes under the workspace, whose middleware.yaml
+    holds the operator's timeout ceiling (bus._middleware.timeouts)."""
     if not hasattr(args, "workspace"):  # a command without the flag drains nothing to disk
         return MiddlewareOptions(drain_dir=None)
-    return MiddlewareOptions(drain_dir=resolve_workspace(args).path / "drain")
+    workspace = resolve_workspace(args).path
+    return MiddlewareOptions(drain_dir=workspace / "drain", timeout_ceiling=timeouts.ceiling(workspace))
 
 
 def add_options(parser: argparse.ArgumentParser, trust: bool = False) -> None:

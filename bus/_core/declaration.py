@@ -27,8 +27,11 @@ log = logging.getLogger("hookbus.middleware")
 
 #: Seconds a handler gets when it does not say.
 DEFAULT_TIMEOUT: Final = 2.0
-#: No handler may hold an action longer than this: larger timeouts are clamped (with a warning).
-MAX_TIMEOUT: Final = 30.0
+#: The protocol's bound on a declared timeout: larger ones are clamped (with a warning) before hashing.
+MAX_TIMEOUT: Final = 3600.0
+#: How long a kernel waits for one handler at most unless its operator sets another ceiling
+#: (``MiddlewareOptions.timeout_ceiling``; docs/middleware.md, Timeouts), whatever the handler declared.
+DEFAULT_TIMEOUT_CEILING: Final = 30.0
 #: The context fields a ``when`` may filter on, as a declaration names them (plural) and as a call's ctx does.
 WHEN_FIELDS: Final = {"agents": "agent", "users": "user", "sessions": "session", "templates": "template"}
 #: Priorities are small integers (higher runs earlier): a bound keeps every implementation's arithmetic exact.
@@ -167,9 +170,7 @@ def declare(
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
         raise DeclarationError(where, f"timeout must be a positive number of seconds, not {timeout!r}")
     if timeout > MAX_TIMEOUT:
-        log.warning(
-            "handler %s: timeout %gs clamped to %gs: no handler may hold an action longer", where, timeout, MAX_TIMEOUT
-        )
+        log.warning("handler %s: timeout %gs clamped to %gs: the protocol's bound", where, timeout, MAX_TIMEOUT)
         timeout = MAX_TIMEOUT
     return Declaration(
         module=module,

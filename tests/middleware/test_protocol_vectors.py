@@ -59,7 +59,12 @@ def test_identity_pairs_that_must_agree_do() -> None:
     assert by_what["match as a string is split on |"] == as_list
     assert by_what["code missing: the empty string"] == by_what["code empty string: the same as missing"]
     assert by_what["code null: hashed as null, not as the empty string"] != by_what["code missing: the empty string"]
-    assert by_what["timeout 45 is clamped to 30.0 before hashing"] == by_what["timeout 30 exactly"]
+    clamped = by_what["timeout 4000 is clamped to 3600.0 before hashing"]
+    assert clamped == by_what["timeout just over 3600 is clamped to 3600.0"]
+    assert (
+        by_what["timeout 45 is kept (the protocol bounds a timeout at 3600 s; a kernel's ceiling is its own)"]
+        != (by_what["timeout 30 exactly"])
+    )
 
 
 def test_a_module_announces_declarations_that_hash_back_to_their_identity() -> None:
@@ -73,7 +78,7 @@ def test_a_module_announces_declarations_that_hash_back_to_their_identity() -> N
     (decl,) = module.declarations
     wire = json.loads(json.dumps(decl.to_wire()))
     assert identity(wire) == decl.identity()
-    assert wire["timeout"] == 30.0 and wire["match"] == ["ls", "shell"] and wire["after"] == ["guard.first"]
+    assert wire["timeout"] == 45.0 and wire["match"] == ["ls", "shell"] and wire["after"] == ["guard.first"]
 
 
 @pytest.mark.parametrize("vector", _load("announcements"), ids=lambda v: v["what"])

@@ -58,7 +58,7 @@ def test_every_http_route_has_a_row() -> None:
 WORKSPACE_STATE = (
     "hooks.json", "claude-hooks.json", "claude-plugins", "triggers.yaml", "budgets.yaml", "hook_turns.yaml",
     "history.yaml", "api-token", "ask-link-key", "asks.webhook", "hook-tokens", "plugins", "journal.db", "journal",
-    "jetstream", "drain",
+    "jetstream", "drain", "middleware.yaml",
 )  # fmt: skip
 
 

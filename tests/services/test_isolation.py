@@ -153,6 +153,7 @@ async def test_an_isolated_hook_works_in_a_private_scratch_directory(workspace: 
 #: Every file or directory hookbus loads or stores in a workspace, spelled by the constants that name them.
 def workspace_state() -> set[str]:
     from bus._cli.up import HISTORY_FILE
+    from bus._middleware import timeouts
     from bus.adapters.claude_code._command_file import FILE
     from subscribers.http_api._token import TOKEN_FILE
     from subscribers.journal._store import DB_NAME, JSONL_DIR
@@ -162,6 +163,7 @@ def workspace_state() -> set[str]:
     from triggers.engine import _config as config
 
     names = {HOOKS_FILE, FILE, TOKEN_FILE, DB_NAME, JSONL_DIR, PLUGINS_DIR, budgets.BUDGETS_FILE, HISTORY_FILE}
+    names.add(timeouts.MIDDLEWARE_FILE)  # the operator's handler-timeout ceiling
     return names | {config.FILE_NAME, hook_turn.FILE_NAME, "jetstream", "drain", ".hookbus", f"{DB_NAME}-wal"}
 
 

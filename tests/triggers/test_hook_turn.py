@@ -132,8 +132,8 @@ def test_hook_turns_yaml_is_validated(tmp_path: Path) -> None:
     for text, message in [
         ("hook_turns:\n  - {name: j, stage: tool.call}\n", "field 'prompt' is required"),
         ("hook_turns:\n  - {name: j, stage: 'a..b', prompt: p}\n", "field 'stage'"),
-        ("hook_turns:\n  - {name: j, stage: tool.call, prompt: p, timeout_s: 99}\n", "'timeout_s'"),
-        ("hook_turns:\n  - {name: j, stage: tool.call, prompt: p, timeout: 99}\n", "'timeout'"),
+        ("hook_turns:\n  - {name: j, stage: tool.call, prompt: p, timeout_s: 3601}\n", "'timeout_s'"),
+        ("hook_turns:\n  - {name: j, stage: tool.call, prompt: p, timeout: 3601}\n", "'timeout'"),
         ("hook_turns:\n  - {name: j, stage: tool.call, prompt: p, colour: red}\n", "unknown field 'colour'"),
         ("hooks: []\n", "one key, 'hook_turns'"),
     ]:

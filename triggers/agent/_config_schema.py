@@ -6,13 +6,15 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from bus._core.declaration import MAX_TIMEOUT
 from bus._runtime.config_types import Name, NonEmpty, Strings
 
 #: How long a hook-turn waits for the model unless its entry says otherwise.
 HOOK_TURN_TIMEOUT = 20.0
 
 
-HookTurnTimeout = Annotated[float, msgspec.Meta(gt=0, le=30)]
+#: A hook-turn's timeout: at most the protocol's bound; the agent's ``hook_secs`` bounds it when it loads.
+HookTurnTimeout = Annotated[float, msgspec.Meta(gt=0, le=MAX_TIMEOUT)]
 
 
 class HookTurn(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -63,6 +65,12 @@ class BudgetsFile(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, froz
     user: BudgetLayer | None = None
 
 
+class AgentTimeouts(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
+    """agent.yaml ``timeouts``: ``hook_secs``, the longest this agent's kernel waits for one handler."""
+
+    hook_secs: Annotated[float, msgspec.Meta(gt=0, le=MAX_TIMEOUT)] | None = None
+
+
 class AgentFile(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
     """An agent YAML (``hookbus agent --config FILE``): agent_os's ``agent.yaml``, the fields this runner reads.
 
@@ -73,3 +81,5 @@ class AgentFile(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen
     name: Name | None = None
     system: NonEmpty | None = None
     hook_files: list[NonEmpty] = []
+    #: agent_os's ``timeouts``: ``hook_secs`` bounds every handler's wait (docs/middleware.md, Timeouts).
+    timeouts: AgentTimeouts = AgentTimeouts()

@@ -273,7 +273,9 @@ class Handlers:
             # task (a timeout, a TaskGroup, a cancel of itself) stays with it; the request only waits.
             if handler.wants_ctx:
                 coro = handler.func(
-                    stage, arg, ctx=_stage_ctx(handler, wire_ctx, bus, bag_keys.inputs(decl, bag or {}, payload), outputs)
+                    stage,
+                    arg,
+                    ctx=_stage_ctx(handler, wire_ctx, bus, bag_keys.inputs(decl, bag or {}, payload), outputs),
                 )
             else:
                 coro = handler.func(stage, arg)

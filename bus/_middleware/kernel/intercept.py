@@ -26,6 +26,7 @@ import msgspec
 
 from bus._core import depth as _depth
 from bus._core.decisions import CONTINUE, Ask, Cancel, Decision, HandlerDecision, Patch, read_reply
+from bus._core.declaration import DEFAULT_TIMEOUT_CEILING
 from bus._core.errors import Aborted, BusClosedError, DecisionError, MiddlewareError, NoResponders, RequestTimeout
 from bus._core.middleware_schema import MiddlewareRequest, RequestCtx
 from bus._core.results import ChainRun, hide_output
@@ -75,6 +76,15 @@ class MiddlewareOptions:
     liveness_factor: float = LIVENESS_FACTOR
     #: What a bag belongs to: ``process`` (an agent run: the caller's process and session) or ``session``.
     bag_scope: str = "process"
+    #: The operator's ceiling: seconds this kernel waits for one handler at most, whatever it declared.
+    timeout_ceiling: float = DEFAULT_TIMEOUT_CEILING
+    #: The agent's bound (agent.yaml ``timeouts.hook_secs``): at most the ceiling; None: the ceiling.
+    hook_secs: float | None = None
+
+    def handler_wait(self, declared: float) -> float:
+        """Seconds this kernel waits for a handler that declared ``declared``: its own, within both bounds."""
+        bound = self.timeout_ceiling if self.hook_secs is None else min(self.hook_secs, self.timeout_ceiling)
+        return min(declared, bound)
 
 
 class Interceptor:
@@ -319,7 +329,8 @@ class Interceptor:
         Returns the run's decision (a cancel named by the kernel) and the handler it is attributed to.
         """
         assert self._requester is not None
-        timeout = sum(link.decl.timeout for link in batch) + REPLY_GRACE
+        wait = self.options.handler_wait
+        timeout = sum(wait(link.decl.timeout) for link in batch) + REPLY_GRACE
         wire_ctx.deadline = time.time() + timeout  # this request's (the journal does not read it)
         handlers = [link.decl.name for link in batch]
         data = encode(MiddlewareRequest(stage=stage, payload=payload, ctx=wire_ctx, handlers=handlers))

@@ -37,7 +37,7 @@ from typing import Final
 
 import orjson
 
-from bus._core.declaration import MAX_TIMEOUT
+from bus._core.declaration import DEFAULT_TIMEOUT_CEILING
 from bus._core.errors import ConfigError
 from bus._core.json_types import json_object
 from bus._core.schema import convert
@@ -72,8 +72,8 @@ PROJECT_VARIABLE: Final = "CLAUDE_PROJECT_DIR"
 PLUGIN_VARIABLE: Final = "CLAUDE_PLUGIN_ROOT"
 #: Seconds the kernel waits beyond a handler's slowest command (the process start, the reply).
 MARGIN_S: Final = 2.0
-#: A command's timeout is cut to this: no handler may hold an action longer than MAX_TIMEOUT.
-COMMAND_TIMEOUT_CAP: Final = MAX_TIMEOUT - MARGIN_S
+#: A command's timeout is cut to this: a kernel waits no longer for a handler unless its operator says so.
+COMMAND_TIMEOUT_CAP: Final = DEFAULT_TIMEOUT_CEILING - MARGIN_S
 _VARIABLE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?")
 
 

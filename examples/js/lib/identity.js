@@ -6,7 +6,7 @@ const crypto = require('node:crypto');
 
 const TOKEN = /^[A-Za-z0-9_-]+$/;
 const DEFAULT_TIMEOUT = 2.0;
-const MAX_TIMEOUT = 30.0;
+const MAX_TIMEOUT = 3600.0;
 const PRIORITY_LIMIT = 1000000;
 // The context fields a `when` may filter on (docs/protocol.md, "Composition").
 const WHEN_FIELDS = ['agents', 'users', 'sessions', 'templates'];
