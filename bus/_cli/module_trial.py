@@ -6,7 +6,10 @@ no nats-server) and prints the decision and the journal entries the call
 would write. Its handlers count as approved in declaration order, so equal
 priorities run in that order, as they would once approved one by one.
 ``info`` lists the handlers: stage, chain position, fail mode, priority,
-``when``, bag ports, references and identity.
+``when``, bag ports, references and identity. agent_os's ``hook_tool``
+commands (``user "text"``, ``turn q a``, ``tool NAME JSON`` ...:
+:mod:`bus._cli.hook_tool`) run their point with its payload built, and
+``--db PATH`` sets every handler's ``ctx.config["db_path"]``.
 """
 
 from __future__ import annotations
@@ -16,11 +19,13 @@ from typing import Any
 
 import orjson
 
-from bus._cli.common import read_json_object
+from bus._cli.common import add_nats_url, read_json_object
+from bus._cli.hook_tool import COMMANDS as HOOK_TOOL_COMMANDS
+from bus._cli.hook_tool import call as hook_tool_call
 from bus._cli.middleware import declaration_terms
 from bus._core.decisions import Cancel, Decision, Patch
 from bus._core.declaration import Declaration
-from bus._core.errors import BrokenChain
+from bus._core.errors import BrokenChain, ConfigError
 from bus._core.stages import validate_stage
 from bus._middleware.kernel.chain import order_with_bag
 from bus._middleware.kernel.view import View
@@ -38,10 +43,28 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         ),
     )
     parser.add_argument("target", metavar="FILE", help="a Python file defining a bus.Module (FILE:NAME for one)")
-    parser.add_argument("stage", help="the stage to run, or 'info'")
-    parser.add_argument("payload", nargs="?", default=None, help="the payload as a JSON object (default: stdin)")
+    parser.add_argument(
+        "stage",
+        help="the stage to run; 'info'; or an agent_os hook_tool command: " + ", ".join(HOOK_TOOL_COMMANDS),
+    )
+    parser.add_argument(
+        "payload",
+        nargs="*",
+        default=[],
+        help="the payload as a JSON object (default: stdin), or the command's arguments",
+    )
     for field in ("agent", "user", "session", "template"):
         parser.add_argument(f"--{field}", default=None, help=f"the call's {field} (what when and grants see)")
+    parser.add_argument(
+        "--db", default=None, metavar="PATH", help="every handler's config db_path (ctx.config): a scratch database"
+    )
+    parser.add_argument(
+        "--live",
+        action="store_true",
+        help="call over a real nats-server (--nats-url), the module served on the wire (a scratch server: it is "
+        "announced there while this runs)",
+    )
+    add_nats_url(parser)
     parser.set_defaults(func=run)
 
 
@@ -52,10 +75,22 @@ async def run(args: argparse.Namespace) -> int:
     if args.stage == "info":
         print("\n".join(describe(module)))
         return 0
-    stage = validate_stage(args.stage)
-    payload = read_json_object(args.payload, "the payload")
+    if args.stage in HOOK_TOOL_COMMANDS:
+        stage, payload = hook_tool_call(args.stage, args.payload, args.agent)
+    else:
+        stage = validate_stage(args.stage)
+        if len(args.payload) > 1:
+            raise ConfigError(f"{stage}: one JSON payload, not {len(args.payload)} arguments")
+        payload = read_json_object(args.payload[0] if args.payload else None, "the payload")
+    if args.db is not None:
+        module.configure({"db_path": args.db})
     ctx = {key: getattr(args, key) for key in ("agent", "user", "session", "template") if getattr(args, key)}
-    decision, entries = await run_once(module, stage, payload, ctx)
+    if args.live:
+        from bus._cli.module_live import run_live
+
+        decision, entries = await run_live(args, module, stage, payload, ctx)
+    else:
+        decision, entries = await run_once(module, stage, payload, ctx)
     print(f"decision: {orjson.dumps(decision_wire(decision)).decode()}")
     print(f"journal: {len(entries)} entr{'y' if len(entries) == 1 else 'ies'}")
     for entry in entries:

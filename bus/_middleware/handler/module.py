@@ -19,7 +19,7 @@ import inspect
 import logging
 import time
 from collections.abc import Callable, Coroutine, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final, Protocol, TypeVar, cast, get_type_hints
 
 import msgspec
@@ -200,6 +200,15 @@ class Handlers:
             return func
 
         return register
+
+    def configure(self, values: Mapping[str, Any]) -> None:
+        """Merge ``values`` into every handler's ``ctx.config`` (``hookbus test-module --db PATH``: its db_path)."""
+        for name, handler in self._handlers.items():
+            changed = replace(handler, config={**handler.config, **values})
+            self._handlers[name] = changed
+            self._by_stage[changed.decl.stage] = [
+                changed if h is handler else h for h in self._by_stage[changed.decl.stage]
+            ]
 
     @property
     def declarations(self) -> list[Declaration]:
