@@ -10,6 +10,9 @@
    (served by a module in another process, answering continue) against the
    same turn with none. Prints the ratio, and the added cost per point asked
    as a multiple of a raw nats-py request/reply measured in the same run.
+3. The same bare turn with budgets.yaml's three layers, whose budget every
+   handler is told (read at the turn's start, before and after each model
+   call), against the turn without budgets.
 """
 
 from __future__ import annotations
@@ -32,13 +35,17 @@ from bench.common import median, print_table, verdict
 from bus import Bus, Continue, Module, NatsServer, Stage, TurnRequest
 from bus.testing import wait_for_chain
 from tests.support import fake_llm
+from triggers.agent._budgets import BudgetBook
+from triggers.agent._config_schema import BudgetLayer, BudgetsFile
 from triggers.agent._llm import ChatClient
 from triggers.agent.turn_runner import TurnRunner
 
+#: Every point the reference runner asks (turn.done and agent.error are declared, asked only with job_done or a
+#: failure: a turn pays nothing for them).
 POINTS = [
     Stage.AGENT_SPAWN, Stage.USER_MESSAGE, Stage.CONTEXT_EVICT, Stage.LLM_REQUEST, Stage.LLM_RETRY,
     Stage.LLM_TOKEN, Stage.TOOL_CALL, Stage.TOOL_EXEC, Stage.TOOL_RESULT, Stage.ASSISTANT_MESSAGE,
-    Stage.TURN_END, Stage.AGENT_TERMINATE,
+    Stage.TURN_DONE, Stage.LOOP_END, Stage.TURN_END, Stage.TURN_AFTER, Stage.AGENT_ERROR, Stage.AGENT_TERMINATE,
 ]  # fmt: skip
 PAYLOAD = {"agent": "bench", "turn": "t1", "name": "echo", "model": "m", "content": "an answer of a few words"}
 MODULE = "bench_points"
@@ -83,11 +90,17 @@ class Counted:
         return await self._intercept(stage, payload, ctx)
 
 
-async def turns(bus: Bus, llm: fake_llm.FakeLLM, count: int) -> list[float]:
+def budgets() -> BudgetBook:
+    """Three layers in tokens, far from their limits: the books are read and charged, nothing is refused."""
+    layer = BudgetLayer(max=1e12, unit="tokens")
+    return BudgetBook(BudgetsFile(session=layer, group=layer, user=layer))
+
+
+async def turns(bus: Bus, llm: fake_llm.FakeLLM, count: int, book: BudgetBook | None = None) -> list[float]:
     """Seconds per turn of a fresh runner: one tool call, then a streamed answer."""
     agent = f"bench{uuid.uuid4().hex[:6]}"
     client = ChatClient(llm.url, "model-a", attempts=1)
-    runner = TurnRunner(bus, agent, client)
+    runner = TurnRunner(bus, agent, client, budgets=book)
     times = []
     try:
         for _ in range(count):
@@ -145,6 +158,7 @@ async def run(server: NatsServer, args: argparse.Namespace) -> None:
             rows = await per_point(bus, args.loops)
             await turns(bus, llm, 3)  # warm up: connections, caches
             bare = median(await turns(bus, llm, args.turns))
+            budgeted = median(await turns(bus, llm, args.turns, budgets()))
             module = subprocess.Popen([sys.executable, __file__, "--serve", server.url], env=env)
             for stage in POINTS:
                 await wait_for_chain(bus, stage, [f"{MODULE}.{stage.replace('.', '_')}"], timeout=30)
@@ -159,6 +173,7 @@ async def run(server: NatsServer, args: argparse.Namespace) -> None:
             ["turn with one handler per point / turn with none", f"{full / bare:.2f}x", "ratio (lower is better)"],
             ["added per point asked / raw nats-py request", f"{per_asked / raw:.2f}x", f"{asked:.1f} asked a turn"],
             ["one intercept (turn.end, one handler) / raw nats-py request", f"{one / raw:.2f}x", "for scale"],
+            ["turn with budgets (every handler told it) / turn without", f"{budgeted / bare:.2f}x", "no handlers"],
         ]
         print_table("agent hook points", rows, ["what", "figure", "note"])
     finally:
