@@ -20,7 +20,7 @@ Hook-turns are declared in ``<workspace>/hook_turns.yaml`` like any handler:
         match: shell                 # optional matcher (tool names; model names on llm.request)
         prompt: "Block commands that delete or overwrite data outside /tmp."
         fail_closed: true
-        timeout: 20                  # seconds, at most 30 (timeout_s, the older key, is read too)
+        timeout: 20                  # seconds, at most the agent's hook_secs (timeout_s, the older key, too)
         before: []                   # optional ordering references
         after: []
         model: gpt-4o-mini           # optional; default: the agent's model
