@@ -14,6 +14,7 @@ import contextlib
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -189,3 +190,28 @@ async def test_an_agent_spends_a_users_book_only_after_the_user_sent_it_a_turn(s
         assert await eva.spent("user", today, "alice") == 40
         await grant_turn(worker, "alice", "bob", day=today)  # a trigger started a turn of alice's on bob
         assert await eva.spent("user", today, "alice") == 1_000_040
+
+
+@pytest.mark.usefixtures("state")
+async def test_every_handler_is_told_what_the_fleet_spent_not_what_this_process_did(
+    server: NatsServer, llm: fake_llm.FakeLLM
+) -> None:
+    llm.default = fake_llm.text("ok", usage=USAGE)
+    today = day()
+    async with runner(server, llm, today) as first, runner(server, llm, today) as second:
+        assert await turn(first, "s-told") == "ok"  # 40 tokens from the first process
+        told: list[tuple[str, Any]] = []
+        asked = second.bus.intercept
+
+        async def spy(stage: str, payload: dict[str, Any], ctx: Any = None, **kw: Any) -> Any:
+            told.append((stage, dict(ctx or {})))
+            return await asked(stage, payload, ctx, **kw)
+
+        second.bus.intercept = spy  # type: ignore[method-assign]  # what the runner hands every point
+        assert await turn(second, "s-told") == "ok"
+    ctx_of = dict(told)
+    # The session layer (40 of 120) is nearer its limit than the user's; the second process had spent nothing.
+    assert {k: ctx_of["agent.spawn"][k] for k in ("budget_total", "budget_spent", "budget_unit")} == {
+        "budget_total": 120, "budget_spent": 40, "budget_unit": "tokens"
+    }  # fmt: skip
+    assert ctx_of["agent.terminate"]["budget_spent"] == 80  # its own call charged to the same book

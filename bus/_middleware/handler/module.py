@@ -281,11 +281,8 @@ class Handlers:
             # In a task of its own (bus._runtime.eager runs it inline until it waits): whatever it does to its
             # task (a timeout, a TaskGroup, a cancel of itself) stays with it; the request only waits.
             if handler.wants_ctx:
-                coro = handler.func(
-                    stage,
-                    arg,
-                    ctx=_stage_ctx(handler, wire_ctx, bus, bag_keys.inputs(decl, bag or {}, payload), outputs),
-                )
+                inputs = bag_keys.inputs(decl, bag or {}, payload)
+                coro = handler.func(stage, arg, ctx=_stage_ctx(handler, wire_ctx, bus, inputs, outputs))
             else:
                 coro = handler.func(stage, arg)
             result = await run_bounded(coro, decl.timeout)
