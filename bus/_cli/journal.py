@@ -8,6 +8,7 @@ import re
 import sys
 from contextlib import AsyncExitStack
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bus._cli.common import (
     add_metrics_port,
@@ -27,6 +28,9 @@ from bus._core.catalog import closest
 from bus._core.errors import ConfigError
 from bus._journal.entries import JournalEntry, canonical_time
 from bus._runtime.visible import visible_lines
+
+if TYPE_CHECKING:
+    from subscribers.journal._store import JournalStore
 
 _COLUMNS = ("time", "kind", "point", "phase", "who", "decision", "duration_ms", "session", "cause")
 #: Control characters an entry may carry (terminal escapes, fake line breaks) are shown escaped.
@@ -53,6 +57,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     query.add_argument("--since", help="received from this time on, e.g. 2026-11-30T10:00:00Z")
     query.add_argument("--until", help="received before this time")
     query.add_argument("--limit", type=int, default=50, help="newest N entries (default: 50)")
+    query.add_argument(
+        "--after",
+        type=int,
+        metavar="SEQ",
+        help="every entry after row SEQ (the 'seq' of each --json line), oldest first, --limit ignored: "
+        "an exporter resumes from the last line it shipped",
+    )
     query.add_argument("--json", action="store_true", help="one JSON object per line")
     query.add_argument("--follow", "-f", action="store_true", help="keep printing new entries")
     query.add_argument(
@@ -123,10 +134,13 @@ async def run_query(args: argparse.Namespace) -> int:
         value = getattr(args, bound)
         filters[bound] = canonical_time(value) if value else None
     after, limit, printed = 0, args.limit, 0
+    resuming = args.after is not None
     table = _Table(("received", *_COLUMNS))
     try:
+        if resuming:
+            after, limit = _cursor(store, args.after), _PAGE
         while True:
-            rows = store.query(Query(**filters, after_seq=after, limit=limit))
+            rows = store.query(Query(**filters, after_seq=after, limit=limit, oldest=resuming))
             if not args.json:
                 table.fit([[row.received, *(getattr(row.entry, c) for c in _COLUMNS)] for _, row in rows])
             for seq, row in rows:
@@ -143,12 +157,31 @@ async def run_query(args: argparse.Namespace) -> int:
                 after = rows[-1][0]
             elif after == 0 and not args.follow:
                 print(f"(no journal entry in {path} matches; workspace {workspace.source})", file=sys.stderr)
+            if resuming and len(rows) == limit:
+                continue  # a cursor's backlog: the next page now, in order
             if not args.follow:
                 return 0
-            limit = 10_000  # following: everything new since the last poll
+            resuming, limit = True, _PAGE  # following: everything new since the last poll, oldest first
             await asyncio.sleep(0.5)
     finally:
         store.close()
+
+
+#: Rows a poll or a cursor's page reads at most.
+_PAGE = 10_000
+
+
+def _cursor(store: JournalStore, after: int) -> int:
+    """``--after``: a row number of this database; one past its last row came from another one."""
+    if after < 0:
+        raise ConfigError(f"--after {after} must be 0 or a row number (the 'seq' of a --json line)")
+    last = store.last_seq()
+    if after > last:
+        raise ConfigError(
+            f"--after {after} is past the last row of {store.path} ({last}): "
+            "a cursor is a row number of one journal.db; is this the one it came from?"
+        )
+    return after
 
 
 def output_lines(entry: JournalEntry) -> list[str]:

@@ -89,6 +89,14 @@ class JournalEntry:
     #: A shell hook run's last output (stdout and stderr apart), as text; None when it printed nothing.
     stdout: str | None = None
     stderr: str | None = None
+    #: Who decided (middleware): the module version called, the rule's condition, the SHA-256 of the payload
+    #: the handler was sent, what a patch changed, the fail mode a fault was read by, the kernel's host:pid.
+    version: str | None = None
+    rule: str | None = None
+    payload_sha256: str | None = None
+    changed: str | None = None
+    fail_mode: str | None = None
+    kernel: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -235,8 +243,11 @@ MAX_DEPTH: Final = JOURNAL_MAX_DEPTH
 MAX_DURATION_MS: Final = JOURNAL_MAX_DURATION_MS
 
 _TEXT_FIELDS: Final = ("kind", "point", "phase", "who", "decision", "process", "time", "id")
-_OPTIONAL_TEXT: Final = ("cause", "session", "agent", "trace_id", "identity", *_TAIL_FIELDS)
-_CAPS: Final = {"cause": CAUSE_CAP, "stdout": OUTPUT_CAP, "stderr": OUTPUT_CAP}
+#: The fields that say who decided a middleware call: optional, absent from an entry's JSON form when empty
+#: (a row stored before them hashes as it did).
+DECIDER_FIELDS: Final = ("version", "rule", "payload_sha256", "changed", "fail_mode", "kernel")
+_OPTIONAL_TEXT: Final = ("cause", "session", "agent", "trace_id", "identity", *_TAIL_FIELDS, *DECIDER_FIELDS)
+_CAPS: Final = {"cause": CAUSE_CAP, "stdout": OUTPUT_CAP, "stderr": OUTPUT_CAP, "rule": CAUSE_CAP, "changed": CAUSE_CAP}
 _TEXT_RULES: Final = tuple((name, _CAPS.get(name, TEXT_CAP)) for name in _TEXT_FIELDS + _OPTIONAL_TEXT)
 
 

@@ -38,3 +38,10 @@ class JournalEntryMsg(msgspec.Struct, kw_only=True):
     id: Text
     stdout: str | None = None  # a shell hook run's last output, as text (the receiver keeps its tail)
     stderr: str | None = None
+    # Who decided (middleware entries; all optional: older publishers send none of them)
+    version: Text | None = None  # the module version the kernel called (its request subject's digest)
+    rule: Text | None = None  # a declarative rule's condition (CEL)
+    payload_sha256: Text | None = None  # SHA-256 of the stage payload the handler was sent (sorted-key JSON)
+    changed: Text | None = None  # what a patch changed: top-level fields, ``~`` changed, ``+`` added, ``-`` removed
+    fail_mode: Text | None = None  # ``closed`` or ``open``: the declared fail mode a fault was read by
+    kernel: Text | None = None  # ``host:pid`` of the kernel that ran the chain

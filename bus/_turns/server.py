@@ -26,6 +26,7 @@ from bus._core.depth import depth_problem
 from bus._core.encoder import Encoder
 from bus._core.schema import decode
 from bus._core.subjects import TOKEN_RE, is_reply_inbox
+from bus._runtime import genai_spans as _genai
 from bus._runtime import tracing as _tracing
 from bus._runtime.ratelog import RateLimitedLog
 from bus._runtime.tasks import TaskSet
@@ -164,9 +165,10 @@ class TurnServer:
         try:
             # A span where this process traces, child of the span that emitted the triggering event.
             with _tracing.span(
-                f"hookbus turn {self.agent}",
+                f"{_genai.INVOKE_AGENT} {self.agent}",
                 parent=request.event.get("traceparent") if isinstance(request.event, dict) else None,
                 attributes={
+                    **_genai.agent_attributes(self.agent),
                     _tracing.ATTR_AGENT: self.agent,
                     _tracing.ATTR_TURN: request.id,
                     _tracing.ATTR_TRIGGER: request.trigger or "",

@@ -20,6 +20,7 @@ import orjson
 from bus._core.decisions import Cancel, Decision, Patch
 from bus._core.errors import DecisionError
 from bus._core.json_types import json_type
+from bus._runtime import genai_spans as _genai
 from bus.adapters._calls import AnyBus, aintercept, need_sync
 
 TOOL_CALL: Final = "tool.call"
@@ -107,7 +108,12 @@ class ToolGuard:
         assert verdict.answer is not None
         return self.refuse(verdict.answer) if verdict.cancelled and self.refuse is not None else verdict.answer
 
-    def run(self, tool_input: dict[str, Any], call: Callable[[dict[str, Any]], Any]) -> Any:
+    def run(self, tool_input: dict[str, Any], call: Callable[[dict[str, Any]], Any], call_id: str | None = None) -> Any:
+        """Run the tool behind its stages, in an ``execute_tool`` span where the process traces."""
+        with _genai.tool(self.name, call_id):
+            return self._run(tool_input, call)
+
+    def _run(self, tool_input: dict[str, Any], call: Callable[[dict[str, Any]], Any]) -> Any:
         sync = need_sync(self.bus, f"the guarded tool {self.name!r}")
         verdict = before(sync.intercept(TOOL_CALL, {"name": self.name, "input": tool_input}, self.ctx), tool_input)
         if verdict.answer is not None:
@@ -116,7 +122,14 @@ class ToolGuard:
         judged = sync.intercept(TOOL_RESULT, self._result(output, is_error), self.ctx)
         return _finish(judged, output, is_error)
 
-    async def arun(self, tool_input: dict[str, Any], call: Callable[[dict[str, Any]], Awaitable[Any]]) -> Any:
+    async def arun(
+        self, tool_input: dict[str, Any], call: Callable[[dict[str, Any]], Awaitable[Any]], call_id: str | None = None
+    ) -> Any:
+        """:meth:`run` for an async tool."""
+        with _genai.tool(self.name, call_id):
+            return await self._arun(tool_input, call)
+
+    async def _arun(self, tool_input: dict[str, Any], call: Callable[[dict[str, Any]], Awaitable[Any]]) -> Any:
         decision = await aintercept(self.bus, TOOL_CALL, {"name": self.name, "input": tool_input}, self.ctx)
         verdict = before(decision, tool_input)
         if verdict.answer is not None:

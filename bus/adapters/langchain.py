@@ -274,7 +274,7 @@ class GuardedTool(BaseTool):
         def call(tool_input: dict[str, Any]) -> Any:
             return _content(self.inner.run(_for_inner(tool_input, args, injected), tool_call_id=call_id))
 
-        return self._answer(self.guard.run(given, call))
+        return self._answer(self.guard.run(given, call, _real_id(call_id)))
 
     async def _arun(self, *args: Any, run_manager: AsyncCallbackManagerForToolRun | None = None, **kwargs: Any) -> Any:
         given, injected = self._split(args, kwargs)
@@ -283,7 +283,7 @@ class GuardedTool(BaseTool):
         async def call(tool_input: dict[str, Any]) -> Any:
             return _content(await self.inner.arun(_for_inner(tool_input, args, injected), tool_call_id=call_id))
 
-        return self._answer(await self.guard.arun(given, call))
+        return self._answer(await self.guard.arun(given, call, _real_id(call_id)))
 
     def _answer(self, answer: Any) -> Any:
         if self.response_format != "content_and_artifact":
@@ -321,6 +321,11 @@ def _content(output: Any) -> Any:
             return output.content
         return _Artifacted(output.content, output.artifact, output)
     return output
+
+
+def _real_id(call_id: str | None) -> str | None:
+    """The model's id of a tool call, not the stand-in an artifact-returning tool is given."""
+    return None if call_id == _ARTIFACT_CALL else call_id
 
 
 def _call_id_keys(tool: BaseTool) -> frozenset[str]:

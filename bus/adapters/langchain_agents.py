@@ -37,6 +37,7 @@ from langchain_core.messages.utils import convert_to_messages
 
 from bus._core.decisions import Cancel, Decision, Patch
 from bus._core.errors import DecisionError
+from bus._runtime import genai_spans as _genai
 from bus._turns.errors import TurnFailed
 from bus.adapters._calls import AnyBus, aintercept, need_sync
 from bus.adapters._tool_guard import TOOL_CALL, TOOL_RESULT, after, before, output_text
@@ -93,6 +94,13 @@ class HookbusMiddleware(AgentMiddleware):
     async def awrap_tool_call(
         self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], Awaitable[Any]]
     ) -> Any:
+        """The tool call behind ``tool.call`` and ``tool.result``, in an ``execute_tool`` span where it traces."""
+        with _genai.tool(request.tool_call["name"], request.tool_call.get("id")):
+            return await self._awrap_tool_call(request, handler)
+
+    async def _awrap_tool_call(
+        self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], Awaitable[Any]]
+    ) -> Any:
         args, injected = self._tool_payload(request)
         call = request.tool_call
         payload = {"name": call["name"], "input": args, "id": call["id"]}
@@ -106,6 +114,11 @@ class HookbusMiddleware(AgentMiddleware):
         return self._judged(result, await aintercept(self.bus, TOOL_RESULT, judged, self.ctx))
 
     def wrap_tool_call(self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], Any]) -> Any:
+        """:meth:`awrap_tool_call` for a sync agent."""
+        with _genai.tool(request.tool_call["name"], request.tool_call.get("id")):
+            return self._wrap_tool_call(request, handler)
+
+    def _wrap_tool_call(self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], Any]) -> Any:
         sync = need_sync(self.bus, "HookbusMiddleware.wrap_tool_call")
         args, injected = self._tool_payload(request)
         call = request.tool_call

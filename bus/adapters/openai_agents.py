@@ -242,7 +242,8 @@ def guard_function_tool(
         async def call(given: dict[str, Any]) -> Any:
             return await inner(context, orjson.dumps(given).decode())
 
-        return await guard.arun(arguments, call)
+        call_id = getattr(context, "tool_call_id", None)
+        return await guard.arun(arguments, call, call_id if isinstance(call_id, str) else None)
 
     return dataclasses.replace(tool, on_invoke_tool=invoke)
 

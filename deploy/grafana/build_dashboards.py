@@ -146,6 +146,57 @@ ASKS = [
     ),
 ]
 
+# Who decided, for operators and auditors: each handler's vetoes, its decision latency, its faults, and the calls
+# waiting for a person (docs/journal.md says who decided each single call).
+GOVERNANCE = [
+    Panel(
+        "Veto rate by handler",
+        "percentunit",
+        (
+            (
+                ratio("hookbus_fleet_middleware_decisions_total", "handler", 'decision="cancel"'),
+                "{{handler}}",
+            ),
+        ),
+        "The share of a handler's decisions that cancelled the call (a fault read as cancel counts: fail-closed).",
+    ),
+    Panel(
+        "Vetoes by handler",
+        "ops",
+        ((rate("hookbus_fleet_middleware_decisions_total", "handler", 'decision="cancel"'), "{{handler}}"),),
+        "Calls each handler cancelled, per second.",
+    ),
+    Panel(
+        "Decision latency by handler",
+        "s",
+        quantiles("hookbus_fleet_middleware_duration_seconds", "handler"),
+        "p50, p95 and p99 of each handler's time to decide, as its kernel measured it.",
+    ),
+    Panel(
+        "Faults by kind and handler",
+        "ops",
+        (
+            (
+                rate("hookbus_fleet_middleware_calls_total", "outcome, handler", 'outcome!="ok"'),
+                "{{outcome}} {{handler}}",
+            ),
+        ),
+        "timeout, failed, absent, invalid, untrusted, oversize, shutdown, skipped: each read by its fail mode.",
+    ),
+    Panel(
+        "Asks pending",
+        "short",
+        (("max(hookbus_fleet_asks_pending)", "pending"),),
+        "Calls held for an operator's answer, bus-wide.",
+    ),
+    Panel(
+        "Age of the oldest pending ask",
+        "s",
+        (("max(hookbus_fleet_asks_oldest_age_seconds)", "oldest waited"),),
+        "How long the longest-held call has waited for a person.",
+    ),
+]
+
 HOOKS = [
     Panel("Shell hook runs by hook", "ops", ((rate("hookbus_fleet_shell_hook_runs_total", "hook"), "{{hook}}"),)),
     Panel(
@@ -231,6 +282,7 @@ NATS = [
 DASHBOARDS = {
     "hookbus": ("hookbus: bus, middleware, asks, hooks", HOOKBUS + MIDDLEWARE + ASKS + HOOKS),
     "agents": ("hookbus: agents", AGENTS),
+    "governance": ("hookbus: governance (who decided)", GOVERNANCE),
     "nats": ("hookbus: NATS servers", NATS),
 }
 

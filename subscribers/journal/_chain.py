@@ -64,7 +64,8 @@ def linked(row: Any, head: Link, as_json: Any) -> tuple[Any, Link]:
     The row's JSON is made once and its chain fields set in it: the hash is the one of the row as stored.
     """
     place = head.place + 1
-    body = as_json(0, row)
+    body = as_json(0, row)  # made for the hash alone: what the hash leaves out is dropped in place, not copied
     body["chain"], body["prev"] = place, head.hash
-    digest = record_hash(body)
-    return row.with_link(place, head.hash, digest), Link(place, digest)
+    del body["seq"], body["hash"]
+    digest = hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
+    return row.with_link(place, head.hash, digest, body), Link(place, digest)

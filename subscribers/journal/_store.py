@@ -16,13 +16,13 @@ import operator
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
 import orjson
 
-from bus._journal.entries import KINDS, JournalEntry
+from bus._journal.entries import DECIDER_FIELDS, KINDS, JournalEntry
 from bus._runtime.private_files import append_private, private_dir, private_file, restrict
 from subscribers.journal._chain import Chains, Link, linked
 
@@ -33,10 +33,11 @@ DEFAULT_JSONL_KEEP: Final = 5
 #: Beside the JSONL directory, not in it: whatever reads ``journal/*.jsonl`` reads entries only.
 CHECKPOINTS_JSONL: Final = "journal.checkpoints.jsonl"
 #: Version 1 keyed rows by the entry's own id (which anyone could pre-claim); 2 by the stream sequence;
-#: 3 added the shell hooks' output columns (stdout, stderr); 4 the hash chain (chain, prev, hash) and checkpoints.
-SCHEMA_VERSION: Final = 4
+#: 3 added the shell hooks' output columns (stdout, stderr); 4 the hash chain (chain, prev, hash) and checkpoints;
+#: 5 who decided (version, rule, payload_sha256, changed, fail_mode, kernel).
+SCHEMA_VERSION: Final = 5
 #: Columns later versions added to the table, ALTERed into an older one (the chain's place is an integer).
-_ADDED: Final = ("stdout", "stderr", "chain", "prev", "hash")
+_ADDED: Final = ("stdout", "stderr", "chain", "prev", "hash", *DECIDER_FIELDS)
 BUSY_TIMEOUT_MS: Final = 10_000
 
 _COLUMNS: Final = tuple(JournalEntry.__dataclass_fields__)
@@ -47,6 +48,11 @@ CHAIN_FIELDS: Final = ("chain", "prev", "hash")
 _ALL: Final = _PLACE + _COLUMNS + CHAIN_FIELDS
 #: An entry's column values, in order, in one call (a C loop rather than a getattr per column).
 _entry_values: Final = operator.attrgetter(*_COLUMNS)
+#: The columns every row's JSON form has, and the who-decided ones it has only when set.
+_BASE_COLUMNS: Final = tuple(name for name in _COLUMNS if name not in DECIDER_FIELDS)
+_base_values: Final = operator.attrgetter(*_BASE_COLUMNS)
+_decider_values: Final = operator.attrgetter(*DECIDER_FIELDS)
+_NO_DECIDERS: Final = (None,) * len(DECIDER_FIELDS)
 _TYPES: Final = {"duration_ms": "REAL", "depth": "INTEGER", "stream_seq": "INTEGER", "chain": "INTEGER"}
 _INDEXED: Final = ("point", "who", "decision", "session", "kind")
 _TABLE: Final = f"""
@@ -88,6 +94,8 @@ class Received:
     chain: int | None = None
     prev: str | None = None
     hash: str | None = None
+    #: The JSON form the chain hashed (without ``seq`` and ``hash``): the JSONL line is made from it, not again.
+    hashed: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
     def values(self) -> list[Any]:
         # attributes, not asdict(): that deep-copies, at several times the cost
@@ -102,9 +110,11 @@ class Received:
             self.hash,
         ]
 
-    def with_link(self, chain: int, prev: str, digest: str) -> Received:
+    def with_link(self, chain: int, prev: str, digest: str, hashed: dict[str, Any] | None = None) -> Received:
         """This row with its chain fields (built directly: ``dataclasses.replace`` costs several times more)."""
-        return Received(self.entry, self.stream_seq, self.received, self.stream, self.origin, chain, prev, digest)
+        return Received(
+            self.entry, self.stream_seq, self.received, self.stream, self.origin, chain, prev, digest, hashed
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +130,8 @@ class Query:
     until: str | None = None
     after_seq: int = 0
     limit: int = 100
+    #: The oldest ``limit`` rows after ``after_seq`` rather than the newest: a cursor's pages, in order.
+    oldest: bool = False
 
 
 class JournalStore:
@@ -277,13 +289,19 @@ class JournalStore:
             params.append(query.until)
         # Columns are fixed names and every value is a bound parameter.
         names = ", ".join(_ALL)
+        order = "" if query.oldest else " DESC"
         sql = (
             f"SELECT seq, {names} FROM ("
-            f"SELECT * FROM entries WHERE {' AND '.join(where)} ORDER BY seq DESC LIMIT ?) ORDER BY seq"
+            f"SELECT * FROM entries WHERE {' AND '.join(where)} ORDER BY seq{order} LIMIT ?) ORDER BY seq"
         )
         with self._lock:
             found = self._db.execute(sql, [*params, query.limit]).fetchall()
         return [(values[0], _row(values[1:])) for values in found]
+
+    def last_seq(self) -> int:
+        """The number of the newest row (0 when empty): where a cursor past it points is another database."""
+        with self._lock:
+            return int(self._db.execute("SELECT coalesce(max(seq), 0) FROM entries").fetchone()[0])
 
     def count(self) -> int:
         with self._lock:
@@ -330,7 +348,8 @@ class JsonlWriter:
     def write(self, rows: Iterable[tuple[int, Received]]) -> None:
         by_file: dict[Path, list[bytes]] = {}
         for seq, row in rows:
-            by_file.setdefault(self.path_for(row.entry.kind), []).append(orjson.dumps(entry_json(seq, row)) + b"\n")
+            body = {"seq": seq, **row.hashed, "hash": row.hash} if row.hashed is not None else entry_json(seq, row)
+            by_file.setdefault(self.path_for(row.entry.kind), []).append(orjson.dumps(body) + b"\n")
         for path, lines in by_file.items():
             self._rotate_if_full(path)
             append_private(path, b"".join(lines))
@@ -353,19 +372,28 @@ class JsonlWriter:
 
 
 def entry_json(seq: int, row: Received) -> dict[str, Any]:
-    """A row as printed by ``hookbus journal --json`` and written to JSONL."""
+    """A row as printed by ``hookbus journal --json`` and written to JSONL.
+
+    The fields saying who decided are left out when empty: a row stored before they existed hashes as it did.
+    """
     entry = row.entry
-    return {
+    body = {
         "seq": seq,
         "stream": row.stream,
         "stream_seq": row.stream_seq,
         "received": row.received,
         "origin": row.origin,
-        **dict(zip(_COLUMNS, _entry_values(entry), strict=True)),
+        **dict(zip(_BASE_COLUMNS, _base_values(entry), strict=True)),
         "chain": row.chain,
         "prev": row.prev,
         "hash": row.hash,
     }
+    deciders = _decider_values(entry)
+    if deciders != _NO_DECIDERS:  # one comparison for the rows that have none (all but middleware's)
+        for name, value in zip(DECIDER_FIELDS, deciders, strict=True):
+            if value is not None:
+                body[name] = value
+    return body
 
 
 def dumps_line(seq: int, row: Received) -> str:

@@ -8,11 +8,12 @@ ignored; a process that does not use OpenTelemetry never imports it.
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 import orjson
@@ -21,12 +22,15 @@ from nats.aio.client import Client
 
 pytest.importorskip("opentelemetry.sdk")  # the otel extra; scripts/test installs it
 
+if importlib.util.find_spec("langchain_core") is not None:  # the langchain extra: its tool's annotations
+    from langchain_core.tools import InjectedToolCallId
+
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from bus import Bus, Cancel, Continue, Decision, Module, TurnRequest
+from bus import Bus, Cancel, Continue, Decision, Module, Patch, TurnRequest
 from bus._core.traceparent import valid_traceparent
 from bus._middleware.registry import announcement_of, request_subject
 from bus.testing import EventRecorder, serving, wait_for_chain
@@ -198,9 +202,154 @@ async def test_a_triggered_turn_is_a_span_of_the_triggering_events_trace(
     (event,) = await recorder.wait_for(1)
     request = TurnRequest(agent=agent, prompt="look", depth=1, trigger="t", event=dict(event.to_dict()))
     await bus.request_turn(request)
-    await wait_until(lambda: any(s.name == f"hookbus turn {agent}" for s in exporter.get_finished_spans()))
-    span = _named(exporter.get_finished_spans(), f"hookbus turn {agent}")
+    await wait_until(lambda: any(s.name == f"invoke_agent {agent}" for s in exporter.get_finished_spans()))
+    span = _named(exporter.get_finished_spans(), f"invoke_agent {agent}")
     assert answered == [request.id]
     assert span.context.trace_id == agent_span.get_span_context().trace_id
     assert span.parent is not None and span.parent.span_id == agent_span.get_span_context().span_id
     assert span.attributes is not None and span.attributes["hookbus.turn"] == request.id
+    assert span.attributes["gen_ai.operation.name"] == "invoke_agent"
+    assert span.attributes["gen_ai.agent.name"] == agent
+
+
+async def test_each_handler_is_an_apply_guardrail_span_with_its_result_event(
+    exporter: InMemorySpanExporter, kernel: Bus, nats_url: str
+) -> None:
+    first, second = Module(unique("gr")), Module(unique("gr"))
+
+    @first.stage("tool.call", priority=20)
+    async def redact(stage: str, payload: dict[str, Any]) -> Decision:
+        return Patch({**payload, "input": {}})
+
+    @second.stage("tool.call", priority=10)
+    async def judge(stage: str, payload: dict[str, Any]) -> Decision:
+        return Cancel("not today")
+
+    async with serving(first, nats_url), serving(second, nats_url):
+        await wait_for_chain(kernel, "tool.call", [f"{first.name}.redact", f"{second.name}.judge"])
+        identities = {link.decl.qualname: link.identity for link in kernel.middleware.view.chains["tool.call"].links}
+        exporter.clear()
+        decision = await kernel.intercept("tool.call", {"name": "shell", "input": {"x": 1}})
+        assert isinstance(decision, Cancel)
+        await wait_until(lambda: len(_guardrails(exporter)) == 2, what="two apply_guardrail spans")
+    intercept = _named(exporter.get_finished_spans(), "hookbus intercept tool.call")
+    spans = {s.name: s for s in _guardrails(exporter)}
+    for handler, kind, value, reason in (
+        (f"{first.name}.redact", "modify", "patch", None),
+        (f"{second.name}.judge", "deny", "cancel", "not today"),
+    ):
+        span = spans[f"apply_guardrail {handler}"]
+        assert span.parent is not None and span.parent.span_id == intercept.context.span_id
+        assert span.context.trace_id == intercept.context.trace_id
+        attributes = dict(span.attributes or {})
+        assert attributes["gen_ai.operation.name"] == "apply_guardrail"
+        assert attributes["gen_ai.guardian.name"] == attributes["gen_ai.security.policy.id"] == handler
+        assert attributes["gen_ai.security.policy.version"] == identities[handler]
+        assert attributes["gen_ai.security.target.type"] == "tool_call"
+        assert attributes["gen_ai.security.decision.type"] == kind
+        (event,) = span.events
+        assert event.name == "gen_ai.guardrail.result"
+        assert dict(event.attributes or {}) == {
+            "gen_ai.security.policy.id": handler,
+            "gen_ai.security.policy.version": identities[handler],
+            "gen_ai.guardrail.result.type": kind,
+            "gen_ai.guardrail.result.value": value,
+            **({"gen_ai.guardrail.result.reason": reason} if reason else {}),
+        }
+
+
+async def test_a_fault_reads_as_its_fail_mode_in_the_guardrail_span(
+    exporter: InMemorySpanExporter, kernel: Bus, nats_url: str
+) -> None:
+    mod, stage = Module(unique("grf")), f"custom.{unique('grf')}"
+
+    @mod.stage(stage, fail_closed=True)
+    async def broken(stage: str, payload: dict[str, Any]) -> Decision:
+        raise RuntimeError("handler bug")
+
+    async with serving(mod, nats_url):
+        await wait_for_chain(kernel, stage, [f"{mod.name}.broken"])
+        exporter.clear()
+        assert isinstance(await kernel.intercept(stage, {}), Cancel)
+        await wait_until(lambda: len(_guardrails(exporter)) == 1, what="the apply_guardrail span")
+    (span,) = _guardrails(exporter)
+    assert dict(span.attributes or {})["gen_ai.security.decision.type"] == "deny"
+    assert dict(span.attributes or {})["gen_ai.security.target.type"] == stage
+    event = dict(span.events[0].attributes or {})
+    assert event["gen_ai.guardrail.result.value"] == "failed"
+    assert "fail-closed" in str(event["gen_ai.guardrail.result.reason"])
+
+
+async def test_a_guarded_langchain_tool_is_an_execute_tool_span(
+    exporter: InMemorySpanExporter, kernel: Bus, nats_url: str
+) -> None:
+    pytest.importorskip("langchain_core")
+    from langchain_core.tools import tool
+
+    from bus.adapters.langchain import guard_tool
+
+    @tool
+    async def shell(command: str, call_id: Annotated[str, InjectedToolCallId]) -> str:
+        """Run a shell command."""
+        return f"ran {command}"
+
+    mod = Module(unique("grt"))
+
+    @mod.stage("tool.call")
+    async def judge(stage: str, payload: dict[str, Any]) -> Decision:
+        return Continue()
+
+    async with serving(mod, nats_url):
+        await wait_for_chain(kernel, "tool.call", [f"{mod.name}.judge"])
+        guarded = guard_tool(shell, kernel, session_id=unique("s"))
+        exporter.clear()
+        call = {"name": "shell", "args": {"command": "ls"}, "id": "call-7", "type": "tool_call"}
+        answer = await guarded.ainvoke(call)
+        assert "ran ls" in str(answer.content)
+        await wait_until(lambda: _any(exporter, "execute_tool shell"), what="the execute_tool span")
+        await wait_until(lambda: len(_guardrails(exporter)) == 1, what="the guardrail span")
+    spans = exporter.get_finished_spans()
+    tool_span = _named(spans, "execute_tool shell")
+    attributes = dict(tool_span.attributes or {})
+    assert attributes == {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": "shell",
+        "gen_ai.tool.call.id": "call-7",
+    }
+    intercept = _named(spans, "hookbus intercept tool.call")  # tool.result has no handler here
+    assert intercept.parent is not None and intercept.parent.span_id == tool_span.context.span_id
+
+
+def _guardrails(exporter: InMemorySpanExporter) -> list[ReadableSpan]:
+    return [s for s in exporter.get_finished_spans() if s.name.startswith("apply_guardrail ")]
+
+
+def _any(exporter: InMemorySpanExporter, name: str) -> bool:
+    return any(s.name == name for s in exporter.get_finished_spans())
+
+
+async def test_a_guarded_openai_agents_tool_is_an_execute_tool_span(
+    exporter: InMemorySpanExporter, kernel: Bus, nats_url: str
+) -> None:
+    pytest.importorskip("agents")
+    from types import SimpleNamespace
+
+    from agents import FunctionTool
+
+    from bus.adapters.openai_agents import guard_function_tool
+
+    async def invoke(context: Any, arguments: str) -> str:
+        return f"ran {orjson.loads(arguments)['command']}"
+
+    schema = {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}
+    guarded = guard_function_tool(FunctionTool("shell2", "Run a command.", schema, invoke), kernel)
+    exporter.clear()
+    answer = await guarded.on_invoke_tool(SimpleNamespace(tool_call_id="call-9"), '{"command": "ls"}')  # type: ignore[arg-type]
+    assert answer == "ran ls"
+    await wait_until(lambda: _any(exporter, "execute_tool shell2"), what="the execute_tool span")
+    span = _named(exporter.get_finished_spans(), "execute_tool shell2")
+    assert dict(span.attributes or {}) == {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": "shell2",
+        "gen_ai.tool.call.id": "call-9",
+    }

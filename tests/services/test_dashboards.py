@@ -219,7 +219,7 @@ async def test_every_dashboard_query_parses_and_returns_data(observed: Prometheu
     await workload(nats_url)
     queries = [
         (f"{name} / {title}", expr)
-        for name in ("hookbus.json", "agents.json")
+        for name in ("hookbus.json", "agents.json", "governance.json")
         for title, expr in dashboard_queries(name)
     ]
     empty = await wait_for_data(observed, queries)

@@ -26,7 +26,7 @@ from tests.services.test_dashboards import DEPLOY, dashboard_queries
 from tests.support.prometheus import Prometheus
 from tests.support.waiting import wait_until
 
-BOARDS = ("hookbus.json", "agents.json", "nats.json")
+BOARDS = ("hookbus.json", "agents.json", "governance.json", "nats.json")
 RATE_FN = re.compile(r"\b(rate|increase)\(")
 SHIPPED = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
 HOOKS = {"hooks": {"agent_end": [{"id": "op-audit", "command": "/bin/true"}]}}

@@ -245,3 +245,46 @@ async def test_sinks_of_two_workspaces_each_store_every_entry(own_server: NatsSe
             stop.set()
             await asyncio.gather(*tasks)
         assert [sink.stored for sink in sinks] == [50, 50]
+
+
+def test_after_resumes_from_a_cursor_in_order_past_any_page(workspace: Path) -> None:
+    store = JournalStore(workspace / DB_NAME)
+    store.insert_many(received(*(entry(who=f"h{i}") for i in range(10_050))))
+    store.close()
+    done = run_cli("journal", "--workspace", str(workspace), "--json", "--after", "5", timeout=120)
+    assert done.returncode == 0, done.stderr
+    seqs = [orjson.loads(line)["seq"] for line in done.stdout.splitlines()]
+    assert seqs == list(range(6, 10_051))  # every row after the cursor, once, in order: --limit does not cut it
+    past = run_cli("journal", "--workspace", str(workspace), "--json", "--after", "20000")
+    assert past.returncode == 1
+    assert "--after 20000 is past the last row" in past.stderr
+
+
+async def test_a_restarted_exporter_resumes_without_gaps_or_duplicates(workspace: Path) -> None:
+    store = JournalStore(workspace / DB_NAME)
+    store.insert_many(received(*(entry(who=f"a{i}") for i in range(5))))
+    shipped: list[dict[str, object]] = []
+
+    async def export(after: int, count: int) -> None:
+        cmd = [*hookbus_cmd(), "journal", "--workspace", str(workspace), "--json", "--follow", "--after", str(after)]
+        proc = subprocess.Popen([*cmd, "--count", str(count)], stdout=subprocess.PIPE, text=True)
+        try:
+            assert proc.stdout is not None
+            for _ in range(count):
+                line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), 30)
+                shipped.append(orjson.loads(line))
+        finally:
+            proc.terminate()
+            proc.communicate(timeout=10)
+
+    await export(0, 3)  # stops mid-backlog
+    store.insert_many(received(*(entry(who=f"b{i}") for i in range(4)), first=6))  # written while it was down
+    cursor = shipped[-1]["seq"]
+    assert isinstance(cursor, int)
+    resumed = asyncio.create_task(export(cursor, 7))
+    await wait_until(lambda: len(shipped) >= 9, 30, "the exporter to catch up")
+    store.insert_many(received(entry(who="c0"), first=10))  # arrives while it follows
+    await resumed
+    store.close()
+    assert [row["seq"] for row in shipped] == list(range(1, 11))
+    assert [row["who"] for row in shipped] == [*(f"a{i}" for i in range(5)), *(f"b{i}" for i in range(4)), "c0"]

@@ -301,7 +301,13 @@ async def test_no_role_journals_as_another_and_what_it_journals_is_chained_as_it
 
     async with Bus(url(shipped, "bus")) as bus_role:
         await ensure_journal_stream(bus_role.port)
-    claims = {"agent": "agent-eva", "process": "kernel:agent-eva", "session": "eva-session"}
+    claims = {
+        "agent": "agent-eva",
+        "process": "kernel:agent-eva",
+        "session": "eva-session",
+        "kernel": "eva-host:1",  # who-decided fields are claims too: the origin, not these, names the publisher
+        "version": "eva-module-version",
+    }
     denied: dict[str, list[str]] = {role: [] for role in OWN_JOURNAL}
 
     forged_subjects: dict[str, list[str]] = {}
@@ -352,6 +358,8 @@ async def test_no_role_journals_as_another_and_what_it_journals_is_chained_as_it
     try:
         rows = [row for _, row in store.query(Query(limit=1000)) if row.entry.who.startswith("own-")]
         assert all((row.entry.agent, row.entry.process) == ("agent-eva", "kernel:agent-eva") for row in rows)
+        assert all((row.entry.kernel, row.entry.version) == ("eva-host:1", "eva-module-version") for row in rows)
+        assert {row.origin for row in rows} == {role for role, own in OWN_JOURNAL.items() if own}  # as vouched
         assert all(row.chain is not None and row.hash for row in rows)  # chained as stored, claims and all
         report = verify(store.chained(), store.checkpoints(), JournalKey.of_workspace(workspace).public_key)
     finally:

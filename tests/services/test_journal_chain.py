@@ -67,15 +67,14 @@ def sql(workspace: Path, *statements: str) -> None:
     db.close()
 
 
-def test_an_untouched_journal_of_many_entries_verifies(workspace: Path) -> None:
-    public_key = make_journal(workspace, 20_000, kinds=("middleware", "trigger"), every=1000)
+def test_an_untouched_journal_of_100000_entries_verifies(workspace: Path) -> None:
+    public_key = make_journal(workspace, 100_000, kinds=("middleware", "trigger"), every=1000)
     done = verify(workspace, "--public-key", public_key)
     assert done.returncode == 0, done.stderr
-    assert "journal holds: 20000 entries, 20 checkpoints" in done.stdout
-    for kind in ("middleware", "trigger"):
+    assert "journal holds: 100000 entries, 100 checkpoints" in done.stdout
+    for kind in ("middleware", "trigger"):  # rotated at 10 MiB: the live file holds the newest, checked alone
         done = run_cli("journal", "verify", "--jsonl", str(workspace / "journal" / f"{kind}.jsonl"))
         assert done.returncode == 0, done.stderr
-        assert "journal holds: 10000 entries" in done.stdout
 
 
 _SWAP = (
@@ -277,3 +276,19 @@ async def test_two_sinks_chain_and_sign_independently(bus: Bus, tmp_path: Path) 
 
 async def _both(sinks: list[JournalSink]) -> bool:
     return all(sink.stored >= 50 for sink in sinks)
+
+
+def test_a_journal_from_before_who_decided_migrates_and_still_verifies(workspace: Path) -> None:
+    """A schema 4 journal (no who-decided columns) gets them on first open; its rows hash as they did."""
+    from bus._journal.entries import DECIDER_FIELDS
+
+    public_key = make_journal(workspace, 300)
+    sql(workspace, *(f"ALTER TABLE entries DROP COLUMN {name}" for name in DECIDER_FIELDS), "PRAGMA user_version = 4")
+    done = verify(workspace, "--public-key", public_key)
+    assert done.returncode == 0, done.stderr
+    assert "journal holds: 300 entries" in done.stdout
+    db = sqlite3.connect(workspace / DB_NAME)
+    columns = {row[1] for row in db.execute("PRAGMA table_info(entries)")}
+    version = db.execute("PRAGMA user_version").fetchone()[0]
+    db.close()
+    assert set(DECIDER_FIELDS) <= columns and version == 5

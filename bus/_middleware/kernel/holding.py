@@ -34,6 +34,7 @@ async def hold_for_operator(
     waiting = ASKED.get()
     if waiting is not None and not waiting[1]:  # the caller's own person answers: nothing is held
         note = Reactions(sink, decl.stage, wire_ctx, True)
+        note.sent(payload)  # the entry names the payload held
         note.note(link, "asked", f"{ask.reason} (passed to the agent's own user)", 0.0)
         note.flush()
         if not waiting[0].done():
@@ -44,6 +45,7 @@ async def hold_for_operator(
         left = record.deadline - time.time()
         cause = f"{record.reason} (ask {record.id}; {left:.0f}s left, then {record.on_timeout})"
         entry = Reactions(sink, decl.stage, wire_ctx, True)
+        entry.sent(payload)  # the entry names the payload held
         entry.note(link, "asked", cause, 0.0)
         entry.flush()
         if waiting is not None and not waiting[0].done():
@@ -53,6 +55,7 @@ async def hold_for_operator(
         ask, decl.qualname, link.identity, decl.fail_closed, decl.stage, payload, wire_ctx, asked
     )
     entry = Reactions(sink, decl.stage, wire_ctx, True)
+    entry.sent(payload)  # the entry names the payload held
     entry.note(link, held.verdict, held.cause, (time.perf_counter() - started) * 1000)
     entry.flush()
     return held.decision

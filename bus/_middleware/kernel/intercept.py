@@ -248,6 +248,7 @@ class Interceptor:
         journal = Reactions(self._journal, stage, wire_ctx, self.options.journal_neutral)
         run = ChainRun(stage, self._canonical(stage, payload))
         bag = self.bags.of(wire_ctx.session, _given(wire_ctx.process)) if chain.bag else None
+        journal.sent(run.payload)
         for link in chain.waiting:
             if _wants(link, stage, run.payload) and (not link.scoped or link.in_scope(ctx)):
                 journal.add(link, Outcome.UNTRUSTED, CONTINUE, 0.0, f"{link.trust.value}: not approved")
@@ -259,6 +260,7 @@ class Interceptor:
         index = 0
         rules = RuleCall(stage, wire_ctx, bag) if chain.rules else None
         while index < len(links):
+            journal.sent(run.payload)  # what the next handlers are sent (a patch before made a new one)
             if rules is not None and links[index].rule is not None:  # evaluated here, a run of rules at once
                 index, ruled = rules.sweep(links, index, run.payload, journal)
                 if ruled is CONTINUE:
@@ -286,6 +288,7 @@ class Interceptor:
             if shadow:  # its entries name the payload it saw
                 journal.seen = run.payload
             decision, who = await self._call(stage, batch, run.payload, wire_ctx, journal, bag)
+            journal.result(decision)
             if shadow:  # journaled as would_*: never applied, never held for an operator
                 decision = CONTINUE
             if isinstance(decision, Ask) and run.cancel is None:  # held until the answer; then the rest runs on it

@@ -9,6 +9,7 @@ per each handler's declared fail mode, and note each reaction.
 from __future__ import annotations
 
 import hashlib
+import json
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
@@ -24,14 +25,28 @@ from bus._journal.entries import PROCESS, JournalEntry, JournalPublisher
 from bus._middleware.faults import REPORTED, Outcome, fault_decision
 from bus._middleware.kernel.chain import Link, StageChain
 from bus._middleware.kernel.metrics import MIDDLEWARE
+from bus._runtime import genai_spans as _genai
+from bus._runtime import tracing as _tracing
 
 #: Characters of a module-reported cause the journal keeps (a module cannot flood it).
 CAUSE_LIMIT: Final = 1000
 
 
 def payload_hash(payload: Mapping[str, Any]) -> str:
-    """SHA-256 of the payload's sorted JSON: what a shadow entry names the call by."""
-    return hashlib.sha256(orjson.dumps(payload, option=orjson.OPT_SORT_KEYS, default=str)).hexdigest()
+    """SHA-256 of the payload's sorted JSON: what a shadow entry names the call by, and each entry's
+    ``payload_sha256``.
+
+    A payload orjson cannot encode (an integer over 64 bits, a key that is no text: what no honest agent
+    sends) is hashed as the standard library's sorted JSON of it, or failing that its ``repr``: never raises.
+    """
+    try:
+        data = orjson.dumps(payload, option=orjson.OPT_SORT_KEYS, default=str)
+    except TypeError:
+        try:
+            data = json.dumps(payload, sort_keys=True, default=str, separators=(",", ":")).encode()
+        except (TypeError, ValueError):
+            data = repr(payload).encode(errors="replace")
+    return hashlib.sha256(data).hexdigest()
 
 
 def broken_chain(chain: StageChain, journal: Reactions) -> Decision:
@@ -151,15 +166,21 @@ def bounded(value: Any) -> str | None:
     return value if len(value) <= CAUSE_LIMIT else value[:CAUSE_LIMIT] + "…"
 
 
+#: One reaction as the call's path keeps it: who, identity, verdict, cause, ms, epoch ms, the link (None: the
+#: kernel's own), the payload the handler was sent, the payload a patch left (or None), the fail mode applied.
+_Kept = list[Any]
+
+
 class Reactions:
     """Collects one call's reactions as shared-journal entries (kind ``middleware``), in chain order.
 
-    The call's path keeps each reaction as a tuple and its time; the entries
-    are made and encoded when the journal publisher sends them (off the call's
-    path: see :meth:`bus._journal.entries.JournalPublisher.add_later`).
+    The call's path keeps each reaction as a list and its time, with references to the payload the handler
+    was sent and the one a patch left; the entries (with the payload's SHA-256 and the patch summary) are
+    made and encoded when the journal publisher sends them, off the call's path (see
+    :meth:`bus._journal.entries.JournalPublisher.add_later`).
     """
 
-    __slots__ = ("_ctx", "_neutral", "_phase", "_reactions", "_sink", "_stage", "seen")
+    __slots__ = ("_ctx", "_mark", "_neutral", "_phase", "_reactions", "_sent", "_sink", "_stage", "seen")
 
     def __init__(self, sink: JournalPublisher, stage: str, wire_ctx: RequestCtx, neutral: bool) -> None:
         self._sink = sink
@@ -167,9 +188,23 @@ class Reactions:
         self._stage = stage
         self._phase = phase(stage)
         self._ctx = wire_ctx
-        self._reactions: list[tuple[str, str | None, str, str | None, float | None, int]] = []
+        self._reactions: list[_Kept] = []
         #: The payload a handler in shadow is called on (its entries name it by hash); set before the call.
         self.seen: Mapping[str, Any] = {}
+        self._sent: Mapping[str, Any] | None = None
+        self._mark = 0
+
+    def sent(self, payload: Mapping[str, Any]) -> None:
+        """The payload the next handlers are sent (a request's, a rule's): their entries name its hash."""
+        self._sent = payload
+        self._mark = len(self._reactions)
+
+    def result(self, decision: HandlerDecision) -> None:
+        """A request's decision: its patch is what the run's patching handlers changed."""
+        if isinstance(decision, Patch):
+            for kept in self._reactions[self._mark :]:
+                if kept[2] == "patch":
+                    kept[8] = decision.payload
 
     def add(
         self,
@@ -184,28 +219,27 @@ class Reactions:
         if link is not None and link.shadow and decision.kind != "continue":
             self.shadowed(link, outcome.value, decision.kind, reason, cause, duration_ms)
             return
-        self._add(
-            link.decl.qualname if link else "*",
-            link.identity if link else None,
-            outcome.value,
-            decision.kind,
-            reason,
-            cause,
-            duration_ms,
-            count,
-        )
+        self._add(link, outcome.value, decision.kind, reason, cause, duration_ms, count)
 
     def note(self, link: Link, verdict: str, cause: str, duration_ms: float) -> None:
         """An entry of the kernel's own (an ask held, and how it ended): journaled as it is, not counted."""
-        when = time.time_ns() // 1_000_000
-        self._reactions.append((link.decl.qualname, link.identity, verdict, cause, duration_ms, when))
+        self._keep(link, verdict, cause, duration_ms)
 
-    def decided(self, link: Link, verdict: str, applied: str, cause: str, duration_ms: float) -> None:
+    def decided(
+        self,
+        link: Link,
+        verdict: str,
+        applied: str,
+        cause: str,
+        duration_ms: float,
+        after: Mapping[str, Any] | None = None,
+    ) -> None:
         """A rule's decision, evaluated by the kernel: counted as ``applied``, journaled as ``verdict`` with
-        ``cause`` as given (the rule's condition and result; a shadow rule's payload hash)."""
+        ``cause`` as given (the rule's condition and result; a shadow rule's payload hash); ``after``: its patch."""
         who = link.decl.qualname
         MIDDLEWARE.observe(who, self._stage, _OK, applied, duration_ms / 1000)
-        self._reactions.append((who, link.identity, verdict, cause, duration_ms, time.time_ns() // 1_000_000))
+        _genai.guardrail(self._stage, who, link.identity, verdict, applied, cause, duration_ms)
+        self._keep(link, verdict, cause, duration_ms, after)
 
     def ok(self, link: Link, who: str, kind: str, duration_ms: float) -> None:
         """A handler's continue or patch, as its module reported it (the common case: kept cheap)."""
@@ -213,8 +247,9 @@ class Reactions:
             self.shadowed(link, _OK, kind, None, None, duration_ms)
             return
         MIDDLEWARE.observe(who, self._stage, _OK, kind, duration_ms / 1000)
+        _genai.guardrail(self._stage, who, link.identity, kind, kind, None, duration_ms)
         if kind == "patch" or self._neutral:
-            self._reactions.append((who, link.identity, kind, None, duration_ms, time.time_ns() // 1_000_000))
+            self._keep(link, kind, None, duration_ms)
 
     def shadowed(
         self, link: Link, outcome: str, kind: str, reason: str | None, cause: str | None, duration_ms: float
@@ -228,16 +263,18 @@ class Reactions:
         else:
             verdict, why = outcome, f"; {cause}; read as continue (in shadow: would {kind})"
         text = f"payload {payload_hash(self.seen)}{why}"
-        self._reactions.append((who, link.identity, verdict, text, duration_ms, time.time_ns() // 1_000_000))
+        _genai.guardrail(self._stage, who, link.identity, verdict, "continue", text, duration_ms)
+        self._keep(link, verdict, text, duration_ms)
 
     def quiet(self, names: tuple[str, ...], links: Sequence[Link], each_ms: float) -> None:
         """A run of rules evaluated together, every one a continue taking ``each_ms``: counted as one run."""
         MIDDLEWARE.observe_quiet(self._stage, names, each_ms / 1000)
+        if _tracing.active():
+            for who, link in zip(names, links, strict=True):
+                _genai.guardrail(self._stage, who, link.identity, "continue", "continue", None, each_ms)
         if self._neutral:
-            when = time.time_ns() // 1_000_000
-            self._reactions.extend(
-                (who, link.identity, "continue", None, each_ms, when) for who, link in zip(names, links, strict=True)
-            )
+            for link in links:
+                self._keep(link, "continue", None, each_ms)
 
     def continued(self, done: Sequence[tuple[Link, str, float]], shared: bool = False) -> None:
         """Rules' continues, each ``(link, who, duration_ms)`` in chain order: as one :meth:`ok` each.
@@ -247,14 +284,29 @@ class Reactions:
             MIDDLEWARE.observe_quiet(self._stage, tuple(who for _, who, _ in done), done[0][2] / 1000)
         else:
             MIDDLEWARE.observe_continues(self._stage, [(who, ms / 1000) for _, who, ms in done])
+        if _tracing.active():
+            for link, who, ms in done:
+                _genai.guardrail(self._stage, who, link.identity, "continue", "continue", None, ms)
         if self._neutral:
-            when = time.time_ns() // 1_000_000
-            self._reactions.extend((who, link.identity, "continue", None, ms, when) for link, who, ms in done)
+            for link, _, ms in done:
+                self._keep(link, "continue", None, ms)
+
+    def _keep(
+        self,
+        link: Link | None,
+        verdict: str,
+        cause: str | None,
+        ms: float | None,
+        after: Mapping[str, Any] | None = None,
+        fail_mode: str | None = None,
+    ) -> None:
+        who, identity = (link.decl.qualname, link.identity) if link is not None else ("*", None)
+        when = time.time_ns() // 1_000_000
+        self._reactions.append([who, identity, verdict, cause, ms, when, link, self._sent, after, fail_mode])
 
     def _add(
         self,
-        who: str,
-        identity: str | None,
+        link: Link | None,
         outcome: str,
         kind: str,
         reason: str | None,
@@ -262,48 +314,91 @@ class Reactions:
         ms: Any,
         count: int = 1,
     ) -> None:
+        fail_mode = None
         if outcome == _OK:
             verdict, why = kind, reason
         elif outcome == Outcome.UNTRUSTED:
             verdict, why = "denied", cause
         elif outcome in (Outcome.BROKEN, Outcome.CHANGED) or reason == cause:  # a hold: the cause is the reason
             verdict, why = outcome, cause
+            fail_mode = "closed" if kind == "cancel" else "open"
         else:  # a fault: the outcome, and what it read as
             verdict = outcome
+            fail_mode = "closed" if kind == "cancel" else "open"
             why = f"{cause}; read as {kind} ({'fail-closed' if kind == 'cancel' else 'fail-open'})"
-        seconds = float(ms) / 1000 if isinstance(ms, int | float) else None
-        MIDDLEWARE.observe(who, self._stage, outcome, kind, seconds, count)
+        duration = float(ms) if isinstance(ms, int | float) else None
+        who = link.decl.qualname if link else "*"
+        MIDDLEWARE.observe(who, self._stage, outcome, kind, None if duration is None else duration / 1000, count)
+        reason_text = why if isinstance(why, str) else None
+        _genai.guardrail(self._stage, who, link.identity if link else None, verdict, kind, reason_text, duration)
         if (verdict == "continue" and not self._neutral) or verdict == "ask":
             return  # a neutral continue changes nothing: counted, not journaled; an ask is journaled by its hold
-        duration = float(ms) if isinstance(ms, int | float) else None
-        cause_text = why if isinstance(why, str) else None
-        self._reactions.append((who, identity, verdict, cause_text, duration, time.time_ns() // 1_000_000))
+        self._keep(link, verdict, reason_text, duration, None, fail_mode)
 
     def _entries(self) -> list[JournalEntry]:
         """The journal entries of the reactions kept (called when they are published)."""
         ctx, stage, phase_ = self._ctx, self._stage, self._phase
         #: The caller's process when it named one (a relay names the agent it asks for), else this one's.
         process = ctx.process if isinstance(ctx.process, str) else PROCESS
-        return [
-            JournalEntry(
-                kind="middleware",
-                point=stage,
-                phase=phase_,
-                who=who,
-                decision=verdict,
-                cause=cause,
-                duration_ms=ms,
-                session=ctx.session,
-                agent=ctx.agent,
-                depth=ctx.depth,
-                trace_id=ctx.id or None,
-                identity=identity,
-                process=process,
-                time=timestamp_ms(epoch_ms),
+        hashes: dict[int, str] = {}  # one hash per payload seen, however many handlers saw it
+        entries = []
+        for who, identity, verdict, cause, ms, epoch_ms, link, seen, after, fail_mode in self._reactions:
+            entries.append(
+                JournalEntry(
+                    kind="middleware",
+                    point=stage,
+                    phase=phase_,
+                    who=who,
+                    decision=verdict,
+                    cause=cause,
+                    duration_ms=ms,
+                    session=ctx.session,
+                    agent=ctx.agent,
+                    depth=ctx.depth,
+                    trace_id=ctx.id or None,
+                    identity=identity,
+                    process=process,
+                    time=timestamp_ms(epoch_ms),
+                    version=module_version(link),
+                    rule=link.rule.source[:CAUSE_LIMIT] if link is not None and link.rule is not None else None,
+                    payload_sha256=_hash_once(seen, hashes),
+                    changed=patch_summary(seen, after),
+                    fail_mode=fail_mode,
+                    kernel=PROCESS,
+                )
             )
-            for who, identity, verdict, cause, ms, epoch_ms in self._reactions
-        ]
+        return entries
 
     def flush(self) -> None:
         if self._reactions:
             self._sink.add_later(self._entries)
+
+
+def module_version(link: Link | None) -> str | None:
+    """The version of the module a handler's request went to: the last token of its request subject."""
+    if link is None or not link.subject:
+        return None  # a rule (its identity is its version), a held guard, the kernel's own entry
+    return link.subject.rpartition(".")[2] or None
+
+
+def _hash_once(payload: Mapping[str, Any] | None, hashes: dict[int, str]) -> str | None:
+    if payload is None:
+        return None
+    found = hashes.get(id(payload))
+    if found is None:
+        found = hashes[id(payload)] = payload_hash(payload)
+    return found
+
+
+def patch_summary(before: Mapping[str, Any] | None, after: Mapping[str, Any] | None) -> str | None:
+    """What a patch changed, by top-level field: ``~name`` changed, ``+name`` added, ``-name`` removed."""
+    if before is None or after is None:
+        return None
+    try:
+        marks = [f"~{k}" for k in before if k in after and after[k] != before[k]]
+        marks += [f"+{k}" for k in after if k not in before]
+        marks += [f"-{k}" for k in before if k not in after]
+    except Exception:  # values that cannot be compared: the entry is journaled all the same
+        return "(not compared)"
+    text = ",".join(marks) or "(nothing)"
+    return text if len(text) <= CAUSE_LIMIT else text[:CAUSE_LIMIT] + "…"

@@ -193,7 +193,8 @@ class RuleCall:
             return CONTINUE
         if isinstance(decision, Ask):  # the hold journals the ask and its answer
             return decision
-        journal.decided(link, decision.kind, decision.kind, result, ms)
+        after = decision.payload if isinstance(decision, Patch) else None
+        journal.decided(link, decision.kind, decision.kind, result, ms, after)
         return decision
 
 
