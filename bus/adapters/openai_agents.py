@@ -15,6 +15,9 @@ tool of an MCP server: ``guard_mcp_server(server, bus)`` or the server's
 ``result``, instead of the tool's answer) or, with ``on_cancel="raise"``,
 ``raise_exception``. A guardrail cannot change arguments: a patched ``input``
 is a rejection naming the arguments to call the tool with.
+``guard_mcp_calls(server, bus, name=)`` wraps the server object's own
+``call_tool`` instead: a patch changes the arguments the server gets, and the
+tools are named ``mcp__NAME__TOOL`` as through ``hookbus mcp``.
 
 A guardrail can only pass or trip: a patch of ``user.message`` or
 ``assistant.message`` is not applied here, it is reported in the guardrail's
@@ -57,6 +60,7 @@ __all__ = [
     "HookbusAgentHooks",
     "HookbusRunHooks",
     "guard_function_tool",
+    "guard_mcp_calls",
     "guard_mcp_server",
     "input_guardrail",
     "output_guardrail",
@@ -331,3 +335,17 @@ def guard_mcp_server(server: Any, bus: AnyBus, *, session_id: str | None = None,
         tool_output_guardrail(bus, session_id=session_id, agent=agent),
     ]
     return server
+
+
+def guard_mcp_calls(
+    server: Any, bus: AnyBus, *, name: str | None = None, session_id: str | None = None, agent: str | None = None
+) -> Any:
+    """Every tool call of an MCP server object on ``tool.call``/``tool.result`` as ``mcp__NAME__TOOL``; returns it.
+
+    A cancel answers the model with an error result carrying the reason; a
+    patch changes the arguments the server is called with (or the output the
+    model reads). ``name`` defaults to the server object's name.
+    """
+    from bus.adapters._mcp._agents_sdk import guard_calls
+
+    return guard_calls(server, bus, name=name, session_id=session_id, agent=agent)
