@@ -36,8 +36,8 @@ DESCRIPTION: Final = (
     "A transparent MCP proxy: runs the MCP server COMMAND (or connects to --url) and passes every message "
     "through, with each tools/call on tool.call (as mcp__SERVER__TOOL) before the server sees it, its result "
     "on tool.result, tools/list filtered on tool.list and resources/read on resource.read; every call and "
-    "result is a lifecycle event. 'hookbus mcp install --client claude-code|codex|cursor -- COMMAND ARGS' "
-    "prints the client's entry for it."
+    "result is a lifecycle event. 'hookbus mcp install --client claude-code|codex|cursor|agents-sdk "
+    "-- COMMAND ARGS' prints the client's entry for it (--write merges it into the client's file)."
 )
 
 
