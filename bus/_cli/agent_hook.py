@@ -264,6 +264,12 @@ def _state(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+def recalled_entry(args: argparse.Namespace, servers: list[str]) -> dict[str, Any]:
+    """Everything the state file keeps for these servers (``hookbus mcp`` keeps its guards' matches there too)."""
+    entry = _state(_state_path(args)).get(",".join(servers))
+    return entry if isinstance(entry, dict) else {}
+
+
 def recalled(args: argparse.Namespace, servers: list[str]) -> dict[str, list[str]]:
     """The fail-closed guards last seen on these servers, per stage (a damaged entry counts as none)."""
     entry = _state(_state_path(args)).get(",".join(servers))
@@ -273,7 +279,7 @@ def recalled(args: argparse.Namespace, servers: list[str]) -> dict[str, list[str
 
 
 def remember(
-    args: argparse.Namespace, servers: list[str], guards: dict[str, list[str]], stages: Iterable[str] | None = None
+    args: argparse.Namespace, servers: list[str], guards: dict[str, Any], stages: Iterable[str] | None = None
 ) -> None:
     """Keep what the bus said about its fail-closed guards, written (owner-only, atomically) only when it changed.
 

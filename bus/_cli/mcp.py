@@ -156,12 +156,12 @@ def _proxy(args: argparse.Namespace, gate: Gate, session: str | None) -> McpProx
 @contextlib.asynccontextmanager
 async def _gate(args: argparse.Namespace) -> AsyncIterator[Gate]:
     """The bus as the agent's user; without one, the guards remembered for its servers."""
-    from bus._cli.agent_hook import recalled, remember
+    from bus._cli.agent_hook import recalled, recalled_entry, remember
     from bus._cli.options import connection_args
     from bus._client import Bus
     from bus._core.errors import HookbusError
     from bus._transport.endpoints import resolve_servers
-    from bus.adapters._mcp._gate import MCP_STAGES, OfflineGate, fail_closed_guards
+    from bus.adapters._mcp._gate import MATCHES, MCP_STAGES, OfflineGate, fail_closed_guards, fail_closed_matches
 
     servers = resolve_servers(args.nats_url)
     bus = Bus(args.nats_url, name=f"hookbus-mcp-{args.name}", **connection_args(args))
@@ -169,13 +169,24 @@ async def _gate(args: argparse.Namespace) -> AsyncIterator[Gate]:
         await bus.__aenter__()
     except HookbusError as exc:
         print(f"hookbus mcp: the bus cannot be reached ({exc}); the remembered guards apply", file=sys.stderr)
-        yield OfflineGate(recalled(args, servers), str(exc), fail_closed=args.fail_closed)
+        matches = recalled_entry(args, servers).get(MATCHES)
+        yield OfflineGate(
+            recalled(args, servers),
+            str(exc),
+            fail_closed=args.fail_closed,
+            matches=matches if isinstance(matches, dict) else None,
+        )
         return
+
+    def seen() -> None:
+        guards: dict[str, Any] = {**fail_closed_guards(bus), MATCHES: fail_closed_matches(bus)}
+        remember(args, servers, guards, (*MCP_STAGES, MATCHES))
+
     try:
         await bus.middleware.start()
-        remember(args, servers, fail_closed_guards(bus), MCP_STAGES)
+        seen()
         yield bus
-        remember(args, servers, fail_closed_guards(bus), MCP_STAGES)
+        seen()
     finally:
         await bus.__aexit__(None, None, None)
 

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from bus import Bus, Cancel, Continue, Decision, Module, NatsServer, Patch
@@ -197,6 +198,34 @@ async def test_without_the_bus_the_remembered_fail_closed_guards_refuse(own_serv
             unknown = await session.call_tool("write_file", {"path": str(root / "notes" / "b.txt"), "content": "x"})
     assert write.is_error and f"{name}.writes is fail-closed and the bus cannot be reached" in text_of(write)
     assert not (root / "notes" / "a.txt").exists()
-    assert listed.is_error  # a stage's fail-closed guards are remembered per stage, not per matcher
+    assert not listed.is_error and "notes" in text_of(listed)  # remembered per tool: its guard matches write_file only
     assert not unknown.is_error and (root / "notes" / "b.txt").exists()  # no guard remembered there: it continues
-    assert os.stat(tmp_path / "state" / "hookbus" / "agent-guards.json").st_mode & 0o077 == 0
+    state = tmp_path / "state" / "hookbus" / "agent-guards.json"
+    assert os.stat(state).st_mode & 0o077 == 0
+    remembered = next(iter(orjson.loads(state.read_bytes()).values()))
+    assert remembered["matches"]["tool.call"] == {f"{name}.writes": ["mcp__filesystem__write_file"]}
+
+
+async def test_offline_a_guard_holds_only_the_tools_it_matches_and_all_without_a_record() -> None:
+    """The remembered matches narrow a stage's refusal to the guards matching the call; a record that does not
+    speak for exactly the stage's guards (rewritten since) is not trusted: every guard holds the stage."""
+    from bus.adapters._mcp._gate import OfflineGate
+
+    guards = {"tool.call": ["m.writes", "m.all"], "tool.list": ["m.moves"]}
+    matches: dict[str, dict[str, list[str] | None]] = {
+        "tool.call": {"m.writes": ["mcp__fs__write_file"], "m.all": None},
+        "tool.list": {"m.moves": ["mcp__fs__move_file"], "m.gone": None},
+    }
+    gate = OfflineGate(guards, "down", matches=matches)
+    write = await gate.intercept("tool.call", {"name": "mcp__fs__write_file"})
+    read = await gate.intercept("tool.call", {"name": "mcp__fs__read_file"})
+    assert isinstance(write, Cancel) and "m.all, m.writes" in write.reason
+    assert isinstance(read, Cancel) and read.reason.startswith("m.all is fail-closed")
+    only = OfflineGate({"tool.call": ["m.writes"]}, "down", matches={"tool.call": {"m.writes": ["mcp__fs__write_file"]}})
+    assert isinstance(await only.intercept("tool.call", {"name": "mcp__fs__write_file"}), Cancel)
+    assert isinstance(await only.intercept("tool.call", {"name": "mcp__fs__read_file"}), Continue)
+    assert isinstance(await only.intercept("tool.result", {"name": "mcp__fs__write_file"}), Continue)
+    stale = await gate.intercept("tool.list", {"name": "mcp__fs__read_file"})
+    assert isinstance(stale, Cancel), "the record names a guard the stage no longer has: the whole stage holds"
+    bare = OfflineGate({"tool.call": ["m.writes"]}, "down")
+    assert isinstance(await bare.intercept("tool.call", {"name": "mcp__fs__read_file"}), Cancel)
