@@ -32,7 +32,7 @@ def configure_install(parser: argparse.ArgumentParser) -> None:
         const="",
         default=None,
         metavar="PATH",
-        help="merge the entry into the client's config file (default: .mcp.json, .cursor/mcp.json, Codex's config.toml)",
+        help="merge the entry into the client's file (default: .mcp.json, .cursor/mcp.json, Codex's config.toml)",
     )
     parser.add_argument("--force", action="store_true", help="with --write: replace an entry of the same name")
 
@@ -102,6 +102,8 @@ def install(args: argparse.Namespace, name: str, upstream: list[str], extra: lis
     from bus._cli.mcp_config import default_path, merge
 
     path = Path(args.write) if args.write else default_path(args.client)
-    merge(args.client, path, name, _file_entry(args.client, server), render(args.client, name, server), force=args.force)
+    merge(
+        args.client, path, name, _file_entry(args.client, server), render(args.client, name, server), force=args.force
+    )
     print(f"hookbus mcp: {name} written to {path}", file=sys.stderr)
     return 0

@@ -221,7 +221,9 @@ async def test_offline_a_guard_holds_only_the_tools_it_matches_and_all_without_a
     read = await gate.intercept("tool.call", {"name": "mcp__fs__read_file"})
     assert isinstance(write, Cancel) and "m.all, m.writes" in write.reason
     assert isinstance(read, Cancel) and read.reason.startswith("m.all is fail-closed")
-    only = OfflineGate({"tool.call": ["m.writes"]}, "down", matches={"tool.call": {"m.writes": ["mcp__fs__write_file"]}})
+    only = OfflineGate(
+        {"tool.call": ["m.writes"]}, "down", matches={"tool.call": {"m.writes": ["mcp__fs__write_file"]}}
+    )
     assert isinstance(await only.intercept("tool.call", {"name": "mcp__fs__write_file"}), Cancel)
     assert isinstance(await only.intercept("tool.call", {"name": "mcp__fs__read_file"}), Continue)
     assert isinstance(await only.intercept("tool.result", {"name": "mcp__fs__write_file"}), Continue)

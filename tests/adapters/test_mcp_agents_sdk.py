@@ -84,7 +84,10 @@ async def test_an_agents_sdk_mcp_server_calls_through_the_guards(
         agent = Agent(name="calc", instructions="Use the tools.", model=model, mcp_servers=[guarded])
         llm.script = [
             tool_calls(
-                ("add", {"a": 2, "b": 3}), ("add", {"a": 666, "b": 1}), ("add", {"a": 1, "b": 2}), ("get_secret_word", {})
+                ("add", {"a": 2, "b": 3}),
+                ("add", {"a": 666, "b": 1}),
+                ("add", {"a": 1, "b": 2}),
+                ("get_secret_word", {}),
             ),
             text("done"),
         ]
