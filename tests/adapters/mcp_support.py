@@ -20,6 +20,17 @@ from tests.conftest import IN_CI, hookbus_cmd, require_binary
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "mcp"
 ROOT = Path(__file__).resolve().parents[2]
 TIME_SERVER = str(Path(sys.executable).with_name("mcp-server-time"))
+
+
+def git_server() -> str:
+    """PyPI's reference git server (the test extra pins it), beside this interpreter."""
+    script = Path(sys.executable).with_name("mcp-server-git")
+    if not script.is_file():
+        message = "mcp-server-git is not installed (pip install -e '.[test]')"
+        if IN_CI:
+            pytest.fail(message)
+        pytest.skip(message)
+    return str(script)
 #: A token the listening proxy is started with.
 TOKEN = "t0ken-for-the-mcp-proxy-tests"
 
