@@ -31,6 +31,8 @@ def git_server() -> str:
             pytest.fail(message)
         pytest.skip(message)
     return str(script)
+
+
 #: A token the listening proxy is started with.
 TOKEN = "t0ken-for-the-mcp-proxy-tests"
 
@@ -47,6 +49,20 @@ def filesystem_server() -> list[str]:
             pytest.fail(message)
         pytest.skip(message)
     return [node, str(script)]
+
+
+def everything_server() -> list[str]:
+    """npm's reference server exercising every MCP feature (tools, resources, prompts), stdio transport."""
+    node = require_binary("node")
+    script = FIXTURES / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
+    if not script.is_file():
+        message = (
+            "tests/fixtures/mcp/node_modules is missing (npm ci --prefix tests/fixtures/mcp; scripts/test does it)"
+        )
+        if IN_CI:
+            pytest.fail(message)
+        pytest.skip(message)
+    return [node, str(script), "stdio"]
 
 
 def fixture_server(*args: str) -> list[str]:
