@@ -58,8 +58,22 @@ def _given(value: Any) -> Any:
     return None if isinstance(value, msgspec.UnsetType) else value
 
 
+class BudgetLeft:
+    """``budget_remaining()`` for a context that holds ``budget_total`` and ``budget_spent``."""
+
+    __slots__ = ()
+    budget_total: float | None
+    budget_spent: float | None
+
+    def budget_remaining(self) -> float | None:
+        """What is left of the agent's budget (never below 0), or None when it has none."""
+        if self.budget_total is None or self.budget_spent is None:
+            return None
+        return max(self.budget_total - self.budget_spent, 0.0)
+
+
 @dataclass(frozen=True, slots=True)
-class RunClaims:
+class RunClaims(BudgetLeft):
     """What the agent says of its run: parent run, depth in the process tree, tool allowlist, budget."""
 
     parent: str | None = None
@@ -68,12 +82,6 @@ class RunClaims:
     budget_total: float | None = None
     budget_spent: float | None = None
     budget_unit: str | None = None
-
-    def budget_remaining(self) -> float | None:
-        """What is left of the budget (never below 0), or None when the agent has no budget."""
-        if self.budget_total is None or self.budget_spent is None:
-            return None
-        return max(self.budget_total - self.budget_spent, 0.0)
 
     def fields(self) -> dict[str, Any]:
         """As plain fields, ``budget_remaining`` a value (what a rule and a hook-turn's model are shown)."""

@@ -39,6 +39,7 @@ from typing import Any, Final
 
 from bus._core.decisions import Ask, Cancel, Continue, HandlerDecision, Patch
 from bus._core.errors import RecordError
+from bus._core.run_context import BudgetLeft
 
 #: Modules a record may import unless the runner's configuration says otherwise: pure computation.
 DEFAULT_IMPORTS: Final = frozenset(
@@ -65,7 +66,7 @@ RecordHandler = Callable[[str, dict[str, Any], "RecordCtx"], Coroutine[Any, Any,
 
 
 @dataclass(frozen=True, slots=True)
-class RecordCtx:
+class RecordCtx(BudgetLeft):
     """What a record's ``ctx`` holds: the call's context, the fields of a module's StageCtx but ``bus``.
 
     A record cannot emit or intercept; it reads its declared bag ``inputs`` and
@@ -93,12 +94,6 @@ class RecordCtx:
     budget_total: float | None = None
     budget_spent: float | None = None
     budget_unit: str | None = None
-
-    def budget_remaining(self) -> float | None:
-        """What is left of the agent's budget (never below 0), or None when it has none."""
-        if self.budget_total is None or self.budget_spent is None:
-            return None
-        return max(self.budget_total - self.budget_spent, 0.0)
 
     def get(self, name: str, default: Any = None) -> Any:
         """``ctx.get("agent")``, as records written against a dict context expect."""

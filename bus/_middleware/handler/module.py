@@ -32,7 +32,7 @@ from bus._core.errors import DeclarationError
 from bus._core.middleware_schema import MiddlewareReply, MiddlewareRequest, ReactionMsg, RequestCtx
 from bus._core.payloads import from_dict, is_typed, to_dict
 from bus._core.results import ChainRun
-from bus._core.run_context import RunClaims, claims_of
+from bus._core.run_context import BudgetLeft, RunClaims, claims_of
 from bus._core.schema import convert
 from bus._core.subjects import TOKEN_RE
 from bus._middleware.faults import Outcome, fault_decision
@@ -68,7 +68,7 @@ class HandlerBus(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class StageCtx:
+class StageCtx(BudgetLeft):
     """What a handler may ask for (a parameter named ``ctx``): the call's context and a bus.
 
     ``depth`` is the run's depth in its agent's process tree (0: a run nobody spawned; agent_os's
@@ -105,12 +105,6 @@ class StageCtx:
     budget_total: float | None = None
     budget_spent: float | None = None
     budget_unit: str | None = None
-
-    def budget_remaining(self) -> float | None:
-        """What is left of the agent's budget (never below 0), or None when it has none."""
-        if self.budget_total is None or self.budget_spent is None:
-            return None
-        return max(self.budget_total - self.budget_spent, 0.0)
 
 
 @dataclass(frozen=True, slots=True)
