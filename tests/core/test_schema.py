@@ -172,7 +172,7 @@ J = "  - {name: j, stage: tool.call, prompt: p"
     [
         (J + ", 3: x}", "hook-turn 'j': a key: expected `str`"),
         (J + ", timeout: 0}", "hook-turn 'j': field 'timeout': expected `float` > 0.0"),
-        (J + ", timeout: 31}", "hook-turn 'j': field 'timeout': expected `float` <= 30"),
+        (J + ", timeout: 3601}", "hook-turn 'j': field 'timeout': expected `float` <= 3600"),
         (J + ", timeout: 5, timeout_s: 5}", "hook-turn 'j': give 'timeout' (seconds) or its older spelling"),
         (J + ", timeout_s: 0}", "hook-turn 'j': field 'timeout_s': expected `float` > 0.0"),
         (J + ", timeout_s: true}", "hook-turn 'j': field 'timeout_s': expected `float`, got `bool`"),
