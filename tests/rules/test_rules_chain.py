@@ -4,8 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from bus import Bus, Cancel, Continue, MiddlewareOptions
 from bus._middleware.kernel.metrics import MIDDLEWARE
+from bus._middleware.rules.compile import activation, compile_file, env
+from bus._middleware.rules.files import parse
+from bus._middleware.rules.runs import RuleRun, _of_rules, evaluate
 from bus.testing import JournalRecorder
 from tests.conftest import unique
 from tests.support.waiting import wait_until
@@ -135,3 +140,24 @@ async def test_a_run_of_quiet_rules_evaluated_together_counts_and_faults_as_each
     assert MIDDLEWARE.calls.get((f"{stem}.q00", stage, "ok")) == 1
     mine = [(e.who.removeprefix(f"{stem}."), e.decision) for e in journal.entries if e.point == stage]
     assert mine[-2:] == [("z-int", "failed"), ("zz-closed", "failed")]
+
+
+def test_a_run_asks_whether_any_condition_holds_and_falls_back_for_a_non_bool_condition() -> None:
+    def run_of(*conditions: str) -> RuleRun:
+        body = "".join(
+            f"  - name: r{i}\n    stage: s\n    if: '{c}'\n    then: cancel\n" for i, c in enumerate(conditions)
+        )
+        run = _of_rules(compile_file(parse(f"rules:\n{body}", "runs.yaml", unique("runs"))))
+        assert run is not None
+        return run
+
+    joined = run_of('payload.name == "rm"', 'payload.name == "mv"')
+    act = activation({"name": "ls"}, {}, None)
+    assert evaluate(joined, act) is True  # every condition false
+    assert evaluate(joined, activation({"name": "mv"}, {}, None)) == [False, True]
+    assert evaluate(joined, activation({}, {}, None)) is None  # cannot be evaluated: each rule alone
+    with pytest.raises(RuntimeError):  # an int condition: the checker will not join it with ||
+        env().compile('(payload.name == "rm") || (size(payload))')
+    typed = run_of('payload.name == "rm"', "size(payload)")  # so the run keeps the comprehension
+    assert evaluate(typed, act) == [False, 1]  # some condition is not false: each rule decides on its value
+    assert evaluate(run_of('payload.name == "rm"', "payload.size == 1"), act) is None
