@@ -61,11 +61,40 @@ def linked(row: Any, head: Link, as_json: Any) -> tuple[Any, Link]:
     """``row`` (a ``Received``) with its chain fields after ``head``, and the chain's new head.
 
     ``as_json`` is the row's JSON form (``_store.entry_json``), passed in so this module needs no store.
-    The row's JSON is made once and its chain fields set in it: the hash is the one of the row as stored.
+    The row's JSON is serialised once, sorted, and hashed as those bytes; the row keeps them for its JSONL line.
     """
     place = head.place + 1
     body = as_json(0, row)  # made for the hash alone: what the hash leaves out is dropped in place, not copied
     body["chain"], body["prev"] = place, head.hash
     del body["seq"], body["hash"]
-    digest = hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
-    return row.with_link(place, head.hash, digest, body), Link(place, digest)
+    data = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
+    digest = hashlib.sha256(data).hexdigest()
+    return row.with_link(place, head.hash, digest, data), Link(place, digest)
+
+
+def link_all(rows: list[Any], chains: Chains, as_json: Any) -> list[Any]:
+    """Each of ``rows`` (all new) linked in turn into its kind's chain, ``chains`` moved to the last.
+
+    The same links as :func:`linked` row by row, in one loop: no call, lookup or ``Link`` per row but the head's.
+    """
+    heads = chains.heads
+    tips: dict[str, tuple[int, str]] = {}
+    out: list[Any] = []
+    dumps, sha256, sort = orjson.dumps, hashlib.sha256, orjson.OPT_SORT_KEYS
+    for row in rows:
+        kind = row.entry.kind
+        tip = tips.get(kind)
+        if tip is None:
+            head = heads.get(kind) or Link()
+            tip = (head.place, head.hash)
+        place, prev = tip[0] + 1, tip[1]
+        body = as_json(0, row)
+        body["chain"], body["prev"] = place, prev
+        del body["seq"], body["hash"]
+        data = dumps(body, option=sort)
+        digest = sha256(data).hexdigest()
+        out.append(row.with_link(place, prev, digest, data))
+        tips[kind] = (place, digest)
+    for kind, (place, digest) in tips.items():
+        heads[kind] = Link(place, digest)
+    return out

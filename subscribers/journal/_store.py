@@ -24,7 +24,7 @@ import orjson
 
 from bus._journal.entries import DECIDER_FIELDS, KINDS, JournalEntry
 from bus._runtime.private_files import append_private, private_dir, private_file, restrict
-from subscribers.journal._chain import Chains, Link, linked
+from subscribers.journal._chain import Chains, Link, link_all, linked
 
 DB_NAME: Final = "journal.db"
 JSONL_DIR: Final = "journal"
@@ -62,6 +62,9 @@ CREATE TABLE entries (
     UNIQUE (stream, stream_seq)
 )
 """
+# Column names are fixed, values are bound: nothing anyone sent is spliced in.
+_INSERT: Final = f"INSERT INTO entries ({', '.join(_ALL)}) VALUES ({', '.join('?' * len(_ALL))})"
+_INSERT_OR_IGNORE: Final = _INSERT.replace("INSERT", "INSERT OR IGNORE", 1)
 #: Signed checkpoints (subscribers.journal._checkpoints): one row per signature, as its JSON fields.
 _CHECKPOINTS: Final = """
 CREATE TABLE IF NOT EXISTS checkpoints (
@@ -94,8 +97,9 @@ class Received:
     chain: int | None = None
     prev: str | None = None
     hash: str | None = None
-    #: The JSON form the chain hashed (without ``seq`` and ``hash``): the JSONL line is made from it, not again.
-    hashed: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+    #: The bytes the chain hashed (the JSON form without ``seq`` and ``hash``, sorted keys): the JSONL line
+    #: is spliced from them, not encoded again.
+    hashed: bytes | None = field(default=None, compare=False, repr=False)
 
     def values(self) -> list[Any]:
         # attributes, not asdict(): that deep-copies, at several times the cost
@@ -110,7 +114,7 @@ class Received:
             self.hash,
         ]
 
-    def with_link(self, chain: int, prev: str, digest: str, hashed: dict[str, Any] | None = None) -> Received:
+    def with_link(self, chain: int, prev: str, digest: str, hashed: bytes | None = None) -> Received:
         """This row with its chain fields (built directly: ``dataclasses.replace`` costs several times more)."""
         return Received(
             self.entry, self.stream_seq, self.received, self.stream, self.origin, chain, prev, digest, hashed
@@ -205,31 +209,26 @@ class JournalStore:
         redelivery. A row SQLite refuses is returned with the reason and the
         rest go on; a database that cannot be written at all (disk full,
         locked) raises ``sqlite3.OperationalError`` and stores nothing.
+
+        The batch is written with one ``executemany`` under the write lock
+        (``BEGIN IMMEDIATE``: the new rows' numbers follow each other), the
+        rows already stored found by one query per stream first; only a batch
+        with a row SQLite refuses is written again row by row, to name it.
         """
-        names = ", ".join(_ALL)
-        # Column names are fixed, values are bound: nothing anyone sent is spliced in.
-        sql = f"INSERT OR IGNORE INTO entries ({names}) VALUES ({', '.join('?' * len(_ALL))})"
+        rows = list(rows)
         fresh: list[tuple[int, Received]] = []
         refused: list[tuple[Received, str]] = []
         with self._lock:
             before = chains.snapshot() if chains is not None else {}
-            self._db.execute("BEGIN")
+            self._db.execute("BEGIN IMMEDIATE")
             try:
-                for row in rows:
-                    head: Link | None = None
+                done = self._insert_batch(rows, chains)
+                if done is None:  # a row refused: back to before the batch, and row by row
                     if chains is not None:
-                        row, head = linked(row, chains.head(row.entry.kind), entry_json)
-                    try:
-                        cursor = self._db.execute(sql, row.values())
-                    except sqlite3.OperationalError:
-                        raise
-                    except (sqlite3.Error, OverflowError, ValueError) as exc:
-                        refused.append((row, repr(exc)))
-                        continue
-                    if cursor.rowcount and cursor.lastrowid is not None:
-                        fresh.append((cursor.lastrowid, row))
-                        if chains is not None and head is not None:
-                            chains.heads[row.entry.kind] = head
+                        chains.restore(before)
+                    fresh, refused = self._insert_each(rows, chains)
+                else:
+                    fresh = done
                 self._db.execute("COMMIT")
             except BaseException:
                 if chains is not None:
@@ -237,6 +236,75 @@ class JournalStore:
                 if self._db.in_transaction:  # some errors (disk full, I/O) have rolled it back already
                     self._db.execute("ROLLBACK")
                 raise
+        return fresh, refused
+
+    def _new_rows(self, rows: list[Received]) -> list[Received]:
+        """``rows`` but those stored already (or twice in ``rows``): one range query per stream."""
+        spans: dict[str, tuple[int, int]] = {}
+        for row in rows:
+            low, high = spans.get(row.stream, (row.stream_seq, row.stream_seq))
+            spans[row.stream] = (min(low, row.stream_seq), max(high, row.stream_seq))
+        seen: set[tuple[str, int]] = set()
+        sql = "SELECT stream, stream_seq FROM entries WHERE stream = ? AND stream_seq BETWEEN ? AND ?"
+        for stream, (low, high) in spans.items():
+            seen.update(self._db.execute(sql, (stream, low, high)))
+        new: list[Received] = []
+        for row in rows:
+            place = (row.stream, row.stream_seq)
+            if place not in seen:
+                seen.add(place)
+                new.append(row)
+        return new
+
+    def _insert_batch(self, rows: list[Received], chains: Chains | None) -> list[tuple[int, Received]] | None:
+        """The new rows stored in one ``executemany``, with their numbers; None (nothing kept) if one is refused."""
+        try:
+            new = self._new_rows(rows)
+        except (OverflowError, ValueError, sqlite3.InterfaceError):  # a stream place SQLite cannot take
+            return None
+        if not new:
+            return []
+        if chains is not None:
+            new = link_all(new, chains, entry_json)
+        self._db.execute("SAVEPOINT batch")
+        changes = self._db.total_changes
+        try:
+            self._db.executemany(_INSERT, [row.values() for row in new])
+        except sqlite3.OperationalError:
+            raise
+        except (sqlite3.Error, OverflowError, ValueError):
+            self._db.execute("ROLLBACK TO batch")
+            self._db.execute("RELEASE batch")
+            return None
+        if self._db.total_changes - changes != len(new):  # never under the write lock; if so, row by row
+            self._db.execute("ROLLBACK TO batch")
+            self._db.execute("RELEASE batch")
+            return None
+        self._db.execute("RELEASE batch")
+        last = int(self._db.execute("SELECT last_insert_rowid()").fetchone()[0])
+        return list(zip(range(last - len(new) + 1, last + 1), new, strict=True))
+
+    def _insert_each(
+        self, rows: list[Received], chains: Chains | None
+    ) -> tuple[list[tuple[int, Received]], list[tuple[Received, str]]]:
+        """Row by row, in the open transaction: a row SQLite refuses is named with its reason, the rest stored."""
+        fresh: list[tuple[int, Received]] = []
+        refused: list[tuple[Received, str]] = []
+        for row in rows:
+            head: Link | None = None
+            if chains is not None:
+                row, head = linked(row, chains.head(row.entry.kind), entry_json)
+            try:
+                cursor = self._db.execute(_INSERT_OR_IGNORE, row.values())
+            except sqlite3.OperationalError:
+                raise
+            except (sqlite3.Error, OverflowError, ValueError) as exc:
+                refused.append((row, repr(exc)))
+                continue
+            if cursor.rowcount and cursor.lastrowid is not None:
+                fresh.append((cursor.lastrowid, row))
+                if chains is not None and head is not None:
+                    chains.heads[row.entry.kind] = head
         return fresh, refused
 
     def heads(self) -> dict[str, Link]:
@@ -348,8 +416,11 @@ class JsonlWriter:
     def write(self, rows: Iterable[tuple[int, Received]]) -> None:
         by_file: dict[Path, list[bytes]] = {}
         for seq, row in rows:
-            body = {"seq": seq, **row.hashed, "hash": row.hash} if row.hashed is not None else entry_json(seq, row)
-            by_file.setdefault(self.path_for(row.entry.kind), []).append(orjson.dumps(body) + b"\n")
+            if row.hashed is not None:  # the hashed bytes as they are, between the row number and the hash
+                line = b'{"seq":%d,%s,"hash":"%s"}\n' % (seq, row.hashed[1:-1], str(row.hash).encode())
+            else:
+                line = orjson.dumps(entry_json(seq, row)) + b"\n"
+            by_file.setdefault(self.path_for(row.entry.kind), []).append(line)
         for path, lines in by_file.items():
             self._rotate_if_full(path)
             append_private(path, b"".join(lines))
