@@ -107,6 +107,36 @@ def tool(name: str, call_id: str | None = None) -> contextlib.AbstractContextMan
     return _tracing.span(f"{EXECUTE_TOOL} {name}", attributes=attributes)
 
 
+def start_tool(name: str, call_id: str | None = None) -> Any:
+    """An ``execute_tool`` span begun now, not current and not ended: for a call answered in another task
+    (``hookbus mcp``'s proxy). None where the process does not trace; :func:`within` makes it the current
+    span of a block, :func:`end` ends it."""
+    trace = _tracing._trace()
+    if trace is None:
+        return None
+    attributes = {OPERATION: EXECUTE_TOOL, TOOL_NAME: name}
+    if call_id:
+        attributes[TOOL_CALL_ID] = call_id
+    return trace.get_tracer("hookbus").start_span(
+        f"{EXECUTE_TOOL} {name}", kind=trace.SpanKind.INTERNAL, attributes=attributes
+    )
+
+
+def within(span: Any) -> contextlib.AbstractContextManager[Any]:
+    """A block in which ``span`` (from :func:`start_tool`, or None) is the current span; it is not ended after."""
+    trace = _tracing._trace()
+    if span is None or trace is None:
+        return _tracing.NO_SPAN
+    used: contextlib.AbstractContextManager[Any] = trace.use_span(span, end_on_exit=False)
+    return used
+
+
+def end(span: Any) -> None:
+    """End a span from :func:`start_tool` (nothing for None, nor for one ended already)."""
+    if span is not None and span.is_recording():
+        span.end()
+
+
 def agent_attributes(agent: str) -> dict[str, str]:
     """The ``invoke_agent`` attributes of a turn (its span is named ``invoke_agent <agent>``)."""
     return {OPERATION: INVOKE_AGENT, AGENT_NAME: agent, AGENT_ID: agent}

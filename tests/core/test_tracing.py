@@ -353,3 +353,77 @@ async def test_a_guarded_openai_agents_tool_is_an_execute_tool_span(
         "gen_ai.tool.name": "shell2",
         "gen_ai.tool.call.id": "call-9",
     }
+
+
+async def test_a_tools_call_through_hookbus_mcp_is_an_execute_tool_span(
+    exporter: InMemorySpanExporter, kernel: Bus, nats_url: str
+) -> None:
+    """The proxy, in this process, between the SDK's ClientSession and a real MCP server on stdio: each
+    tools/call is an ``execute_tool`` span named for ``mcp__server__tool`` with the JSON-RPC id, parent of
+    both intercepts, ended once the result has been sent to the client."""
+    pytest.importorskip("mcp")
+    import sys
+
+    import anyio
+    from mcp import ClientSession
+    from mcp.shared.message import SessionMessage
+    from mcp_types import JSONRPCRequest
+
+    from bus.adapters._mcp._proxy import McpProxy, ProxySettings, Streams, run_with
+    from bus.adapters._mcp._stdio import server_on_stdio
+
+    mod = Module(unique("mcpt"))
+
+    @mod.stage("tool.call")
+    async def judge_call(stage: str, payload: dict[str, Any]) -> Decision:
+        return Continue()
+
+    @mod.stage("tool.result")
+    async def judge_result(stage: str, payload: dict[str, Any]) -> Decision:
+        return Continue()
+
+    ids: list[Any] = []
+    client_out, relay_in = anyio.create_memory_object_stream[SessionMessage | Exception](16)
+    relay_out, proxy_in = anyio.create_memory_object_stream[SessionMessage | Exception](16)
+    proxy_out, client_in = anyio.create_memory_object_stream[SessionMessage | Exception](16)
+
+    async def relay() -> None:  # the client's messages on to the proxy, noting the tools/call ids
+        async with relay_in, relay_out:
+            async for item in relay_in:
+                message = getattr(item, "message", None)
+                if isinstance(message, JSONRPCRequest) and message.method == "tools/call":
+                    ids.append(message.id)
+                await relay_out.send(item)
+
+    proxy = McpProxy(kernel, ProxySettings(server="fx"))
+    upstream = lambda: server_on_stdio(sys.executable, ["-m", "tests.support.mcp_server"])  # noqa: E731
+    async with serving(mod, nats_url):
+        await wait_for_chain(kernel, "tool.call", [f"{mod.name}.judge_call"])
+        await wait_for_chain(kernel, "tool.result", [f"{mod.name}.judge_result"])
+        exporter.clear()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(relay)
+            tg.start_soon(run_with, proxy, Streams(proxy_in, proxy_out), upstream)
+            async with client_out, ClientSession(client_in, client_out) as session:
+                await session.initialize()
+                answer = await session.call_tool("echo", {"text": "hi"})
+            assert [getattr(block, "text", None) for block in answer.content] == ["hi"]
+        await wait_until(lambda: _any(exporter, "execute_tool mcp__fx__echo"), what="the execute_tool span")
+        await wait_until(lambda: _intercepts(exporter) == 2, what="both intercept spans")
+    spans = exporter.get_finished_spans()
+    tool_span = _named(spans, "execute_tool mcp__fx__echo")
+    assert len(ids) == 1
+    assert dict(tool_span.attributes or {}) == {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": "mcp__fx__echo",
+        "gen_ai.tool.call.id": str(ids[0]),
+    }
+    for stage in ("tool.call", "tool.result"):
+        intercept = _named(spans, f"hookbus intercept {stage}")
+        assert intercept.parent is not None and intercept.parent.span_id == tool_span.context.span_id
+        assert intercept.context.trace_id == tool_span.context.trace_id
+        assert (intercept.end_time or 0) <= (tool_span.end_time or 0)  # the span outlives the result's intercept
+
+
+def _intercepts(exporter: InMemorySpanExporter) -> int:
+    return sum(1 for s in exporter.get_finished_spans() if s.name.startswith("hookbus intercept "))
