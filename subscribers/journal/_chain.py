@@ -60,14 +60,12 @@ class Chains:
 def linked(row: Any, head: Link, as_json: Any) -> tuple[Any, Link]:
     """``row`` (a ``Received``) with its chain fields after ``head``, and the chain's new head.
 
-    ``as_json`` is the row's JSON form (``_store.entry_json``), passed in so this module needs no store.
-    The row's JSON is serialised once, sorted, and hashed as those bytes; the row keeps them for its JSONL line.
+    ``as_json(row, place, prev)`` is the row's JSON form without ``seq`` and ``hash`` (``_store.hashed_json``),
+    passed in so this module needs no store. It is serialised once, sorted, and hashed as those bytes; the row
+    keeps them for its JSONL line.
     """
     place = head.place + 1
-    body = as_json(0, row)  # made for the hash alone: what the hash leaves out is dropped in place, not copied
-    body["chain"], body["prev"] = place, head.hash
-    del body["seq"], body["hash"]
-    data = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
+    data = orjson.dumps(as_json(row, place, head.hash), option=orjson.OPT_SORT_KEYS)
     digest = hashlib.sha256(data).hexdigest()
     return row.with_link(place, head.hash, digest, data), Link(place, digest)
 
@@ -88,10 +86,7 @@ def link_all(rows: list[Any], chains: Chains, as_json: Any) -> list[Any]:
             head = heads.get(kind) or Link()
             tip = (head.place, head.hash)
         place, prev = tip[0] + 1, tip[1]
-        body = as_json(0, row)
-        body["chain"], body["prev"] = place, prev
-        del body["seq"], body["hash"]
-        data = dumps(body, option=sort)
+        data = dumps(as_json(row, place, prev), option=sort)
         digest = sha256(data).hexdigest()
         out.append(row.with_link(place, prev, digest, data))
         tips[kind] = (place, digest)

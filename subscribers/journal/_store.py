@@ -265,7 +265,7 @@ class JournalStore:
         if not new:
             return []
         if chains is not None:
-            new = link_all(new, chains, entry_json)
+            new = link_all(new, chains, hashed_json)
         self._db.execute("SAVEPOINT batch")
         changes = self._db.total_changes
         try:
@@ -293,7 +293,7 @@ class JournalStore:
         for row in rows:
             head: Link | None = None
             if chains is not None:
-                row, head = linked(row, chains.head(row.entry.kind), entry_json)
+                row, head = linked(row, chains.head(row.entry.kind), hashed_json)
             try:
                 cursor = self._db.execute(_INSERT_OR_IGNORE, row.values())
             except sqlite3.OperationalError:
@@ -461,6 +461,25 @@ def entry_json(seq: int, row: Received) -> dict[str, Any]:
     }
     deciders = _decider_values(entry)
     if deciders != _NO_DECIDERS:  # one comparison for the rows that have none (all but middleware's)
+        for name, value in zip(DECIDER_FIELDS, deciders, strict=True):
+            if value is not None:
+                body[name] = value
+    return body
+
+
+def hashed_json(row: Received, chain: int, prev: str) -> dict[str, Any]:
+    """:func:`entry_json` of ``row`` at ``chain`` after ``prev`` without ``seq`` and ``hash``: what the chain hashes.
+
+    Built apart (keys in any order: the hash sorts them) rather than copied from :func:`entry_json` and cut.
+    """
+    entry = row.entry
+    body = dict(zip(_BASE_COLUMNS, _base_values(entry), strict=True))
+    body["stream"], body["stream_seq"], body["received"], body["origin"] = (
+        row.stream, row.stream_seq, row.received, row.origin,
+    )  # fmt: skip
+    body["chain"], body["prev"] = chain, prev
+    deciders = _decider_values(entry)
+    if deciders != _NO_DECIDERS:
         for name, value in zip(DECIDER_FIELDS, deciders, strict=True):
             if value is not None:
                 body[name] = value

@@ -292,3 +292,44 @@ def test_a_journal_from_before_who_decided_migrates_and_still_verifies(workspace
     version = db.execute("PRAGMA user_version").fetchone()[0]
     db.close()
     assert set(DECIDER_FIELDS) <= columns and version == 5
+
+
+def test_a_batch_with_deciders_redeliveries_and_a_refused_row_chains_as_stored(tmp_path: Path) -> None:
+    """The batch path and the row-by-row one link alike: who-decided fields, a row stored already, one sent twice
+    in a batch and a batch SQLite refuses a row of. Every stored row's hash is its JSON form's, in journal.db and
+    in JSONL, its places follow each other and its ``prev`` is the hash before."""
+    store = JournalStore(tmp_path / DB_NAME)
+    jsonl = JsonlWriter(tmp_path / "journal")
+    chains = Chains()
+    decided = {"version": "1.2", "rule": "no-rm", "payload_sha256": "ab" * 32, "changed": "input", "kernel": "h:1"}
+
+    def row(i: int) -> Received:
+        made = JournalEntry(
+            kind="middleware", point="tool.call", phase="request", who=f"h{i}", decision="cancel", **decided
+        )
+        return Received(made, stream_seq=i, received=timestamp_ms(_BASE_MS))
+
+    try:
+        first, _ = store.insert_many([row(1), row(2), row(2)], chains)  # the same stream place twice in a batch
+        again, _ = store.insert_many([row(2), row(3)], chains)  # a redelivery beside a new row
+        with sqlite3.connect(tmp_path / DB_NAME) as db:  # a row SQLite refuses (as a full column would)
+            db.execute(
+                "CREATE TRIGGER refuse BEFORE INSERT ON entries WHEN NEW.who = 'bad' BEGIN SELECT RAISE(ABORT, 'no'); END"
+            )
+        bad = Received(JournalEntry(kind="middleware", point="p", phase="q", who="bad", decision="d"), 99, "t")
+        last, refused = store.insert_many([row(4), bad, row(5)], chains)
+        assert [r.stream_seq for r, _ in refused] == [99]
+        stored = first + again + last
+        assert [r.entry.who for _, r in stored] == ["h1", "h2", "h3", "h4", "h5"]
+        assert [r.chain for _, r in stored] == [1, 2, 3, 4, 5]
+        jsonl.write(stored)
+        from_db = list(store.chained())
+        lines = (tmp_path / "journal" / "middleware.jsonl").read_bytes().splitlines()
+        from_jsonl = [orjson.loads(line) for line in lines]
+        assert from_db == from_jsonl
+        for before, record in zip([None, *from_db], from_db, strict=False):
+            assert record["hash"] == record_hash(record) and record["rule"] == "no-rm"
+            assert record["prev"] == (before["hash"] if before else "")
+        assert [seq for seq, _ in stored] == [record["seq"] for record in from_db]
+    finally:
+        store.close()
