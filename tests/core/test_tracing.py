@@ -401,13 +401,13 @@ async def test_a_tools_call_through_hookbus_mcp_is_an_execute_tool_span(
         await wait_for_chain(kernel, "tool.call", [f"{mod.name}.judge_call"])
         await wait_for_chain(kernel, "tool.result", [f"{mod.name}.judge_result"])
         exporter.clear()
-        async with anyio.create_task_group() as tg:
+        async with proxy_out, client_in, anyio.create_task_group() as tg:
             tg.start_soon(relay)
             tg.start_soon(run_with, proxy, Streams(proxy_in, proxy_out), upstream)
             async with client_out, ClientSession(client_in, client_out) as session:
                 await session.initialize()
                 answer = await session.call_tool("echo", {"text": "hi"})
-            assert [getattr(block, "text", None) for block in answer.content] == ["hi"]
+        assert [getattr(block, "text", None) for block in answer.content] == ["hi"]
         await wait_until(lambda: _any(exporter, "execute_tool mcp__fx__echo"), what="the execute_tool span")
         await wait_until(lambda: _intercepts(exporter) == 2, what="both intercept spans")
     spans = exporter.get_finished_spans()

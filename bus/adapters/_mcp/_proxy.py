@@ -46,6 +46,7 @@ from bus.adapters._mcp._messages import (
     text_result,
     tool_name,
 )
+from bus._runtime import genai_spans as _genai
 from bus.adapters._tool_guard import TOOL_CALL, TOOL_RESULT, after, before, cancelled
 
 log = logging.getLogger(__name__)
@@ -81,6 +82,8 @@ class _Waiting:
     deadline: float
     tool: str | None = None
     name: str | None = None
+    #: A tools/call's ``execute_tool`` span (None where the process does not trace), ended once it is answered.
+    span: Any = None
 
 
 @dataclass(slots=True)
@@ -115,7 +118,11 @@ class McpProxy:
                 self._upstream = upstream.write
                 tg.start_soon(self._from_upstream, upstream.read, tg)
             tg.start_soon(self._expire)
-            await self._from_client(client.read, tg)
+            try:
+                await self._from_client(client.read, tg)
+            finally:
+                for waiting in self._waiting.values():  # the client is gone: its calls' spans end with it
+                    _genai.end(waiting.span)
             tg.cancel_scope.cancel()
 
     # client -> server
@@ -162,6 +169,7 @@ class McpProxy:
         assert isinstance(message, JSONRPCRequest)
         if self._dead is not None:
             await self._client.send(error(message.id, UPSTREAM_ERROR, self._dead))
+            _genai.end(waiting.span)
             return
         self._waiting[message.id] = waiting
         if math.isfinite(waiting.deadline):
@@ -181,19 +189,37 @@ class McpProxy:
             await self._client.send(error(message.id, INVALID_PARAMS, "tools/call needs a name and object arguments"))
             return
         name = tool_name(self.settings.server, tool)
+        # The call's execute_tool span: parent of both intercepts, ended once the client has its answer.
+        span = _genai.start_tool(name, None if message.id is None else str(message.id))
+        try:
+            forward = await self._judged_call(item, message, name, span)
+        except BaseException:
+            _genai.end(span)
+            raise
+        if forward is None:
+            _genai.end(span)  # answered by the chain: the server never saw it
+            return
+        await self._forward(*forward)
+
+    async def _judged_call(
+        self, item: SessionMessage, message: JSONRPCRequest, name: str, span: Any
+    ) -> tuple[SessionMessage, _Waiting] | None:
+        """The call's ``tool.call`` verdict: its answer sent (None), or the call to forward and what waits."""
+        params = message.params or {}
+        tool, arguments = params["name"], params.get("arguments", {})
         payload = {"name": name, "input": arguments, "server": self.settings.server, "tool": tool}
         await self._emit(*self.lifecycle.tool_start(name, arguments))
-        try:
-            verdict = before(await self.gate.intercept(TOOL_CALL, payload, self.settings.ctx), arguments)
-        except DecisionError as exc:
-            verdict = before(Cancel(str(exc)), arguments)
+        with _genai.within(span):
+            try:
+                verdict = before(await self.gate.intercept(TOOL_CALL, payload, self.settings.ctx), arguments)
+            except DecisionError as exc:
+                verdict = before(Cancel(str(exc)), arguments)
         if verdict.answer is not None:
             await self._emit(*self.lifecycle.tool_end(name, not verdict.cancelled, verdict.answer))
             await self._client.send(response(message.id, text_result(verdict.answer, is_error=verdict.cancelled)))
-            return
+            return None
         forwarded = message.model_copy(update={"params": {**params, "arguments": verdict.input}})
-        waiting = _Waiting("tools/call", self._deadline(), tool, name)
-        await self._forward(SessionMessage(forwarded, item.metadata), waiting)
+        return SessionMessage(forwarded, item.metadata), _Waiting("tools/call", self._deadline(), tool, name, span)
 
     async def _read(self, item: SessionMessage, message: JSONRPCRequest) -> None:
         try:
@@ -239,6 +265,13 @@ class McpProxy:
             await self._client.send(item)
 
     async def _result(self, message: JSONRPCResponse | JSONRPCError, waiting: _Waiting) -> None:
+        try:
+            with _genai.within(waiting.span):
+                await self._judge_result(message, waiting)
+        finally:
+            _genai.end(waiting.span)  # the result is sent (or cannot be): the call's span ends
+
+    async def _judge_result(self, message: JSONRPCResponse | JSONRPCError, waiting: _Waiting) -> None:
         assert waiting.name is not None
         if isinstance(message, JSONRPCError):
             await self._emit(*self.lifecycle.tool_end(waiting.name, False, message.error.message))
@@ -314,8 +347,11 @@ class McpProxy:
     async def _fail(self, request_id: RequestId, waiting: _Waiting, cause: str) -> None:
         if waiting.name is not None:
             await self._emit(*self.lifecycle.tool_end(waiting.name, False, cause))
-        with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
-            await self._client.send(error(request_id, UPSTREAM_ERROR, cause))
+        try:
+            with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+                await self._client.send(error(request_id, UPSTREAM_ERROR, cause))
+        finally:
+            _genai.end(waiting.span)
 
     async def _emit(self, subject: str, payload: Mapping[str, Any]) -> None:
         try:
