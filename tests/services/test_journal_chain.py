@@ -314,7 +314,8 @@ def test_a_batch_with_deciders_redeliveries_and_a_refused_row_chains_as_stored(t
         again, _ = store.insert_many([row(2), row(3)], chains)  # a redelivery beside a new row
         with sqlite3.connect(tmp_path / DB_NAME) as db:  # a row SQLite refuses (as a full column would)
             db.execute(
-                "CREATE TRIGGER refuse BEFORE INSERT ON entries WHEN NEW.who = 'bad' BEGIN SELECT RAISE(ABORT, 'no'); END"
+                "CREATE TRIGGER refuse BEFORE INSERT ON entries WHEN NEW.who = 'bad' "
+                "BEGIN SELECT RAISE(ABORT, 'no'); END"
             )
         bad = Received(JournalEntry(kind="middleware", point="p", phase="q", who="bad", decision="d"), 99, "t")
         last, refused = store.insert_many([row(4), bad, row(5)], chains)

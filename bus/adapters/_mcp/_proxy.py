@@ -32,6 +32,7 @@ from mcp_types import JSONRPCError, JSONRPCRequest, JSONRPCResponse, RequestId
 
 from bus._core.decisions import Cancel, Patch
 from bus._core.errors import DecisionError
+from bus._runtime import genai_spans as _genai
 from bus.adapters._lifecycle import Lifecycle
 from bus.adapters._mcp._gate import Gate
 from bus.adapters._mcp._messages import (
@@ -46,7 +47,6 @@ from bus.adapters._mcp._messages import (
     text_result,
     tool_name,
 )
-from bus._runtime import genai_spans as _genai
 from bus.adapters._tool_guard import TOOL_CALL, TOOL_RESULT, after, before, cancelled
 
 log = logging.getLogger(__name__)
