@@ -355,12 +355,13 @@ async def test_a_guarded_openai_agents_tool_is_an_execute_tool_span(
     }
 
 
+@pytest.mark.parametrize("refused", [False, True])
 async def test_a_tools_call_through_hookbus_mcp_is_an_execute_tool_span(
-    exporter: InMemorySpanExporter, kernel: Bus, nats_url: str
+    exporter: InMemorySpanExporter, kernel: Bus, nats_url: str, refused: bool
 ) -> None:
     """The proxy, in this process, between the SDK's ClientSession and a real MCP server on stdio: each
     tools/call is an ``execute_tool`` span named for ``mcp__server__tool`` with the JSON-RPC id, parent of
-    both intercepts, ended once the result has been sent to the client."""
+    both intercepts, ended once the result has been sent to the client; a call the chain refuses too."""
     pytest.importorskip("mcp")
     import sys
 
@@ -376,7 +377,7 @@ async def test_a_tools_call_through_hookbus_mcp_is_an_execute_tool_span(
 
     @mod.stage("tool.call")
     async def judge_call(stage: str, payload: dict[str, Any]) -> Decision:
-        return Continue()
+        return Cancel("not this one") if refused else Continue()
 
     @mod.stage("tool.result")
     async def judge_result(stage: str, payload: dict[str, Any]) -> Decision:
@@ -407,9 +408,11 @@ async def test_a_tools_call_through_hookbus_mcp_is_an_execute_tool_span(
             async with client_out, ClientSession(client_in, client_out) as session:
                 await session.initialize()
                 answer = await session.call_tool("echo", {"text": "hi"})
-        assert [getattr(block, "text", None) for block in answer.content] == ["hi"]
+        texts = [getattr(block, "text", "") for block in answer.content]
+        assert "not this one" in " ".join(texts) if refused else texts == ["hi"]
         await wait_until(lambda: _any(exporter, "execute_tool mcp__fx__echo"), what="the execute_tool span")
-        await wait_until(lambda: _intercepts(exporter) == 2, what="both intercept spans")
+        stages = ("tool.call",) if refused else ("tool.call", "tool.result")
+        await wait_until(lambda: _intercepts(exporter) == len(stages), what="the intercept spans")
     spans = exporter.get_finished_spans()
     tool_span = _named(spans, "execute_tool mcp__fx__echo")
     assert len(ids) == 1
@@ -418,7 +421,7 @@ async def test_a_tools_call_through_hookbus_mcp_is_an_execute_tool_span(
         "gen_ai.tool.name": "mcp__fx__echo",
         "gen_ai.tool.call.id": str(ids[0]),
     }
-    for stage in ("tool.call", "tool.result"):
+    for stage in stages:
         intercept = _named(spans, f"hookbus intercept {stage}")
         assert intercept.parent is not None and intercept.parent.span_id == tool_span.context.span_id
         assert intercept.context.trace_id == tool_span.context.trace_id
