@@ -21,7 +21,7 @@ from bus._middleware.kernel.metrics import MIDDLEWARE
 from bus.testing import nats_for_tests
 from subscribers.shell_hooks._settings import WorkerSettings
 from subscribers.shell_hooks.shell_worker import ShellWorker
-from tests.support.fake_llm import FakeLLM
+from bus.testing.fake_llm import FakeLLM
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 

@@ -22,7 +22,7 @@ from bus.adapters.langchain import AsyncHookbusCallbackHandler, HookbusCallbackH
 from bus.sync import SyncBus
 from bus.testing import EventRecorder, serving, wait_for_chain
 from tests.conftest import IN_CI, unique
-from tests.support.fake_llm import FakeLLM, text, tool_calls
+from bus.testing.fake_llm import FakeLLM, text, tool_calls
 from tests.support.lc_chat import ScriptedChat
 from tests.support.waiting import wait_until
 

@@ -24,7 +24,7 @@ from bus import Bus, Cancel, Continue, Decision, Module, Patch
 from bus.adapters.openai_agents import guard_mcp_calls
 from bus.testing import EventRecorder, serving, wait_for_chain
 from tests.conftest import unique
-from tests.support.fake_llm import FakeLLM, text, tool_calls
+from bus.testing.fake_llm import FakeLLM, text, tool_calls
 
 set_tracing_disabled(True)
 SERVER = Path(__file__).parents[1] / "fixtures" / "openai_agents" / "mcp_server.py"

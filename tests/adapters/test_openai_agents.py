@@ -35,7 +35,7 @@ from bus.adapters.openai_agents import (
 )
 from bus.testing import EventRecorder, serving, wait_for_chain
 from tests.conftest import IN_CI, unique
-from tests.support.fake_llm import FakeLLM, text, tool_calls
+from bus.testing.fake_llm import FakeLLM, text, tool_calls
 
 set_tracing_disabled(True)  # the SDK would export its own traces to OpenAI
 

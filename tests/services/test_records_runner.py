@@ -15,7 +15,7 @@ from bus._turns.server import TurnRequest
 from bus.testing import EventRecorder, JournalRecorder, wait_for_chain
 from subscribers.records_runner.record_runner import RecordsRunner, RecordsRunnerSettings
 from tests.conftest import unique
-from tests.support import fake_llm
+from bus.testing import fake_llm
 from tests.support.waiting import wait_until
 from triggers.agent._llm import ChatClient
 from triggers.agent._tools import with_record_tools

@@ -1,4 +1,4 @@
-"""A LangChain chat model over the OpenAI chat-completions API, for tests against tests/support/fake_llm.py.
+"""A LangChain chat model over the OpenAI chat-completions API, for tests against bus/testing/fake_llm.py.
 
 langchain-core ships no HTTP chat model; this is the smallest real one: the
 messages go to the scripted server as an OpenAI client would send them, the

@@ -22,7 +22,7 @@ from bus._middleware.registry import ensure_buckets
 from tests.conftest import as_user as url
 from tests.conftest import run_cli, shipped_server
 from tests.middleware.test_attacks import Attacker
-from tests.support import fake_llm
+from bus.testing import fake_llm
 from tests.support.waiting import wait_until
 from tests.triggers.test_triggers import Agent
 from triggers.agent._books import today

@@ -14,7 +14,7 @@ import orjson
 
 from bus import Bus, TurnRequest
 from tests.conftest import hookbus_cmd, run_cli
-from tests.support import fake_llm
+from bus.testing import fake_llm
 from tests.support.waiting import wait_until
 
 SECRETS = """

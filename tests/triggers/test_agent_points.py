@@ -23,7 +23,7 @@ from bus.testing import JournalRecorder, serving, wait_for_chain
 from subscribers.journal._store import Query
 from subscribers.journal.sink import JournalSink
 from tests.conftest import run_cli
-from tests.support import fake_llm
+from bus.testing import fake_llm
 from tests.support.turn_support import turn
 from tests.support.waiting import wait_until
 from triggers.agent._llm import ChatClient

@@ -7,7 +7,7 @@ from typing import Any
 
 from bus import Bus, Cancel, Continue, Module, Patch, Stage
 from bus.testing import EventRecorder, serving, wait_for_chain
-from tests.support import fake_llm
+from bus.testing import fake_llm
 from tests.support.turn_support import spend_turn, turn
 
 

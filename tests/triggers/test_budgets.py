@@ -18,7 +18,7 @@ from bus._core.errors import ConfigError
 from bus._turns.errors import TurnFailed
 from bus.testing import EventRecorder, JournalRecorder
 from tests.conftest import run_cli
-from tests.support import fake_llm
+from bus.testing import fake_llm
 from tests.support.waiting import wait_until
 from triggers.agent import _budgets as budgets
 from triggers.agent._budgets import BudgetBook

@@ -26,7 +26,7 @@ from bus._turns.errors import TurnFailed
 from tests.conftest import as_user as url
 from tests.conftest import shipped_permissions, shipped_server
 from tests.middleware.test_attacks import Attacker
-from tests.support import fake_llm
+from bus.testing import fake_llm
 from triggers.agent._books import SharedBooks, grant_turn
 from triggers.agent._budgets import BudgetBook, Usage
 from triggers.agent._config_schema import BudgetLayer, BudgetsFile

@@ -73,6 +73,8 @@ def words(content: str) -> list[str]:
 
 @dataclass
 class FakeLLM:
+    """The server: ``await FakeLLM(script=[...]).start()`` listens on ``url``; ``await stop()`` ends it."""
+
     script: list[dict[str, Any]] = field(default_factory=list)
     requests: list[dict[str, Any]] = field(default_factory=list)
     default: dict[str, Any] = field(default_factory=lambda: text("ok"))
