@@ -33,8 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import median, print_table, verdict
 from bus import Bus, Continue, Module, NatsServer, Stage, TurnRequest
-from bus.testing import wait_for_chain
-from bus.testing import fake_llm
+from bus.testing import fake_llm, wait_for_chain
 from triggers.agent._budgets import BudgetBook
 from triggers.agent._config_schema import BudgetLayer, BudgetsFile
 from triggers.agent._llm import ChatClient

@@ -19,9 +19,9 @@ from nats.aio.client import Client
 from bus import Bus, NatsServer
 from bus._middleware.kernel.metrics import MIDDLEWARE
 from bus.testing import nats_for_tests
+from bus.testing.fake_llm import FakeLLM
 from subscribers.shell_hooks._settings import WorkerSettings
 from subscribers.shell_hooks.shell_worker import ShellWorker
-from bus.testing.fake_llm import FakeLLM
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 

@@ -21,8 +21,8 @@ from bus import Bus, Cancel, Continue, Decision, DecisionError, Event, Module, P
 from bus.adapters.langchain import AsyncHookbusCallbackHandler, HookbusCallbackHandler, guard_tool
 from bus.sync import SyncBus
 from bus.testing import EventRecorder, serving, wait_for_chain
-from tests.conftest import IN_CI, unique
 from bus.testing.fake_llm import FakeLLM, text, tool_calls
+from tests.conftest import IN_CI, unique
 from tests.support.lc_chat import ScriptedChat
 from tests.support.waiting import wait_until
 

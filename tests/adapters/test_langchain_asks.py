@@ -17,8 +17,8 @@ from bus import Bus
 from bus._middleware.asks.store import AskStore, Pending
 from bus.adapters.langchain_asks import ASKER, FleetHumanInTheLoopMiddleware
 from bus.sync import SyncBus
-from tests.conftest import run_cli, unique
 from bus.testing.fake_llm import FakeLLM, text, tool_calls
+from tests.conftest import run_cli, unique
 from tests.support.lc_chat import ScriptedChat
 from tests.support.waiting import wait_until
 

@@ -23,8 +23,8 @@ from openai import AsyncOpenAI
 from bus import Bus, Cancel, Continue, Decision, Module, Patch
 from bus.adapters.openai_agents import guard_mcp_calls
 from bus.testing import EventRecorder, serving, wait_for_chain
-from tests.conftest import unique
 from bus.testing.fake_llm import FakeLLM, text, tool_calls
+from tests.conftest import unique
 
 set_tracing_disabled(True)
 SERVER = Path(__file__).parents[1] / "fixtures" / "openai_agents" / "mcp_server.py"

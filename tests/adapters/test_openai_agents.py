@@ -34,8 +34,8 @@ from bus.adapters.openai_agents import (
     output_guardrail,
 )
 from bus.testing import EventRecorder, serving, wait_for_chain
-from tests.conftest import IN_CI, unique
 from bus.testing.fake_llm import FakeLLM, text, tool_calls
+from tests.conftest import IN_CI, unique
 
 set_tracing_disabled(True)  # the SDK would export its own traces to OpenAI
 

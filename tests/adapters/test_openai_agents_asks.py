@@ -16,9 +16,9 @@ from openai import AsyncOpenAI
 from bus import Bus
 from bus._middleware.asks.store import AskStore
 from bus.adapters.openai_agents_asks import ASKER, approve_from_fleet
+from bus.testing.fake_llm import FakeLLM, text, tool_calls
 from tests.conftest import run_cli, unique
 from tests.support.asks_support import pending_ask
-from bus.testing.fake_llm import FakeLLM, text, tool_calls
 
 set_tracing_disabled(True)
 

@@ -18,9 +18,9 @@ import pytest
 from bus import Bus, NatsServer, TurnRequest
 from bus._core.subjects import BUDGET_BUCKETS, BUDGET_MAX_AGE_S, RULES_BUCKET
 from bus._middleware.registry import ensure_buckets
+from bus.testing import fake_llm
 from tests.conftest import as_user as url
 from tests.conftest import hookbus_cmd, shipped_server
-from bus.testing import fake_llm
 from tests.support.waiting import wait_until
 
 

@@ -12,10 +12,9 @@ from bus import Bus, Continue, Module, Patch, StageCtx
 from bus._middleware.kernel.approvals import approve
 from bus._records.record import from_fields
 from bus._records.store import RecordStore
-from bus.testing import serving, wait_for_chain
+from bus.testing import fake_llm, serving, wait_for_chain
 from subscribers.records_runner.record_runner import RecordsRunner, RecordsRunnerSettings
 from tests.conftest import unique
-from bus.testing import fake_llm
 from triggers.agent import _hook_turn as hook_turn
 from triggers.agent._hook_turn import HookTurnSpec
 from triggers.agent._llm import ChatClient

@@ -12,10 +12,9 @@ from bus._middleware.kernel.approvals import approve, queue
 from bus._records.record import Record, from_fields
 from bus._records.store import RecordStore
 from bus._turns.server import TurnRequest
-from bus.testing import EventRecorder, JournalRecorder, wait_for_chain
+from bus.testing import EventRecorder, JournalRecorder, fake_llm, wait_for_chain
 from subscribers.records_runner.record_runner import RecordsRunner, RecordsRunnerSettings
 from tests.conftest import unique
-from bus.testing import fake_llm
 from tests.support.waiting import wait_until
 from triggers.agent._llm import ChatClient
 from triggers.agent._tools import with_record_tools

@@ -9,8 +9,7 @@ import orjson
 
 from bus import Bus, TurnRequest
 from bus._turns.subjects import agent_stream_subject
-from bus.testing import EventRecorder
-from bus.testing import fake_llm
+from bus.testing import EventRecorder, fake_llm
 from tests.support.waiting import wait_until
 from triggers.agent._llm import ChatClient
 from triggers.agent.turn_runner import TurnRunner, TurnRunnerSettings

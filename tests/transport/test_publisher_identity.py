@@ -19,10 +19,10 @@ from bus import Bus, NatsServer
 from bus._core.envelope import Event
 from bus._core.subjects import BUDGET_BUCKETS, BUDGET_MAX_AGE_S, split_vouched, vouched_pattern, wire_subject
 from bus._middleware.registry import ensure_buckets
+from bus.testing import fake_llm
 from tests.conftest import as_user as url
 from tests.conftest import run_cli, shipped_server
 from tests.middleware.test_attacks import Attacker
-from bus.testing import fake_llm
 from tests.support.waiting import wait_until
 from tests.triggers.test_triggers import Agent
 from triggers.agent._books import today

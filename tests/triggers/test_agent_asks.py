@@ -10,9 +10,8 @@ import pytest
 
 from bus import Ask, Bus, Continue, Module, Stage
 from bus._middleware.asks.store import AskStore, Pending
-from bus.testing import serving, wait_for_chain
+from bus.testing import fake_llm, serving, wait_for_chain
 from tests.conftest import run_cli
-from bus.testing import fake_llm
 from tests.support.turn_support import turn
 from tests.support.waiting import wait_until
 

@@ -13,8 +13,8 @@ from typing import Any
 import orjson
 
 from bus import Bus, TurnRequest
-from tests.conftest import hookbus_cmd, run_cli
 from bus.testing import fake_llm
+from tests.conftest import hookbus_cmd, run_cli
 from tests.support.waiting import wait_until
 
 SECRETS = """

@@ -9,8 +9,7 @@ from typing import Any
 from bus import Bus, Cancel, Continue, Patch, Stage
 from bus._core.decisions import Decision
 from bus._core.payloads import AgentError, LoopEnd, TurnAfter, TurnDone, from_dict, to_dict
-from bus.testing import JournalRecorder, serving
-from bus.testing import fake_llm
+from bus.testing import JournalRecorder, fake_llm, serving
 from tests.support.turn_support import turn
 from tests.support.waiting import wait_until
 from tests.triggers.test_agent_points import Points, streamed

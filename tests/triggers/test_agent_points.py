@@ -19,11 +19,10 @@ from bus import Bus, Cancel, Continue, Module, Patch, Stage, TurnRequest
 from bus._core.decisions import Decision
 from bus._core.payloads import AssistantMessage, LlmRequest, ToolCall, from_dict, to_dict
 from bus._journal.entries import ensure_journal_stream
-from bus.testing import JournalRecorder, serving, wait_for_chain
+from bus.testing import JournalRecorder, fake_llm, serving, wait_for_chain
 from subscribers.journal._store import Query
 from subscribers.journal.sink import JournalSink
 from tests.conftest import run_cli
-from bus.testing import fake_llm
 from tests.support.turn_support import turn
 from tests.support.waiting import wait_until
 from triggers.agent._llm import ChatClient

@@ -6,8 +6,7 @@ import uuid
 from typing import Any
 
 from bus import Bus, Cancel, Continue, Module, Patch, Stage
-from bus.testing import EventRecorder, serving, wait_for_chain
-from bus.testing import fake_llm
+from bus.testing import EventRecorder, fake_llm, serving, wait_for_chain
 from tests.support.turn_support import spend_turn, turn
 
 

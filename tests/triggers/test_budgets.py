@@ -16,9 +16,8 @@ import pytest
 from bus import Bus, TurnRequest
 from bus._core.errors import ConfigError
 from bus._turns.errors import TurnFailed
-from bus.testing import EventRecorder, JournalRecorder
+from bus.testing import EventRecorder, JournalRecorder, fake_llm
 from tests.conftest import run_cli
-from bus.testing import fake_llm
 from tests.support.waiting import wait_until
 from triggers.agent import _budgets as budgets
 from triggers.agent._budgets import BudgetBook

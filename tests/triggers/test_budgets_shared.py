@@ -23,10 +23,10 @@ from bus._core.errors import RegistryError
 from bus._core.subjects import BUDGET_BUCKETS, BUDGET_MAX_AGE_S, RULES_BUCKET, kv_key_subject, kv_stream
 from bus._middleware.registry import ensure_buckets
 from bus._turns.errors import TurnFailed
+from bus.testing import fake_llm
 from tests.conftest import as_user as url
 from tests.conftest import shipped_permissions, shipped_server
 from tests.middleware.test_attacks import Attacker
-from bus.testing import fake_llm
 from triggers.agent._books import SharedBooks, grant_turn
 from triggers.agent._budgets import BudgetBook, Usage
 from triggers.agent._config_schema import BudgetLayer, BudgetsFile

@@ -16,9 +16,8 @@ from bus._core.declaration import DEFAULT_TIMEOUT_CEILING
 from bus._core.errors import ConfigError
 from bus._middleware import timeouts
 from bus._middleware.kernel.intercept import MiddlewareOptions
-from bus.testing import EventRecorder, JournalRecorder, serving, wait_for_chain
+from bus.testing import EventRecorder, JournalRecorder, fake_llm, serving, wait_for_chain
 from tests.conftest import run_cli
-from bus.testing import fake_llm
 from tests.support.waiting import wait_until
 from triggers.agent import _agent_file as agent_file
 from triggers.agent._hook_turn import HookTurnSpec

@@ -12,9 +12,8 @@ import pytest
 
 from bus import Ask, Bus, Cancel, ConfigError, Continue, Module, Patch, Stage
 from bus._middleware.asks.store import AskStore
-from bus.testing import serving, wait_for_chain
+from bus.testing import fake_llm, serving, wait_for_chain
 from tests.conftest import run_cli
-from bus.testing import fake_llm
 from tests.support.waiting import wait_until
 from triggers.agent import _hook_turn as hook_turn
 from triggers.agent._errors import HookTurnError

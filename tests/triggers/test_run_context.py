@@ -12,8 +12,7 @@ import orjson
 import pytest
 
 from bus import Bus, Continue, Module, StageCtx, TurnRequest
-from bus.testing import EventRecorder, serving, wait_for_chain
-from bus.testing import fake_llm
+from bus.testing import EventRecorder, fake_llm, serving, wait_for_chain
 from tests.support.waiting import wait_until
 from triggers.agent._budgets import BudgetBook
 from triggers.agent._config_schema import BudgetLayer, BudgetsFile
