@@ -34,7 +34,7 @@ from mcp import ClientSession, StdioServerParameters, stdio_client  # noqa: E402
 from bus import Bus, Continue, Module, NatsServer  # noqa: E402
 from bus.testing import serving, wait_for_chain  # noqa: E402
 
-SERVER = [sys.executable, "-m", "tests.support.mcp_server"]
+SERVER = [sys.executable, "-m", "bus.testing._mcp_server"]
 
 
 def quantile(values: list[float], q: float) -> float:

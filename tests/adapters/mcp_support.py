@@ -66,7 +66,7 @@ def everything_server() -> list[str]:
 
 
 def fixture_server(*args: str) -> list[str]:
-    return [sys.executable, "-m", "tests.support.mcp_server", *args]
+    return [sys.executable, "-m", "bus.testing._mcp_server", *args]
 
 
 def proxy_env(nats_url: str, state: Path, **extra: str) -> dict[str, str]:

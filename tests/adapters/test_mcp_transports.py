@@ -1,7 +1,7 @@
 """``hookbus mcp`` over streamable HTTP (both sides), and a server that hangs, dies or is sent too much.
 
 The upstream for what no reference server does (hang, die mid-call, serve
-HTTP) is a server written on the SDK's MCPServer (tests/support/mcp_server.py).
+HTTP) is a server written on the SDK's MCPServer (bus/testing/_mcp_server.py).
 """
 
 from __future__ import annotations

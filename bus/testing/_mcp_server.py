@@ -1,6 +1,6 @@
 """An MCP server built on the SDK's MCPServer, for what the reference servers do not do: hang and die.
 
-``python -m tests.support.mcp_server`` serves stdio; ``--http PORT`` serves
+``python -m bus.testing._mcp_server`` serves stdio; ``--http PORT`` serves
 streamable HTTP at /mcp on 127.0.0.1. Tools: ``echo`` answers its text,
 ``hang`` never answers, ``die`` ends the process mid-call.
 """
