@@ -397,7 +397,7 @@ async def test_a_tools_call_through_hookbus_mcp_is_an_execute_tool_span(
                 await relay_out.send(item)
 
     proxy = McpProxy(kernel, ProxySettings(server="fx"))
-    upstream = lambda: server_on_stdio(sys.executable, ["-m", "tests.support.mcp_server"])  # noqa: E731
+    upstream = lambda: server_on_stdio(sys.executable, ["-m", "bus.testing._mcp_server"])  # noqa: E731
     async with serving(mod, nats_url):
         await wait_for_chain(kernel, "tool.call", [f"{mod.name}.judge_call"])
         await wait_for_chain(kernel, "tool.result", [f"{mod.name}.judge_result"])
