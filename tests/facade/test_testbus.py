@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import hashlib
 import inspect
@@ -26,7 +27,7 @@ DOCS = Path(__file__).resolve().parents[2] / "docs" / "testing.md"
 
 
 async def test_the_example_in_docs_testing_runs() -> None:
-    [code] = re.findall(r"```python\n(.*?)```", DOCS.read_text(), re.S)
+    code, _ = re.findall(r"```python\n(.*?)```", DOCS.read_text(), re.S)
     namespace: dict[str, Any] = {}
     exec(compile(code, str(DOCS), "exec"), namespace)
     tests = [
@@ -35,6 +36,14 @@ async def test_the_example_in_docs_testing_runs() -> None:
     assert len(tests) == 3
     for test in tests:
         await test()
+
+
+async def test_the_scripted_model_example_in_docs_testing_runs() -> None:
+    _, code = re.findall(r"```python\n(.*?)```", DOCS.read_text(), re.S)
+    namespace: dict[str, Any] = {}
+    ran = eval(compile(code, str(DOCS), "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT), namespace)
+    await ran  # the snippet awaits at top level: it starts the server and stops it
+    assert namespace["llm"].url.startswith("http://127.0.0.1:")
 
 
 def test_the_extra_docs_testing_names_brings_what_its_examples_need() -> None:
