@@ -312,11 +312,10 @@ def test_a_batch_with_deciders_redeliveries_and_a_refused_row_chains_as_stored(t
     try:
         first, _ = store.insert_many([row(1), row(2), row(2)], chains)  # the same stream place twice in a batch
         again, _ = store.insert_many([row(2), row(3)], chains)  # a redelivery beside a new row
-        with sqlite3.connect(tmp_path / DB_NAME) as db:  # a row SQLite refuses (as a full column would)
-            db.execute(
-                "CREATE TRIGGER refuse BEFORE INSERT ON entries WHEN NEW.who = 'bad' "
-                "BEGIN SELECT RAISE(ABORT, 'no'); END"
-            )
+        sql(  # a row SQLite refuses (as a full column would)
+            tmp_path,
+            "CREATE TRIGGER refuse BEFORE INSERT ON entries WHEN NEW.who = 'bad' BEGIN SELECT RAISE(ABORT, 'no'); END",
+        )
         bad = Received(JournalEntry(kind="middleware", point="p", phase="q", who="bad", decision="d"), 99, "t")
         last, refused = store.insert_many([row(4), bad, row(5)], chains)
         assert [r.stream_seq for r, _ in refused] == [99]
