@@ -37,10 +37,10 @@ def git_server() -> str:
 TOKEN = "t0ken-for-the-mcp-proxy-tests"
 
 
-def filesystem_server() -> list[str]:
-    """The command of npm's reference filesystem server (pinned by tests/fixtures/mcp/package-lock.json)."""
+def _npm_server(package: str) -> list[str]:
+    """``node`` and the entry script of an npm reference server (pinned by tests/fixtures/mcp/package-lock.json)."""
     node = require_binary("node")
-    script = FIXTURES / "node_modules" / "@modelcontextprotocol" / "server-filesystem" / "dist" / "index.js"
+    script = FIXTURES / "node_modules" / "@modelcontextprotocol" / package / "dist" / "index.js"
     if not script.is_file():
         message = (
             "tests/fixtures/mcp/node_modules is missing (npm ci --prefix tests/fixtures/mcp; scripts/test does it)"
@@ -51,18 +51,14 @@ def filesystem_server() -> list[str]:
     return [node, str(script)]
 
 
+def filesystem_server() -> list[str]:
+    """The command of npm's reference filesystem server."""
+    return _npm_server("server-filesystem")
+
+
 def everything_server() -> list[str]:
     """npm's reference server exercising every MCP feature (tools, resources, prompts), stdio transport."""
-    node = require_binary("node")
-    script = FIXTURES / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
-    if not script.is_file():
-        message = (
-            "tests/fixtures/mcp/node_modules is missing (npm ci --prefix tests/fixtures/mcp; scripts/test does it)"
-        )
-        if IN_CI:
-            pytest.fail(message)
-        pytest.skip(message)
-    return [node, str(script), "stdio"]
+    return [*_npm_server("server-everything"), "stdio"]
 
 
 def fixture_server(*args: str) -> list[str]:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from bus import Ask, Bus, Cancel, Continue, Module, Patch
-from bus._middleware.kernel.reactions import payload_hash
+from bus._middleware.asks.records import payload_sha256
 from bus._switching import shadow_handler
 from bus.testing import JournalRecorder, serving, wait_for_chain
 from tests.cli.test_cli import UpProcess
@@ -69,7 +69,7 @@ async def test_shadow_runs_every_handler_journals_would_and_applies_nothing(kern
         )
         would = [(e.who, e.decision) for e in journal.entries if e.decision.startswith("would_")][:3]
         assert would == [(names[0], "would_cancel"), (names[1], "would_patch"), (names[2], "would_ask")]
-        digest = payload_hash(payload)
+        digest = payload_sha256(payload)
         shadowed = [e for e in journal.entries if e.decision.startswith("would_")]
         assert all(e.cause is not None and e.cause.startswith(f"payload {digest}") for e in shadowed)
         assert "no rm" in (shadowed[0].cause or "") and "a person decides" in (shadowed[2].cause or "")
@@ -157,4 +157,4 @@ async def test_the_same_switch_puts_an_enforcing_rule_in_shadow(nats_url: str, t
         await wait_until(lambda: _in_shadow(bus, stage, name, shadow=False), what="the rule enforcing again")
         assert await bus.intercept(stage, {"command": "rm"}) == Cancel("cancelled by a rule", name)
     [would] = [e for e in journal.entries if e.decision == "would_cancel"]
-    assert would.who == name and (would.cause or "").startswith(f"payload {payload_hash({'command': 'rm'})}")
+    assert would.who == name and (would.cause or "").startswith(f"payload {payload_sha256({'command': 'rm'})}")

@@ -17,6 +17,8 @@ that question already done).
 from __future__ import annotations
 
 import hashlib
+import json
+from collections.abc import Mapping
 from typing import Any, Final, Literal
 
 import msgspec
@@ -62,9 +64,21 @@ class AnswerMsg(msgspec.Struct, kw_only=True):
     payload: dict[str, Any] | None = None  # an edit's: the payload the rest of the chain runs on
 
 
-def payload_sha256(payload: dict[str, Any]) -> str:
-    """The SHA-256 of a payload's canonical JSON (sorted keys): what an answer names to approve exactly it."""
-    return hashlib.sha256(orjson.dumps(payload, option=orjson.OPT_SORT_KEYS)).hexdigest()
+def payload_sha256(payload: Mapping[str, Any]) -> str:
+    """The SHA-256 of a payload's canonical JSON (sorted keys): what an answer names to approve exactly it, a
+    shadow entry names the call by, and each journal entry's ``payload_sha256``.
+
+    A payload orjson cannot encode (an integer over 64 bits, a key that is no text: what no honest agent
+    sends) is hashed as the standard library's sorted JSON of it, or failing that its ``repr``: never raises.
+    """
+    try:
+        data = orjson.dumps(payload, option=orjson.OPT_SORT_KEYS, default=str)
+    except TypeError:
+        try:
+            data = json.dumps(payload, sort_keys=True, default=str, separators=(",", ":")).encode()
+        except (TypeError, ValueError):
+            data = repr(payload).encode(errors="replace")
+    return hashlib.sha256(data).hexdigest()
 
 
 def fingerprint(user: str, session: str | None, stage: str, handler: str, sha: str) -> str:

@@ -8,13 +8,9 @@ per each handler's declared fail mode, and note each reaction.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
-
-import orjson
 
 from bus._core.clock import timestamp_ms
 from bus._core.decisions import CONTINUE, Ask, Cancel, Decision, HandlerDecision, Patch
@@ -22,6 +18,7 @@ from bus._core.middleware_schema import MiddlewareReply, ReactionMsg, RequestCtx
 from bus._core.results import defers_cancel, ends_run
 from bus._core.stages import phase
 from bus._journal.entries import PROCESS, JournalEntry, JournalPublisher
+from bus._middleware.asks.records import payload_sha256
 from bus._middleware.faults import REPORTED, Outcome, fault_decision
 from bus._middleware.kernel.chain import Link, StageChain
 from bus._middleware.kernel.metrics import MIDDLEWARE
@@ -30,23 +27,6 @@ from bus._runtime import tracing as _tracing
 
 #: Characters of a module-reported cause the journal keeps (a module cannot flood it).
 CAUSE_LIMIT: Final = 1000
-
-
-def payload_hash(payload: Mapping[str, Any]) -> str:
-    """SHA-256 of the payload's sorted JSON: what a shadow entry names the call by, and each entry's
-    ``payload_sha256``.
-
-    A payload orjson cannot encode (an integer over 64 bits, a key that is no text: what no honest agent
-    sends) is hashed as the standard library's sorted JSON of it, or failing that its ``repr``: never raises.
-    """
-    try:
-        data = orjson.dumps(payload, option=orjson.OPT_SORT_KEYS, default=str)
-    except TypeError:
-        try:
-            data = json.dumps(payload, sort_keys=True, default=str, separators=(",", ":")).encode()
-        except (TypeError, ValueError):
-            data = repr(payload).encode(errors="replace")
-    return hashlib.sha256(data).hexdigest()
 
 
 def broken_chain(chain: StageChain, journal: Reactions) -> Decision:
@@ -262,7 +242,7 @@ class Reactions:
             verdict, why = f"would_{kind}", f"; {reason}" if reason else ""
         else:
             verdict, why = outcome, f"; {cause}; read as continue (in shadow: would {kind})"
-        text = f"payload {payload_hash(self.seen)}{why}"
+        text = f"payload {payload_sha256(self.seen)}{why}"
         _genai.guardrail(self._stage, who, link.identity, verdict, "continue", text, duration_ms)
         self._keep(link, verdict, text, duration_ms)
 
@@ -386,7 +366,7 @@ def _hash_once(payload: Mapping[str, Any] | None, hashes: dict[int, str]) -> str
         return None
     found = hashes.get(id(payload))
     if found is None:
-        found = hashes[id(payload)] = payload_hash(payload)
+        found = hashes[id(payload)] = payload_sha256(payload)
     return found
 
 

@@ -20,9 +20,10 @@ from bus._core.decisions import CONTINUE, Ask, Cancel, HandlerDecision, Patch
 from bus._core.middleware_schema import RequestCtx
 from bus._core.run_context import claims_of, put_claims
 from bus._core.stages import match_field
+from bus._middleware.asks.records import payload_sha256
 from bus._middleware.faults import Outcome, fault_decision
 from bus._middleware.kernel.chain import Link
-from bus._middleware.kernel.reactions import Reactions, payload_hash
+from bus._middleware.kernel.reactions import Reactions
 from bus._middleware.rules.compile import Rule, activation, holds, patched, render
 from bus._middleware.rules.runs import evaluate, run_of
 
@@ -188,7 +189,7 @@ class RuleCall:
         result = f"if {rule.source!r} -> {str(held).lower()}{reason}"
         if link.shadow:
             journal.decided(
-                link, f"would_{decision.kind}", "continue", f"payload {payload_hash(payload)}; {result}", ms
+                link, f"would_{decision.kind}", "continue", f"payload {payload_sha256(payload)}; {result}", ms
             )
             return CONTINUE
         if isinstance(decision, Ask):  # the hold journals the ask and its answer
