@@ -30,12 +30,15 @@ from nats.aio.client import Client
 from nats.aio.subscription import Subscription
 
 from bus._transport.internals import internals_enabled
+from bus._transport.publisher import flush_quietly
 
 log = logging.getLogger("hookbus.transport")
 
 #: Called with each raw message of a direct subscription (the raw message: subject, reply, data, headers).
 DirectCallback = Callable[[Any], None]
 _NEEDED = ("_pending_queue", "_pending_size")
+#: How long a drain waits for the server to confirm its UNSUB (the caller bounds the whole drain too).
+DRAIN_FLUSH_S = 2.0
 
 
 def direct_available(sub: Subscription) -> bool:
@@ -46,9 +49,10 @@ def direct_available(sub: Subscription) -> bool:
 class DirectQueue:
     """Stands in for a subscription's pending queue: each message goes to the callback as it is put."""
 
-    __slots__ = ("_cb", "_sub")
+    __slots__ = ("_cb", "_nc", "_sub")
 
-    def __init__(self, sub: Subscription, cb: DirectCallback) -> None:
+    def __init__(self, nc: Client, sub: Subscription, cb: DirectCallback) -> None:
+        self._nc = nc
         self._sub = sub
         self._cb = cb
 
@@ -73,7 +77,16 @@ class DirectQueue:
         return None
 
     async def join(self) -> None:
-        return None
+        """What ``drain`` waits for after its UNSUB: every message the server routed here handed over.
+
+        nats-py's drain queues the UNSUB in the outgoing buffer but writes its
+        PING straight to the socket, so its PONG can come back before the server
+        has seen the UNSUB; the messages it routes here meanwhile would arrive
+        after the subscription is removed, and be dropped (a module stopping in a
+        hot swap would lose requests). Here the buffer goes out first, then a
+        ping: once its PONG is read, everything sent before the UNSUB has been
+        read too, and handed to the callback by the reader."""
+        await flush_quietly(self._nc, DRAIN_FLUSH_S)
 
 
 async def subscribe_direct(nc: Client, subject: str, cb: DirectCallback, queue: str = "") -> Subscription:
@@ -87,7 +100,7 @@ async def subscribe_direct(nc: Client, subject: str, cb: DirectCallback, queue: 
         return await nc.subscribe(subject, queue=queue, cb=in_task)
     sub = await nc.subscribe(subject, queue=queue, pending_bytes_limit=0)  # no limit: nothing waits in it
     queued = sub._pending_queue
-    stand_in = DirectQueue(sub, cb)
+    stand_in = DirectQueue(nc, sub, cb)
     sub._pending_queue = stand_in  # type: ignore[assignment]
     while not queued.empty():  # anything the reader delivered while subscribing goes first, in order
         stand_in.put_nowait(queued.get_nowait())

@@ -94,3 +94,32 @@ def test_nats_py_still_delivers_through_the_pending_queue() -> None:
     assert "sub._pending_bytes_limit > 0" in source  # a limit of 0 is none
     drain = inspect.getsource(Subscription._drain)
     assert "await self._pending_queue.join()" in drain
+
+
+async def test_a_drain_in_a_queue_group_hands_over_every_message_routed_to_it(nats_url: str) -> None:
+    """A hot swap at the transport: one member of a queue group drains while messages stream in; none is lost."""
+    total = 20_000
+    async with Bus(nats_url) as first, Bus(nats_url) as second, Bus(nats_url) as sender:
+        first_got: set[bytes] = set()
+        second_got: set[bytes] = set()
+        draining = await first.port.subscribe_direct("direct.swap", lambda msg: first_got.add(msg.data), queue="swap")
+        await second.port.subscribe_direct("direct.swap", lambda msg: second_got.add(msg.data), queue="swap")
+        await first.flush()
+        await second.flush()
+
+        async def stream() -> None:
+            for index in range(total):
+                waiting = sender.port.push_now("direct.swap", b"%d" % index)
+                if waiting is not None:
+                    await waiting
+                if index % 100 == 0:
+                    await asyncio.sleep(0)
+
+        streaming = asyncio.ensure_future(stream())
+        await wait_until(lambda: len(first_got) > 1000, what="traffic through the first member")
+        await draining.drain()  # while the stream goes on
+        await streaming
+        await sender.flush()
+        await wait_until(lambda: len(first_got) + len(second_got) >= total, what="every message", timeout=10)
+        assert first_got | second_got == {b"%d" % index for index in range(total)}
+        assert not first_got & second_got
