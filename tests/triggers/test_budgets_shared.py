@@ -215,3 +215,27 @@ async def test_every_handler_is_told_what_the_fleet_spent_not_what_this_process_
         "budget_total": 120, "budget_spent": 40, "budget_unit": "tokens"
     }  # fmt: skip
     assert ctx_of["agent.terminate"]["budget_spent"] == 80  # its own call charged to the same book
+
+
+@pytest.mark.usefixtures("state")
+async def test_another_agent_cannot_lower_a_shared_book_with_a_negative_share(
+    server: NatsServer, llm: fake_llm.FakeLLM
+) -> None:
+    """agent-bob may add to its own share of eva's session and group books: a negative share lowers nothing."""
+    llm.default = fake_llm.text("ok", usage=USAGE)
+    today = day()
+    async with runner(server, llm, today) as eva:
+        for _ in range(3):
+            assert await turn(eva, "s9") == "ok"  # 120 of 120 tokens: the session's book is spent
+        books = SharedBooks.of(eva.bus)
+        assert await books.spent("session", today, "s9") == 120
+        async with Bus(url(server, "agent-bob")) as bob:
+            as_bob = SharedBooks.of(bob)
+            for layer, key in (("session", "s9"), ("group", "eva"), ("user", "worker")):
+                await as_bob.add(layer, today, key, -1_000_000)  # its own share, on the shipped permissions
+        assert await books.spent("session", today, "s9") == 120
+        assert await books.spent("group", today, "eva") == 0  # no group layer here: no share below nothing
+        assert await books.spent("user", today, "worker") == 120
+        refused = await turn(eva, "s9")
+        assert refused.startswith("failed: llm.request cancelled: budget exhausted: session s9"), refused
+    assert len(llm.requests) == 3

@@ -9,7 +9,8 @@ process of an agent adds to the same number and a restart finds the day as it
 was; what a key of a layer spent today is the sum over its writers (in the
 user layer, over the writers a trigger started a turn of that user's on, and
 the reader itself: :func:`grant_turn`, so no agent inflates the book of a
-user who never sent it a turn). The
+user who never sent it a turn). A writer's share counts as at least 0: a
+negative ``Nats-Incr`` on its own key lowers no one else's spending. The
 shipped permissions let each user write only keys ending in its own name: an
 agent cannot lower, reset or erase what another spent (docs/security.md).
 Amounts are integers: tokens, or USD in billionths.
@@ -119,10 +120,10 @@ class SharedBooks:
     async def spent(self, layer: str, day: str, key: str) -> int:
         book = f"{day}.{token(key)}"
         if layer != "user":
-            return sum((await self.buckets[layer].total(f"{book}.*")).values())
+            return sum(max(0, value) for value in (await self.buckets[layer].total(f"{book}.*")).values())
         keys = await self.buckets[layer].total(f"{book}.*", f"{book}.*.{GRANTED}")
         granted = {self.writer, ANONYMOUS} | {key.split(".")[2] for key in keys if key.endswith("." + GRANTED)}
-        return sum(value for key, value in keys.items() if key.count(".") == 2 and key.split(".")[2] in granted)
+        return sum(max(0, value) for key, value in keys.items() if key.count(".") == 2 and key.split(".")[2] in granted)
 
     async def add(self, layer: str, day: str, key: str, amount: int) -> int:
         mine = f"{day}.{token(key)}"
