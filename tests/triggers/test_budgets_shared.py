@@ -239,3 +239,23 @@ async def test_another_agent_cannot_lower_a_shared_book_with_a_negative_share(
         refused = await turn(eva, "s9")
         assert refused.startswith("failed: llm.request cancelled: budget exhausted: session s9"), refused
     assert len(llm.requests) == 3
+
+
+@pytest.mark.usefixtures("state")
+async def test_a_share_on_a_wildcard_key_charges_no_other_book(server: NatsServer) -> None:
+    """agent-bob adds to `<day>.*.agent-bob` and `<day>.>`: no session's book counts it."""
+    today = day()
+    async with Bus(url(server, "agent-eva")) as eva:
+        books = SharedBooks.of(eva)
+        await books.add("session", today, "s9", 40)
+        attacker = await Attacker().connect(server, "agent-bob")
+        try:
+            prefix = kv_key_subject(BUDGET_BUCKETS["session"])
+            for key in (f"{today}.*.agent-bob", f"{today}.>", f"{today}.s9.*"):
+                with contextlib.suppress(Exception):
+                    await attacker.nc.request(f"{prefix}{key}", b"", headers={"Nats-Incr": "+1000000"}, timeout=1)
+            await attacker.settle()
+        finally:
+            await attacker.nc.close()
+        assert await books.spent("session", today, "s9") == 40
+        assert await books.spent("session", today, "s10") == 0
