@@ -28,6 +28,20 @@ _FAILURES = (nats_errors.Error, js_errors.Error, TimeoutError)
 TIMEOUT: Final = 2.0
 #: Keys one total reads at most (a batch of the direct get API).
 MAX_KEYS: Final = 1000
+#: The largest count a reader takes; a longer number (the server keeps any) reads as this, with its sign.
+MAX_COUNT: Final = 10**18
+_MAX_DIGITS: Final = len(str(MAX_COUNT))
+
+
+def count_of(val: str) -> int:
+    """A counter's value as a bounded int: whoever wrote its increments, reading it costs no more than a short one."""
+    digits = val.lstrip("+-")
+    if not digits.isdigit() or not digits.isascii():
+        raise RegistryError(f"a counter's value is not an integer: {val[:40]!r}")
+    sign = -1 if val.startswith("-") else 1
+    if len(digits.lstrip("0")) > _MAX_DIGITS:
+        return sign * MAX_COUNT
+    return sign * min(int(digits), MAX_COUNT)
 
 
 class _Ack(msgspec.Struct):
@@ -112,7 +126,7 @@ class CounterBucket:
         ack = msgspec.json.decode(reply.data, type=_Ack)
         if ack.error is not None:
             raise RegistryError(f"bucket {self.name}: add to {key} refused ({ack.error.get('description')})")
-        return int(ack.val)
+        return count_of(ack.val)
 
     async def total(self, *patterns: str) -> dict[str, int]:
         """Each key matching one of ``patterns`` (key patterns: ``day.key.*``) with its value; {} if none."""
@@ -131,7 +145,7 @@ class CounterBucket:
                 if status is not None:  # 204: the end of the batch; 404: no such key
                     break
                 subject = headers.get("Nats-Subject", "")
-                values[subject[len(self._prefix) :]] = int(msgspec.json.decode(msg.data, type=_Value).val)
+                values[subject[len(self._prefix) :]] = count_of(msgspec.json.decode(msg.data, type=_Value).val)
         except _FAILURES as exc:
             raise RegistryError(f"bucket {self.name}: read {patterns[0]} failed ({type(exc).__name__})") from None
         finally:

@@ -259,3 +259,23 @@ async def test_a_share_on_a_wildcard_key_charges_no_other_book(server: NatsServe
             await attacker.nc.close()
         assert await books.spent("session", today, "s9") == 40
         assert await books.spent("session", today, "s10") == 0
+
+
+@pytest.mark.usefixtures("state")
+async def test_a_share_past_any_number_reads_as_an_exhausted_book(server: NatsServer) -> None:
+    """agent-bob adds a 5000-digit number to its share of eva's session book: eva reads it as spent, no error."""
+    today = day()
+    async with Bus(url(server, "agent-eva")) as eva:
+        books = SharedBooks.of(eva)
+        attacker = await Attacker().connect(server, "agent-bob")
+        try:
+            key = f"{kv_key_subject(BUDGET_BUCKETS['session'])}{today}.s9.agent-bob"
+            ack = await attacker.nc.request(key, b"", headers={"Nats-Incr": "+" + "9" * 5000}, timeout=2)
+            assert b"error" not in ack.data, ack.data  # the server takes it: the reader must
+        finally:
+            await attacker.nc.close()
+        assert await books.spent("session", today, "s9") >= 10**18
+        book = BudgetBook(BOOK, today=lambda: today, ledger=books)
+        reason = await book.exhausted({"session": "s9"})
+        assert reason is not None and reason.startswith("budget exhausted: session s9 spent"), reason
+        assert await book.exhausted({"session": "s10"}) is None
