@@ -104,3 +104,20 @@ async def test_the_agents_hook_secs_ends_the_wait_for_a_slow_guard_that_declared
     assert error == f"user message rejected: {mod.name}.judge is fail-closed and timeout: no reply within 0.8s"
     entry = next(e for e in journal.entries if e.who == f"{mod.name}.judge")
     assert entry.decision == "timeout" and "no reply within 0.8s" in (entry.cause or "")
+
+
+@pytest.mark.parametrize("secs", [".inf", ".nan", "-1", "0", "3601", "1e400"])
+def test_an_agent_yaml_cannot_set_an_unbounded_or_empty_hook_secs(tmp_path: Path, secs: str) -> None:
+    """A crafted agent YAML's hook_secs (infinite, not a number, none, past the protocol's bound) is refused."""
+    path = tmp_path / "agent.yaml"
+    path.write_text(f"name: eva\ntimeouts: {{hook_secs: {secs}}}\n")
+    with pytest.raises(ConfigError, match="hook_secs"):
+        agent_file.load(path)
+
+
+def test_an_agent_yaml_over_the_ceiling_waits_the_ceiling(tmp_path: Path) -> None:
+    path = tmp_path / "agent.yaml"
+    path.write_text("name: eva\ntimeouts: {hook_secs: 3600}\n")
+    options = MiddlewareOptions(timeout_ceiling=30)
+    agent_file.apply(agent_file.load(path).hook_secs, options, str(path))
+    assert options.handler_wait(3600.0) == 30.0
