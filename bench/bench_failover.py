@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import print_table
-from tests.transport.test_failover import ALLOWED, cluster_failover, from_handler
+from tests.support.failover_support import ALLOWED, cluster_failover, from_handler
 
 
 async def main() -> int:

@@ -437,3 +437,26 @@ def test_no_two_service_modules_share_a_name() -> None:
         if name.startswith(("subscribers", "triggers", "bus.adapters", "bus._sandbox")) and path.stem != "__init__":
             by_name.setdefault(path.stem, []).append(name)
     assert {stem: names for stem, names in by_name.items() if len(names) > 1} == {}
+
+
+def _bench_back_arrows(bench: Path) -> list[str]:
+    """Imports from a benchmark into the tests other than their shared helpers in ``tests.support``: a bench
+    runs a scenario a test module also runs only through a helper both import."""
+    return [
+        f"{path.name} imports {target}"
+        for path in sorted(bench.rglob("*.py"))
+        for target in _imports(f"bench.{path.stem}", path)
+        if (target == "tests" or target.startswith("tests.")) and not target.startswith("tests.support")
+    ]
+
+
+def test_no_bench_module_imports_a_test_module() -> None:
+    assert _bench_back_arrows(ROOT / "bench") == []
+
+
+def test_the_bench_check_sees_an_import_of_a_test_module(tmp_path: Path) -> None:
+    (tmp_path / "bench_probe.py").write_text(
+        "from tests.support.waiting import wait_until\n"
+        "def main():\n    from tests.transport.test_failover import ALLOWED\n"
+    )
+    assert _bench_back_arrows(tmp_path) == ["bench_probe.py imports tests.transport.test_failover"]
