@@ -10,6 +10,7 @@ import argparse
 import os
 
 from bus._cli.common import hint_event, read_json_object
+from bus._cli.parser import add_command
 from bus._cli.workspace import add_workspace, existing
 from bus._transport.connection import URL_ENV
 
@@ -19,12 +20,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     parser = subparsers.add_parser("hooks", help="work with the shell hooks of a workspace", description=__doc__)
     commands = parser.add_subparsers(dest="hooks_command", metavar="COMMAND", required=True)
-    test = commands.add_parser(
-        "test",
-        help="run the hooks an event triggers, once, locally",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    test = add_command(commands, "test", "run the hooks an event triggers, once, locally", __doc__)
     test.add_argument("event", help="a PRX event name (tool_call) or a subject (eva.custom.deploy)")
     test.add_argument(
         "payload", nargs="?", default=None, help="the payload, a JSON object ('-': read stdin; default: {})"

@@ -16,16 +16,11 @@ from __future__ import annotations
 
 import argparse
 
-from bus._cli.parser import CommandParser
+from bus._cli.parser import CommandParser, add_command
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
-        "isolate",
-        help="run a command in the sandbox of isolated shell hooks",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = add_command(subparsers, "isolate", "run a command in the sandbox of isolated shell hooks", __doc__)
     parser.add_argument("--network", action="store_true", help="keep the network (default: loopback only)")
     parser.add_argument("--memory-mb", type=int, default=None, help="address-space limit in MiB (default 512)")
     parser.add_argument("--cpu-s", type=int, default=None, help="CPU-time limit in seconds (default 60)")

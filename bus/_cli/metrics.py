@@ -15,17 +15,18 @@ from contextlib import AsyncExitStack
 
 from bus._cli.common import add_metrics_port, add_nats_url, connection_args, serve_metrics, stop_on_signals
 from bus._cli.options import SERVICE_CONNECT_S
+from bus._cli.parser import add_command
 from bus._core.errors import ConfigError
 
 DEFAULT_METRICS_PORT = 9478
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "metrics",
-        help="derive fleet metrics from the bus and serve them on /metrics (replicas share the work)",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "derive fleet metrics from the bus and serve them on /metrics (replicas share the work)",
+        __doc__,
     )
     add_metrics_port(parser, default=DEFAULT_METRICS_PORT)
     parser.add_argument("--host", default="127.0.0.1", help="address /metrics binds (default: 127.0.0.1)")

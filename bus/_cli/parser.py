@@ -116,3 +116,12 @@ def also_after(parent: argparse.ArgumentParser, flag: str, *subcommands: argpars
         same["type"] = original.type
     for sub in subcommands:
         sub.add_argument(*original.option_strings, default=argparse.SUPPRESS, **same)
+
+
+def add_command(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser], name: str, help: str, description: str | None
+) -> argparse.ArgumentParser:
+    """A command whose description is its module's docstring, shown with its line breaks kept."""
+    return subparsers.add_parser(
+        name, help=help, description=description, formatter_class=argparse.RawDescriptionHelpFormatter
+    )

@@ -13,16 +13,12 @@ from __future__ import annotations
 import argparse
 
 from bus._cli.common import read_json_object
+from bus._cli.parser import add_command
 from bus._cli.workspace import add_workspace, existing
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
-        "plugins",
-        help="list the WASM plugins of a workspace, or run one once (test)",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = add_command(subparsers, "plugins", "list the WASM plugins of a workspace, or run one once (test)", __doc__)
     add_workspace(parser, "workspace with plugins/")
     parser.set_defaults(func=run_list)
     commands = parser.add_subparsers(dest="plugins_command", metavar="COMMAND")

@@ -27,6 +27,7 @@ from typing import Any
 import orjson
 
 from bus._cli.common import add_nats_url, connection_args
+from bus._cli.parser import add_command
 from bus._cli.workspace import add_workspace, existing
 from bus._core.errors import ConfigError
 from bus._core.stages import validate_stage
@@ -39,11 +40,11 @@ MAX_ENTRIES = 1_000_000
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "replay",
-        help="back-test a module file on recorded calls of a stage (locally; never on the live bus)",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "back-test a module file on recorded calls of a stage (locally; never on the live bus)",
+        __doc__,
     )
     parser.add_argument("--since", required=True, metavar="DURATION", help="recorded calls of the last DURATION (24h)")
     parser.add_argument("--stage", required=True, help="the stage whose calls to replay (tool.call)")

@@ -12,18 +12,14 @@ import argparse
 import orjson
 
 from bus._cli.common import add_nats_url, connection_args
+from bus._cli.parser import add_command
 from bus._cli.workspace import add_workspace
 from bus._core.errors import ConfigError
 from bus._middleware.rules.files import SHORTHANDS, read_path
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
-        "rules",
-        help="declarative rule guards: push, test, shadow-report",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = add_command(subparsers, "rules", "declarative rule guards: push, test, shadow-report", __doc__)
     commands = parser.add_subparsers(dest="rules_command", metavar="COMMAND", required=True)
     push_help = "check rule files and write them to the hookbus_rules bucket"
     push = commands.add_parser("push", help=push_help, description=push_help + " (all checked before any is written)")

@@ -12,16 +12,12 @@ import argparse
 
 from bus._cli.common import add_nats_url, connection_args, stop_on_signals
 from bus._cli.options import SERVICE_CONNECT_S
+from bus._cli.parser import add_command
 from bus._records.subjects import RECORDS_MODULE
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
-        "runner",
-        help="serve the approved handler records as a middleware module",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = add_command(subparsers, "runner", "serve the approved handler records as a middleware module", __doc__)
     parser.add_argument("--module", default=RECORDS_MODULE, help=f"module name (default: {RECORDS_MODULE})")
     parser.add_argument(
         "--allow-import",

@@ -24,6 +24,7 @@ from typing import Any, Final
 
 from bus._cli.common import add_nats_url, connection_args, stop_on_signals
 from bus._cli.options import SERVICE_CONNECT_S
+from bus._cli.parser import add_command
 from bus._cli.workspace import bus_name
 from bus._client import Bus
 from bus._core.declaration import Declaration
@@ -38,11 +39,11 @@ DEV_POLL_S: Final = 0.5
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "serve",
-        help="serve the middleware module of a Python file (ready line, approvals, --dev reload)",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "serve the middleware module of a Python file (ready line, approvals, --dev reload)",
+        __doc__,
     )
     parser.add_argument("target", metavar="FILE[:NAME]", help="a Python file defining a bus.Module (NAME: which one)")
     parser.add_argument("--dev", action="store_true", help="serve the file again whenever it changes")

@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from typing import Final
 
 from bus._cli.common import add_nats_url, connection_args
+from bus._cli.parser import add_command
 from bus._cli.workspace import add_workspace, existing
 from bus._core.errors import ConfigError
 
@@ -28,11 +29,11 @@ SAMPLE: Final = 5
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "shadow",
-        help="run a handler on live traffic without applying its decisions; 'shadow report NAME' says what it would do",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "run a handler on live traffic without applying its decisions; 'shadow report NAME' says what it would do",
+        __doc__,
     )
     parser.add_argument("words", nargs="+", metavar="NAME", help="module.handler, or: report module.handler")
     parser.add_argument("--off", action="store_true", help="take it out of shadow: its decisions apply again")

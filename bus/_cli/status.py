@@ -14,17 +14,18 @@ from typing import Any
 import orjson
 
 from bus._cli.middleware import add_options, open_view
+from bus._cli.parser import add_command
 from bus._cli.workspace import bus_name
 from bus._runtime.visible import visible
 from bus._status_report import SECTIONS, status_report
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "status",
-        help="list what is on the bus: agents, workers, modules and handlers, trigger engines, journal sinks",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "list what is on the bus: agents, workers, modules and handlers, trigger engines, journal sinks",
+        __doc__,
     )
     parser.add_argument("--json", action="store_true", help="one JSON object")
     add_options(parser)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from bus._cli.common import add_nats_url, connection_args, serve_metrics, stop_on_signals
 from bus._cli.options import SERVICE_CONNECT_S
+from bus._cli.parser import add_command
 from bus._cli.worker_options import add_worker_options, worker_settings
 from bus._cli.workspace import add_workspace
 from bus._cli.workspace import resolve as resolve_workspace
@@ -100,12 +101,7 @@ def problems_turn(args: argparse.Namespace) -> list[Service]:
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
-        "up",
-        help="run the bus on this machine (embedded NATS, metrics, workers)",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = add_command(subparsers, "up", "run the bus on this machine (embedded NATS, metrics, workers)", __doc__)
     add_workspace(parser, "workspace directory, created if missing")
     parser.add_argument(
         "--port",

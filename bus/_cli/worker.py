@@ -11,17 +11,13 @@ from contextlib import AsyncExitStack
 
 from bus._cli.common import add_metrics_port, add_nats_url, connection_args, serve_metrics, stop_on_signals
 from bus._cli.options import SERVICE_CONNECT_S
+from bus._cli.parser import add_command
 from bus._cli.worker_options import add_worker_options, worker_settings
 from bus._cli.workspace import add_workspace, existing
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
-        "worker",
-        help="run the shell hooks of a workspace against an existing NATS",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = add_command(subparsers, "worker", "run the shell hooks of a workspace against an existing NATS", __doc__)
     add_workspace(parser, "workspace with hooks.json")
     add_metrics_port(parser)
     parser.add_argument("--host", default="127.0.0.1", help="address /metrics binds (default: 127.0.0.1)")
