@@ -21,6 +21,7 @@ from nats.js import api
 
 from bus._core.errors import RegistryError
 from bus._core.subjects import direct_get_subject, kv_key_subject, kv_stream
+from bus._transport.bucket_stream import add_bucket_stream
 from bus._transport.connection import jetstream_replicas
 
 _FAILURES = (nats_errors.Error, js_errors.Error, TimeoutError)
@@ -90,19 +91,9 @@ class CounterBucket:
 
     async def ensure(self) -> None:
         """Create the bucket's stream if it is missing; RegistryError if this user may not."""
-        try:
-            await self._js.add_stream(counter_config(self.name, self.max_age_s, jetstream_replicas(self._nc)))
-        except js_errors.BadRequestError:
-            pass  # it exists (made by someone else meanwhile)
-        except (nats_errors.TimeoutError, TimeoutError):  # what a create the server denied looks like from here
-            raise RegistryError(
-                f"the {self.name} bucket does not exist and this user may not create it: "
-                "start 'hookbus up' (the bus role creates it) or run a hookbus command as the operator"
-            ) from None
-        except (js_errors.ServiceUnavailableError, nats_errors.NoRespondersError) as exc:
-            raise RegistryError(f"JetStream is not available on this server ({type(exc).__name__})") from None
-        except _FAILURES as exc:
-            raise RegistryError(f"bucket {self.name}: create failed ({exc!r})") from None
+        await add_bucket_stream(
+            self._js, self.name, counter_config(self.name, self.max_age_s, jetstream_replicas(self._nc))
+        )
 
     async def add(self, key: str, amount: int) -> int:
         """Add ``amount`` to ``key`` (made first if the bucket is missing, where this user may); the new value."""
