@@ -175,7 +175,8 @@ async def run(args: argparse.Namespace) -> int:
             if book is not None and not args.local_budgets:
                 from triggers.agent._books import SharedBooks
 
-                books = SharedBooks.of(bus)  # the fleet's books: every replica and restart spends from them
+                # the fleet's books: every replica and restart spends from them
+                books = SharedBooks.of(bus, book.config.groups)
                 await books.ready()
                 book.ledger = books
             runner = TurnRunner(

@@ -174,7 +174,7 @@ async def test_a_trigger_event_naming_a_user_does_not_charge_that_users_budget(
             await eva.serve_turns("eva", runner.handle, concurrency=1)
             state = engine.state["ask"]
             for n in range(3):  # one at a time: the trigger runs one turn at once
-                await bob.emit("eva.custom.ask", {"q": f"question {n}", "user": "alice"})
+                await bob.emit("eva.custom.ask", {"q": f"question {n}", "user": "alice"}, session_id="s-bob")
                 await wait_until(lambda n=n: state.fired == n + 1 and not state.in_flight, what=f"bob's turn {n}")
         finally:
             await client.close()
@@ -190,6 +190,8 @@ async def test_a_trigger_event_naming_a_user_does_not_charge_that_users_budget(
             lambda: grants.total(book_of.format("agent-bob")), what="the trigger's grant of bob's book to eva"
         )
         assert await grants.total(book_of.format("alice")) == {}  # the payload's user: nothing granted
+        sessions = eva.port.counter_bucket(BUDGET_BUCKETS["session"], BUDGET_MAX_AGE_S)  # and the event's session
+        await wait_until(lambda: sessions.total(book_of.format("s-bob")), what="the trigger's grant of the session")
     assert len(llm.requests) == 2  # bob's third turn was stopped by his own budget
 
 

@@ -263,10 +263,12 @@ async def test_a_share_on_a_wildcard_key_charges_no_other_book(server: NatsServe
 
 @pytest.mark.usefixtures("state")
 async def test_a_share_past_any_number_reads_as_an_exhausted_book(server: NatsServer) -> None:
-    """agent-bob adds a 5000-digit number to its share of eva's session book: eva reads it as spent, no error."""
+    """agent-bob, handed eva's session by a trigger, adds a 5000-digit number to its share of the session's
+    book: eva reads it as spent, no error."""
     today = day()
-    async with Bus(url(server, "agent-eva")) as eva:
+    async with Bus(url(server, "agent-eva")) as eva, Bus(url(server, "worker")) as worker:
         books = SharedBooks.of(eva)
+        await grant_turn(worker, None, "bob", day=today, session="s9")
         attacker = await Attacker().connect(server, "agent-bob")
         try:
             key = f"{kv_key_subject(BUDGET_BUCKETS['session'])}{today}.s9.agent-bob"
@@ -279,3 +281,34 @@ async def test_a_share_past_any_number_reads_as_an_exhausted_book(server: NatsSe
         reason = await book.exhausted({"session": "s9"})
         assert reason is not None and reason.startswith("budget exhausted: session s9 spent"), reason
         assert await book.exhausted({"session": "s10"}) is None
+
+
+@pytest.mark.usefixtures("state")
+async def test_another_agent_cannot_exhaust_a_session_or_group_book_it_was_never_handed(
+    server: NatsServer,
+) -> None:
+    """agent-bob adds a fortune to its own share of eva's session and group books: eva's reading counts it only
+    once a trigger started a turn in that session on bob (the worker's grant, which bob may not write), or once
+    budgets.yaml names bob in the group."""
+    today = day()
+    async with (
+        Bus(url(server, "agent-eva")) as eva_bus,
+        Bus(url(server, "agent-bob")) as bob_bus,
+        Bus(url(server, "worker")) as worker,
+    ):
+        eva, bob = SharedBooks.of(eva_bus), SharedBooks.of(bob_bus)
+        await eva.add("session", today, "s-owned", 40)
+        await eva.add("group", today, "eva", 40)
+        await bob.add("session", today, "s-owned", 1_000_000)
+        await bob.add("group", today, "eva", 1_000_000)
+        assert await eva.spent("session", today, "s-owned") == 40
+        assert await eva.spent("group", today, "eva") == 40
+        assert await bob.spent("session", today, "s-owned") == 1_000_000  # bob's own reading stops bob alone
+        with pytest.raises(RegistryError):
+            await grant_turn(bob_bus, None, "bob", day=today, session="s-owned")  # no grant of its own
+        assert await eva.spent("session", today, "s-owned") == 40
+        await grant_turn(worker, "alice", "bob", day=today, session="s-owned")  # a trigger handed bob the session
+        assert await eva.spent("session", today, "s-owned") == 1_000_040
+        assert await eva.spent("user", today, "alice") == 0  # eva spent nothing of alice's; bob's share: none yet
+        assert await SharedBooks.of(eva_bus, {"eva": ["bob"]}).spent("group", today, "eva") == 1_000_040
+        assert await SharedBooks.of(eva_bus, {"research": ["bob"]}).spent("group", today, "eva") == 40

@@ -6,10 +6,13 @@
 the NATS user of the process that spent (its vouched publisher identity, never
 a payload field). The server adds each charge to the key atomically, so every
 process of an agent adds to the same number and a restart finds the day as it
-was; what a key of a layer spent today is the sum over its writers (in the
-user layer, over the writers a trigger started a turn of that user's on, and
-the reader itself: :func:`grant_turn`, so no agent inflates the book of a
-user who never sent it a turn). A writer's share counts as at least 0: a
+was. What a key spent today is the sum over the writers whose shares count
+for the reader: its own, and those a key was granted to. A user's and a
+session's book count an agent once a trigger started a turn of that user's
+(in that session) on it (:func:`grant_turn`, written only by the trigger
+engine's roles); a group's book counts the group's members as budgets.yaml
+names them (``groups:``). So no agent inflates, and so exhausts, the book of
+a user, session or group that never handed it a turn. A writer's share counts as at least 0: a
 negative ``Nats-Incr`` on its own key lowers no one else's spending. The
 shipped permissions let each user write only keys ending in its own name: an
 agent cannot lower, reset or erase what another spent (docs/security.md).
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Final, Protocol
 
@@ -29,9 +33,12 @@ from bus._transport.counters import CounterBucket
 
 #: The writer of a process without a NATS user (a server without accounts: one writer for all).
 ANONYMOUS: Final = "anyone"
-#: A user's book counts an agent's share once a trigger started a turn of the user's on it that day:
-#: ``<day>.<user>.<agent's NATS user>.granted``, written only by the worker and bus roles.
+#: A user's (a session's) book counts an agent's share once a trigger started a turn of the user's (in the
+#: session) on it that day: ``<day>.<user or session>.<agent's NATS user>.granted``, written only by the
+#: worker and bus roles.
 GRANTED: Final = "granted"
+#: The layers whose books count the writers granted a key by a trigger (the group layer: its declared members).
+GRANTED_LAYERS: Final = ("session", "user")
 
 
 def agent_user(agent: str) -> str:
@@ -44,12 +51,18 @@ def today() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%d")
 
 
-async def grant_turn(bus: Bus, user: str, agent: str, day: str | None = None) -> None:
-    """Let ``agent``'s spending count in ``user``'s book today: a trigger started a turn of the user's on it.
+async def grant_turn(
+    bus: Bus, user: str | None, agent: str, day: str | None = None, session: str | None = None
+) -> None:
+    """Let ``agent``'s spending count in ``user``'s book (and ``session``'s) today: a trigger started a turn
+    of the user's, in that session, on it.
 
     RegistryError if the book cannot take it (no ``hookbus up``, or this user may not write grants)."""
-    bucket = bus.port.counter_bucket(BUDGET_BUCKETS["user"], BUDGET_MAX_AGE_S)
-    await bucket.add(f"{day or today()}.{token(user)}.{agent_user(agent)}.{GRANTED}", 1)
+    when = day or today()
+    for layer, key in (("user", user), ("session", session)):
+        if key is not None:
+            bucket = bus.port.counter_bucket(BUDGET_BUCKETS[layer], BUDGET_MAX_AGE_S)
+            await bucket.add(f"{when}.{token(key)}.{agent_user(agent)}.{GRANTED}", 1)
 
 
 def token(key: str) -> str:
@@ -101,15 +114,19 @@ class LocalBooks:
 class SharedBooks:
     """The fleet's books in JetStream counter buckets, this process writing as ``writer``."""
 
-    def __init__(self, buckets: dict[str, CounterBucket], writer: str) -> None:
+    def __init__(
+        self, buckets: dict[str, CounterBucket], writer: str, groups: Mapping[str, Iterable[str]] | None = None
+    ) -> None:
         self.buckets = buckets
         self.writer = writer
+        #: Per group, the NATS users whose shares its book counts (besides this writer's own).
+        self.members = {group: frozenset(map(agent_user, agents)) for group, agents in (groups or {}).items()}
 
     @classmethod
-    def of(cls, bus: Bus) -> SharedBooks:
-        """The books on ``bus``'s connection, written as its vouched NATS user."""
+    def of(cls, bus: Bus, groups: Mapping[str, Iterable[str]] | None = None) -> SharedBooks:
+        """The books on ``bus``'s connection, written as its vouched NATS user; ``groups``: each group's agents."""
         buckets = {layer: bus.port.counter_bucket(name, BUDGET_MAX_AGE_S) for layer, name in BUDGET_BUCKETS.items()}
-        return cls(buckets, bus.publisher or ANONYMOUS)
+        return cls(buckets, bus.publisher or ANONYMOUS, groups)
 
     async def ready(self) -> None:
         """Check every book takes this writer's charges (made where this user may): RegistryError naming the
@@ -118,12 +135,16 @@ class SharedBooks:
             await bucket.add(f"ready.ready.{self.writer}", 0)
 
     async def spent(self, layer: str, day: str, key: str) -> int:
+        """What the writers that count for this reader spent on ``key`` (see the module's docstring)."""
         book = f"{day}.{token(key)}"
-        if layer != "user":
-            return sum(max(0, value) for value in (await self.buckets[layer].total(f"{book}.*")).values())
-        keys = await self.buckets[layer].total(f"{book}.*", f"{book}.*.{GRANTED}")
-        granted = {self.writer, ANONYMOUS} | {key.split(".")[2] for key in keys if key.endswith("." + GRANTED)}
-        return sum(max(0, value) for key, value in keys.items() if key.count(".") == 2 and key.split(".")[2] in granted)
+        counted = {self.writer, ANONYMOUS}
+        if layer in GRANTED_LAYERS:
+            keys = await self.buckets[layer].total(f"{book}.*", f"{book}.*.{GRANTED}")
+            counted |= {key.split(".")[2] for key in keys if key.endswith("." + GRANTED)}
+        else:
+            keys = await self.buckets[layer].total(f"{book}.*")
+            counted |= self.members.get(key, frozenset())
+        return sum(max(0, value) for key, value in keys.items() if key.count(".") == 2 and key.split(".")[2] in counted)
 
     async def add(self, layer: str, day: str, key: str, amount: int) -> int:
         mine = f"{day}.{token(key)}"

@@ -63,6 +63,8 @@ class BudgetsFile(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, froz
     session: BudgetLayer | None = None
     group: BudgetLayer | None = None
     user: BudgetLayer | None = None
+    #: Each group's agents (by name): whose spending a group's book counts, besides the reader's own.
+    groups: dict[Name, list[Name]] = {}
 
 
 class AgentTimeouts(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):

@@ -303,15 +303,16 @@ class TriggerEngine:
         FIRED.labels(spec.name).inc()
         IN_FLIGHT.labels(spec.name).set(len(state.in_flight))
         await self.bus.request_turn(request, reply=f"{self._inbox}.{spec.name}")
-        if request.publisher is not None and time.monotonic() >= self._grants_after:
-            self._tasks.start(self._grant(request.publisher, spec.agent))
+        granted = request.publisher is not None or request.session_id is not None
+        if granted and time.monotonic() >= self._grants_after:
+            self._tasks.start(self._grant(request.publisher, spec.agent, request.session_id))
         cause = f"turn {request.id} on agent {spec.agent}"
         await self._journal(spec, seen, "fired", f"{cause}; {seen.note}" if seen.note else cause)
 
-    async def _grant(self, user: str, agent: str) -> None:
-        """Let the agent's spending count in the user's budget book today (triggers/agent/_books.py)."""
+    async def _grant(self, user: str | None, agent: str, session: str | None) -> None:
+        """Let the agent's spending count in the user's and session's budget books today (triggers/agent/_books.py)."""
         try:
-            await grant_turn(self.bus, user, agent)
+            await grant_turn(self.bus, user, agent, session=session)
         except HookbusError as exc:
             self._grants_after = time.monotonic() + GRANTS_RETRY_S
             log.warning("triggers: budget grant of %s for %s not written (%s)", agent, user, exc)
