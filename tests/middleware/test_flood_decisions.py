@@ -2,10 +2,11 @@
 
 The agent subscribes to events and intercepts at once, in one process; other
 processes flood its subscription faster than it can read. The server cuts the
-connection the flood fills as a slow consumer (a small ``max_pending`` makes
-that certain): it is the event subscriptions' own, so every intercept gets its
-module's decision and the main connection is never cut. The subscription comes
-back after the cut.
+connection the flood fills as a slow consumer (a small ``max_pending``, and a
+handler that now and then holds the loop, make that certain): it is the
+event subscriptions' own, so every intercept gets its module's decision
+and the main connection is never cut. The subscription comes back after the
+cut.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,6 +38,10 @@ DECISIONS = 200
 #: Intercepts in flight at once.
 CALLERS = 4
 FLOODERS = 2
+#: Every HOLD_EVERY events the handler blocks the loop for HOLD_S: past the server's 500 ms write deadline
+#: with what the floods send meanwhile, so a loaded machine that reads as fast as it is flooded is cut too.
+HOLD_EVERY = 1000
+HOLD_S = 0.6
 
 FLOODER = textwrap.dedent(
     """
@@ -94,6 +100,8 @@ async def test_a_flood_that_cuts_the_event_connection_costs_no_decision(small_se
 
             async def on_event(event: Event) -> None:
                 received.append(event)
+                if len(received) % HOLD_EVERY == 0:  # now and then a handler holds the loop (a sync call, a
+                    time.sleep(HOLD_S)  # GC pause): the flood fills the socket, however fast the machine reads
                 await asyncio.sleep(0.001)  # a handler that takes a moment, as real ones do
 
             await agent.subscribe("flood.>", on_event)
