@@ -304,11 +304,6 @@ ASK_RULES_BUCKET = "hookbus_ask_rules"
 BUDGET_BUCKETS = {layer: f"hookbus_budget_{layer}" for layer in ("session", "group", "user")}
 
 
-def direct_get_subject(stream: str) -> str:
-    """The JetStream API subject of a (batched) direct get on ``stream``."""
-    return f"$JS.API.DIRECT.GET.{stream}"
-
-
 #: Seconds a book is kept: the day it counts and the next (older days are never read).
 BUDGET_MAX_AGE_S = 2 * 86400.0
 #: Rule files (docs/rules.md): ``<file stem>`` -> the file's YAML text, written by operators only.
@@ -330,6 +325,15 @@ def kv_key_subject(bucket: str, key: str = "") -> str:
 def kv_bucket_of_stream(stream: str) -> str:
     """The bucket whose stream is ``stream`` (:func:`kv_stream` undone; any other name as it is)."""
     return stream[len("KV_") :] if stream.startswith("KV_") else stream
+
+
+#: The JetStream API prefix of the server a client is connected to (its own domain's).
+JS_API = "$JS.API"
+
+
+def direct_get_subject(stream: str, api: str = JS_API) -> str:
+    """The JetStream API subject of a (batched) direct get on ``stream``, under API prefix ``api``."""
+    return f"{api}.DIRECT.GET.{stream}"
 
 
 def js_domain_api(domain: str) -> str:

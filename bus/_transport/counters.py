@@ -7,6 +7,7 @@ with the new total, so any number of processes add to one key without a
 lost update. The stream refuses rollup headers, purges and deletes; the
 budgets' books are kept so (triggers/agent/_books.py). A total over keys is
 one batched direct get of the last message of each key under a prefix.
+On a leaf node both go to the hub's bucket (:mod:`bus._transport.home`).
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ import nats.js.errors as js_errors
 from nats.js import api
 
 from bus._core.errors import RegistryError
-from bus._core.subjects import direct_get_subject, kv_key_subject, kv_stream
+from bus._core.subjects import kv_key_subject, kv_stream
 from bus._transport.bucket_stream import add_bucket_stream
 from bus._transport.connection import jetstream_replicas
+from bus._transport.home import home_of
 
 _FAILURES = (nats_errors.Error, js_errors.Error, TimeoutError)
 #: Seconds a request waits: one the permissions deny gets no answer at all.
@@ -80,7 +82,6 @@ class CounterBucket:
         self.name = name
         self.max_age_s = max_age_s
         self._nc = nc
-        self._js = nc.jetstream(timeout=TIMEOUT)
         self._stream = kv_stream(name)
         self._prefix = kv_key_subject(name)
         #: Batched gets' replies arrive on ``<inbox>.<n>``, one subscription for them all, each routed to its get.
@@ -91,9 +92,8 @@ class CounterBucket:
 
     async def ensure(self) -> None:
         """Create the bucket's stream if it is missing; RegistryError if this user may not."""
-        await add_bucket_stream(
-            self._js, self.name, counter_config(self.name, self.max_age_s, jetstream_replicas(self._nc))
-        )
+        js = (await home_of(self._nc)).jetstream(self._nc, timeout=TIMEOUT)
+        await add_bucket_stream(js, self.name, counter_config(self.name, self.max_age_s, jetstream_replicas(self._nc)))
 
     async def add(self, key: str, amount: int) -> int:
         """Add ``amount`` to ``key`` (made first if the bucket is missing, where this user may); the new value."""
@@ -109,7 +109,8 @@ class CounterBucket:
     async def _add(self, key: str, amount: int) -> int:
         headers = {"Nats-Incr": f"{amount:+d}"}
         try:
-            reply = await self._nc.request(self._prefix + key, b"", timeout=TIMEOUT, headers=headers)
+            subject = (await home_of(self._nc)).kv_write(self._prefix + key)
+            reply = await self._nc.request(subject, b"", timeout=TIMEOUT, headers=headers)
         except nats_errors.NoRespondersError:
             raise
         except _FAILURES as exc:  # a denied publish times out: the server drops it
@@ -126,7 +127,8 @@ class CounterBucket:
         request = msgspec.json.encode({"multi_last": subjects, "batch": MAX_KEYS})
         values: dict[str, int] = {}
         try:
-            await self._nc.publish(direct_get_subject(self._stream), request, reply=reply)
+            home = await home_of(self._nc)
+            await self._nc.publish(home.direct_get(self._stream), request, reply=reply)
             while True:
                 msg = await asyncio.wait_for(answers.get(), TIMEOUT)
                 headers = msg.headers or {}

@@ -22,7 +22,8 @@ from nats.js import api
 from bus._core.errors import RegistryError
 from bus._core.subjects import kv_key_subject, kv_stream
 from bus._transport.connection import jetstream_replicas
-from bus._transport.kv_mirror import origin_prefix, remote_domain, write_prefix
+from bus._transport.home import home_of
+from bus._transport.kv_mirror import origin_prefix, write_prefix
 
 log = logging.getLogger("hookbus.registry")
 
@@ -278,9 +279,9 @@ async def bind_bucket(nc: Any, name: str, ttl_s: float | None = None) -> Bucket:
         raise RegistryError(
             f"JetStream is not available on this server ({type(exc).__name__}); run nats-server with -js"
         ) from None
-    hub = await remote_domain(nc)
-    if hub is not None:
-        return await _bound_at(nc, hub, name)
+    home = await home_of(nc)
+    if home.domain is not None:
+        return await _bound_at(nc, home.domain, name)
     try:
         await js.add_stream(bucket_config(name, ttl_s, jetstream_replicas(nc)))
     except js_errors.BadRequestError:

@@ -13,7 +13,7 @@ mirrored buckets: ``$JS.<hub>.API.$KV.<bucket>.<key>`` (:func:`write_prefix`).
 Set on a leaf's processes, a bucket with no mirror there (the records' buckets,
 say) is read and written at the hub through that domain's API prefix,
 never created on the leaf as a second bucket of the same name that nobody on
-the hub would see.
+the hub would see (:mod:`bus._transport.home` decides where, for every bucket and stream).
 """
 
 from __future__ import annotations
@@ -94,16 +94,6 @@ async def local_domain(nc: Any) -> str | None:
     except _FAILURES:
         return None
     return getattr(info, "domain", None) or None
-
-
-async def remote_domain(nc: Any) -> str | None:
-    """The domain holding the buckets when it is not this server's (``HOOKBUS_KV_DOMAIN`` on a leaf):
-    a bucket missing here is then read at the hub, never created here as a second registry."""
-    hub = kv_domain()
-    if hub is None:
-        return None
-    here = await local_domain(nc)
-    return hub if here is not None and here != hub else None
 
 
 def origin_prefix(domain: str, name: str) -> str:

@@ -18,6 +18,10 @@ one publisher's own.
 The reference carries size and SHA-256 and the reader refuses anything else:
 what a sequence names is only ever what its publisher stored, but the
 reference itself comes from whoever published the event.
+
+On a leaf node the stream is the hub's (:mod:`bus._transport.home`): puts on
+``$O.`` subjects cross the leaf node link as they are, and gets, stream info
+and creates go through the hub domain's API prefix; the leaf keeps no copy.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from bus._core.subjects import (
 )
 from bus._runtime.ratelog import RateLimitedLog
 from bus._transport.connection import INBOX_ROOT, jetstream_replicas
+from bus._transport.home import home_of
 from bus._transport.kv import kept_stream
 
 log = logging.getLogger("hookbus.payloads")
@@ -97,7 +102,7 @@ class PayloadStore:
         if len(body) > self.max_object_bytes or time.monotonic() < self._absent_until:
             return None
         try:
-            js = self._nc.jetstream()
+            js = (await home_of(self._nc)).jetstream(self._nc)
             chunks = [body[start : start + CHUNK_BYTES] for start in range(0, len(body), CHUNK_BYTES)]
             # sent at once, acknowledged together (each ack names its chunk's sequence); the meta only after
             acks = await asyncio.gather(*(js.publish(self._chunks, chunk) for chunk in chunks))
@@ -150,7 +155,8 @@ class PayloadStore:
 
     async def _get(self, subject: str, ref: PayloadRefMsg, seq: int) -> Any:
         try:
-            return await self._nc.jetstream().get_msg(PAYLOADS_STREAM, seq=seq, direct=True)
+            js = (await home_of(self._nc)).jetstream(self._nc)
+            return await js.get_msg(PAYLOADS_STREAM, seq=seq, direct=True)
         except js_errors.NotFoundError:
             raise PayloadRefError(
                 subject, f"object {ref.name} is not in {PAYLOADS_BUCKET} (expired, evicted or never stored)"
@@ -210,7 +216,7 @@ def payloads_config(
 async def ensure_payloads_bucket(nc: Any, ttl_s: float = PAYLOADS_TTL_S, max_bytes: int = PAYLOADS_MAX_BYTES) -> None:
     """Create the ``hookbus_payloads`` stream, or bring an older one to :func:`payloads_config` (``hookbus up``,
     as the bus role); RegistryError if refused."""
-    js = nc.jetstream()
+    js = (await home_of(nc)).jetstream(nc)
     config = payloads_config(ttl_s, max_bytes, jetstream_replicas(nc))
     try:
         info = await js.stream_info(PAYLOADS_STREAM)

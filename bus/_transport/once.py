@@ -6,7 +6,8 @@ or a purge header included, is refused by the server whatever headers the
 writer sends, so the first write of a key wins and nobody can erase it before
 its own time to live (``Nats-TTL``, per message) runs out. Reads are direct
 gets of one key's subject, which permissions can grant per key prefix.
-The asks of :mod:`bus._middleware.asks` are kept this way.
+The asks of :mod:`bus._middleware.asks` are kept this way. On a leaf node
+the bucket is the hub's (:mod:`bus._transport.home`), never one of the leaf's.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from bus._core.errors import RegistryError
 from bus._core.subjects import kv_key_subject, kv_stream
 from bus._transport.bucket_stream import add_bucket_stream
 from bus._transport.connection import jetstream_replicas
+from bus._transport.home import home_of
 from bus._transport.kv import bucket_config
 
 _FAILURES = (nats_errors.Error, js_errors.Error, TimeoutError)
@@ -50,14 +52,17 @@ class OnceBucket:
         self.name = name
         self.max_age_s = max_age_s
         self._nc = nc
-        self._js = nc.jetstream(timeout=READ_TIMEOUT)
         self._stream = kv_stream(name)
         self._prefix = kv_key_subject(name)
+
+    async def _js(self) -> Any:
+        """The JetStream context of the domain holding the bucket (the hub's, from a leaf node)."""
+        return (await home_of(self._nc)).jetstream(self._nc, timeout=READ_TIMEOUT)
 
     async def ensure(self) -> None:
         """Create the bucket's stream if it is missing; RegistryError if this user may not."""
         await add_bucket_stream(
-            self._js, self.name, once_config(self.name, self.max_age_s, jetstream_replicas(self._nc))
+            await self._js(), self.name, once_config(self.name, self.max_age_s, jetstream_replicas(self._nc))
         )
 
     async def create(self, key: str, value: bytes, ttl_s: float | None) -> bool:
@@ -78,7 +83,9 @@ class OnceBucket:
     async def _create(self, key: str, value: bytes, ttl_s: float | None) -> bool:
         try:
             ttl = None if ttl_s is None else max(1.0, ttl_s)
-            await self._js.publish(self._prefix + key, value, msg_ttl=ttl)
+            home = await home_of(self._nc)
+            js = home.jetstream(self._nc, timeout=READ_TIMEOUT)
+            await js.publish(home.kv_write(self._prefix + key), value, msg_ttl=ttl)
         except js_errors.NoStreamResponseError:
             raise
         except js_errors.APIError as exc:
@@ -92,7 +99,7 @@ class OnceBucket:
     async def get(self, key: str) -> bytes | None:
         """The key's value, None if it holds none (never written, or expired)."""
         try:
-            raw = await self._js.get_msg(self._stream, subject=self._prefix + key, direct=True)
+            raw = await (await self._js()).get_msg(self._stream, subject=self._prefix + key, direct=True)
         except (js_errors.NotFoundError, nats_errors.NoRespondersError):
             return None  # no such key, or no bucket yet
         except _FAILURES as exc:
@@ -103,7 +110,7 @@ class OnceBucket:
     async def keys(self, pattern: str = ">") -> list[str]:
         """The keys matching ``pattern`` (a subject pattern under the bucket) that hold a value now."""
         try:
-            info = await self._js.stream_info(self._stream, subjects_filter=self._prefix + pattern)
+            info = await (await self._js()).stream_info(self._stream, subjects_filter=self._prefix + pattern)
         except js_errors.NotFoundError:
             return []  # no bucket yet: nobody asked
         except _FAILURES as exc:
@@ -116,7 +123,7 @@ class OnceBucket:
         return KeyMirror(self, pattern)
 
     async def _subscribe(self, pattern: str) -> Any:
-        return await self._js.subscribe(
+        return await (await self._js()).subscribe(
             self._prefix + pattern, ordered_consumer=True, deliver_policy=api.DeliverPolicy.NEW
         )
 
@@ -198,7 +205,7 @@ class KeyMirror:
                 mem_storage=True,
                 num_replicas=1,
             )
-            info = await self._bucket._js.add_consumer(self._bucket._stream, config)
+            info = await (await self._bucket._js()).add_consumer(self._bucket._stream, config)
         except _FAILURES as exc:
             self._broken = True
             await self.stop()

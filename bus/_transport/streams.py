@@ -1,4 +1,8 @@
-"""JetStream streams behind hookbus types: create or update one, read its state, consume it with explicit acks."""
+"""JetStream streams behind hookbus types: create or update one, read its state, consume it with explicit acks.
+
+On a leaf node every stream is the hub's (:mod:`bus._transport.home`): the journal's entries cross the leaf
+node link as they are, and the stream is created, read and consumed there, never a copy in the leaf's domain.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, RetentionPolic
 
 from bus._core.errors import JournalError
 from bus._transport.connection import jetstream_replicas
+from bus._transport.home import home_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +67,7 @@ async def ensure_stream(nc: Any, spec: StreamSpec) -> StreamState:
         duplicate_window=spec.duplicate_window_s,
         allow_rollup_hdrs=False,  # no publisher erases what others journaled (purges are the operator's)
     )
-    js = nc.jetstream()
+    js = (await home_of(nc)).jetstream(nc)
     try:
         try:
             return _state_from_info(await js.add_stream(config))
@@ -75,7 +80,7 @@ async def ensure_stream(nc: Any, spec: StreamSpec) -> StreamState:
 async def stream_state(nc: Any, name: str) -> StreamState | None:
     """The stream's state, None if it does not exist; JournalError if the server does not answer."""
     try:
-        return _state_from_info(await nc.jetstream().stream_info(name))
+        return _state_from_info(await (await home_of(nc)).jetstream(nc).stream_info(name))
     except js_errors.NotFoundError:
         return None
     except (nats_errors.Error, js_errors.Error) as exc:
@@ -173,7 +178,8 @@ async def open_pull_consumer(
         max_ack_pending=max_ack_pending,
     )
     try:
-        sub = await nc.jetstream().pull_subscribe(subject, durable=durable, stream=stream, config=config)
+        js = (await home_of(nc)).jetstream(nc)
+        sub = await js.pull_subscribe(subject, durable=durable, stream=stream, config=config)
     except (nats_errors.Error, js_errors.Error) as exc:
         raise JournalError(f"cannot open consumer {durable} on stream {stream}: {exc!r}") from None
     return PullConsumer(stream, durable, sub)
@@ -188,7 +194,7 @@ async def read_since(nc: Any, stream: str, since: datetime) -> AsyncIterator[Str
     time as if it were live. The first message at or after ``since`` is found
     by bisecting on sequence numbers. JournalError if the server refuses.
     """
-    js = nc.jetstream()
+    js = (await home_of(nc)).jetstream(nc)
     try:
         info = await js.stream_info(stream)
     except (nats_errors.Error, js_errors.Error) as exc:

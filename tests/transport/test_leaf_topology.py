@@ -1,5 +1,6 @@
 """deploy/nats/topology: a hub and two leaf nodes, each leaf in a JetStream domain of its own with
-mirrors of the hub's buckets, started from the shipped files (ports and stores templated)."""
+mirrors of the hub's buckets, started from the shipped files (ports and stores templated). Asks, the
+budgets' books, the claim check and the journal used from a leaf are the hub's, with no copy on a leaf."""
 
 from __future__ import annotations
 
@@ -14,13 +15,29 @@ import nats
 import nats.errors
 import pytest
 
-from bus import Bus, Cancel, Continue, Module, NatsServer, Stage
-from bus._core.subjects import MODULES_BUCKET, PRESENCE_BUCKET, RULES_BUCKET, kv_stream
+from bus import Ask, Bus, Cancel, Continue, Event, Module, NatsServer, Stage
+from bus._core.subjects import (
+    ASKS_BUCKET,
+    BUDGET_BUCKETS,
+    BUDGET_MAX_AGE_S,
+    MODULES_BUCKET,
+    PAYLOADS_METAS,
+    PAYLOADS_STREAM,
+    PRESENCE_BUCKET,
+    RULES_BUCKET,
+    kv_stream,
+)
+from bus._journal.entries import ensure_journal_stream
+from bus._journal.subjects import JOURNAL_STREAM
+from bus._middleware.asks.store import AskStore, ensure_asks_bucket
 from bus._middleware.registry import request_subject
 from bus._presence import MAX_AGE_S
 from bus._transport.kv_mirror import DOMAIN_ENV, MIRRORED
+from bus._transport.streams import StreamState
 from bus.testing import serving, wait_for_chain
-from tests.conftest import as_user, run_cli
+from subscribers import Subscriber
+from tests.conftest import as_user, run_cli, unique
+from tests.support.asks_support import pending_ask
 from tests.support.waiting import wait_until
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "nats"
@@ -250,3 +267,128 @@ async def test_a_server_without_the_leaf_password_is_refused_as_a_leaf(mirrored:
             return "authentication error" in mirrored.hub.log_path.read_text(errors="replace").lower()
 
         await wait_until(refused, what="the hub refusing the rogue leaf")
+
+
+async def own_streams(server: NatsServer) -> set[str]:
+    """The streams in ``server``'s own JetStream domain (a leaf's: its mirrors, and nothing else of hookbus's)."""
+    nc = await nats.connect(as_user(server, "operator"))
+    try:
+        return {info.config.name for info in await nc.jetstream().streams_info()}
+    finally:
+        await nc.close()
+
+
+def asking_module() -> Module:
+    guard = Module("guard")
+
+    @guard.stage(Stage.TOOL_CALL, fail_closed=True)
+    async def hold(stage: str, payload: dict[str, Any]) -> Ask:
+        return Ask("a person decides", timeout=60)
+
+    return guard
+
+
+async def _hub_state(hub: NatsServer) -> StreamState:
+    """What `hookbus up` makes on the hub for asks, budgets, the claim check and the journal (as the operator)."""
+    async with Bus(as_user(hub, "operator")) as op:
+        await ensure_asks_bucket(op.port)
+        await op.port.counter_bucket(BUDGET_BUCKETS["user"], BUDGET_MAX_AGE_S).ensure()
+        await op.port.ensure_payloads_bucket()
+        return await ensure_journal_stream(op.port)
+
+
+async def test_an_ask_raised_on_one_leaf_is_answered_from_the_other_and_kept_only_at_the_hub(
+    mirrored: Topology, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    journal = await _hub_state(mirrored.hub)
+    monkeypatch.setenv(DOMAIN_ENV, "hub")
+    session = unique("leaf")
+    async with (
+        serving(asking_module(), as_user(mirrored.leaf_b, "module-guard")),
+        Bus(as_user(mirrored.leaf_a, "agent-eva"), managed=["guard.hold"]) as eva,
+        Bus(as_user(mirrored.leaf_b, "operator")) as op,
+    ):
+        await wait_for_chain(eva, "tool.call", ["guard.hold"])
+        view = await eva.middleware.start()
+        guard = next(ann for ann, _ in view.instances.values() if ann.module == "guard")
+        await answered_from(mirrored.leaf_a, request_subject(guard))
+        call = asyncio.create_task(eva.intercept(Stage.TOOL_CALL, RM, {"session": session}))
+        operator = AskStore(op.port)
+        item = await pending_ask(operator, session)
+        assert item.ask.user == "agent-eva" and not call.done()
+        await operator.answer(item.ask.id, "deny", "alice", item.ask.payload_sha256, reason="not from here")
+        assert await call == Cancel("denied by alice: not from here", "guard.hold")
+        # the budgets' books and the journal seen from a leaf are the hub's too
+        books = eva.port.counter_bucket(BUDGET_BUCKETS["user"], BUDGET_MAX_AGE_S)
+        assert await books.add(f"d1.{session}.agent-eva", 3) == 3
+        bob_books = op.port.counter_bucket(BUDGET_BUCKETS["user"], BUDGET_MAX_AGE_S)
+        assert await bob_books.total(f"d1.{session}.*") == {f"d1.{session}.agent-eva": 3}
+        seen = await op.port.stream_state(JOURNAL_STREAM)
+        assert seen is not None and (seen.name, seen.created) == (JOURNAL_STREAM, journal.created)
+    kept = await stored_keys(mirrored.hub, None, ASKS_BUCKET)
+    for kind in ("ask", "answer"):
+        assert f"$KV.{ASKS_BUCKET}.{kind}.agent-eva.{item.ask.id}" in kept, kept
+
+    async def finished() -> bool:
+        return f"$KV.{ASKS_BUCKET}.done.agent-eva.{item.ask.id}" in await stored_keys(mirrored.hub, None, ASKS_BUCKET)
+
+    await wait_until(finished, what="the ask marked done at the hub")
+    for leaf in (mirrored.leaf_a, mirrored.leaf_b):
+        assert await own_streams(leaf) == {kv_stream(name) for name in MIRRORED}, leaf.url
+    # across the link an agent still reads only its own user's asks
+    refusals = Refusals()
+    nc = await refusals.connect(mirrored.leaf_a, "agent-bob")
+    try:
+        theirs = f"$JS.hub.API.DIRECT.GET.{kv_stream(ASKS_BUCKET)}.$KV.{ASKS_BUCKET}.ask.agent-eva.{item.ask.id}"
+        with pytest.raises((nats.errors.NoRespondersError, nats.errors.TimeoutError)):
+            await nc.request(theirs, b"", timeout=1)
+        await wait_until(lambda: refusals.denied, what="the refusal of another agent's ask")
+    finally:
+        await nc.close()
+
+
+async def test_a_claim_checked_payload_from_one_leaf_is_fetched_on_the_other_from_the_hubs_one_copy(
+    mirrored: Topology, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await _hub_state(mirrored.hub)
+    monkeypatch.setenv(DOMAIN_ENV, "hub")
+    payload = {"tool": "shell", "success": True, "output": "leaf " * (300 * 1024), "tag": unique("big")}
+    app = Subscriber("claims")
+    probes: list[Event] = []
+    whole: list[dict[str, Any]] = []
+    refs: list[Any] = []
+
+    @app.on("tool_call")
+    async def keep(event: Event, out: Bus) -> None:
+        if event.payload_ref is None:
+            probes.append(event)
+            return
+        refs.append(event.payload_ref)
+        whole.append(await event.full_payload())
+
+    async with (
+        Bus(as_user(mirrored.leaf_b, "worker")) as worker,
+        Bus(as_user(mirrored.leaf_a, "operator")) as prober,
+        Bus(as_user(mirrored.leaf_a, "agent-eva")) as eva,
+    ):
+        await app.start(worker)
+        try:
+
+            async def heard() -> bool:  # the worker's interest crossed the hub to leaf a
+                await prober.emit("prx.lifecycle.tool_call", {"tool": "probe"})
+                return bool(probes)
+
+            await wait_until(heard, what="a probe from leaf a heard on leaf b")
+            await eva.emit("prx.lifecycle.tool_call", payload)
+            await wait_until(lambda: whole, what="the payload fetched on leaf b")
+        finally:
+            await app.stop()
+    assert whole[0] == payload and refs[0] is not None
+    hub = await nats.connect(as_user(mirrored.hub, "operator"))
+    try:
+        meta = await hub.jetstream().get_msg(PAYLOADS_STREAM, seq=int(refs[0].name), direct=True)
+        assert meta.subject == f"{PAYLOADS_METAS}.agent-eva"
+    finally:
+        await hub.close()
+    for leaf in (mirrored.leaf_a, mirrored.leaf_b):
+        assert PAYLOADS_STREAM not in await own_streams(leaf), leaf.url
