@@ -27,13 +27,13 @@ from bus._core.subjects import (
     RULES_BUCKET,
     kv_stream,
 )
-from bus._journal.entries import ensure_journal_stream
-from bus._journal.subjects import JOURNAL_STREAM
+from bus._journal.entries import decode_entry, ensure_journal_stream
+from bus._journal.subjects import JOURNAL_PREFIX, JOURNAL_STREAM
 from bus._middleware.asks.store import AskStore, ensure_asks_bucket
 from bus._middleware.registry import request_subject
 from bus._presence import MAX_AGE_S
 from bus._transport.kv_mirror import DOMAIN_ENV, MIRRORED
-from bus._transport.streams import StreamState
+from bus._transport.streams import StreamState, ack
 from bus.testing import serving, wait_for_chain
 from subscribers import Subscriber
 from tests.conftest import as_user, run_cli, unique
@@ -325,6 +325,7 @@ async def test_an_ask_raised_on_one_leaf_is_answered_from_the_other_and_kept_onl
         assert await bob_books.total(f"d1.{session}.*") == {f"d1.{session}.agent-eva": 3}
         seen = await op.port.stream_state(JOURNAL_STREAM)
         assert seen is not None and (seen.name, seen.created) == (JOURNAL_STREAM, journal.created)
+        await read_the_ask_from_the_journal(op, session)
     kept = await stored_keys(mirrored.hub, None, ASKS_BUCKET)
     for kind in ("ask", "answer"):
         assert f"$KV.{ASKS_BUCKET}.{kind}.agent-eva.{item.ask.id}" in kept, kept
@@ -345,6 +346,28 @@ async def test_an_ask_raised_on_one_leaf_is_answered_from_the_other_and_kept_onl
         await wait_until(lambda: refusals.denied, what="the refusal of another agent's ask")
     finally:
         await nc.close()
+
+
+async def read_the_ask_from_the_journal(bus: Bus, session: str) -> None:
+    """Consume the hub's journal stream from ``bus`` (on a leaf) as a sink does, until the ask's entry comes."""
+    sink = await bus.port.pull_consumer(
+        JOURNAL_STREAM, f"{JOURNAL_PREFIX}.>", unique("sink"), ack_wait_s=30, max_ack_pending=64
+    )
+    asked: list[str] = []
+
+    async def journaled() -> bool:
+        for message in await sink.fetch(64, 1.0):
+            entry = decode_entry(message.data, message.subject)
+            assert await ack(message)
+            if entry.session == session and entry.decision == "asked":
+                asked.append(entry.cause or "")
+        return bool(asked)
+
+    try:
+        await wait_until(journaled, what="the ask's journal entry consumed on a leaf")
+    finally:
+        await sink.close()
+    assert "a person decides" in asked[0]
 
 
 async def test_a_claim_checked_payload_from_one_leaf_is_fetched_on_the_other_from_the_hubs_one_copy(
