@@ -333,3 +333,20 @@ def test_a_batch_with_deciders_redeliveries_and_a_refused_row_chains_as_stored(t
         assert [seq for seq, _ in stored] == [record["seq"] for record in from_db]
     finally:
         store.close()
+
+
+def test_the_hashed_form_is_the_json_form_without_seq_and_hash() -> None:
+    """``hashed_json`` names its keys one by one: with every field of an entry set, it is exactly the row's JSON
+    form (``entry_json``) without ``seq`` and ``hash``, so a field added to entries cannot go unhashed."""
+    from dataclasses import fields
+
+    from subscribers.journal._store import entry_json, hashed_json
+
+    values = {f.name: f"{f.name}-value" for f in fields(JournalEntry)}
+    values.update(kind="middleware", duration_ms=1.5, depth=3)
+    entry = JournalEntry(**values)
+    row = Received(entry, stream_seq=7, received="r", stream="s", origin="o").with_link(4, "p" * 64, "h" * 64)
+    shown = entry_json(12, row)
+    assert set(shown) - {"seq", "hash"} == set(values) | {"stream", "stream_seq", "received", "origin", "chain", "prev"}
+    assert hashed_json(row, 4, "p" * 64) == {k: v for k, v in shown.items() if k not in ("seq", "hash")}
+    assert record_hash(shown) == record_hash({**shown, "seq": 1, "hash": "x"})
