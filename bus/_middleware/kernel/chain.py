@@ -178,6 +178,8 @@ class StageChain:
     rules: bool = False
     #: Whether no link has a matcher or a scope: every call takes ``links`` itself (the same tuple each call).
     plain: bool = False
+    #: The names (payload, ctx, bag) the rules among the links read: all a call's activation holds.
+    reads: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -208,4 +210,5 @@ class ChainParts:
         bag = any(link.decl.inputs or link.decl.outputs for link in links)
         rules = any(link.rule is not None for link in links)
         plain = all(link.match is None and not link.scoped for link in links)
-        return StageChain(stage, links, None, held, waiting, None, disabled, note, bag, rejected, rules, plain)
+        reads = frozenset[str]().union(*(link.rule.reads for link in links if link.rule is not None))
+        return StageChain(stage, links, None, held, waiting, None, disabled, note, bag, rejected, rules, plain, reads)

@@ -258,7 +258,7 @@ class Interceptor:
         # Matchers, grants and ``when`` are read here, before any request: a handler they exclude costs nothing.
         links = chain.links if chain.plain else _taken(chain.links, match_field(stage), run.payload, ctx)
         index = 0
-        rules = RuleCall(stage, wire_ctx, bag) if chain.rules else None
+        rules = RuleCall(stage, wire_ctx, bag, chain.reads) if chain.rules else None
         while index < len(links):
             journal.sent(run.payload)  # what the next handlers are sent (a patch before made a new one)
             if rules is not None and links[index].rule is not None:  # evaluated here, a run of rules at once

@@ -57,6 +57,9 @@ class MiddlewareStats(Collector):
         self._latency: dict[tuple[str, str], _Series] = {}
         #: Runs of rules evaluated together, all quiet: (stage, handlers) -> one series for them all.
         self._quiet: dict[tuple[str, tuple[str, ...]], tuple[tuple[str, ...], _Series]] = {}
+        #: The same series by (id of the handlers' tuple, stage), the tuple kept with it (alive: its id stays its
+        #: own): a run's names are one tuple on every call, so the call hashes two values, not a hundred names.
+        self._quiet_ids: dict[tuple[int, str], tuple[tuple[str, ...], _Series]] = {}
         self._handler = LabelCap()
 
     @property
@@ -97,6 +100,7 @@ class MiddlewareStats(Collector):
         self.fail_closed.clear()
         self._latency.clear()
         self._quiet.clear()
+        self._quiet_ids.clear()
         self._handler = LabelCap()
 
     def observe(
@@ -139,13 +143,20 @@ class MiddlewareStats(Collector):
     def observe_quiet(self, stage: str, handlers: tuple[str, ...], seconds: float) -> None:
         """A run of rules evaluated together, every one an ok continue taking ``seconds``: one series for the run
         (the readers count it in per handler), so a stage of many rules pays one count per call, not one each."""
-        key = (stage, handlers)
-        kept = self._quiet.get(key)
-        if kept is None:
-            if len(self._quiet) >= QUIET_RUNS:
-                self._fold()
-            kept = self._quiet[key] = (tuple(self._handler(name) for name in handlers), _Series())  # capped once
-        series = kept[1]
+        fast = self._quiet_ids.get((id(handlers), stage))
+        if fast is not None and fast[0] is handlers:
+            series = fast[1]
+        else:
+            key = (stage, handlers)
+            kept = self._quiet.get(key)
+            if kept is None:
+                if len(self._quiet) >= QUIET_RUNS:
+                    self._fold()
+                kept = self._quiet[key] = (tuple(self._handler(name) for name in handlers), _Series())  # capped once
+            series = kept[1]
+            if len(self._quiet_ids) >= 4 * QUIET_RUNS:
+                self._quiet_ids.clear()
+            self._quiet_ids[(id(handlers), stage)] = (handlers, series)
         series.buckets[bisect.bisect_left(BUCKETS, seconds)] += 1
         series.count += 1
         series.sum += seconds
@@ -155,6 +166,7 @@ class MiddlewareStats(Collector):
         calls, decisions, latency = self.calls, self.decisions, self.latency
         self._calls, self._decisions, self._latency = calls, decisions, latency
         self._quiet = {}
+        self._quiet_ids = {}
 
     def collect(self) -> Iterable[CounterMetricFamily | HistogramMetricFamily]:
         # dict() copies are single C calls, atomic under the GIL: no lock against the event loop.

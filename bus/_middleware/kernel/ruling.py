@@ -1,8 +1,9 @@
 """Running a rule in the chain: its condition evaluated in the kernel, no request; journaled as a handler's.
 
 One :class:`RuleCall` per intercept makes the CEL activation (``payload``,
-``ctx``, ``bag``) once per version of the payload, so a chain of many rules
-pays for it once. A rule whose condition holds decides its ``then``; one whose
+``ctx``, ``bag``: only those the chain's rules read) once per version of the
+payload, so a chain of many rules pays for it once; ``ctx`` is made only when
+a rule reads it. A rule whose condition holds decides its ``then``; one whose
 condition cannot be evaluated (a missing key, a non-bool) is a failed handler:
 continue, or cancel if it is fail-closed. A shadow rule's decision is
 journaled as ``would_cancel`` / ``would_patch`` with the payload's hash and
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 from bus._core.decisions import CONTINUE, Ask, Cancel, HandlerDecision, Patch
 from bus._core.middleware_schema import RequestCtx
@@ -24,8 +25,10 @@ from bus._middleware.asks.records import payload_sha256
 from bus._middleware.faults import Outcome, fault_decision
 from bus._middleware.kernel.chain import Link
 from bus._middleware.kernel.reactions import Reactions
-from bus._middleware.rules.compile import Rule, activation, holds, patched, render
+from bus._middleware.rules.compile import NAMES, Rule, activation, holds, patched, render
 from bus._middleware.rules.runs import evaluate, run_of
+
+_EMPTY: Final[Mapping[str, Any]] = {}
 
 
 def rule_ctx(stage: str, wire_ctx: RequestCtx | Mapping[str, Any]) -> dict[str, Any]:
@@ -33,7 +36,7 @@ def rule_ctx(stage: str, wire_ctx: RequestCtx | Mapping[str, Any]) -> dict[str, 
     and the agent's run (bus._core.run_context): ``parent`` ("" without one), ``depth`` in the process tree,
     ``event_depth``, ``tools`` ([] when not given), and with a budget only (``has(ctx.budget_remaining)``)
     ``budget_total``, ``budget_spent``, ``budget_remaining`` and ``budget_unit``."""
-    if isinstance(wire_ctx, Mapping):
+    if not isinstance(wire_ctx, RequestCtx):  # a Mapping (the ABC's isinstance is the slower test)
         agent, user = wire_ctx.get("agent"), wire_ctx.get("user")
         session, template = wire_ctx.get("session"), wire_ctx.get("template")
         wire = RequestCtx()
@@ -65,13 +68,26 @@ def rule_ctx(stage: str, wire_ctx: RequestCtx | Mapping[str, Any]) -> dict[str, 
 class RuleCall:
     """The rules' side of one intercept."""
 
-    __slots__ = ("_act", "_bag", "_payload", "ctx")
+    __slots__ = ("_act", "_bag", "_ctx", "_payload", "_reads", "_stage", "_wire")
 
-    def __init__(self, stage: str, wire_ctx: RequestCtx | Mapping[str, Any], bag: Mapping[str, Any] | None) -> None:
-        self.ctx = rule_ctx(stage, wire_ctx)
-        self._bag = bag
+    def __init__(
+        self,
+        stage: str,
+        wire_ctx: RequestCtx | Mapping[str, Any],
+        bag: Mapping[str, Any] | None,
+        reads: frozenset[str] = NAMES,
+    ) -> None:
+        self._stage, self._wire, self._bag, self._reads = stage, wire_ctx, bag, reads
+        self._ctx: dict[str, Any] | None = None
         self._payload: Mapping[str, Any] | None = None
         self._act: Any = None
+
+    @property
+    def ctx(self) -> dict[str, Any]:
+        """The rules' ``ctx`` (:func:`rule_ctx`), made when a rule first reads it (many never do)."""
+        if self._ctx is None:
+            self._ctx = rule_ctx(self._stage, self._wire)
+        return self._ctx
 
     def verdict(self, rule: Rule, payload: Mapping[str, Any], held: bool | None = None) -> tuple[HandlerDecision, bool]:
         """What the rule decides on ``payload`` (applied or not) and whether its condition held (``held``:
@@ -94,7 +110,9 @@ class RuleCall:
 
     def _activation(self, payload: Mapping[str, Any]) -> Any:
         if payload is not self._payload:
-            self._act, self._payload = activation(payload, self.ctx, self._bag), payload
+            reads = self._reads
+            ctx = self.ctx if "ctx" in reads else _EMPTY
+            self._act, self._payload = activation(payload, ctx, self._bag, reads), payload
         return self._act
 
     def sweep(

@@ -25,6 +25,8 @@ from bus._core.errors import ConfigError, DeclarationError
 from bus._middleware.rules.errors import RuleFileError
 from bus._middleware.rules.files import RuleFile, RuleText
 
+#: The names a condition reads: all a call's activation may hold.
+NAMES: Final = frozenset({"payload", "ctx", "bag"})
 _ENV: list[Any] = []  # the one CEL environment, made on first use (the ``rules`` extra is imported only then)
 
 
@@ -75,6 +77,8 @@ class Rule:
     qualname: str = ""  # ``<file stem>.<name>``, made once (it names the rule on every call's path)
     #: A Cedar rule's policies (bus._middleware.rules.cedar.CedarCheck): its condition is "Cedar denies".
     cedar: Any = None
+    #: The names of NAMES its condition and reason may read (a call's activation holds only the chain's).
+    reads: frozenset[str] = NAMES
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "qualname", f"{self.module}.{self.name}")
@@ -122,6 +126,7 @@ def compile_rule(module: str, rule: RuleText, is_global: bool = True) -> Rule:
         decls=decls,
         is_global=is_global,
         cedar=cedar,
+        reads=reads(body["if"] if cedar is None else "", then.get("cancel") or "", asked or ""),
     )
 
 
@@ -168,9 +173,31 @@ def _template(reason: str, rule: RuleText) -> tuple[str | Any, ...]:
     return tuple(parts) or ("cancelled by a rule",)
 
 
-def activation(payload: Mapping[str, Any], ctx: Mapping[str, Any], bag: Mapping[str, Any] | None) -> Any:
-    """The names a call's rules read, made once per call (the costly half of an evaluation)."""
-    return env().Activation({"payload": payload, "ctx": ctx, "bag": bag or {}})
+def reads(*sources: str) -> frozenset[str]:
+    """The names of NAMES the CEL texts may read: each one a text mentions anywhere (in a string literal
+    too: a name left out of an activation reads as missing, so in doubt it is in)."""
+    return frozenset(name for name in NAMES if any(name in source for source in sources))
+
+
+def activation(
+    payload: Mapping[str, Any],
+    ctx: Mapping[str, Any],
+    bag: Mapping[str, Any] | None,
+    names: frozenset[str] = NAMES,
+) -> Any:
+    """The names a call's rules read (``names``: only those), made once per call.
+
+    The binding converts a name's Python value when an expression first reads it, so a name no rule reads
+    costs only its slot; one left out costs nothing at all.
+    """
+    data: dict[str, Any] = {}
+    if "payload" in names:
+        data["payload"] = payload
+    if "ctx" in names:
+        data["ctx"] = ctx
+    if "bag" in names:
+        data["bag"] = bag or {}
+    return env().Activation(data)
 
 
 def holds(rule: Rule, act: Any) -> bool:
