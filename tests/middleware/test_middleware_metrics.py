@@ -58,3 +58,22 @@ async def test_metrics_and_neutral_continues(nats_url: str) -> None:
     assert sample("hookbus_middleware_fail_closed_cancels_total", handler=b, stage="custom.check") == 1
     assert sample("hookbus_middleware_decisions_total", handler=b, stage="custom.check", decision="cancel") == 3
     assert sample("hookbus_middleware_duration_seconds_count", handler=p, stage="custom.check") == 3
+
+
+def test_a_quiet_run_counts_as_each_rule_by_its_names_tuple_or_an_equal_one() -> None:
+    """A quiet run's series is found again by its names tuple's identity or, for an equal tuple, by its names;
+    folded into the handlers' series when too many runs are kept, every count stays."""
+    from bus._middleware.kernel.metrics import QUIET_RUNS, MiddlewareStats
+
+    stats = MiddlewareStats()
+    names = ("f.a", "f.b")
+    for _ in range(3):
+        stats.observe_quiet("s", names, 0.001)
+    stats.observe_quiet("s", tuple(list(names)), 0.001)  # equal, not the same tuple
+    stats.observe_quiet("t", names, 0.001)  # the same tuple on another stage
+    assert stats.calls[("f.a", "s", "ok")] == 4 and stats.calls[("f.b", "t", "ok")] == 1
+    for index in range(QUIET_RUNS + 1):  # folds the kept runs into the handlers' series
+        stats.observe_quiet("u", (f"g.{index}",), 0.001)
+    stats.observe_quiet("s", names, 0.001)
+    assert stats.calls[("f.a", "s", "ok")] == 5 and stats.decisions[("f.b", "s", "continue")] == 5
+    assert stats.latency[("f.a", "s")].count == 5 and stats.calls[("g.0", "u", "ok")] == 1

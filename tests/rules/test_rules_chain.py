@@ -161,3 +161,40 @@ def test_a_run_asks_whether_any_condition_holds_and_falls_back_for_a_non_bool_co
     typed = run_of('payload.name == "rm"', "size(payload)")  # so the run keeps the comprehension
     assert evaluate(typed, act) == [False, 1]  # some condition is not false: each rule decides on its value
     assert evaluate(run_of('payload.name == "rm"', "payload.size == 1"), act) is None
+
+
+def test_a_rule_reads_each_name_its_condition_or_reason_mentions() -> None:
+    """What a rule may read is every one of payload, ctx and bag its texts mention, anywhere: a string literal
+    or a root-scoped ``.ctx`` counts (a name left out of the call's activation would read as missing)."""
+
+    def reads(condition: str, reason: str = "no") -> frozenset[str]:
+        body = f"  - name: r\n    stage: s\n    if: '{condition}'\n    then: cancel\n    reason: '{reason}'\n"
+        (rule,) = compile_file(parse(f"rules:\n{body}", "reads.yaml", unique("reads")))
+        return rule.reads
+
+    assert reads('payload.name == "rm"') == {"payload"}
+    assert reads('payload.name == "rm"', "not for {{ ctx.agent }}") == {"payload", "ctx"}
+    assert reads('.ctx.agent == "eva"') == {"ctx"}
+    assert reads('"bag" == "ctx"') == {"bag", "ctx"}
+    assert reads("true") == frozenset()
+
+
+async def test_a_chain_of_rules_reading_different_names_sees_each_of_them(nats_url: str, tmp_path: Path) -> None:
+    """The call's activation holds what the chain's rules read, together: a rule reading only the payload, one
+    reading ctx only in its reason, one reading nothing, each decides as alone."""
+    stem = unique("names")
+    stage = f"{stem}.check"
+    path = tmp_path / f"{stem}.yaml"
+    path.write_text(
+        f"rules:\n  - name: a-nothing\n    stage: {stage}\n    if: 'false'\n    then: cancel\n"
+        f"  - name: b-payload\n    stage: {stage}\n    if: 'payload.name == \"mv\"'\n    then: cancel\n"
+        f"  - name: c-reason\n    stage: {stage}\n    if: 'payload.name == \"rm\"'\n    then: cancel\n"
+        f"    reason: 'not for {{{{ ctx.agent }}}} on {{{{ ctx.stage }}}}'\n"
+    )
+    async with Bus(nats_url, rules=[path]) as bus:
+        await bus.middleware.start()
+        assert await bus.intercept(stage, {"name": "ls"}, {"agent": "eva"}) == Continue()
+        moved = await bus.intercept(stage, {"name": "mv"}, {"agent": "eva"})
+        assert isinstance(moved, Cancel) and moved.handler == f"{stem}.b-payload"
+        removed = await bus.intercept(stage, {"name": "rm"}, {"agent": "eva"})
+        assert isinstance(removed, Cancel) and removed.reason == f"not for eva on {stage}"

@@ -246,14 +246,15 @@ class Reactions:
         _genai.guardrail(self._stage, who, link.identity, verdict, "continue", text, duration_ms)
         self._keep(link, verdict, text, duration_ms)
 
-    def quiet(self, names: tuple[str, ...], links: Sequence[Link], each_ms: float) -> None:
-        """A run of rules evaluated together, every one a continue taking ``each_ms``: counted as one run."""
+    def quiet(self, names: tuple[str, ...], links: Sequence[Link], start: int, each_ms: float) -> None:
+        """A run of rules, ``links[start:]`` as many as ``names``, evaluated together, every one a continue taking
+        ``each_ms``: counted as one run (the links are read only to trace or journal each)."""
         MIDDLEWARE.observe_quiet(self._stage, names, each_ms / 1000)
         if _tracing.active():
-            for who, link in zip(names, links, strict=True):
+            for who, link in zip(names, links[start : start + len(names)], strict=True):
                 _genai.guardrail(self._stage, who, link.identity, "continue", "continue", None, each_ms)
         if self._neutral:
-            for link in links:
+            for link in links[start : start + len(names)]:
                 self._keep(link, "continue", None, each_ms)
 
     def continued(self, done: Sequence[tuple[Link, str, float]], shared: bool = False) -> None:

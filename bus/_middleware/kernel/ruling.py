@@ -133,7 +133,7 @@ class RuleCall:
         values = evaluate(run, act) if run is not None else None
         if values is True:  # every condition false: the run continues as a whole
             assert run is not None
-            journal.quiet(run.names, links[start : start + run.size], (clock() - stamp) * 1000 / run.size)
+            journal.quiet(run.names, links, start, (clock() - stamp) * 1000 / run.size)
             return start + run.size, CONTINUE
         end = start + run.size if run is not None else len(links)
         share = (clock() - stamp) * 1000 / run.size if run is not None and values is not None else 0.0
