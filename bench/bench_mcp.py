@@ -11,7 +11,8 @@ ClientSession over stdio and the SDK-built fixture server's ``echo`` tool:
   handler, so it costs nothing);
 - one raw ``Bus.intercept`` on the guarded stage, the round trip the proxy adds.
 
-Prints p50 and p99 of each and the ratios proxied/direct and
+The three are measured interleaved, call by call, so a loaded machine slows
+them alike. Prints p50 and p99 of each and the ratios proxied/direct and
 proxied/(direct + intercept); every answer is checked, so a failing path
 cannot look fast.
 """
@@ -23,6 +24,7 @@ import asyncio
 import os
 import sys
 import time
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
@@ -42,18 +44,28 @@ def quantile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def calls(params: StdioServerParameters, n: int) -> list[float]:
-    times: list[float] = []
-    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
-        await session.initialize()
-        for i in range(n + 10):
-            started = time.perf_counter()
-            result = await session.call_tool("echo", {"text": f"call {i}"})
-            elapsed = time.perf_counter() - started
-            assert result.content[0].text == f"call {i}", result  # type: ignore[union-attr]
-            if i >= 10:  # warm-up
-                times.append(elapsed)
-    return times
+async def session(stack: AsyncExitStack, params: StdioServerParameters) -> ClientSession:
+    read, write = await stack.enter_async_context(stdio_client(params))
+    opened = await stack.enter_async_context(ClientSession(read, write))
+    await opened.initialize()
+    return opened
+
+
+async def call(opened: ClientSession, i: int) -> float:
+    started = time.perf_counter()
+    result = await opened.call_tool("echo", {"text": f"call {i}"})
+    elapsed = time.perf_counter() - started
+    assert result.content[0].text == f"call {i}", result  # type: ignore[union-attr]
+    return elapsed
+
+
+async def trip(kernel: Bus) -> float:
+    payload = {"name": "mcp__fixture__echo", "input": {"text": "x"}, "server": "fixture", "tool": "echo"}
+    started = time.perf_counter()
+    decision = await kernel.intercept("tool.call", payload)
+    elapsed = time.perf_counter() - started
+    assert isinstance(decision, Continue)
+    return elapsed
 
 
 async def main(n: int) -> None:
@@ -67,18 +79,19 @@ async def main(n: int) -> None:
         env = {**os.environ, "PYTHONPATH": str(ROOT), "NATS_URL": nats.url, "XDG_STATE_HOME": "/tmp/hookbus-bench-mcp"}
         async with serving(module, nats.url, detach_on_stop=True), Bus(nats.url, trust_new=True) as kernel:
             await wait_for_chain(kernel, "tool.call", ["benchmcp.allow"])
-            direct = await calls(StdioServerParameters(command=SERVER[0], args=SERVER[1:], env=env, cwd=str(ROOT)), n)
-            proxy_args = ["-m", "bus._cli", "mcp", "--name", "fixture", "--", *SERVER]
-            proxied = await calls(
-                StdioServerParameters(command=sys.executable, args=proxy_args, env=env, cwd=str(ROOT)), n
-            )
-            payload = {"name": "mcp__fixture__echo", "input": {"text": "x"}, "server": "fixture", "tool": "echo"}
-            trips: list[float] = []
-            for _ in range(n):
-                started = time.perf_counter()
-                decision = await kernel.intercept("tool.call", payload)
-                trips.append(time.perf_counter() - started)
-                assert isinstance(decision, Continue)
+            async with AsyncExitStack() as stack:
+                direct_params = StdioServerParameters(command=SERVER[0], args=SERVER[1:], env=env, cwd=str(ROOT))
+                proxy_args = ["-m", "bus._cli", "mcp", "--name", "fixture", "--", *SERVER]
+                proxy_params = StdioServerParameters(command=sys.executable, args=proxy_args, env=env, cwd=str(ROOT))
+                straight, through = await session(stack, direct_params), await session(stack, proxy_params)
+                direct: list[float] = []
+                proxied: list[float] = []
+                trips: list[float] = []
+                for i in range(n + 10):  # interleaved: the three see the same load on the machine
+                    timings = (await call(straight, i), await call(through, i), await trip(kernel))
+                    if i >= 10:  # warm-up
+                        for values, elapsed in zip((direct, proxied, trips), timings, strict=True):
+                            values.append(elapsed)
     rows = [("direct", direct), ("proxied, one guard", proxied), ("one intercept", trips)]
     for name, values in rows:
         print(f"{name:22} p50 {quantile(values, 0.5) * 1e3:8.3f} ms   p99 {quantile(values, 0.99) * 1e3:8.3f} ms")

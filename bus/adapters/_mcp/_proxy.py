@@ -215,8 +215,8 @@ class McpProxy:
             except DecisionError as exc:
                 verdict = before(Cancel(str(exc)), arguments)
         if verdict.answer is not None:
-            await self._emit(*self.lifecycle.tool_end(name, not verdict.cancelled, verdict.answer))
-            await self._client.send(response(message.id, text_result(verdict.answer, is_error=verdict.cancelled)))
+            answer = response(message.id, text_result(verdict.answer, is_error=verdict.cancelled))
+            await self._answer(answer, *self.lifecycle.tool_end(name, not verdict.cancelled, verdict.answer))
             return None
         forwarded = message.model_copy(update={"params": {**params, "arguments": verdict.input}})
         return SessionMessage(forwarded, item.metadata), _Waiting("tools/call", self._deadline(), tool, name, span)
@@ -274,8 +274,9 @@ class McpProxy:
     async def _judge_result(self, message: JSONRPCResponse | JSONRPCError, waiting: _Waiting) -> None:
         assert waiting.name is not None
         if isinstance(message, JSONRPCError):
-            await self._emit(*self.lifecycle.tool_end(waiting.name, False, message.error.message))
-            await self._client.send(SessionMessage(message))
+            await self._answer(
+                SessionMessage(message), *self.lifecycle.tool_end(waiting.name, False, message.error.message)
+            )
             return
         result = message.result
         is_error = bool(result.get("isError"))
@@ -295,8 +296,7 @@ class McpProxy:
             except DecisionError as exc:  # a hostile patch: nothing of the output passes
                 text, hidden = f"[output hidden: {exc}]", True
             result = rewritten(result, before_text, text, hidden=hidden)
-        await self._emit(*self.lifecycle.tool_end(waiting.name, not is_error, text))
-        await self._client.send(response(message.id, result))
+        await self._answer(response(message.id, result), *self.lifecycle.tool_end(waiting.name, not is_error, text))
 
     async def _listed(self, message: JSONRPCResponse) -> None:
         tools = message.result.get("tools")
@@ -352,6 +352,13 @@ class McpProxy:
                 await self._client.send(error(request_id, UPSTREAM_ERROR, cause))
         finally:
             _genai.end(waiting.span)
+
+    async def _answer(self, answer: SessionMessage, subject: str, payload: Mapping[str, Any]) -> None:
+        """Send the client ``answer``, then the call's end event: the event's publish does not delay the answer."""
+        try:
+            await self._client.send(answer)
+        finally:
+            await self._emit(subject, payload)
 
     async def _emit(self, subject: str, payload: Mapping[str, Any]) -> None:
         try:

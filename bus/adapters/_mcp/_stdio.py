@@ -3,7 +3,9 @@
 The SDK's stdio server reads lines of any length; here stdin is read in lines
 of at most ``max_bytes`` (a longer one is skipped in bounded chunks, and the
 request it carried, when its id can be read from its start, is answered with
-an error), so one message costs the proxy bounded memory and work.
+an error), so one message costs the proxy bounded memory and work. When stdin
+and stdout are pipes they are read and written on the event loop
+(:mod:`bus.adapters._mcp._pipes`), not in a worker thread per message.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.server.stdio import stdio_server
 
 from bus.adapters._mcp._messages import OVERSIZED
+from bus.adapters._mcp._pipes import PipeReader, PipeWriter, claimed_stdout, is_pipe, nonblocking
 from bus.adapters._mcp._proxy import Streams
 
 log = logging.getLogger(__name__)
@@ -35,11 +38,13 @@ _ID_RE: Final = re.compile(rb'"id"\s*:\s*(-?\d{1,18}|"[^"\\]{0,200}")')
 class BoundedLines:
     """The lines of a binary stream as text, none longer than ``max_bytes``."""
 
-    def __init__(self, raw: IO[bytes], max_bytes: int) -> None:
+    def __init__(self, raw: IO[bytes] | PipeReader, max_bytes: int) -> None:
         self._raw = raw
         self.max_bytes = max_bytes
 
     async def _readline(self) -> bytes:
+        if isinstance(self._raw, PipeReader):
+            return await self._raw.readline(self.max_bytes + 1)
         # a worker thread per read (as anyio's wrap_file), given up on at shutdown: a blocked read of stdin never ends
         return await anyio.to_thread.run_sync(self._raw.readline, self.max_bytes + 1, abandon_on_cancel=True)
 
@@ -75,9 +80,15 @@ class BoundedLines:
 @contextlib.asynccontextmanager
 async def client_on_stdio(max_bytes: int = DEFAULT_MAX_MESSAGE) -> AsyncIterator[Streams]:
     """The MCP client that started this process, on its stdin and stdout."""
-    lines = BoundedLines(sys.stdin.buffer, max_bytes)
-    async with stdio_server(stdin=cast(Any, lines)) as (read, write):
-        yield Streams(read, write)
+    if not (is_pipe(0) and is_pipe(1)):
+        lines = BoundedLines(sys.stdin.buffer, max_bytes)
+        async with stdio_server(stdin=cast(Any, lines)) as (read, write):
+            yield Streams(read, write)
+        return
+    with nonblocking(0), claimed_stdout() as wire, nonblocking(wire):
+        lines = BoundedLines(PipeReader(0), max_bytes)
+        async with stdio_server(stdin=cast(Any, lines), stdout=cast(Any, PipeWriter(wire))) as (read, write):
+            yield Streams(read, write)
 
 
 def server_environment(env: Mapping[str, str] | None = None) -> dict[str, str]:
