@@ -241,7 +241,12 @@ def budget_book(args: argparse.Namespace) -> BudgetBook | None:
     if path is None:
         candidate = resolve(args).path / budgets.BUDGETS_FILE
         path = candidate if candidate.is_file() else None
-    return None if path is None else budgets.BudgetBook(budgets.load(path))
+    if path is None:
+        return None
+    config = budgets.load(path)
+    if not args.local_budgets:  # the fleet's books: a shared group must name its members
+        budgets.check_group(config, args.name, args.group, path)
+    return budgets.BudgetBook(config)
 
 
 async def _daily(runner: TurnRunner) -> None:

@@ -194,3 +194,20 @@ def test_agent_flags_are_checked_before_connecting() -> None:
     assert done.returncode != 0 and "--context-tokens must be at least 1, not 0" in done.stderr
     done = run_cli(*base, "--stream-subject", "eva.stream.*")
     assert done.returncode != 0 and "eva.stream.*" in done.stderr
+
+
+def test_a_shared_group_that_budgets_yaml_does_not_list_refuses_the_agent(tmp_path: Path) -> None:
+    """A group's book counts only the members ``groups:`` names: an agent spending from a group that is not listed
+    (or does not list it) would go uncounted by the others, so it does not start."""
+    path = tmp_path / "budgets.yaml"
+    path.write_text("group: {max: 5000, unit: tokens}\ngroups: {research: [eva, bob]}\n")
+    argv = ["agent", "--llm-url", "http://127.0.0.1:9", "--model", "m", "--budgets", str(path)]
+    unlisted = run_cli(*argv, "--name", "eva", "--group", "ops")
+    assert unlisted.returncode != 0 and "'groups.ops'" in unlisted.stderr and "budgets.yaml" in unlisted.stderr
+    stranger = run_cli(*argv, "--name", "carol", "--group", "research")
+    assert stranger.returncode != 0 and "'groups.research' does not list 'carol'" in stranger.stderr
+    config = budgets.load(path)
+    budgets.check_group(config, "eva", "research", path)  # a member
+    budgets.check_group(config, "carol", "carol", path)  # its own group: only its own spending to count
+    budgets.check_group(config, "carol", None, path)
+    budgets.check_group(type(config)(), "carol", "ops", path)  # no group layer: nothing to count

@@ -54,6 +54,27 @@ def load(path: Path) -> BudgetsFile:
     return config
 
 
+def check_group(config: BudgetsFile, agent: str, group: str | None, path: Path) -> None:
+    """The group this agent spends from, checked against budgets.yaml's ``groups:`` when the books are shared.
+
+    A group's book counts only the members ``groups:`` lists (and each reader's
+    own share): a group shared under another name than the agent's but not
+    listed, or listed without this agent, would let each member see only part
+    of what the group spent, and the group's limit would not hold. So such an
+    agent is refused at start (ConfigError naming the missing entry).
+    """
+    if config.group is None or group is None or group == agent:
+        return
+    members = config.groups.get(group)
+    if members is None:
+        raise ConfigError(
+            f"{path}: --group {group!r} has no 'groups.{group}' entry: list the group's agents"
+            f" (groups: {{{group}: [{agent}, ...]}}) so each counts the others' spending"
+        )
+    if agent not in members:
+        raise ConfigError(f"{path}: 'groups.{group}' does not list {agent!r}: its spending would go uncounted")
+
+
 def _count(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
