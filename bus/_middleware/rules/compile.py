@@ -27,7 +27,7 @@ from bus._middleware.rules.files import RuleFile, RuleText
 
 #: The names a condition reads: all a call's activation may hold.
 NAMES: Final = frozenset({"payload", "ctx", "bag"})
-_ENV: list[Any] = []  # the one CEL environment, made on first use (the ``rules`` extra is imported only then)
+_ENV: list[Any] = []  # the CEL environments, made on first use (the ``rules`` extra is imported only then)
 
 
 def env() -> Any:
@@ -35,11 +35,21 @@ def env() -> Any:
     if not _ENV:
         try:
             from cel_expr_python import cel
+            from cel_expr_python.ext.ext_bindings import ExtBindings
         except ImportError:
             raise ConfigError("rule guards need CEL: pip install 'hookbus[rules]'") from None
         mapping = cel.Type.Map(cel.Type.STRING, cel.Type.DYN)
-        _ENV.append(cel.NewEnv(variables={"payload": mapping, "ctx": mapping, "bag": mapping}))
+        names = {"payload": mapping, "ctx": mapping, "bag": mapping}
+        _ENV.append(cel.NewEnv(variables=names))
+        _ENV.append(cel.NewEnv(variables=names, extensions=[ExtBindings()]))
     return _ENV[0]
+
+
+def run_env() -> Any:
+    """The environment of a run's programs (bus._middleware.rules.runs): the rules' names and ``cel.bind``, for
+    the reads the run's conditions share (bus._middleware.rules.shared); a rule's own ``if`` cannot use it."""
+    env()
+    return _ENV[1]
 
 
 _TEMPLATE: Final = re.compile(r"\{\{(.*?)\}\}", re.S)

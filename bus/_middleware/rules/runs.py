@@ -23,7 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from bus._middleware.rules.compile import Rule, env
+from bus._middleware.rules.compile import Rule, run_env
+from bus._middleware.rules.shared import bind, shared
 
 #: Runs kept per cache (the runs a stage's matchers and scopes make are few; a flood starts the cache over).
 RUNS_KEPT: Final = 512
@@ -78,23 +79,36 @@ def _of_rules(rules: tuple[Rule, ...]) -> RuleRun | None:
         _BY_RULES.clear()
     run = None
     if len(rules) <= RUN_LIMIT:
-        listed = "[" + ", ".join(f"({rule.source})" for rule in rules) + "]"
-        try:
-            run = RuleRun(
-                len(rules), tuple(rule.qualname for rule in rules), _any(rules, listed), env().compile(listed)
-            )
-        except RuntimeError:  # each compiled alone; then each is evaluated alone
-            run = None
+        sources = [rule.source for rule in rules]
+        bound, rewritten = shared(sources)
+        run = _compiled(rules, bound, rewritten) if bound else None
+        if run is None:
+            run = _compiled(rules, [], sources)
     _BY_RULES[rules] = run
     return run
 
 
-def _any(rules: tuple[Rule, ...], listed: str) -> Any:
+def _compiled(rules: tuple[Rule, ...], bound: list[str], sources: list[str]) -> RuleRun | None:
+    """The run's programs over ``sources`` (its conditions, reading ``bound``'s names), or None if they do not
+    compile (each rule is then evaluated alone)."""
+    listed = "[" + ", ".join(f"({source}\n)" for source in sources) + "]"
+    try:
+        return RuleRun(
+            len(rules),
+            tuple(rule.qualname for rule in rules),
+            _any(bound, sources, listed),
+            run_env().compile(bind(bound, listed)),
+        )
+    except RuntimeError:
+        return None
+
+
+def _any(bound: list[str], sources: list[str], listed: str) -> Any:
     """The program saying whether any condition of the run holds: false only when every one is false."""
     try:
-        return env().compile(" || ".join(f"({rule.source})" for rule in rules))
+        return run_env().compile(bind(bound, " || ".join(f"({source}\n)" for source in sources)))
     except RuntimeError:  # a condition the checker types other than bool: the comprehension takes any type
-        return env().compile(f"{listed}.exists(held, held != false)")
+        return run_env().compile(bind(bound, f"{listed}.exists(held, held != false)"))
 
 
 def evaluate(run: RuleRun, act: Any) -> bool | list[Any] | None:
