@@ -121,3 +121,9 @@ def evaluate(run: RuleRun, act: Any) -> bool | list[Any] | None:
     result = run.values.eval(act)
     values = result.plain_value() if result.type().name() != "ERROR" else None
     return values if isinstance(values, list) and len(values) == run.size else None
+
+
+def forget() -> None:
+    """Drop every kept run (their programs are compiled again on the next call that needs them)."""
+    _BY_RULES.clear()
+    _BY_CHAIN.clear()

@@ -100,12 +100,12 @@ def shared(sources: Sequence[str]) -> tuple[list[str], list[str]]:
     names (``__hb0`` for the first path...) in place of them."""
     found = [paths(source) for source in sources]
     counts = Counter(
-        path for source, spans in zip(sources, found) if spans for path in {source[a:b] for a, b in spans}
+        path for source, spans in zip(sources, found, strict=True) if spans for path in {source[a:b] for a, b in spans}
     )
     bound = [path for path, count in counts.most_common(BOUND_LIMIT) if count > 1]
     names = {path: f"{PREFIX}{index}" for index, path in enumerate(bound)}
     out = []
-    for source, spans in zip(sources, found):
+    for source, spans in zip(sources, found, strict=True):
         text, last = [], 0
         for start, end in spans or ():
             name = names.get(source[start:end])
