@@ -43,6 +43,7 @@ from bus._middleware.kernel.held_stages import HeldStages
 from bus._middleware.kernel.holding import ASKED, hold_for_operator
 from bus._middleware.kernel.reactions import Reactions, answered, bounded, broken_chain, fault_of, faulted
 from bus._middleware.kernel.ruling import RuleCall
+from bus._middleware.kernel.taking import taken
 from bus._middleware.kernel.view import View
 from bus._middleware.registry import LIVENESS_FACTOR
 from bus._middleware.rules.book import RuleBook
@@ -460,17 +461,9 @@ def _wants(link: Link, stage: str, payload: dict[str, Any]) -> bool:
     return True
 
 
-def _taken(links: Sequence[Link], field: str, payload: dict[str, Any], ctx: Mapping[str, Any]) -> Sequence[Link]:
-    """The links a call reaches: ``_wants`` and the scope, with the match field read once (a stage of many
-    rules walks its links here, on every call)."""
-    value = payload.get(field)
-    if value is None or isinstance(value, str):
-        return [
-            link
-            for link in links
-            if (link.match is None or value in link.match) and (not link.scoped or link.in_scope(ctx))
-        ]
-    return [link for link in links if not link.scoped or link.in_scope(ctx)]
+def _taken(links: tuple[Link, ...], field: str, payload: dict[str, Any], ctx: Mapping[str, Any]) -> Sequence[Link]:
+    """The links a call reaches: ``_wants`` and the scope, from the chain's index (bus._middleware.kernel.taking)."""
+    return taken(links, payload.get(field), ctx)
 
 
 def _batch(links: Sequence[Link], start: int) -> list[Link]:
