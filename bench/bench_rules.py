@@ -14,6 +14,9 @@ without approval). Stages, each timed over the same sequential calls:
 - 100 rules, reads not shared: the same run with no path bound once for all its
   conditions (bus._middleware.rules.shared; the kernel's path before it), timed
   in alternation with the 100-rule stage, the best round of each;
+- 100 rules, one matches, links walked: the indexed stage with every link's
+  matcher and scope read on each call (the kernel's path before the chain's
+  index, bus._middleware.kernel.taking), in alternation likewise;
 - 100 rules, indexed: 100 rules matching 100 different tools, the call's tool
   matches one (what the matchers spare);
 - remote: one module handler (continue) served over NATS by this process.
@@ -40,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import median, print_table, verdict
 from bus import Bus, Continue, Module, NatsServer
-from bus._middleware.kernel import ruling
+from bus._middleware.kernel import intercept, ruling
 from bus._middleware.rules import runs
 from bus.testing import serving, wait_for_chain
 
@@ -84,20 +87,14 @@ async def timed(bus: Bus, stage: str, calls: int, rounds: int = 5, key: str | No
     return median(results)
 
 
-async def alternated(bus: Bus, stage: str, calls: int, rounds: int = 9) -> tuple[float, float]:
-    """The best round's CPU microseconds per call of ``stage``, with the run's shared reads and without, timed
-    in alternation (a loaded machine slows both alike)."""
-    shared = runs.shared
-
-    def unshared(sources: Any) -> tuple[list[str], list[str]]:
-        return [], list(sources)
-
+async def alternated(bus: Bus, stage: str, calls: int, switch: Any, rounds: int = 9) -> tuple[float, float]:
+    """The best round's CPU microseconds per call of ``stage`` as the kernel runs it and with ``switch(False)``
+    (the baseline), timed in alternation (a loaded machine slows both alike)."""
     best = {True: float("inf"), False: float("inf")}
     try:
         for _ in range(rounds):
             for on in (True, False):
-                runs.shared = shared if on else unshared  # type: ignore[assignment]
-                runs.forget()
+                switch(on)
                 for _ in range(100):  # warm up (and compile the run again)
                     await bus.intercept(stage, PAYLOAD)
                 started = time.process_time()
@@ -105,9 +102,38 @@ async def alternated(bus: Bus, stage: str, calls: int, rounds: int = 9) -> tuple
                     await bus.intercept(stage, PAYLOAD)
                 best[on] = min(best[on], (time.process_time() - started) / calls * 1e6)
     finally:
-        runs.shared = shared
-        runs.forget()
+        switch(True)
     return best[True], best[False]
+
+
+SHARED = runs.shared
+TAKEN = intercept._taken
+
+
+def reads_shared(on: bool) -> None:
+    """The run's shared reads bound once (on), or read by each condition (the kernel before them)."""
+
+    def unshared(sources: Any) -> tuple[list[str], list[str]]:
+        return [], list(sources)
+
+    runs.shared = SHARED if on else unshared  # type: ignore[assignment]
+    runs.forget()
+
+
+def links_indexed(on: bool) -> None:
+    """The chain's links a call reaches from its index (on), or every link walked per call (the kernel before)."""
+
+    def walked(links: Any, field: str, payload: dict[str, Any], ctx: Any) -> Any:
+        value = payload.get(field)
+        if value is None or isinstance(value, str):
+            return [
+                link
+                for link in links
+                if (link.match is None or value in link.match) and (not link.scoped or link.in_scope(ctx))
+            ]
+        return [link for link in links if not link.scoped or link.in_scope(ctx)]
+
+    intercept._taken = TAKEN if on else walked  # type: ignore[assignment]
 
 
 def cel_parts(calls: int, rounds: int = 5) -> tuple[float, float, float]:
@@ -167,7 +193,8 @@ async def main(calls: int) -> None:
             finally:
                 ruling.run_of = together
             indexed = await timed(bus, "bench.indexed", calls)
-            sharing, unsharing = await alternated(bus, "bench.hundred", max(calls // 3, 200))
+            sharing, unsharing = await alternated(bus, "bench.hundred", max(calls // 3, 200), reads_shared)
+            index, walk = await alternated(bus, "bench.indexed", max(calls // 3, 200), links_indexed)
             remote = await timed(bus, "bench.remote", max(calls // 5, 200))
     fixed, conditions, whole = cel_parts(calls)
 
@@ -200,6 +227,10 @@ async def main(calls: int) -> None:
         f"\n100 rules, the run's shared reads bound once against read by each condition (best of 9 alternated "
         f"rounds, CPU): {sharing:.2f} us against {unsharing:.2f} us ({unsharing / sharing:.2f}x faster; "
         f"{'meets' if sharing <= TARGET_US else 'MISSES'} <= {TARGET_US:g} us)"
+    )
+    print(
+        f"\n100 rules, one matches, the links a call reaches from the chain's index against every link walked per "
+        f"call (best of 9 alternated rounds, CPU): {index:.2f} us against {walk:.2f} us ({walk / index:.2f}x faster)"
     )
     cpu = CPU["bench.hundred"]
     print(
