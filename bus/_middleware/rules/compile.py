@@ -1,10 +1,10 @@
 """Compiling rules once, at load: CEL conditions and reason templates, and each rule's declarations.
 
 CEL runs through ``cel-expr-python`` (the CEL C++ runtime's own binding, kept by
-the CEL project): a few µs to build a call's activation and about 0.3 µs per
-condition inside a run's one program, where ``common-expression-language``
-takes about 50 µs to build its context and about 0.9 µs per condition
-(docs/rules.md). A condition
+the CEL project): a few µs to build a call's activation and about 0.15 µs per
+condition inside a run's one program (its shared reads bound once), where
+``common-expression-language`` takes about 50 µs to build its context and
+about 0.9 µs per condition (docs/rules.md). A condition
 sees ``payload``, ``ctx`` (agent, user, session, template, stage) and ``bag``
 (the session's per-turn bag, empty without one); a name outside them is
 refused at load, with the line of the rule's ``if``.

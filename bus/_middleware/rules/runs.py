@@ -11,6 +11,9 @@ whose conditions the checker will not join (one typed other than bool) falls
 back to the comprehension. A condition
 that cannot be evaluated on a payload makes either an error, and the caller
 then evaluates each rule by itself, so every fault reads as it would alone.
+Both programs read a field path their conditions share once, bound with
+``cel.bind`` (bus._middleware.rules.shared); a run whose rewritten programs do
+not compile is compiled as written.
 
 A chain's own run (its links unfiltered: no matcher or scope took any away) is
 found by the identity of the chain's tuple of links, kept with it; a filtered
