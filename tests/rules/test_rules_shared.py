@@ -37,6 +37,9 @@ def test_a_path_two_conditions_read_is_bound_and_literals_comments_and_has_are_l
     ]
     assert bind(bound, "true") == "cel.bind(__hb0, payload.input.command, cel.bind(__hb1, ctx.agent, true))"
     assert shared(['payload.name == "a"', 'ctx.agent == "b"']) == ([], ['payload.name == "a"', 'ctx.agent == "b"'])
+    raw = [f'{prefix}"\\" == payload.name || "a" == payload.name' for prefix in ("r", "R", "rb", "Br")]
+    assert shared([*raw, 'payload.name == "b"']) == ([], [*raw, 'payload.name == "b"'])  # not read surely
+    assert shared(['b"\\"" == payload.name', 'payload.name == "b"'])[0] == ["payload.name"]
 
 
 CONDITIONS = [

@@ -52,7 +52,7 @@ def blanked(source: str) -> str | None:
             out.append(char)
             index += 1
             continue
-        if index and source[index - 1] in "rR":  # a raw string: its backslashes read otherwise
+        if "r" in source[max(index - 2, 0) : index].lower():  # a raw string (r"", rb"", br""): no escapes
             return None
         quote = next(q for q in _QUOTES if source.startswith(q, index))
         end = _literal_end(source, index + len(quote), quote)
