@@ -12,8 +12,9 @@ from bus._cli.workspace import resolve as resolve_workspace
 from bus._client import Bus
 from bus._core.declaration import Declaration
 from bus._middleware import timeouts
-from bus._middleware.kernel.chain import Link, StageChain
+from bus._middleware.kernel.chain import StageChain
 from bus._middleware.kernel.intercept import MiddlewareOptions
+from bus._middleware.kernel.link import Link
 from bus._middleware.kernel.view import View
 from bus._middleware.registry import Announcement
 

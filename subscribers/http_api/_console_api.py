@@ -44,7 +44,8 @@ from bus._core.schema import decode
 from bus._journal.entries import KINDS, canonical_time
 from bus._middleware.guards import GuardRecord
 from bus._middleware.kernel.approvals import queue
-from bus._middleware.kernel.chain import Link, StageChain
+from bus._middleware.kernel.chain import StageChain
+from bus._middleware.kernel.link import Link
 from bus._middleware.kernel.view import View
 from bus._middleware.registry import TRUST_BUCKET, open_bucket
 from bus._middleware.schema import SwitchRecordMsg, TrustRecord

@@ -8,7 +8,7 @@ from typing import Any
 
 from bus._core.declaration import declare
 from bus._middleware.kernel import taking
-from bus._middleware.kernel.chain import Link
+from bus._middleware.kernel.link import Link
 from bus._middleware.trust import TrustState
 
 
@@ -62,19 +62,19 @@ def test_the_index_reaches_what_the_walk_reached_for_every_name_and_context_and_
     for count in range(len(LINKS) + 1):
         for chosen in itertools.combinations(LINKS, count):
             links = tuple(chosen)
+            index = taking.Taking(links)
             for _ in range(2):  # the second time from what the index kept
                 for value, ctx in itertools.product(VALUES, CTXS):
-                    got = taking.taken(links, value, ctx)
+                    got = index.taken(value, ctx)
                     assert list(got) == _walked(links, value, ctx), ([link.identity for link in links], value, ctx)
-                    assert got is taking.taken(links, value, dict(ctx))  # the same tuple: runs found by identity
+                    assert got is index.taken(value, dict(ctx))  # the same tuple: runs found by identity
 
 
-def test_a_chain_built_again_is_indexed_again_and_a_flood_of_contexts_starts_the_kept_ones_over() -> None:
-    first = (LINKS[0], LINKS[1])
-    again = (LINKS[0], LINKS[3])  # a rebuilt chain: another tuple
-    assert taking.taken(first, "shell", {}) == first
-    assert taking.taken(again, "shell", {"user": "trial-9"}) == again
-    assert taking.taken(again, "shell", {"user": "ann"}) == (LINKS[0],)
-    for index in range(taking.SCOPES_KEPT + 10):
-        user = f"trial-{index}" if index % 2 else f"user-{index}"
-        assert len(taking.taken(again, None, {"user": user})) == (2 if index % 2 else 1)
+def test_a_flood_of_contexts_starts_the_kept_ones_over_and_each_still_gets_its_own_answer() -> None:
+    links = (LINKS[0], LINKS[3])
+    index = taking.Taking(links)
+    assert index.taken("shell", {"user": "trial-9"}) == links
+    assert index.taken("shell", {"user": "ann"}) == (LINKS[0],)
+    for count in range(taking.SCOPES_KEPT + 10):
+        user = f"trial-{count}" if count % 2 else f"user-{count}"
+        assert len(index.taken(None, {"user": user})) == (2 if count % 2 else 1)

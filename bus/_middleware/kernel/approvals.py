@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from bus._core.declaration import Declaration
 from bus._core.errors import MiddlewareError, RegistryError
-from bus._middleware.kernel.chain import Link
+from bus._middleware.kernel.link import Link
 from bus._middleware.kernel.view import View
 from bus._middleware.registry import LOAD_WITHIN_S, TRUST_BUCKET, open_bucket
 from bus._middleware.trust import TrustState, approved_identity

@@ -22,13 +22,11 @@ import heapq
 import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from bus._core.declaration import Declaration
 from bus._core.errors import BrokenChain
-from bus._middleware.faults import Outcome
-from bus._middleware.rules.compile import Rule
-from bus._middleware.trust import TrustState
+from bus._middleware.kernel.link import Link
+from bus._middleware.kernel.taking import Taking
 
 
 def order_with_bag(
@@ -125,37 +123,6 @@ def _need(stage: str, by_name: dict[str, Declaration], known: Collection[str], d
 
 
 @dataclass(frozen=True, slots=True)
-class Link:
-    """One handler in a stage's chain, with what the kernel needs to call it."""
-
-    decl: Declaration
-    subject: str
-    batch: bool
-    trust: TrustState
-    match: frozenset[str] | None  # canonical names the handler wants; None: every call
-    identity: str  # the declaration's hash (trust, journal)
-    #: For a held guard (no live approved instance): why each call it wants is cancelled, and the outcome.
-    hold: str | None = None
-    outcome: Outcome = Outcome.OK
-    #: The agents it is granted to (None: every agent, global).
-    agents: frozenset[str] | None = None
-    #: Whether it takes only some calls by context (a ``when`` or grants): checked per call, before any request.
-    scoped: bool = False
-    #: For a rule (bus._middleware.rules): the compiled rule the kernel evaluates itself, with no request.
-    rule: Rule | None = None
-    #: In shadow (``mode: shadow``, ``hookbus shadow NAME``): it decides, journaled as ``would_*``; nothing applied.
-    shadow: bool = False
-
-    def in_scope(self, ctx: Mapping[str, Any]) -> bool:
-        """Whether a call with this context reaches the handler (its grants and its ``when``)."""
-        if self.agents is not None:
-            agent = ctx.get("agent")
-            if not isinstance(agent, str) or agent not in self.agents:
-                return False
-        return self.decl.when.matches(ctx)
-
-
-@dataclass(frozen=True, slots=True)
 class StageChain:
     stage: str
     links: tuple[Link, ...]
@@ -176,8 +143,9 @@ class StageChain:
     rejected: tuple[Link, ...] = ()
     #: Whether a rule is among the links (the kernel then makes the rules' activation for the call).
     rules: bool = False
-    #: Whether no link has a matcher or a scope: every call takes ``links`` itself (the same tuple each call).
-    plain: bool = False
+    #: The index of the links a call reaches by its match field and context; None when no link has a matcher or
+    #: a scope: every call takes ``links`` itself (the same tuple each call).
+    taking: Taking | None = field(default=None, compare=False)
     #: The names (payload, ctx, bag) the rules among the links read: all a call's activation holds.
     reads: frozenset[str] = frozenset()
 
@@ -209,6 +177,6 @@ class ChainParts:
         links = tuple(members[decl.qualname] for decl in ordered if decl.qualname in members)
         bag = any(link.decl.inputs or link.decl.outputs for link in links)
         rules = any(link.rule is not None for link in links)
-        plain = all(link.match is None and not link.scoped for link in links)
+        taking = None if all(link.match is None and not link.scoped for link in links) else Taking(links)
         reads = frozenset[str]().union(*(link.rule.reads for link in links if link.rule is not None))
-        return StageChain(stage, links, None, held, waiting, None, disabled, note, bag, rejected, rules, plain, reads)
+        return StageChain(stage, links, None, held, waiting, None, disabled, note, bag, rejected, rules, taking, reads)

@@ -15,7 +15,8 @@ from bus._core.decisions import Cancel, Decision
 from bus._core.middleware_schema import RequestCtx
 from bus._core.stages import match_field
 from bus._journal.entries import JournalPublisher
-from bus._middleware.kernel.chain import Link, StageChain
+from bus._middleware.kernel.chain import StageChain
+from bus._middleware.kernel.link import Link
 from bus._middleware.kernel.reactions import Reactions
 
 #: A held stage journals its first cancel at once, then one entry per this many seconds counting the rest.

@@ -15,7 +15,7 @@ from bus._core.decisions import Ask, Cancel, Decision
 from bus._core.middleware_schema import RequestCtx
 from bus._journal.entries import JournalPublisher
 from bus._middleware.kernel.asking import Asked, AskHolder, Held
-from bus._middleware.kernel.chain import Link
+from bus._middleware.kernel.link import Link
 from bus._middleware.kernel.reactions import Reactions
 
 #: Set by ``intercept_unheld`` for the run it starts: told the ask's id and deadline once a handler asks.

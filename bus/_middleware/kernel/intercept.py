@@ -37,13 +37,13 @@ from bus._journal.entries import JournalEntry, JournalPublisher
 from bus._middleware.faults import Outcome
 from bus._middleware.kernel import bag as _bag
 from bus._middleware.kernel.asking import Asked, AskHolder
-from bus._middleware.kernel.chain import Link, StageChain
+from bus._middleware.kernel.chain import StageChain
 from bus._middleware.kernel.drain import DEFAULT_BUDGET, Drain
 from bus._middleware.kernel.held_stages import HeldStages
 from bus._middleware.kernel.holding import ASKED, hold_for_operator
+from bus._middleware.kernel.link import Link
 from bus._middleware.kernel.reactions import Reactions, answered, bounded, broken_chain, fault_of, faulted
 from bus._middleware.kernel.ruling import RuleCall
-from bus._middleware.kernel.taking import taken
 from bus._middleware.kernel.view import View
 from bus._middleware.registry import LIVENESS_FACTOR
 from bus._middleware.rules.book import RuleBook
@@ -257,7 +257,8 @@ class Interceptor:
             journal.flush()
             return broken_chain(chain, journal)
         # Matchers, grants and ``when`` are read here, before any request: a handler they exclude costs nothing.
-        links = chain.links if chain.plain else _taken(chain.links, match_field(stage), run.payload, ctx)
+        taking = chain.taking
+        links = chain.links if taking is None else taking.taken(run.payload.get(match_field(stage)), ctx)
         index = 0
         rules = RuleCall(stage, wire_ctx, bag, chain.reads) if chain.rules else None
         while index < len(links):
@@ -459,11 +460,6 @@ def _wants(link: Link, stage: str, payload: dict[str, Any]) -> bool:
     if value is None or isinstance(value, str):
         return value in link.match
     return True
-
-
-def _taken(links: tuple[Link, ...], field: str, payload: dict[str, Any], ctx: Mapping[str, Any]) -> Sequence[Link]:
-    """The links a call reaches: ``_wants`` and the scope, from the chain's index (bus._middleware.kernel.taking)."""
-    return taken(links, payload.get(field), ctx)
 
 
 def _batch(links: Sequence[Link], start: int) -> list[Link]:

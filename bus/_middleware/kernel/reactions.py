@@ -20,7 +20,8 @@ from bus._core.stages import phase
 from bus._journal.entries import PROCESS, JournalEntry, JournalPublisher
 from bus._middleware.asks.records import payload_sha256
 from bus._middleware.faults import REPORTED, Outcome, fault_decision
-from bus._middleware.kernel.chain import Link, StageChain
+from bus._middleware.kernel.chain import StageChain
+from bus._middleware.kernel.link import Link
 from bus._middleware.kernel.metrics import MIDDLEWARE
 from bus._runtime import genai_spans as _genai
 from bus._runtime import tracing as _tracing

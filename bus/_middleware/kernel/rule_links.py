@@ -17,7 +17,8 @@ from collections.abc import Callable, Mapping
 import msgspec
 
 from bus._core.errors import RegistryError
-from bus._middleware.kernel.chain import ChainParts, Link
+from bus._middleware.kernel.chain import ChainParts
+from bus._middleware.kernel.link import Link
 from bus._middleware.rules.book import RuleBook
 from bus._middleware.rules.compile import Rule, RuleDeclaration
 from bus._middleware.switches import DEFAULT as DEFAULT_SWITCHES

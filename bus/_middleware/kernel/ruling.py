@@ -23,7 +23,7 @@ from bus._core.run_context import claims_of, put_claims
 from bus._core.stages import match_field
 from bus._middleware.asks.records import payload_sha256
 from bus._middleware.faults import Outcome, fault_decision
-from bus._middleware.kernel.chain import Link
+from bus._middleware.kernel.link import Link
 from bus._middleware.kernel.reactions import Reactions
 from bus._middleware.rules.compile import NAMES, Rule, activation, holds, patched, render
 from bus._middleware.rules.runs import evaluate, run_of

@@ -6,9 +6,9 @@ reaches depends only on the match field's value and on the context fields the
 scoped links read (``agent`` for grants, the ``when`` fields), so a chain's
 index holds, from its build, the links each matched name reaches (and those a
 name no link matches, or no name, reaches); a chain with scoped links also
-keeps the links each context reaches, a bounded number of contexts. A chain
-rebuilt (a reload, a trust change) is a new tuple of links, so a new index:
-nothing is kept from the chain before.
+keeps the links each context reaches, a bounded number of contexts. The index
+is built with its chain (bus._middleware.kernel.chain) and kept on it, so a
+chain rebuilt by a reload or a trust change has an index of its own.
 
 Each answer is the same tuple on every call that reaches it, so the runs of
 rules among them are found again by identity (bus._middleware.rules.runs).
@@ -20,10 +20,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from bus._core.declaration import WHEN_FIELDS
-from bus._middleware.kernel.chain import Link
+from bus._middleware.kernel.link import Link
 
-#: Chains indexed at once (a flood of rebuilds starts over).
-CHAINS_KEPT: Final = 256
 #: Contexts one chain's index keeps the scoped links' answer for (the many sessions of a day start it over).
 SCOPES_KEPT: Final = 1024
 
@@ -81,17 +79,3 @@ def _scope_fields(links: Sequence[Link]) -> tuple[str, ...]:
 def _text(value: Any) -> str | None:
     """A context field as a scope reads it: a text, or not one (every other value reads alike)."""
     return value if isinstance(value, str) else None
-
-
-_INDEXES: dict[int, tuple[tuple[Link, ...], Taking]] = {}
-
-
-def taken(links: tuple[Link, ...], value: Any, ctx: Mapping[str, Any]) -> tuple[Link, ...]:
-    """The links of a chain (its tuple of links) a call reaches: :meth:`Taking.taken` of the chain's index."""
-    kept = _INDEXES.get(id(links))
-    if kept is None or kept[0] is not links:
-        if len(_INDEXES) >= CHAINS_KEPT:
-            _INDEXES.clear()
-        kept = (links, Taking(links))
-        _INDEXES[id(links)] = kept  # the tuple kept alive with it: its id is not reused
-    return kept[1].taken(value, ctx)

@@ -32,7 +32,8 @@ from bus._core.subjects import RULES_BUCKET
 from bus._middleware.faults import Outcome
 from bus._middleware.guards import GUARDS_BUCKET, GuardRecord
 from bus._middleware.kernel.absence import Absences, probe
-from bus._middleware.kernel.chain import ChainParts, Link, StageChain
+from bus._middleware.kernel.chain import ChainParts, StageChain
+from bus._middleware.kernel.link import Link
 from bus._middleware.kernel.reports import Noted, Notify, Reports
 from bus._middleware.kernel.rule_links import RulePlacer
 from bus._middleware.kernel.trust_records import TrustRecords
