@@ -61,11 +61,12 @@ def linked(row: Any, head: Link, as_json: Any) -> tuple[Any, Link]:
     """``row`` (a ``Received``) with its chain fields after ``head``, and the chain's new head.
 
     ``as_json(row, place, prev)`` is the row's JSON form without ``seq`` and ``hash`` (``_store.hashed_json``),
-    passed in so this module needs no store. It is serialised once, sorted, and hashed as those bytes; the row
-    keeps them for its JSONL line.
+    passed in so this module needs no store, its keys already in sorted order (the same bytes as
+    ``OPT_SORT_KEYS``, without its sort). It is serialised once and hashed as those bytes; the row keeps them
+    for its JSONL line.
     """
     place = head.place + 1
-    data = orjson.dumps(as_json(row, place, head.hash), option=orjson.OPT_SORT_KEYS)
+    data = orjson.dumps(as_json(row, place, head.hash))
     digest = hashlib.sha256(data).hexdigest()
     return row.with_link(place, head.hash, digest, data), Link(place, digest)
 
@@ -78,7 +79,7 @@ def link_all(rows: list[Any], chains: Chains, as_json: Any) -> list[Any]:
     heads = chains.heads
     tips: dict[str, tuple[int, str]] = {}
     out: list[Any] = []
-    dumps, sha256, sort = orjson.dumps, hashlib.sha256, orjson.OPT_SORT_KEYS
+    dumps, sha256 = orjson.dumps, hashlib.sha256
     for row in rows:
         kind = row.entry.kind
         tip = tips.get(kind)
@@ -86,7 +87,7 @@ def link_all(rows: list[Any], chains: Chains, as_json: Any) -> list[Any]:
             head = heads.get(kind) or Link()
             tip = (head.place, head.hash)
         place, prev = tip[0] + 1, tip[1]
-        data = dumps(as_json(row, place, prev), option=sort)
+        data = dumps(as_json(row, place, prev))
         digest = sha256(data).hexdigest()
         out.append(row.with_link(place, prev, digest, data))
         tips[kind] = (place, digest)

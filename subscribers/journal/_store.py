@@ -473,24 +473,33 @@ def entry_json(seq: int, row: Received) -> dict[str, Any]:
 def hashed_json(row: Received, chain: int, prev: str) -> dict[str, Any]:
     """:func:`entry_json` of ``row`` at ``chain`` after ``prev`` without ``seq`` and ``hash``: what the chain hashes.
 
-    Built apart (keys in any order: the hash sorts them) rather than copied from :func:`entry_json` and cut, as
-    one dict display: a third faster than zipping names with values, on a path taken once per stored row. Its
-    keys are ``_BASE_COLUMNS`` and the place's (a test holds it to :func:`entry_json`).
+    Its keys come in sorted order, so ``orjson.dumps`` of it gives the sorted-key JSON the chain hashes without
+    sorting again (a quarter of the encoding's cost, once per stored row). Built apart rather than copied from
+    :func:`entry_json` and cut, as one dict display: a third faster than zipping names with values. Its keys are
+    ``_BASE_COLUMNS`` and the place's (tests hold it to :func:`entry_json` and to ``OPT_SORT_KEYS``).
     """
     e = row.entry
-    body = {
-        "kind": e.kind, "point": e.point, "phase": e.phase, "who": e.who, "decision": e.decision, "cause": e.cause,
-        "duration_ms": e.duration_ms, "session": e.session, "agent": e.agent, "depth": e.depth,
-        "trace_id": e.trace_id, "identity": e.identity, "process": e.process, "time": e.time, "id": e.id,
-        "stdout": e.stdout, "stderr": e.stderr,
-        "stream": row.stream, "stream_seq": row.stream_seq, "received": row.received, "origin": row.origin,
-        "chain": chain, "prev": prev,
-    }  # fmt: skip
     deciders = _decider_values(e)
-    if deciders != _NO_DECIDERS:
-        for name, value in zip(DECIDER_FIELDS, deciders, strict=True):
-            if value is not None:
-                body[name] = value
+    if deciders == _NO_DECIDERS:  # one comparison for the rows that have none (all but middleware's)
+        return {
+            "agent": e.agent, "cause": e.cause, "chain": chain, "decision": e.decision, "depth": e.depth,
+            "duration_ms": e.duration_ms, "id": e.id, "identity": e.identity, "kind": e.kind, "origin": row.origin,
+            "phase": e.phase, "point": e.point, "prev": prev, "process": e.process, "received": row.received,
+            "session": e.session, "stderr": e.stderr, "stdout": e.stdout, "stream": row.stream,
+            "stream_seq": row.stream_seq, "time": e.time, "trace_id": e.trace_id, "who": e.who,
+        }  # fmt: skip
+    version, rule, payload_sha256, changed, fail_mode, kernel = deciders
+    body = {
+        "agent": e.agent, "cause": e.cause, "chain": chain, "changed": changed, "decision": e.decision,
+        "depth": e.depth, "duration_ms": e.duration_ms, "fail_mode": fail_mode, "id": e.id, "identity": e.identity,
+        "kernel": kernel, "kind": e.kind, "origin": row.origin, "payload_sha256": payload_sha256, "phase": e.phase,
+        "point": e.point, "prev": prev, "process": e.process, "received": row.received, "rule": rule,
+        "session": e.session, "stderr": e.stderr, "stdout": e.stdout, "stream": row.stream,
+        "stream_seq": row.stream_seq, "time": e.time, "trace_id": e.trace_id, "version": version, "who": e.who,
+    }  # fmt: skip
+    for name, value in zip(DECIDER_FIELDS, deciders, strict=True):
+        if value is None:  # left out when empty, as in entry_json; deleting keeps the others' order
+            del body[name]
     return body
 
 

@@ -350,3 +350,24 @@ def test_the_hashed_form_is_the_json_form_without_seq_and_hash() -> None:
     assert set(shown) - {"seq", "hash"} == set(values) | {"stream", "stream_seq", "received", "origin", "chain", "prev"}
     assert hashed_json(row, 4, "p" * 64) == {k: v for k, v in shown.items() if k not in ("seq", "hash")}
     assert record_hash(shown) == record_hash({**shown, "seq": 1, "hash": "x"})
+
+
+@pytest.mark.parametrize("deciders", ["none", "some", "all"])
+def test_the_hashed_form_is_encoded_in_sorted_key_order(deciders: str) -> None:
+    """The chain hashes sorted-key JSON; ``hashed_json`` gives its keys in that order so that it is not sorted
+    again: with no, some or every who-decided field set, its plain encoding is the sorted one, byte for byte."""
+    from bus._journal.entries import DECIDER_FIELDS
+    from subscribers.journal._chain import linked
+    from subscribers.journal._store import hashed_json
+
+    chosen = {"none": (), "some": ("rule", "kernel"), "all": DECIDER_FIELDS}[deciders]
+    made = JournalEntry(
+        kind="middleware", point="tool.call", phase="request", who="h", decision="cancel", cause="c", stdout="o",
+        **{name: f"{name}-value" for name in chosen},
+    )  # fmt: skip
+    row = Received(made, stream_seq=7, received="r", stream="s", origin="o")
+    body = hashed_json(row, 3, "p" * 64)
+    assert list(body) == sorted(body)
+    assert orjson.dumps(body) == orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
+    stored, _ = linked(row, Chains().head("middleware"), hashed_json)
+    assert stored.hash == record_hash({**body, "chain": 1, "prev": "", "seq": 9, "hash": "x"})
