@@ -25,6 +25,17 @@ import orjson
 from bus._journal.entries import DECIDER_FIELDS, KINDS, JournalEntry
 from bus._runtime.private_files import append_private, private_dir, private_file, restrict
 from subscribers.journal._chain import Chains, Link, link_all, linked
+from subscribers.journal._schema import (
+    ALL,
+    COLUMNS,
+    INDEXED,
+    PLACE,
+    SCHEMA_VERSION,
+    migrate,
+    shown_digest,
+    stored_digest,
+    version,
+)
 
 DB_NAME: Final = "journal.db"
 JSONL_DIR: Final = "journal"
@@ -32,20 +43,11 @@ DEFAULT_JSONL_MAX_BYTES: Final = 10 * 1024 * 1024
 DEFAULT_JSONL_KEEP: Final = 5
 #: Beside the JSONL directory, not in it: whatever reads ``journal/*.jsonl`` reads entries only.
 CHECKPOINTS_JSONL: Final = "journal.checkpoints.jsonl"
-#: Version 1 keyed rows by the entry's own id (which anyone could pre-claim); 2 by the stream sequence;
-#: 3 added the shell hooks' output columns (stdout, stderr); 4 the hash chain (chain, prev, hash) and checkpoints;
-#: 5 who decided (version, rule, payload_sha256, changed, fail_mode, kernel).
-SCHEMA_VERSION: Final = 5
-#: Columns later versions added to the table, ALTERed into an older one (the chain's place is an integer).
-_ADDED: Final = ("stdout", "stderr", "chain", "prev", "hash", *DECIDER_FIELDS)
 BUSY_TIMEOUT_MS: Final = 10_000
 
-_COLUMNS: Final = tuple(JournalEntry.__dataclass_fields__)
-_PLACE: Final = ("stream", "stream_seq", "received", "origin")
-#: The hash chain's fields (subscribers.journal._chain): the entry's place in its kind's chain,
-#: the hash of the one before, its own hash.
-CHAIN_FIELDS: Final = ("chain", "prev", "hash")
-_ALL: Final = _PLACE + _COLUMNS + CHAIN_FIELDS
+_COLUMNS: Final = COLUMNS  # the entry's own fields, then the row's place, then its chain fields: ALL
+_PLACE: Final = PLACE
+_ALL: Final = ALL
 #: An entry's column values, in order, in one call (a C loop rather than a getattr per column).
 _entry_values: Final = operator.attrgetter(*_COLUMNS)
 #: The columns every row's JSON form has, and the who-decided ones it has only when set.
@@ -53,30 +55,10 @@ _BASE_COLUMNS: Final = tuple(name for name in _COLUMNS if name not in DECIDER_FI
 _base_values: Final = operator.attrgetter(*_BASE_COLUMNS)
 _decider_values: Final = operator.attrgetter(*DECIDER_FIELDS)
 _NO_DECIDERS: Final = (None,) * len(DECIDER_FIELDS)
-_TYPES: Final = {"duration_ms": "REAL", "depth": "INTEGER", "stream_seq": "INTEGER", "chain": "INTEGER"}
-_INDEXED: Final = ("point", "who", "decision", "session", "kind")
-_TABLE: Final = f"""
-CREATE TABLE entries (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    {", ".join(f"{name} {_TYPES.get(name, 'TEXT')}" for name in _ALL)},
-    UNIQUE (stream, stream_seq)
-)
-"""
 # Column names are fixed, values are bound: nothing anyone sent is spliced in.
 _INSERT: Final = f"INSERT INTO entries ({', '.join(_ALL)}) VALUES ({', '.join('?' * len(_ALL))})"
 _INSERT_OR_IGNORE: Final = _INSERT.replace("INSERT", "INSERT OR IGNORE", 1)
-#: Signed checkpoints (subscribers.journal._checkpoints): one row per signature, as its JSON fields.
-_CHECKPOINTS: Final = """
-CREATE TABLE IF NOT EXISTS checkpoints (
-    id INTEGER PRIMARY KEY AUTOINCREMENT, kind TEXT, chain INTEGER, hash TEXT, time TEXT, sink TEXT,
-    public_key TEXT, signature TEXT
-)
-"""
 CHECKPOINT_FIELDS: Final = ("kind", "chain", "hash", "time", "sink", "public_key", "signature")
-_INDEXES: Final = [
-    *(f"CREATE INDEX IF NOT EXISTS entries_{c} ON entries ({c}, received)" for c in _INDEXED),
-    "CREATE INDEX IF NOT EXISTS entries_received ON entries (received)",
-]
 
 
 @dataclass(slots=True)
@@ -113,8 +95,8 @@ class Received:
             self.origin,
             *_entry_values(self.entry),
             self.chain,
-            self.prev,
-            self.hash,
+            stored_digest(self.prev),  # raw bytes in journal.db (subscribers.journal._schema)
+            stored_digest(self.hash),
         ]
 
     def with_link(self, chain: int, prev: str, digest: str, hashed: bytes | None = None) -> Received:
@@ -154,50 +136,21 @@ class JournalStore:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._lock = threading.Lock()
-        if self._version() != SCHEMA_VERSION:
+        if version(self._db) != SCHEMA_VERSION:
             self._migrate()
         for suffix in ("-wal", "-shm"):  # made 0600 by SQLite after the database; older ones may not be
             restrict(path.with_name(path.name + suffix))
 
-    def _version(self) -> int:
-        return int(self._db.execute("PRAGMA user_version").fetchone()[0])
-
     def _migrate(self) -> None:
-        """Create the schema, or bring a version 1 database (rows keyed by entry id) to version 2."""
+        """Create the schema, or bring an older database to this version (subscribers.journal._schema)."""
         with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")  # one process migrates; the others then see version 2
+            self._db.execute("BEGIN IMMEDIATE")  # one process migrates; the others then see the new version
             try:
-                columns = {row[1] for row in self._db.execute("PRAGMA table_info(entries)")}
-                if self._version() == SCHEMA_VERSION:
-                    pass  # another process migrated it meanwhile
-                elif not columns:
-                    self._db.execute(_TABLE)
-                elif "stream_seq" not in columns:
-                    self._from_version_1(columns)
-                else:
-                    for name in _ADDED:
-                        if name not in columns:  # fixed names and types
-                            self._db.execute(f"ALTER TABLE entries ADD COLUMN {name} {_TYPES.get(name, 'TEXT')}")
-                self._db.execute(_CHECKPOINTS)
-                for statement in _INDEXES:
-                    self._db.execute(statement)
-                self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                migrate(self._db)
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
-
-    def _from_version_1(self, old_columns: set[str]) -> None:
-        """Version 1 rows keep their numbers; their receive time is the time they claimed (all there is)."""
-        for index in ("point", "who", "decision", "session", "time"):
-            self._db.execute(f"DROP INDEX IF EXISTS entries_{index}")
-        self._db.execute("ALTER TABLE entries RENAME TO entries_v1")
-        self._db.execute(_TABLE)
-        names = ", ".join(name for name in _COLUMNS if name in old_columns)
-        self._db.execute(
-            f"INSERT INTO entries (seq, received, {names}) SELECT seq, time, {names} FROM entries_v1 ORDER BY seq"
-        )
-        self._db.execute("DROP TABLE entries_v1")
 
     def insert_many(
         self, rows: Iterable[Received], chains: Chains | None = None
@@ -317,7 +270,7 @@ class JournalStore:
             "(SELECT max(seq) FROM entries WHERE chain IS NOT NULL GROUP BY kind)"
         )
         with self._lock:
-            return {kind: Link(place, digest) for kind, place, digest in self._db.execute(sql)}
+            return {kind: Link(place, str(shown_digest(digest))) for kind, place, digest in self._db.execute(sql)}
 
     def chained(self, since: str | None = None) -> Iterator[dict[str, Any]]:
         """Every row in its JSON form, in row order (for verifying); ``since`` a receive time."""
@@ -341,13 +294,13 @@ class JournalStore:
         names = ", ".join(CHECKPOINT_FIELDS)
         with self._lock:
             found = self._db.execute(f"SELECT {names} FROM checkpoints ORDER BY id").fetchall()
-        return [dict(zip(CHECKPOINT_FIELDS, values, strict=True)) for values in found]
+        return [dict(zip(CHECKPOINT_FIELDS, map(shown_digest, values), strict=True)) for values in found]
 
     def query(self, query: Query) -> list[tuple[int, Received]]:
         """Rows matching ``query``, oldest first, with their numbers; ``since``/``until`` are receive times."""
         where: list[str] = ["seq > ?"]
         params: list[object] = [query.after_seq]
-        for column in _INDEXED:
+        for column in INDEXED:
             value = getattr(query, column)
             if value is not None:
                 where.append(f"{column} = ?")
@@ -388,7 +341,10 @@ def _row(values: tuple[Any, ...]) -> Received:
     end = len(_PLACE) + len(_COLUMNS)
     entry = JournalEntry(**dict(zip(_COLUMNS, values[len(_PLACE) : end], strict=True)))
     chain, prev, digest = values[end:]
-    return Received(entry, stream_seq or 0, received or entry.time, stream or "", origin, chain, prev, digest)
+    received = received or entry.time
+    return Received(
+        entry, stream_seq or 0, received, stream or "", origin, chain, shown_digest(prev), shown_digest(digest)
+    )
 
 
 class JsonlWriter:

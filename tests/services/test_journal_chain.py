@@ -281,6 +281,7 @@ async def _both(sinks: list[JournalSink]) -> bool:
 def test_a_journal_from_before_who_decided_migrates_and_still_verifies(workspace: Path) -> None:
     """A schema 4 journal (no who-decided columns) gets them on first open; its rows hash as they did."""
     from bus._journal.entries import DECIDER_FIELDS
+    from subscribers.journal._schema import SCHEMA_VERSION
 
     public_key = make_journal(workspace, 300)
     sql(workspace, *(f"ALTER TABLE entries DROP COLUMN {name}" for name in DECIDER_FIELDS), "PRAGMA user_version = 4")
@@ -291,7 +292,7 @@ def test_a_journal_from_before_who_decided_migrates_and_still_verifies(workspace
     columns = {row[1] for row in db.execute("PRAGMA table_info(entries)")}
     version = db.execute("PRAGMA user_version").fetchone()[0]
     db.close()
-    assert set(DECIDER_FIELDS) <= columns and version == 5
+    assert set(DECIDER_FIELDS) <= columns and version == SCHEMA_VERSION
 
 
 def test_a_batch_with_deciders_redeliveries_and_a_refused_row_chains_as_stored(tmp_path: Path) -> None:
@@ -357,6 +358,7 @@ def test_the_hashed_form_is_encoded_in_sorted_key_order(deciders: str) -> None:
     """The chain hashes sorted-key JSON; ``hashed_json`` gives its keys in that order so that it is not sorted
     again: with no, some or every who-decided field set, its plain encoding is the sorted one, byte for byte."""
     from bus._journal.entries import DECIDER_FIELDS
+    from subscribers.journal._schema import SCHEMA_VERSION
     from subscribers.journal._chain import linked
     from subscribers.journal._store import hashed_json
 
