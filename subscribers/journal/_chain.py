@@ -19,6 +19,8 @@ from typing import Any, Final
 
 import orjson
 
+from subscribers.journal._schema import stored_digest
+
 #: The ``prev`` of a chain's first entry.
 GENESIS: Final = ""
 #: What a row's hash leaves out: the database's row number (not the sink's to keep) and the hash itself.
@@ -63,12 +65,13 @@ def linked(row: Any, head: Link, as_json: Any) -> tuple[Any, Link]:
     ``as_json(row, place, prev)`` is the row's JSON form without ``seq`` and ``hash`` (``_store.hashed_json``),
     passed in so this module needs no store, its keys already in sorted order (the same bytes as
     ``OPT_SORT_KEYS``, without its sort). It is serialised once and hashed as those bytes; the row keeps them
-    for its JSONL line.
+    for its JSONL line, and ``prev`` and the hash as journal.db stores them (raw bytes).
     """
     place = head.place + 1
     data = orjson.dumps(as_json(row, place, head.hash))
-    digest = hashlib.sha256(data).hexdigest()
-    return row.with_link(place, head.hash, digest, data), Link(place, digest)
+    raw = hashlib.sha256(data).digest()
+    digest = raw.hex()
+    return row.with_link(place, head.hash, digest, data, (stored_digest(head.hash), raw)), Link(place, digest)
 
 
 def link_all(rows: list[Any], chains: Chains, as_json: Any) -> list[Any]:
@@ -77,7 +80,7 @@ def link_all(rows: list[Any], chains: Chains, as_json: Any) -> list[Any]:
     The same links as :func:`linked` row by row, in one loop: no call, lookup or ``Link`` per row but the head's.
     """
     heads = chains.heads
-    tips: dict[str, tuple[int, str]] = {}
+    tips: dict[str, tuple[int, str, Any]] = {}
     out: list[Any] = []
     dumps, sha256 = orjson.dumps, hashlib.sha256
     for row in rows:
@@ -85,12 +88,13 @@ def link_all(rows: list[Any], chains: Chains, as_json: Any) -> list[Any]:
         tip = tips.get(kind)
         if tip is None:
             head = heads.get(kind) or Link()
-            tip = (head.place, head.hash)
+            tip = (head.place, head.hash, stored_digest(head.hash))
         place, prev = tip[0] + 1, tip[1]
         data = dumps(as_json(row, place, prev))
-        digest = sha256(data).hexdigest()
-        out.append(row.with_link(place, prev, digest, data))
-        tips[kind] = (place, digest)
-    for kind, (place, digest) in tips.items():
+        raw = sha256(data).digest()
+        digest = raw.hex()
+        out.append(row.with_link(place, prev, digest, data, (tip[2], raw)))
+        tips[kind] = (place, digest, raw)
+    for kind, (place, digest, _) in tips.items():
         heads[kind] = Link(place, digest)
     return out

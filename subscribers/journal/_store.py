@@ -55,6 +55,7 @@ _BASE_COLUMNS: Final = tuple(name for name in _COLUMNS if name not in DECIDER_FI
 _base_values: Final = operator.attrgetter(*_BASE_COLUMNS)
 _decider_values: Final = operator.attrgetter(*DECIDER_FIELDS)
 _NO_DECIDERS: Final = (None,) * len(DECIDER_FIELDS)
+_UNLINKED: Final = (None, None)
 # Column names are fixed, values are bound: nothing anyone sent is spliced in.
 _INSERT: Final = f"INSERT INTO entries ({', '.join(_ALL)}) VALUES ({', '.join('?' * len(_ALL))})"
 _INSERT_OR_IGNORE: Final = _INSERT.replace("INSERT", "INSERT OR IGNORE", 1)
@@ -85,9 +86,16 @@ class Received:
     #: The bytes the chain hashed (the JSON form without ``seq`` and ``hash``, sorted keys): the JSONL line
     #: is spliced from them, not encoded again.
     hashed: bytes | None = field(default=None, compare=False, repr=False)
+    #: ``prev`` and ``hash`` as journal.db stores them (raw bytes), from the chain's own digests: not converted
+    #: from the hexadecimal again.
+    stored: tuple[Any, Any] | None = field(default=None, compare=False, repr=False)
 
     def values(self) -> list[Any]:
         # attributes, not asdict(): that deep-copies, at several times the cost
+        stored = self.stored
+        if stored is None:  # unchained (None, None), or a row made by hand
+            unlinked = self.hash is None and self.prev is None
+            stored = _UNLINKED if unlinked else (stored_digest(self.prev), stored_digest(self.hash))
         return [
             self.stream,
             self.stream_seq,
@@ -95,14 +103,15 @@ class Received:
             self.origin,
             *_entry_values(self.entry),
             self.chain,
-            stored_digest(self.prev),  # raw bytes in journal.db (subscribers.journal._schema)
-            stored_digest(self.hash),
+            *stored,  # raw bytes in journal.db (subscribers.journal._schema)
         ]
 
-    def with_link(self, chain: int, prev: str, digest: str, hashed: bytes | None = None) -> Received:
+    def with_link(
+        self, chain: int, prev: str, digest: str, hashed: bytes | None = None, stored: tuple[Any, Any] | None = None
+    ) -> Received:
         """This row with its chain fields (built directly: ``dataclasses.replace`` costs several times more)."""
         return Received(
-            self.entry, self.stream_seq, self.received, self.stream, self.origin, chain, prev, digest, hashed
+            self.entry, self.stream_seq, self.received, self.stream, self.origin, chain, prev, digest, hashed, stored
         )
 
 
