@@ -28,8 +28,11 @@ How, by :data:`MODE` (chosen once at import, by version):
   a C-accelerated ``asyncio.Task`` whose first step runs in its constructor.
 - ``"inline"`` (Python 3.11, where the internals below are there): asyncio's
   own pure-Python ``Task``, made without scheduling its first step, which is
-  then run at once (the step itself makes the task current, as the event loop
-  would). It is a future and a task to everything that asks by behaviour
+  then run at once: the coroutine's own ``send`` with the task current and in
+  its context, as the task's step would run it. A coroutine that ends there
+  is done with (no future's result, callbacks or scheduling, unless it added
+  a callback to its task or cancelled it); one that waits is handed to its
+  task at that wait, which the task takes as if its own step had met it. It is a future and a task to everything that asks by behaviour
   (``asyncio.isfuture``, ``await``, ``asyncio.wait``) but not an instance of the
   C-accelerated ``asyncio.Task``. Used only on 3.11 and while the switch is on
   (``HOOKBUS_ASYNCIO_INTERNALS=off`` turns it off).
@@ -68,6 +71,8 @@ SWITCH_ENV: Final = "HOOKBUS_ASYNCIO_INTERNALS"
 
 _PyTask: Final[Any] = getattr(asyncio.tasks, "_PyTask", None)
 _step: Final[Callable[[Any], None] | None] = getattr(_PyTask, "_Task__step", None)
+#: The pure-Python Future under it: how a task's own step ends it (a Task refuses ``set_result``).
+_PyFuture: Final[Any] = getattr(asyncio.futures, "_PyFuture", None)
 _register_task: Final[Callable[[Any], None] | None] = getattr(asyncio.tasks, "_register_task", None)
 _enter_task: Final[Callable[[Any, Any], None] | None] = getattr(asyncio.tasks, "_enter_task", None)
 _leave_task: Final[Callable[[Any, Any], None] | None] = getattr(asyncio.tasks, "_leave_task", None)
@@ -85,7 +90,7 @@ def modes_available() -> tuple[Mode, ...]:
     offered: list[Mode] = []
     if sys.version_info >= (3, 12) and _eager_factory is not None:
         offered.append("eager")
-    if sys.version_info[:2] == (3, 11) and None not in (_step, _register_task, _enter_task, _leave_task):
+    if sys.version_info[:2] == (3, 11) and None not in (_step, _PyFuture, _register_task, _enter_task, _leave_task):
         offered.append("inline")
     offered.append("task")
     return tuple(offered)
@@ -125,7 +130,13 @@ _TaskBase: Any = _PyTask if "inline" in modes_available() else _Empty
 
 
 class EagerTask(_TaskBase):  # type: ignore[misc]
-    """asyncio's pure-Python Task, made without scheduling its first step (:func:`run_eager` runs it)."""
+    """asyncio's pure-Python Task, made without scheduling its first step (:func:`run_eager` runs it).
+
+    One whose coroutine ends in its first step is dropped unfinished (its result is returned as it is):
+    it never says it was destroyed pending; one that goes on says so again, as any task.
+    """
+
+    _log_destroy_pending = False
 
     def __init__(self, coro: Coroutine[Any, Any, Any], loop: asyncio.AbstractEventLoop, context: Any) -> None:
         # What Future.__init__ and Task.__init__ set, but the first step's scheduling and registration.
@@ -176,10 +187,10 @@ def run_eager(coro: Coroutine[Any, Any, Any]) -> tuple[bool, Any]:
     """
     loop = asyncio.get_running_loop()
     mode = MODE
-    if mode == "inline":  # its task converts what _guarded would (no coroutine more per handler)
-        task: Any = _step_inline(coro, loop)
-    elif mode == "eager":
-        task = _eager_factory(loop, _guarded(coro))  # type: ignore[misc]
+    if mode == "inline":  # what _guarded converts is converted there (no coroutine more per handler)
+        return _step_inline(coro, loop)
+    if mode == "eager":
+        task: Any = _eager_factory(loop, _guarded(coro))  # type: ignore[misc]
     else:
         return False, loop.create_task(_guarded(coro))
     if task.done():
@@ -187,21 +198,108 @@ def run_eager(coro: Coroutine[Any, Any, Any]) -> tuple[bool, Any]:
     return False, task
 
 
-def _step_inline(coro: Coroutine[Any, Any, Any], loop: asyncio.AbstractEventLoop) -> Any:
-    """Python 3.11: the first step of ``coro`` in an :class:`EagerTask`, run here; registered if it goes on."""
+def _step_inline(coro: Coroutine[Any, Any, Any], loop: asyncio.AbstractEventLoop) -> tuple[bool, Any]:
+    """Python 3.11: the first step of ``coro`` with an :class:`EagerTask` current, run here.
+
+    The step is the coroutine's own ``send``, as the task's step would make it (in the task's context,
+    the task current): a coroutine that ends there costs no future's result, callbacks or state. One
+    that waits is handed to its task at the point it waits: the task takes what it yielded as if its
+    own step had (a cancel it asked of itself meanwhile included). Returns ``(True, value)`` or
+    ``(False, task)``, raising as the task's ``result()`` would.
+    """
     context = contextvars.copy_context()
     task = EagerTask(coro, loop, context)
     outer = asyncio.current_task(loop)
     if outer is not None:
         _leave_task(loop, outer)  # type: ignore[misc]  # the step makes its own task current, then none
     try:
-        context.run(task._Task__step)
+        _enter_task(loop, task)  # type: ignore[misc]
+        try:
+            yielded = context.run(coro.send, None)
+        except StopIteration as stop:
+            if task._must_cancel or task._callbacks:  # it cancelled its task, or waits for its end: end it
+                return _ended(task, stop.value)
+            return True, stop.value
+        except (Exception, asyncio.CancelledError) as exc:
+            if task._callbacks:
+                return _ended(task, None, exc)
+            raise
+        except BaseException as exc:  # KeyboardInterrupt, SystemExit ...: the handler's own exit, not the loop's
+            converted = HandlerExit(exc)
+            converted.__cause__ = exc
+            if task._callbacks:
+                return _ended(task, None, converted)
+            raise converted from exc
+        finally:
+            _leave_task(loop, task)  # type: ignore[misc]
+        _hand_over(task, coro, yielded)
     finally:
         if outer is not None:
             _enter_task(loop, outer)  # type: ignore[misc]
-    if not task.done():
-        _register_task(task)  # type: ignore[misc]  # it goes on: asyncio.all_tasks() lists it
-    return task
+    _register_task(task)  # type: ignore[misc]  # it goes on: asyncio.all_tasks() lists it
+    return False, task
+
+
+def _ended(task: Any, value: Any, exc: BaseException | None = None) -> tuple[bool, Any]:
+    """End ``task`` as its own step would have (a cancel it asked for wins over a value), so that the
+    callbacks added to it run; then return or raise as :func:`run_eager` does."""
+    if exc is None and task._must_cancel:
+        task._must_cancel = False
+        _PyFuture.cancel(task, msg=task._cancel_message)
+    elif isinstance(exc, asyncio.CancelledError):
+        _PyFuture.cancel(task)
+    elif exc is not None:
+        _PyFuture.set_exception(task, exc)
+    else:
+        _PyFuture.set_result(task, value)
+    return True, task.result()
+
+
+def _hand_over(task: Any, coro: Coroutine[Any, Any, Any], yielded: Any) -> None:
+    """Let ``task`` drive ``coro`` from the wait it stopped at: its step takes what the coroutine yielded
+    (and a cancel the coroutine asked of its task before it waited cancels that wait, as the step does)."""
+    task._coro = _Resumed(coro, yielded)
+    task._log_destroy_pending = True
+    cancel, task._must_cancel = task._must_cancel, False
+    task._Task__step()
+    if cancel:
+        waiter = task._fut_waiter
+        if waiter is None or not waiter.cancel(msg=task._cancel_message):
+            task._must_cancel = True
+
+
+_FRESH: Final = object()
+
+
+class _Resumed:
+    """A coroutine stopped at its first wait, as its task drives it: the first ``send`` hands the task what
+    it yielded (it is still waiting on that), the rest go to the coroutine itself."""
+
+    __slots__ = ("_coro", "_yielded")
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], yielded: Any) -> None:
+        self._coro = coro
+        self._yielded = yielded
+
+    def send(self, value: Any) -> Any:
+        yielded = self._yielded
+        if yielded is not _FRESH:
+            self._yielded = _FRESH
+            return yielded
+        return self._coro.send(value)
+
+    def throw(self, exc: BaseException) -> Any:
+        self._yielded = _FRESH
+        return self._coro.throw(exc)
+
+    def close(self) -> None:
+        self._coro.close()
+
+    def __await__(self) -> Any:
+        return self._coro.__await__()
+
+    def __getattr__(self, name: str) -> Any:  # cr_code, cr_frame, __qualname__ ...: the coroutine's (repr, debug)
+        return getattr(self._coro, name)
 
 
 #: Handler tasks that outlived their timeout (cancelled, not yet ended): held so that they are not

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import inspect
 import os
 import sys
 from typing import Any
@@ -440,3 +441,63 @@ async def test_cancelling_the_caller_of_run_bounded_cancels_the_handler(swap: st
     with pytest.raises(asyncio.CancelledError):
         await caller
     await wait_until_true(lambda: cleaned == ["handler unwound"])
+
+
+async def test_an_exception_inline_reaches_the_done_callbacks_the_handler_added(swap: str) -> None:
+    called: list[asyncio.Future[Any]] = []
+
+    async def adds_then_fails() -> None:
+        current = asyncio.current_task()
+        assert current is not None
+        current.add_done_callback(called.append)
+        raise ValueError("after adding")
+
+    if swap == "task":
+        finished, task = run_eager(adds_then_fails())
+        assert not finished
+        with pytest.raises(ValueError, match="after adding"):
+            await task
+    else:
+        with pytest.raises(ValueError, match="after adding"):
+            run_eager(adds_then_fails())
+    await wait_until_true(lambda: len(called) == 1)
+    assert isinstance(called[0].exception(), ValueError)
+
+
+async def test_a_handler_cancelling_itself_then_yielding_bare_sees_the_cancel_at_its_next_step(swap: str) -> None:
+    seen: list[str] = []
+
+    async def cancels_then_yields() -> None:
+        current = asyncio.current_task()
+        assert current is not None
+        current.cancel()
+        try:
+            await asyncio.sleep(0)  # the scenario: a bare yield, no future for the cancel to reach
+            await asyncio.sleep(0)
+        except asyncio.CancelledError:
+            seen.append("cancelled")
+            raise
+
+    task = start_eager(cancels_then_yields())
+    assert task is not None
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert seen == ["cancelled"] and task.cancelled()
+
+
+async def test_a_handler_that_waits_is_a_suspended_coroutine_to_whoever_looks_at_its_task(swap: str) -> None:
+    """What debuggers, asyncio's repr and anyio read of a task: its coroutine, suspended at its wait."""
+    gate = asyncio.Event()
+
+    async def waits_at_the_gate() -> str:
+        await gate.wait()
+        return "through"
+
+    task = start_eager(waits_at_the_gate())
+    assert task is not None
+    await asyncio.sleep(0)  # the scenario: started by the loop ("task"), its first step runs in this turn
+    coro = task.get_coro()
+    assert asyncio.iscoroutine(coro) and inspect.getcoroutinestate(coro) == inspect.CORO_SUSPENDED  # type: ignore[arg-type]
+    assert "pending" in repr(task)
+    gate.set()
+    assert await task == "through"
