@@ -43,6 +43,8 @@ STREAM_MAX_AGE_S: Final = 7 * 24 * 3600
 STREAM_MAX_BYTES: Final = 1024 * 1024 * 1024
 
 _ids = Encoder()  # only for its unique-id generator
+_new_id = _ids.new_id
+_dumps = orjson.dumps
 PROCESS: Final = f"{socket.gethostname()}:{os.getpid()}"
 
 
@@ -138,6 +140,61 @@ async def publish_entry(bus: Port, entry: JournalEntry) -> bool:
 
 #: What a hot path hands the publisher instead of entries: called at flush time, it builds them.
 EntryBuilder = Callable[[], list[JournalEntry]]
+#: The same for entries of one kind built straight as their JSON (:func:`entry_json`).
+EncodedBuilder = Callable[[], list[bytes]]
+
+
+def entry_json(
+    kind: str,
+    point: str,
+    phase: str,
+    who: str,
+    decision: str,
+    cause: str | None,
+    duration_ms: float | None,
+    session: str | None,
+    agent: str | None,
+    depth: int,
+    trace_id: str | None,
+    identity: str | None,
+    process: str,
+    time: str,
+    version: str | None,
+    rule: str | None,
+    payload_sha256: str | None,
+    changed: str | None,
+    fail_mode: str | None,
+    kernel: str | None,
+) -> bytes:
+    """The bytes ``JournalEntry(...).encode()`` writes for these fields, a fresh id and no hook output, without
+    making the entry: the kernel's entry per reaction (making and encoding the dataclass cost twice as much)."""
+    return _dumps(
+        {
+            "kind": kind,
+            "point": point,
+            "phase": phase,
+            "who": who,
+            "decision": decision,
+            "cause": cause,
+            "duration_ms": duration_ms,
+            "session": session,
+            "agent": agent,
+            "depth": depth,
+            "trace_id": trace_id,
+            "identity": identity,
+            "process": process,
+            "time": time,
+            "id": _new_id(),
+            "stdout": None,
+            "stderr": None,
+            "version": version,
+            "rule": rule,
+            "payload_sha256": payload_sha256,
+            "changed": changed,
+            "fail_mode": fail_mode,
+            "kernel": kernel,
+        }
+    )
 
 
 class JournalPublisher:
@@ -155,7 +212,7 @@ class JournalPublisher:
         self._bus = bus
         self._window = window
         self._max_batch = max_batch
-        self._pending: list[JournalEntry | EntryBuilder] = []
+        self._pending: list[JournalEntry | EntryBuilder | tuple[str, EncodedBuilder]] = []
         self._timer: asyncio.TimerHandle | None = None
         self._sending: TaskSet[None] = TaskSet()
 
@@ -174,6 +231,11 @@ class JournalPublisher:
         self._pending.append(build)
         self._queued()
 
+    def add_encoded_later(self, kind: str, build: EncodedBuilder) -> None:
+        """Queue the encoded entries of ``kind`` that ``build`` returns when called at publishing time."""
+        self._pending.append((kind, build))
+        self._queued()
+
     def _queued(self) -> None:
         if len(self._pending) >= self._max_batch:
             self.flush()
@@ -190,6 +252,9 @@ class JournalPublisher:
             if isinstance(item, JournalEntry):
                 self._publish(item)
                 continue
+            if isinstance(item, tuple):
+                self._publish_encoded(*item)
+                continue
             try:
                 entries = item()
             except Exception as exc:
@@ -198,10 +263,28 @@ class JournalPublisher:
             for entry in entries:
                 self._publish(entry)
 
+    def _publish_encoded(self, kind: str, build: EncodedBuilder) -> None:
+        origin = self._bus.journal_origin
+        subject = f"{SUBJECT_PREFIX}.{kind}.{origin}" if origin else f"{SUBJECT_PREFIX}.{kind}"
+        try:
+            encoded = build()
+        except Exception as exc:
+            log.warning("journal entries not built: %r", exc)
+            return
+        for data in encoded:
+            self._push(subject, data)
+
     def _publish(self, entry: JournalEntry) -> None:
         try:
-            subject = entry.subject(self._bus.journal_origin)
-            waiting = self._bus.push_now(subject, entry.encode())  # rarely waits
+            subject, data = entry.subject(self._bus.journal_origin), entry.encode()
+        except Exception as exc:
+            log.warning("journal entry not published: %r", exc)
+            return
+        self._push(subject, data)
+
+    def _push(self, subject: str, data: bytes) -> None:
+        try:
+            waiting = self._bus.push_now(subject, data)  # rarely waits
         except Exception as exc:
             log.warning("journal entry not published: %r", exc)
             return

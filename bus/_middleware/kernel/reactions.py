@@ -17,7 +17,7 @@ from bus._core.decisions import CONTINUE, Ask, Cancel, Decision, HandlerDecision
 from bus._core.middleware_schema import MiddlewareReply, ReactionMsg, RequestCtx
 from bus._core.results import defers_cancel, ends_run
 from bus._core.stages import phase
-from bus._journal.entries import PROCESS, JournalEntry, JournalPublisher
+from bus._journal.entries import PROCESS, JournalPublisher, entry_json
 from bus._middleware.asks.records import payload_sha256
 from bus._middleware.faults import REPORTED, Outcome, fault_decision
 from bus._middleware.kernel.chain import StageChain
@@ -158,7 +158,7 @@ class Reactions:
     The call's path keeps each reaction as a list and its time, with references to the payload the handler
     was sent and the one a patch left; the entries (with the payload's SHA-256 and the patch summary) are
     made and encoded when the journal publisher sends them, off the call's path (see
-    :meth:`bus._journal.entries.JournalPublisher.add_later`).
+    :meth:`bus._journal.entries.JournalPublisher.add_encoded_later`).
     """
 
     __slots__ = ("_ctx", "_mark", "_neutral", "_phase", "_reactions", "_sent", "_sink", "_stage", "seen")
@@ -317,43 +317,45 @@ class Reactions:
             return  # a neutral continue changes nothing: counted, not journaled; an ask is journaled by its hold
         self._keep(link, verdict, reason_text, duration, None, fail_mode)
 
-    def _entries(self) -> list[JournalEntry]:
-        """The journal entries of the reactions kept (called when they are published)."""
+    def _entries(self) -> list[bytes]:
+        """The journal entries of the reactions kept, encoded (called when they are published)."""
         ctx, stage, phase_ = self._ctx, self._stage, self._phase
         #: The caller's process when it named one (a relay names the agent it asks for), else this one's.
         process = ctx.process if isinstance(ctx.process, str) else PROCESS
+        session, agent, depth, trace_id = ctx.session, ctx.agent, ctx.depth, ctx.id or None
         hashes: dict[int, str] = {}  # one hash per payload seen, however many handlers saw it
         entries = []
         for who, identity, verdict, cause, ms, epoch_ms, link, seen, after, fail_mode in self._reactions:
+            rule = link.rule.source[:CAUSE_LIMIT] if link is not None and link.rule is not None else None
             entries.append(
-                JournalEntry(
-                    kind="middleware",
-                    point=stage,
-                    phase=phase_,
-                    who=who,
-                    decision=verdict,
-                    cause=cause,
-                    duration_ms=ms,
-                    session=ctx.session,
-                    agent=ctx.agent,
-                    depth=ctx.depth,
-                    trace_id=ctx.id or None,
-                    identity=identity,
-                    process=process,
-                    time=timestamp_ms(epoch_ms),
-                    version=module_version(link),
-                    rule=link.rule.source[:CAUSE_LIMIT] if link is not None and link.rule is not None else None,
-                    payload_sha256=_hash_once(seen, hashes),
-                    changed=patch_summary(seen, after),
-                    fail_mode=fail_mode,
-                    kernel=PROCESS,
+                entry_json(
+                    "middleware",
+                    stage,
+                    phase_,
+                    who,
+                    verdict,
+                    cause,
+                    ms,
+                    session,
+                    agent,
+                    depth,
+                    trace_id,
+                    identity,
+                    process,
+                    timestamp_ms(epoch_ms),
+                    module_version(link),
+                    rule,
+                    _hash_once(seen, hashes),
+                    patch_summary(seen, after),
+                    fail_mode,
+                    PROCESS,
                 )
             )
         return entries
 
     def flush(self) -> None:
         if self._reactions:
-            self._sink.add_later(self._entries)
+            self._sink.add_encoded_later("middleware", self._entries)
 
 
 def module_version(link: Link | None) -> str | None:
