@@ -29,7 +29,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.bench_middleware import ECHO, PAYLOAD, build_modules, throughput
+from bench.bench_middleware import ECHO, PAYLOAD, build_modules, journal_off, throughput
 from bench.bench_scale import cpu_seconds
 from bench.common import median
 from bus import Bus, NatsServer
@@ -95,15 +95,12 @@ async def measure(
         await throughput(500, concurrent, raw)
         await throughput(500, concurrent, one)
         pids = (os.getpid(), child.pid, server_pid)
-        sink = bus.middleware._journal
-        journaling = sink.add
         runs: dict[str, list[tuple[float, list[float]]]] = {"raw": [], "hookbus": [], "journal off": []}
         for _ in range(5):  # interleaved, the median of five each
             runs["raw"].append(await accounted(calls, concurrent, raw, pids))
             runs["hookbus"].append(await accounted(calls, concurrent, one, pids))
-            sink.add = lambda entries: None  # type: ignore[method-assign]  # diagnostic only: journal off
-            runs["journal off"].append(await accounted(calls, concurrent, one, pids))
-            sink.add = journaling  # type: ignore[method-assign]
+            with journal_off(bus):  # diagnostic only
+                runs["journal off"].append(await accounted(calls, concurrent, one, pids))
         base = median([rate for rate, _ in runs["raw"]])
         print(f"{concurrent} in flight, CPU microseconds per call (median of five rounds each):")
         print(f"{'':12} {'calls/s':>9} {'x raw':>6} {'requester':>10} {'responder':>10} {'server':>8}")
