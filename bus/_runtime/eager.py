@@ -32,7 +32,8 @@ How, by :data:`MODE` (chosen once at import, by version):
   its context, as the task's step would run it. A coroutine that ends there
   is done with (no future's result, callbacks or scheduling, unless it added
   a callback to its task or cancelled it); one that waits is handed to its
-  task at that wait, which the task takes as if its own step had met it. It is a future and a task to everything that asks by behaviour
+  task at that wait, which the task takes as if its own step had met it.
+  The task is a future and a task to everything that asks by behaviour
   (``asyncio.isfuture``, ``await``, ``asyncio.wait``) but not an instance of the
   C-accelerated ``asyncio.Task``. Used only on 3.11 and while the switch is on
   (``HOOKBUS_ASYNCIO_INTERNALS=off`` turns it off).
