@@ -25,7 +25,7 @@ from bus._runtime.stats import BusStats
 from bus._transport.counters import CounterBucket
 from bus._transport.kv import Bucket
 from bus._transport.once import OnceBucket, once_bucket
-from bus._transport.port import Connection, ObjectStore, RawMessage, RawSubscription
+from bus._transport.port import Connection, ObjectStore, RawHandler, RawMessage, RawSubscription
 from bus._transport.streams import PullConsumer, StreamMessage, StreamSpec, StreamState
 
 #: How the port emits a checked event: the Bus's own ``emit``.
@@ -169,12 +169,7 @@ class BusPort:
             self.stats.dropped.add("disconnected")
 
     async def subscribe_raw(
-        self,
-        subject: str,
-        cb: Callable[[RawMessage], Awaitable[None]],
-        *,
-        queue: str = "",
-        pending_msgs_limit: int | None = None,
+        self, subject: str, cb: RawHandler, *, queue: str = "", pending_msgs_limit: int | None = None
     ) -> RawSubscription:
         """Call ``cb`` with each raw message on ``subject`` (turn and module requests; no envelope)."""
         return await self.connection().subscribe(subject, cb, queue=queue, pending_msgs_limit=pending_msgs_limit)

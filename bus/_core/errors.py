@@ -44,10 +44,33 @@ Errors carry the context they are about (subject, size, URL) as attributes.
 from __future__ import annotations
 
 from errno import ECONNREFUSED as _ECONNREFUSED
+from string import Formatter
+from typing import Any, ClassVar
 
 
 class HookbusError(Exception):
     """Base class of every error hookbus raises on purpose."""
+
+
+class _AboutError(HookbusError):
+    """The body of the errors about one thing and why, each declared by its message alone:
+    ``class StageError(_AboutError, message="invalid stage {stage!r}: {reason}")`` takes
+    ``StageError(stage, reason)`` and keeps them as its attributes ``stage`` and ``reason``."""
+
+    _about: ClassVar[str]
+    _message: ClassVar[str]
+    reason: str
+
+    def __init_subclass__(cls, message: str = "", **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if message:
+            cls._message = message
+            cls._about = next(name for _, name, _, _ in Formatter().parse(message) if name and name != "reason")
+
+    def __init__(self, about: object, reason: str) -> None:
+        setattr(self, self._about, about)
+        self.reason = reason
+        super().__init__(self._message.format_map({self._about: about, "reason": reason}))
 
 
 class ConfigError(HookbusError):
@@ -114,22 +137,16 @@ class PortInUse(ServerError):
         super().__init__(f"port {port} on {host} is already in use")
 
 
-class SubjectError(HookbusError, ValueError):
+class SubjectError(_AboutError, ValueError, message="invalid subject {subject!r}: {reason}"):
     """A subject or subscription pattern does not follow the subject rules."""
 
-    def __init__(self, subject: object, reason: str) -> None:
-        self.subject = subject
-        self.reason = reason
-        super().__init__(f"invalid subject {subject!r}: {reason}")
+    subject: object
 
 
-class PayloadError(HookbusError, ValueError):
+class PayloadError(_AboutError, ValueError, message="payload for {subject!r}: {reason}"):
     """A payload cannot be turned into an event."""
 
-    def __init__(self, subject: str, reason: str) -> None:
-        self.subject = subject
-        self.reason = reason
-        super().__init__(f"payload for {subject!r}: {reason}")
+    subject: str
 
 
 class NotSerializableError(PayloadError):
@@ -167,7 +184,7 @@ class EnvelopeError(HookbusError):
         super().__init__(f"{what} event on {subject!r}: {reason}")
 
 
-class PayloadRefError(HookbusError):
+class PayloadRefError(_AboutError, message="payload of the event on {subject!r}: {reason}"):
     """The whole payload of a claimed event cannot be had: its reference is refused or its object is not right.
 
     Receivers check a reference as if the emitter were hostile: the bucket
@@ -175,59 +192,41 @@ class PayloadRefError(HookbusError):
     against the reference. ``subject`` is the event's subject.
     """
 
-    def __init__(self, subject: str, reason: str) -> None:
-        self.subject = subject
-        self.reason = reason
-        super().__init__(f"payload of the event on {subject!r}: {reason}")
+    subject: str
 
 
 class MiddlewareError(HookbusError):
     """The middleware (handlers, registry, trust) could not do what was asked."""
 
 
-class AskRefused(MiddlewareError):
+class AskRefused(_AboutError, MiddlewareError, message="ask {ask_id}: {reason}"):
     """An answer the asks store refused: no such ask, expired, another payload hash, or already answered."""
 
-    def __init__(self, ask_id: str, reason: str) -> None:
-        super().__init__(f"ask {ask_id}: {reason}")
-        self.ask_id = ask_id
-        self.reason = reason
+    ask_id: str
 
 
-class StageError(MiddlewareError, ValueError):
+class StageError(_AboutError, MiddlewareError, ValueError, message="invalid stage {stage!r}: {reason}"):
     """A stage name does not follow the stage rules."""
 
-    def __init__(self, stage: object, reason: str) -> None:
-        self.stage = stage
-        self.reason = reason
-        super().__init__(f"invalid stage {stage!r}: {reason}")
+    stage: object
 
 
-class DeclarationError(MiddlewareError, ValueError):
+class DeclarationError(_AboutError, MiddlewareError, ValueError, message="handler {handler!r}: {reason}"):
     """A handler declaration (name, timeout, before/after, matcher) is invalid."""
 
-    def __init__(self, handler: str, reason: str) -> None:
-        self.handler = handler
-        self.reason = reason
-        super().__init__(f"handler {handler!r}: {reason}")
+    handler: str
 
 
-class RecordError(MiddlewareError, ValueError):
+class RecordError(_AboutError, MiddlewareError, ValueError, message="handler record {record!r}: {reason}"):
     """A stored handler record is invalid (names the record and field), or the store cannot be used."""
 
-    def __init__(self, record: str, reason: str) -> None:
-        self.record = record
-        self.reason = reason
-        super().__init__(f"handler record {record!r}: {reason}")
+    record: str
 
 
-class DecisionError(MiddlewareError):
+class DecisionError(_AboutError, MiddlewareError, message="invalid decision from {where}: {reason}"):
     """A handler's answer is not a valid decision."""
 
-    def __init__(self, where: str, reason: str) -> None:
-        self.where = where
-        self.reason = reason
-        super().__init__(f"invalid decision from {where}: {reason}")
+    where: str
 
 
 class RegistryError(MiddlewareError):
@@ -257,13 +256,10 @@ class JournalError(HookbusError):
     reason: str = "invalid"
 
 
-class BrokenChain(MiddlewareError):
+class BrokenChain(_AboutError, MiddlewareError, message="chain of {stage!r} is broken: {reason}"):
     """The stage's declarations cannot be ordered."""
 
-    def __init__(self, stage: str, reason: str) -> None:
-        self.stage = stage
-        self.reason = reason
-        super().__init__(f"chain of {stage!r} is broken: {reason}")
+    stage: str
 
 
 class ForeignAnnouncement(MiddlewareError, ValueError):

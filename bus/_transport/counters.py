@@ -22,8 +22,7 @@ from nats.js import api
 
 from bus._core.errors import RegistryError
 from bus._core.subjects import kv_key_subject, kv_stream
-from bus._transport.bucket_stream import add_bucket_stream
-from bus._transport.connection import jetstream_replicas
+from bus._transport.bucket_stream import StreamBucket
 from bus._transport.home import home_of
 
 _FAILURES = (nats_errors.Error, js_errors.Error, TimeoutError)
@@ -75,25 +74,21 @@ def counter_config(name: str, max_age_s: float, replicas: int) -> api.StreamConf
     )
 
 
-class CounterBucket:
+class CounterBucket(StreamBucket):
     """One counter bucket: add to a key, sum the keys under a prefix."""
 
+    _timeout = TIMEOUT
+
     def __init__(self, name: str, nc: Any, max_age_s: float) -> None:
-        self.name = name
-        self.max_age_s = max_age_s
-        self._nc = nc
-        self._stream = kv_stream(name)
-        self._prefix = kv_key_subject(name)
+        super().__init__(name, nc, max_age_s)
         #: Batched gets' replies arrive on ``<inbox>.<n>``, one subscription for them all, each routed to its get.
         self._inbox: str | None = None
         self._next = 0
         self._answers: dict[str, asyncio.Queue[Any]] = {}
         self._subscribing = asyncio.Lock()
 
-    async def ensure(self) -> None:
-        """Create the bucket's stream if it is missing; RegistryError if this user may not."""
-        js = (await home_of(self._nc)).jetstream(self._nc, timeout=TIMEOUT)
-        await add_bucket_stream(js, self.name, counter_config(self.name, self.max_age_s, jetstream_replicas(self._nc)))
+    def config(self, replicas: int) -> api.StreamConfig:
+        return counter_config(self.name, self.max_age_s, replicas)
 
     async def add(self, key: str, amount: int) -> int:
         """Add ``amount`` to ``key`` (made first if the bucket is missing, where this user may); the new value."""

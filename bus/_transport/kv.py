@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +21,7 @@ from nats.js import api
 
 from bus._core.errors import RegistryError
 from bus._core.subjects import kv_key_subject, kv_stream
+from bus._transport.bucket_stream import add_bucket_stream
 from bus._transport.connection import jetstream_replicas
 from bus._transport.home import home_of
 from bus._transport.kv_mirror import origin_prefix, write_prefix
@@ -52,6 +53,15 @@ def _entry(raw: Any) -> KvEntry:
 
 def _failed(bucket: str, what: str, exc: BaseException) -> RegistryError:
     return RegistryError(f"bucket {bucket}: {what} failed ({exc!r})")
+
+
+@contextlib.contextmanager
+def _failing(bucket: str, what: str) -> Iterator[None]:
+    """A transport failure inside, raised as the RegistryError that names ``bucket`` and ``what`` was done."""
+    try:
+        yield
+    except _FAILURES as exc:
+        raise _failed(bucket, what, exc) from None
 
 
 class KvWatch:
@@ -124,21 +134,16 @@ class Bucket:
 
     async def get(self, key: str) -> KvEntry | None:
         """The key's current entry, None if it does not exist or was deleted."""
-        try:
+        with _failing(self.name, f"get {key}"), contextlib.suppress(js_errors.KeyNotFoundError):
             return _entry(await self._kv.get(key))
-        except js_errors.KeyNotFoundError:
-            return None
-        except _FAILURES as exc:
-            raise _failed(self.name, f"get {key}", exc) from None
+        return None
 
     async def put(self, key: str, value: bytes) -> int:
         """Store ``value`` under ``key``; returns the new revision."""
-        try:
+        with _failing(self.name, f"put {key}"):
             if self._origin is not None:
                 return await self._publish(key, value)
             return int(await self._kv.put(key, value))
-        except _FAILURES as exc:
-            raise _failed(self.name, f"put {key}", exc) from None
 
     async def create(self, key: str, value: bytes) -> bool:
         """Store ``value`` only if ``key`` holds nothing; False if it already does."""
@@ -174,13 +179,11 @@ class Bucket:
         return True
 
     async def delete(self, key: str) -> None:
-        try:
+        with _failing(self.name, f"delete {key}"):
             if self._origin is not None:
                 await self._publish(key, b"", {"KV-Operation": "DEL"})
-                return
-            await self._kv.delete(key)
-        except _FAILURES as exc:
-            raise _failed(self.name, f"delete {key}", exc) from None
+            else:
+                await self._kv.delete(key)
 
     async def max_age(self) -> float | None:
         """Seconds the bucket keeps a key (its stream's max age); None for no limit or when it cannot be read."""
@@ -282,21 +285,9 @@ async def bind_bucket(nc: Any, name: str, ttl_s: float | None = None) -> Bucket:
     home = await home_of(nc)
     if home.domain is not None:
         return await _bound_at(nc, home.domain, name)
-    try:
-        await js.add_stream(bucket_config(name, ttl_s, jetstream_replicas(nc)))
-    except js_errors.BadRequestError:
-        pass  # created by someone else meanwhile
-    except nats_errors.TimeoutError:  # what a create the server denied looks like from here
-        raise RegistryError(
-            f"the {name} bucket does not exist and this user may not create it: "
-            "start 'hookbus up' (the bus role creates it) or run a hookbus command as the operator"
-        ) from None
-    except _FAILURES as exc:
-        raise _failed(name, "create", exc) from None
-    try:
+    await add_bucket_stream(js, name, bucket_config(name, ttl_s, jetstream_replicas(nc)))
+    with _failing(name, "bind"):
         return await _bound(js, name)
-    except _FAILURES as exc:
-        raise _failed(name, "bind", exc) from None
 
 
 async def _bound_at(nc: Any, domain: str, name: str) -> Bucket:

@@ -23,7 +23,7 @@ from bus._transport.connection import open_connection
 from bus._transport.direct import subscribe_direct
 from bus._transport.kv import Bucket, bind_bucket, ensure_bucket
 from bus._transport.objects import PayloadStore, ensure_payloads_bucket
-from bus._transport.port import ObjectStore, RawMessage, RawSubscription, Trouble, TroubleCallback
+from bus._transport.port import ObjectStore, RawHandler, RawMessage, RawSubscription, Trouble, TroubleCallback
 from bus._transport.publisher import Publisher, flush_quietly, not_sent, ordered_flush
 from bus._transport.streams import (
     PullConsumer,
@@ -100,20 +100,10 @@ class NatsConnection(Publisher):
         return url.netloc if url is not None else "?"
 
     async def subscribe(
-        self,
-        subject: str,
-        cb: Callable[[RawMessage], Awaitable[None]],
-        *,
-        queue: str = "",
-        pending_msgs_limit: int | None = None,
-        pending_bytes_limit: int | None = None,
+        self, subject: str, cb: RawHandler, *, queue: str = "", pending_msgs_limit: int | None = None
     ) -> RawSubscription:
-        limits: dict[str, Any] = {}  # unset: nats-py's defaults
-        if pending_msgs_limit is not None:
-            limits["pending_msgs_limit"] = pending_msgs_limit
-        if pending_bytes_limit is not None:
-            limits["pending_bytes_limit"] = pending_bytes_limit
-        try:
+        limits: dict[str, Any] = {} if pending_msgs_limit is None else {"pending_msgs_limit": pending_msgs_limit}
+        try:  # unset: nats-py's default
             return await self._nc.subscribe(subject, queue=queue, cb=cb, **limits)
         except nats_errors.Error as exc:
             raise not_sent(exc) from None

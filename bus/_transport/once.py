@@ -23,9 +23,7 @@ import nats.js.errors as js_errors
 from nats.js import api
 
 from bus._core.errors import RegistryError
-from bus._core.subjects import kv_key_subject, kv_stream
-from bus._transport.bucket_stream import add_bucket_stream
-from bus._transport.connection import jetstream_replicas
+from bus._transport.bucket_stream import StreamBucket
 from bus._transport.home import home_of
 from bus._transport.kv import bucket_config
 
@@ -45,25 +43,13 @@ def once_config(name: str, max_age_s: float, replicas: int) -> api.StreamConfig:
     return config
 
 
-class OnceBucket:
+class OnceBucket(StreamBucket):
     """One write-once bucket: create a key (with its time to live), read a key, list and follow keys."""
 
-    def __init__(self, name: str, nc: Any, max_age_s: float) -> None:
-        self.name = name
-        self.max_age_s = max_age_s
-        self._nc = nc
-        self._stream = kv_stream(name)
-        self._prefix = kv_key_subject(name)
+    _timeout = READ_TIMEOUT
 
-    async def _js(self) -> Any:
-        """The JetStream context of the domain holding the bucket (the hub's, from a leaf node)."""
-        return (await home_of(self._nc)).jetstream(self._nc, timeout=READ_TIMEOUT)
-
-    async def ensure(self) -> None:
-        """Create the bucket's stream if it is missing; RegistryError if this user may not."""
-        await add_bucket_stream(
-            await self._js(), self.name, once_config(self.name, self.max_age_s, jetstream_replicas(self._nc))
-        )
+    def config(self, replicas: int) -> api.StreamConfig:
+        return once_config(self.name, self.max_age_s, replicas)
 
     async def create(self, key: str, value: bytes, ttl_s: float | None) -> bool:
         """Store ``value`` under ``key`` for ``ttl_s`` seconds (None: as long as the bucket keeps it); False if

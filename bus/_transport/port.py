@@ -65,6 +65,10 @@ class RawMessage(Protocol):
     def headers(self) -> dict[str, str] | None: ...
 
 
+#: What a raw subscription calls with each message.
+RawHandler = Callable[[RawMessage], Awaitable[None]]
+
+
 class RawSubscription(Protocol):
     """What subscribing returns: a handle to stop receiving (raises one of TRANSPORT_FAILURES when cut off)."""
 
@@ -120,13 +124,7 @@ class Connection(Protocol):
     async def publish(self, subject: str, data: bytes, reply: str = "") -> None: ...
 
     async def subscribe(
-        self,
-        subject: str,
-        cb: Callable[[RawMessage], Awaitable[None]],
-        *,
-        queue: str = "",
-        pending_msgs_limit: int | None = None,
-        pending_bytes_limit: int | None = None,
+        self, subject: str, cb: RawHandler, *, queue: str = "", pending_msgs_limit: int | None = None
     ) -> RawSubscription: ...
 
     async def subscribe_direct(
@@ -236,12 +234,7 @@ class Port(Protocol):
     async def publish_raw(self, subject: str, data: bytes, reply: str = "") -> None: ...
 
     async def subscribe_raw(
-        self,
-        subject: str,
-        cb: Callable[[RawMessage], Awaitable[None]],
-        *,
-        queue: str = "",
-        pending_msgs_limit: int | None = None,
+        self, subject: str, cb: RawHandler, *, queue: str = "", pending_msgs_limit: int | None = None
     ) -> RawSubscription: ...
 
     async def subscribe_direct(

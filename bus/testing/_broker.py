@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Final
@@ -41,7 +41,7 @@ from bus._core.subjects import PAYLOADS_BUCKET, matches
 from bus._runtime.ratelog import RateLimitedLog
 from bus._runtime.tasks import TaskSet
 from bus._transport.kv import Bucket, KvEntry, KvWatch
-from bus._transport.port import ObjectStore, RawMessage, Trouble, TroubleCallback
+from bus._transport.port import ObjectStore, RawHandler, RawMessage, Trouble, TroubleCallback
 from bus._transport.streams import PullConsumer, StreamMessage, StreamSpec, StreamState
 
 log = logging.getLogger("hookbus.payloads")
@@ -50,8 +50,6 @@ _NO_STORE: Final = "the in-process broker keeps no object store"
 #: nats-server's default max_payload.
 DEFAULT_MAX_PAYLOAD: Final = 1024 * 1024
 _NO_RESPONDERS: Final = {"Status": "503"}
-
-Callback = Callable[[RawMessage], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +114,7 @@ class InProcessBroker:
 class InProcessSubscription:
     """One subscription: a queue of messages and a task calling the callback with each, in order."""
 
-    def __init__(self, client: InProcessClient, subject: str, queue: str, cb: Callback | None, limit: int) -> None:
+    def __init__(self, client: InProcessClient, subject: str, queue: str, cb: RawHandler | None, limit: int) -> None:
         self.client = client
         self.subject = subject
         self.queue = queue
@@ -216,13 +214,7 @@ class InProcessClient:
         self.push(subject, data, reply)
 
     async def subscribe(
-        self,
-        subject: str,
-        cb: Callback | None = None,
-        *,
-        queue: str = "",
-        pending_msgs_limit: int | None = None,
-        pending_bytes_limit: int | None = None,
+        self, subject: str, cb: RawHandler | None = None, *, queue: str = "", pending_msgs_limit: int | None = None
     ) -> InProcessSubscription:
         if self._closed:
             raise NotSent("closed", f"{self.name} is closed")

@@ -65,20 +65,19 @@ class MiddlewareStats(Collector):
     @property
     def calls(self) -> dict[tuple[str, str, str], int]:
         """(handler, stage, outcome) -> calls, the quiet runs counted in (a copy: read, never write)."""
-        out = dict(self._calls)
-        for (stage, _), (names, series) in list(self._quiet.items()):
-            for name in names:
-                key = (name, stage, "ok")
-                out[key] = out.get(key, 0) + series.count
-        return out
+        return self._with_quiet(self._calls, "ok")
 
     @property
     def decisions(self) -> dict[tuple[str, str, str], int]:
         """(handler, stage, decision) -> reactions, the quiet runs counted in (a copy)."""
-        out = dict(self._decisions)
+        return self._with_quiet(self._decisions, "continue")
+
+    def _with_quiet(self, counts: dict[tuple[str, str, str], int], label: str) -> dict[tuple[str, str, str], int]:
+        """A copy of ``counts`` with each quiet run's calls added under (handler, stage, ``label``)."""
+        out = dict(counts)
         for (stage, _), (names, series) in list(self._quiet.items()):
             for name in names:
-                key = (name, stage, "continue")
+                key = (name, stage, label)
                 out[key] = out.get(key, 0) + series.count
         return out
 

@@ -26,7 +26,15 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
-from bus.adapters.claude_code._mapping import ClaudeCodeDialect, HookAnswer, Step
+from bus.adapters.claude_code._mapping import (
+    ClaudeCodeDialect,
+    HookAnswer,
+    Step,
+    call_step,
+    prompt_step,
+    result_step,
+    tool_call,
+)
 
 if TYPE_CHECKING:
     from bus._core.decisions import Decision
@@ -100,26 +108,15 @@ class GeminiDialect(ClaudeCodeDialect):
         event, agent = hook.hook_event_name, self.agent
         where = {"cwd": hook.cwd} if hook.cwd is not None else {}
         if event in TOOL_EVENTS:
-            from bus.adapters._errors import AgentHookError
-
-            if hook.tool_name is None:
-                raise AgentHookError(f"the hook input: {event} needs 'tool_name'")
-            call = {"name": hook.tool_name, "input": hook.tool_input or {}, "id": hook.tool_use_id, **where}
+            call = tool_call(hook, where)
             if event == "BeforeTool":
-                start = {"tool": hook.tool_name, "arguments": hook.tool_input or {}, "agent": agent, **where}
-                return Step(event, "tool.call", call, (("prx.lifecycle.tool_call_start", start),))
+                return call_step(call, hook, agent, where)
             response = _dict(hook.tool_response)
             content = response.get("llmContent", hook.tool_response)
             output, failed = _text(content if content is not None else ""), bool(response.get("error"))
-            done = {"tool": hook.tool_name, "success": not failed, "output": output, "agent": agent, **where}
-            result = {**call, "output": output, "is_error": failed}
-            return Step(event, "tool.result", result, (("prx.lifecycle.tool_call", done),), always=True)
+            return result_step(call, hook, output, failed, agent, where)
         if event == "BeforeAgent":
-            from bus.adapters._errors import AgentHookError
-
-            if hook.prompt is None:
-                raise AgentHookError("the hook input: BeforeAgent needs 'prompt'")
-            return Step(event, "user.message", {"agent": agent, "content": hook.prompt, **where})
+            return prompt_step(hook, agent, where)
         if event == "BeforeModel":
             return Step(event, "llm.request", request_payload(hook.llm_request))
         if event == "AfterModel":

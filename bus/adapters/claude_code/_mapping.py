@@ -115,29 +115,51 @@ def _failed(response: Any) -> bool:
     return response.get("success") is False or response.get("is_error") is True or bool(response.get("error"))
 
 
+def tool_call(hook: AgentHookInput, where: dict[str, Any]) -> dict[str, Any]:
+    """The call a tool event intercepts (``{name, input, id}`` and ``where``); AgentHookError without a tool name."""
+    if hook.tool_name is None:
+        raise AgentHookError(f"the hook input: {hook.hook_event_name} needs 'tool_name'")
+    return {"name": hook.tool_name, "input": hook.tool_input or {}, "id": hook.tool_use_id, **where}
+
+
+def call_step(call: dict[str, Any], hook: AgentHookInput, agent: str, where: dict[str, Any]) -> Step:
+    """A call about to run: its ``tool.call`` intercept, then ``prx.lifecycle.tool_call_start``."""
+    start = {"tool": call["name"], "arguments": call["input"], "agent": agent, **where}
+    return Step(hook.hook_event_name, "tool.call", call, (("prx.lifecycle.tool_call_start", start),))
+
+
+def result_step(
+    call: dict[str, Any], hook: AgentHookInput, output: str, failed: bool, agent: str, where: dict[str, Any]
+) -> Step:
+    """A call that ran: its ``tool.result`` intercept, then ``prx.lifecycle.tool_call`` (always emitted)."""
+    done = {"tool": call["name"], "success": not failed, "output": output, "agent": agent, **where}
+    result = {**call, "output": output, "is_error": failed}
+    return Step(hook.hook_event_name, "tool.result", result, (("prx.lifecycle.tool_call", done),), always=True)
+
+
+def prompt_step(hook: AgentHookInput, agent: str, where: dict[str, Any]) -> Step:
+    """A prompt the user submits: its ``user.message`` intercept; AgentHookError without the prompt."""
+    if hook.prompt is None:
+        raise AgentHookError(f"the hook input: {hook.hook_event_name} needs 'prompt'")
+    return Step(hook.hook_event_name, "user.message", {"agent": agent, "content": hook.prompt, **where})
+
+
 def plan(hook: AgentHookInput, agent: str) -> Step:
     """The intercept and events of ``hook`` (see the table above); an event hookbus does not map is a no-op."""
     event, where = hook.hook_event_name, {"cwd": hook.cwd} if hook.cwd is not None else {}
     if event in TOOL_EVENTS:
-        if hook.tool_name is None:
-            raise AgentHookError(f"the hook input: {event} needs 'tool_name'")
-        call = {"name": hook.tool_name, "input": hook.tool_input or {}, "id": hook.tool_use_id, **where}
+        call = tool_call(hook, where)
         if event == "PreToolUse":
-            start = {"tool": hook.tool_name, "arguments": hook.tool_input or {}, "agent": agent, **where}
-            return Step(event, "tool.call", call, (("prx.lifecycle.tool_call_start", start),))
+            return call_step(call, hook, agent, where)
         if event == "PermissionRequest":
             return Step(event, "tool.call", call)
         if event == "PostToolUseFailure":
             output, failed = _text(hook.error if hook.error is not None else hook.tool_response), True
         else:
             output, failed = _text(hook.tool_response), _failed(hook.tool_response)
-        done = {"tool": hook.tool_name, "success": not failed, "output": output, "agent": agent, **where}
-        result = {**call, "output": output, "is_error": failed}
-        return Step(event, "tool.result", result, (("prx.lifecycle.tool_call", done),), always=True)
+        return result_step(call, hook, output, failed, agent, where)
     if event == "UserPromptSubmit":
-        if hook.prompt is None:
-            raise AgentHookError("the hook input: UserPromptSubmit needs 'prompt'")
-        return Step(event, "user.message", {"agent": agent, "content": hook.prompt, **where})
+        return prompt_step(hook, agent, where)
     subject = _LIFECYCLE.get(event) or custom_subject(event)
     if subject is None:
         return Step(event)
