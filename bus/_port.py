@@ -25,7 +25,7 @@ from bus._runtime.stats import BusStats
 from bus._transport.counters import CounterBucket
 from bus._transport.kv import Bucket
 from bus._transport.once import OnceBucket, once_bucket
-from bus._transport.port import Connection, ObjectStore, RawHandler, RawMessage, RawSubscription
+from bus._transport.port import Connection, DirectHandler, ObjectStore, RawHandler, RawSubscription
 from bus._transport.streams import PullConsumer, StreamMessage, StreamSpec, StreamState
 
 #: How the port emits a checked event: the Bus's own ``emit``.
@@ -174,9 +174,7 @@ class BusPort:
         """Call ``cb`` with each raw message on ``subject`` (turn and module requests; no envelope)."""
         return await self.connection().subscribe(subject, cb, queue=queue, pending_msgs_limit=pending_msgs_limit)
 
-    async def subscribe_direct(
-        self, subject: str, cb: Callable[[RawMessage], None], *, queue: str = ""
-    ) -> RawSubscription:
+    async def subscribe_direct(self, subject: str, cb: DirectHandler, *, queue: str = "") -> RawSubscription:
         """Call ``cb`` as each raw message is read, with no queue or task between (the middleware's requests and
         replies). ``cb`` must not block; what it must wait for goes in a task (:func:`bus._runtime.eager.run_eager`)."""
         return await self.connection().subscribe_direct(subject, cb, queue=queue)

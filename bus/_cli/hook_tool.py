@@ -11,22 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
-import orjson
-
+from bus._cli.options import parse_json_object
 from bus._core.errors import ConfigError
 from bus._core.stages import Stage
 
 TURN: Final = "test"
-
-
-def _json(text: str, what: str) -> dict[str, Any]:
-    try:
-        value = orjson.loads(text)
-    except orjson.JSONDecodeError as exc:
-        raise ConfigError(f"{what} is not JSON: {exc}") from None
-    if not isinstance(value, dict):
-        raise ConfigError(f"{what} must be a JSON object, not {type(value).__name__}")
-    return value
 
 
 def _flag(text: str, what: str) -> bool:
@@ -57,7 +46,7 @@ COMMANDS: Final[dict[str, tuple[Stage, tuple[int, int], str, Build]]] = {
     ),
     "tool": (
         Stage.TOOL_CALL, (1, 2), "tool NAME ['{json input}']",
-        lambda a, v: {"name": v[0], "input": _json(v[1], "tool input") if len(v) > 1 else {}},
+        lambda a, v: {"name": v[0], "input": parse_json_object(v[1], "tool input") if len(v) > 1 else {}},
     ),
     "result": (
         Stage.TOOL_RESULT, (2, 3), 'result NAME "output" [true|false]',
@@ -67,7 +56,7 @@ COMMANDS: Final[dict[str, tuple[Stage, tuple[int, int], str, Build]]] = {
         Stage.LLM_REQUEST, (0, 1), "inference ['{json request}']",
         lambda a, v: {
             "model": "", "messages": [], "tools": None, "max_tokens": None, "temperature": None, "attempt": 1,
-            **(_json(v[0], "the request") if v else {}),
+            **(parse_json_object(v[0], "the request") if v else {}),
         },
     ),
     "token": (

@@ -17,12 +17,15 @@ depth of the event is ``event_depth`` (the wire's ``ctx.depth``).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Final
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final, Self
 
 import msgspec
 
 from bus._core.middleware_schema import RequestCtx
+
+if TYPE_CHECKING:
+    from bus._core.declaration import Declaration
 
 #: The ``ctx`` keys of ``Bus.intercept`` this module carries.
 CLAIM_KEYS: Final = ("parent", "spawn_depth", "tools", "budget_total", "budget_spent", "budget_unit")
@@ -113,3 +116,65 @@ def claims_of(wire: RequestCtx) -> RunClaims:
         budget_spent=_given(wire.budget_spent),
         budget_unit=_given(wire.budget_unit),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class CallCtx(BudgetLeft):
+    """The call's context as a handler sees it: a module's StageCtx (which adds ``bus``) and a record's RecordCtx.
+
+    ``depth`` is the run's depth in its agent's process tree (0: a run nobody spawned; agent_os's
+    ``depth``); the recursion depth of the event is ``event_depth``. ``parent``, ``depth``, ``tools``
+    and the budget are the agent's claims (:class:`RunClaims`).
+    """
+
+    stage: str
+    handler: str
+    session: str | None
+    agent: str | None
+    depth: int
+    deadline: float  # Unix time (seconds) after which the kernel stops waiting
+    request_id: str
+    #: Whose message (the agent's user), which agent template, which process: when the caller gave them.
+    user: str | None = None
+    template: str | None = None
+    process: str | None = None
+    #: The bag values it declared as inputs (a missing optional one is its default).
+    inputs: Mapping[str, Any] = field(default_factory=dict)
+    #: What it puts in the bag for the handlers after it: only its declared outputs are kept.
+    outputs: dict[str, Any] = field(default_factory=dict)
+    #: The handler's own config (``@handlers.stage(config=...)``; a hook-turn's ``config:``), never sent.
+    config: Mapping[str, Any] = field(default_factory=dict)
+    #: The recursion depth of the call (the wire's ``ctx.depth``): what ``depth`` held up to 0.4.
+    event_depth: int = 0
+    #: The parent run (``agent/turn``) when the agent's run was spawned by another, else None.
+    parent: str | None = None
+    #: The agent process's tool allowlist, when the agent gave it.
+    tools: tuple[str, ...] | None = None
+    #: The agent's budget (the layer nearest its limit): total and spent in ``budget_unit``; None without one.
+    budget_total: float | None = None
+    budget_spent: float | None = None
+    budget_unit: str | None = None
+
+    @classmethod
+    def of_request(cls, decl: Declaration, wire: RequestCtx, **given: Any) -> Self:
+        """The context of the handler ``decl`` names in the call ``wire`` carries; ``given``: the other fields."""
+        run = claims_of(wire)
+        return cls(
+            stage=decl.stage,
+            handler=decl.qualname,
+            session=wire.session,
+            agent=wire.agent,
+            depth=run.depth,
+            deadline=wire.deadline,
+            request_id=wire.id,
+            user=_given(wire.user),
+            template=_given(wire.template),
+            process=_given(wire.process),
+            event_depth=wire.depth,
+            parent=run.parent,
+            tools=run.tools,
+            budget_total=run.budget_total,
+            budget_spent=run.budget_spent,
+            budget_unit=run.budget_unit,
+            **given,
+        )

@@ -34,12 +34,12 @@ import re
 import sys
 import types
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final
 
 from bus._core.decisions import Ask, Cancel, Continue, HandlerDecision, Patch
 from bus._core.errors import RecordError
-from bus._core.run_context import BudgetLeft
+from bus._core.run_context import CallCtx
 
 #: Modules a record may import unless the runner's configuration says otherwise: pure computation.
 DEFAULT_IMPORTS: Final = frozenset(
@@ -66,34 +66,13 @@ RecordHandler = Callable[[str, dict[str, Any], "RecordCtx"], Coroutine[Any, Any,
 
 
 @dataclass(frozen=True, slots=True)
-class RecordCtx(BudgetLeft):
+class RecordCtx(CallCtx):
     """What a record's ``ctx`` holds: the call's context, the fields of a module's StageCtx but ``bus``.
 
     A record cannot emit or intercept; it reads its declared bag ``inputs`` and
     sets its declared ``outputs`` (``ctx.outputs["key"] = value``) as a module's handler does.
+    A record has no config.
     """
-
-    stage: str
-    handler: str
-    session: str | None
-    agent: str | None
-    depth: int
-    deadline: float
-    request_id: str
-    user: str | None = None
-    template: str | None = None
-    process: str | None = None
-    inputs: Mapping[str, Any] = field(default_factory=dict)
-    outputs: dict[str, Any] = field(default_factory=dict)
-    #: As a StageCtx's (bus._middleware.handler.module): ``depth`` is the depth in the process tree, the
-    #: event's is ``event_depth``; parent, tools and budget are the agent's claims. A record has no config.
-    config: Mapping[str, Any] = field(default_factory=dict)
-    event_depth: int = 0
-    parent: str | None = None
-    tools: tuple[str, ...] | None = None
-    budget_total: float | None = None
-    budget_spent: float | None = None
-    budget_unit: str | None = None
 
     def get(self, name: str, default: Any = None) -> Any:
         """``ctx.get("agent")``, as records written against a dict context expect."""

@@ -23,7 +23,14 @@ from bus._transport.connection import open_connection
 from bus._transport.direct import subscribe_direct
 from bus._transport.kv import Bucket, bind_bucket, ensure_bucket
 from bus._transport.objects import PayloadStore, ensure_payloads_bucket
-from bus._transport.port import ObjectStore, RawHandler, RawMessage, RawSubscription, Trouble, TroubleCallback
+from bus._transport.port import (
+    DirectHandler,
+    ObjectStore,
+    RawHandler,
+    RawSubscription,
+    Trouble,
+    TroubleCallback,
+)
 from bus._transport.publisher import Publisher, flush_quietly, not_sent, ordered_flush
 from bus._transport.streams import (
     PullConsumer,
@@ -108,9 +115,7 @@ class NatsConnection(Publisher):
         except nats_errors.Error as exc:
             raise not_sent(exc) from None
 
-    async def subscribe_direct(
-        self, subject: str, cb: Callable[[RawMessage], None], *, queue: str = ""
-    ) -> RawSubscription:
+    async def subscribe_direct(self, subject: str, cb: DirectHandler, *, queue: str = "") -> RawSubscription:
         try:
             return await subscribe_direct(self._nc, subject, cb, queue)
         except nats_errors.Error as exc:

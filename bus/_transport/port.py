@@ -67,6 +67,8 @@ class RawMessage(Protocol):
 
 #: What a raw subscription calls with each message.
 RawHandler = Callable[[RawMessage], Awaitable[None]]
+#: What a direct subscription calls as each message is read: plain, never blocking.
+DirectHandler = Callable[[RawMessage], None]
 
 
 class RawSubscription(Protocol):
@@ -127,9 +129,7 @@ class Connection(Protocol):
         self, subject: str, cb: RawHandler, *, queue: str = "", pending_msgs_limit: int | None = None
     ) -> RawSubscription: ...
 
-    async def subscribe_direct(
-        self, subject: str, cb: Callable[[RawMessage], None], *, queue: str = ""
-    ) -> RawSubscription:
+    async def subscribe_direct(self, subject: str, cb: DirectHandler, *, queue: str = "") -> RawSubscription:
         """Call ``cb`` (plain, never blocking) as each message is read: no queue, no task per message."""
         ...
 
@@ -207,14 +207,9 @@ class Port(Protocol):
     @property
     def max_bytes(self) -> int: ...
 
-    @property
-    def max_depth(self) -> int: ...
-
-    @property
-    def journal_origin(self) -> str | None: ...
-
-    @property
-    def stats(self) -> BusStats: ...
+    max_depth: int
+    journal_origin: str | None
+    stats: BusStats
 
     async def emit(
         self, subject: str, payload: Mapping[str, Any] | None = None, session_id: str | None = None
@@ -237,9 +232,7 @@ class Port(Protocol):
         self, subject: str, cb: RawHandler, *, queue: str = "", pending_msgs_limit: int | None = None
     ) -> RawSubscription: ...
 
-    async def subscribe_direct(
-        self, subject: str, cb: Callable[[RawMessage], None], *, queue: str = ""
-    ) -> RawSubscription:
+    async def subscribe_direct(self, subject: str, cb: DirectHandler, *, queue: str = "") -> RawSubscription:
         """Call ``cb`` (plain, never blocking) as each message is read (the middleware's request/reply path)."""
         ...
 

@@ -19,9 +19,8 @@ from bus._core.decisions import CONTINUE, Decision, HandlerDecision, reply_of
 from bus._core.declaration import Declaration
 from bus._core.middleware_schema import MiddlewareReply, MiddlewareRequest, ReactionMsg, RequestCtx
 from bus._core.results import ChainRun
-from bus._core.run_context import claims_of
 from bus._middleware.faults import Outcome, fault_decision
-from bus._middleware.handler.module import _given, _reaction
+from bus._middleware.handler.module import _reaction
 from bus._records.execute import RecordRun, run_record
 from bus._records.record import Record
 from bus._records.sandbox import RecordCtx, RecordHandler
@@ -118,26 +117,7 @@ def record_ctx(
     decl: Declaration, wire: RequestCtx, bag: dict[str, Any], payload: Mapping[str, Any] | None = None
 ) -> RecordCtx:
     """The call's context as a record sees it: the same fields a module's StageCtx carries, without a bus."""
-    run = claims_of(wire)
-    return RecordCtx(
-        decl.stage,
-        decl.qualname,
-        wire.session,
-        wire.agent,
-        run.depth,
-        wire.deadline,
-        wire.id,
-        user=_given(wire.user),
-        template=_given(wire.template),
-        process=_given(wire.process),
-        inputs=bag_keys.inputs(decl, bag, payload or {}),
-        event_depth=wire.depth,
-        parent=run.parent,
-        tools=run.tools,
-        budget_total=run.budget_total,
-        budget_spent=run.budget_spent,
-        budget_unit=run.budget_unit,
-    )
+    return RecordCtx.of_request(decl, wire, inputs=bag_keys.inputs(decl, bag, payload or {}))
 
 
 def _fault(decl: Declaration, cause: str) -> Decision:

@@ -32,7 +32,7 @@ from bus._core.errors import DeclarationError
 from bus._core.middleware_schema import MiddlewareReply, MiddlewareRequest, ReactionMsg, RequestCtx
 from bus._core.payloads import from_dict, is_typed, to_dict
 from bus._core.results import ChainRun
-from bus._core.run_context import BudgetLeft, RunClaims, claims_of
+from bus._core.run_context import CallCtx
 from bus._core.schema import convert
 from bus._core.subjects import TOKEN_RE
 from bus._middleware.faults import Outcome, fault_decision
@@ -68,43 +68,13 @@ class HandlerBus(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class StageCtx(BudgetLeft):
-    """What a handler may ask for (a parameter named ``ctx``): the call's context and a bus.
-
-    ``depth`` is the run's depth in its agent's process tree (0: a run nobody spawned; agent_os's
-    ``depth``); the recursion depth of the event is ``event_depth``. Emits and intercepts made through
-    ``bus`` inside the handler carry ``event_depth + 1`` (the depth rule of :mod:`bus._core.depth`).
-    ``parent``, ``depth``, ``tools`` and the budget are the agent's claims (bus._core.run_context).
+class StageCtx(CallCtx):
+    """What a handler may ask for (a parameter named ``ctx``): the call's context (its fields:
+    :class:`bus._core.run_context.CallCtx`) and a bus. Emits and intercepts made through ``bus``
+    inside the handler carry ``event_depth + 1`` (the depth rule of :mod:`bus._core.depth`).
     """
 
-    stage: str
-    handler: str
-    session: str | None
-    agent: str | None
-    depth: int
-    deadline: float  # Unix time (seconds) after which the kernel stops waiting
-    request_id: str
-    bus: HandlerBus | None
-    #: Whose message (the agent's user), which agent template, which process: when the caller gave them.
-    user: str | None = None
-    template: str | None = None
-    process: str | None = None
-    #: The bag values it declared as inputs (a missing optional one is its default).
-    inputs: Mapping[str, Any] = field(default_factory=dict)
-    #: What it puts in the bag for the handlers after it: only its declared outputs are kept.
-    outputs: dict[str, Any] = field(default_factory=dict)
-    #: The handler's own config (``@handlers.stage(config=...)``; a hook-turn's ``config:``), never sent.
-    config: Mapping[str, Any] = field(default_factory=dict)
-    #: The recursion depth of the call (the wire's ``ctx.depth``): what ``depth`` held up to 0.4.
-    event_depth: int = 0
-    #: The parent run (``agent/turn``) when the agent's run was spawned by another, else None.
-    parent: str | None = None
-    #: The agent process's tool allowlist, when the agent gave it.
-    tools: tuple[str, ...] | None = None
-    #: The agent's budget (the layer nearest its limit): total and spent in ``budget_unit``; None without one.
-    budget_total: float | None = None
-    budget_spent: float | None = None
-    budget_unit: str | None = None
+    bus: HandlerBus | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -340,38 +310,10 @@ def _reaction(handler: str, outcome: Outcome, decision: HandlerDecision, ms: flo
     return ReactionMsg(handler=handler, outcome=outcome.value, decision=kind, duration_ms=ms, cause=cause)
 
 
-def _given(value: str | msgspec.UnsetType) -> str | None:
-    """A ctx field the kernel may leave out: None when it did."""
-    return None if isinstance(value, msgspec.UnsetType) else value
-
-
 def _stage_ctx(
     handler: _Handler, wire_ctx: RequestCtx, bus: HandlerBus | None, bag: Mapping[str, Any], outputs: dict[str, Any]
 ) -> StageCtx:
-    decl = handler.decl
-    run: RunClaims = claims_of(wire_ctx)
-    return StageCtx(
-        stage=decl.stage,
-        handler=decl.qualname,
-        session=wire_ctx.session,
-        agent=wire_ctx.agent,
-        depth=run.depth,
-        deadline=wire_ctx.deadline,
-        request_id=wire_ctx.id,
-        user=_given(wire_ctx.user),
-        template=_given(wire_ctx.template),
-        process=_given(wire_ctx.process),
-        bus=bus,
-        inputs=bag,
-        outputs=outputs,
-        config=handler.config,
-        event_depth=wire_ctx.depth,
-        parent=run.parent,
-        tools=run.tools,
-        budget_total=run.budget_total,
-        budget_spent=run.budget_spent,
-        budget_unit=run.budget_unit,
-    )
+    return StageCtx.of_request(handler.decl, wire_ctx, bus=bus, inputs=bag, outputs=outputs, config=handler.config)
 
 
 def _payload_type(func: StageHandler) -> type | None:
