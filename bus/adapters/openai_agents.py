@@ -167,11 +167,8 @@ class HookbusRunHooks(_ModelAndToolHooks, RunHooks[Any]):
 class HookbusAgentHooks(_ModelAndToolHooks, AgentHooks[Any]):
     """One agent's hooks (``Agent(hooks=...)``): the same events, for that agent only."""
 
-    async def on_start(self, context: Any, agent: Any) -> None:
-        await self._out.agent_start(agent)
-
-    async def on_end(self, context: Any, agent: Any, output: Any) -> None:
-        await self._out.agent_end(context, agent)
+    on_start = HookbusRunHooks.on_agent_start
+    on_end = HookbusRunHooks.on_agent_end
 
     async def on_handoff(self, context: Any, agent: Any, source: Any) -> None:
         await self._out.handoff(source, agent)
