@@ -9,10 +9,9 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bus._cli.common import add_metrics_port, add_nats_url, connection_args, serve_metrics, stop_on_signals
+from bus._cli.common import add_metrics_port, add_nats_url, serve_metrics, stop_on_signals
 from bus._cli.middleware import add_drain_workspace, middleware_options
-from bus._cli.options import SERVICE_CONNECT_S
-from bus._client import Bus
+from bus._cli.options import SERVICE_CONNECT_S, command_bus
 from bus._core.errors import ConfigError
 from bus._core.subjects import TOKEN_RE
 
@@ -162,11 +161,10 @@ async def run(args: argparse.Namespace) -> int:
     try:
         metrics = serve_metrics(stack, args.host, args.metrics_port)
         managed = [decl.qualname for decl in hook_turns.declarations] if hook_turns else []
-        async with Bus(
-            args.nats_url,
-            name=f"hookbus-agent-{args.name}",
+        async with command_bus(
+            args,
+            f"hookbus-agent-{args.name}",
             source=args.name,  # its events name it (the console's source, the dashboards' "by agent")
-            **connection_args(args),
             managed=managed,
             middleware=options,
             rules=args.rules,

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
-from bus._cli.options import add_nats_url, credentials_of
+from bus._cli.options import add_nats_url, command_bus, credentials_of
 from bus._core.depth import DEFAULT_MAX_DEPTH, depth_from_env
 from bus._core.errors import (
     ConnectError,
@@ -214,8 +214,6 @@ def hook_now(args: argparse.Namespace) -> int:
 
 async def run_full(args: argparse.Namespace, hook: AgentHookInput, raw: dict[str, Any], *, full_only: bool) -> int:
     """The mapping on a full client of this process's own (no relay, or ``hookbus -v``)."""
-    from bus._cli.options import connection_args
-    from bus._client import Bus
     from bus._core.depth import set_depth
     from bus.adapters.claude_code._mapping import answer, fail_closed_guards
 
@@ -226,7 +224,7 @@ async def run_full(args: argparse.Namespace, hook: AgentHookInput, raw: dict[str
     set_depth(depth)
     bus: Bus | None = None
     try:
-        async with Bus(args.nats_url, name=f"hookbus-{args.command}", **connection_args(args)) as bus:
+        async with command_bus(args, f"hookbus-{args.command}") as bus:
             done = await answer(bus, hook, dialect_of(args.flavor), asks=getattr(args, "asks", "fleet"))
             guards = fail_closed_guards(bus)
             await bus.flush()

@@ -15,8 +15,7 @@ from typing import Any
 
 import orjson
 
-from bus._cli.options import add_nats_url, connection_args, parse_json_object
-from bus._client import Bus
+from bus._cli.options import add_nats_url, command_bus, parse_json_object
 from bus._core.errors import AskRefused
 from bus._middleware.asks.records import AnswerMsg, AskMsg
 from bus._middleware.asks.rules import AskRules, RuleMsg
@@ -74,7 +73,7 @@ def _answer_options(parser: argparse.ArgumentParser) -> None:
 
 
 async def run_list(args: argparse.Namespace) -> int:
-    async with Bus(args.nats_url, name="hookbus-asks", **connection_args(args)) as bus:
+    async with command_bus(args, "hookbus-asks") as bus:
         if args.revoke is not None:
             rule = await AskRules(bus.port).revoke(args.revoke, local_actor())
             await bus.flush()
@@ -95,7 +94,7 @@ async def run_list(args: argparse.Namespace) -> int:
 
 async def run_answer(args: argparse.Namespace) -> int:
     payload = parse_json_object(args.payload, "the edited payload") if args.kind == "edit" else None
-    async with Bus(args.nats_url, name=f"hookbus-{args.kind}", **connection_args(args)) as bus:
+    async with command_bus(args, f"hookbus-{args.kind}") as bus:
         store = AskStore(bus.port)
         by = args.by or local_actor()
         remember = getattr(args, "remember", None)

@@ -14,7 +14,13 @@ import argparse
 import sys
 from typing import Any, Final
 
-from bus._cli.options import add_nats_url, connection_args, credentials_of, parse_json_object, read_json_object
+from bus._cli.options import (
+    add_nats_url,
+    command_bus,
+    credentials_of,
+    parse_json_object,
+    read_json_object,
+)
 from bus._core.catalog import check_emitted, check_strict
 from bus._core.depth import DEFAULT_MAX_DEPTH, DEPTH_ENV, depth_from_env, set_depth
 from bus._core.encoder import Encoder
@@ -172,10 +178,8 @@ async def run(args: argparse.Namespace) -> int:
 
 
 async def publish_with_bus(args: argparse.Namespace, events: list[Event]) -> int:
-    from bus._client import Bus
-
     set_depth(depth_from_env())
-    async with Bus(args.nats_url, name=NAME, source=args.source, **connection_args(args)) as bus:
+    async with command_bus(args, NAME, source=args.source) as bus:
         sent = [await bus.emit(subject, payload, session_id=session) for subject, payload, session in events]
         if any(sent):
             await bus.flush()

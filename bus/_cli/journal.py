@@ -13,17 +13,15 @@ from typing import TYPE_CHECKING
 from bus._cli.common import (
     add_metrics_port,
     add_nats_url,
-    connection_args,
     hint_event,
     hint_stage,
     serve_metrics,
     stop_on_signals,
 )
 from bus._cli.journal_verify import register as register_verify
-from bus._cli.options import SERVICE_CONNECT_S
+from bus._cli.options import SERVICE_CONNECT_S, command_bus
 from bus._cli.workspace import add_workspace, existing
 from bus._cli.workspace import resolve as resolve_workspace
-from bus._client import Bus
 from bus._core.catalog import closest
 from bus._core.errors import ConfigError
 from bus._journal.entries import JournalEntry, canonical_time
@@ -256,7 +254,7 @@ async def run_sink(args: argparse.Namespace) -> int:
     stop = stop_on_signals()
     async with AsyncExitStack() as stack:
         metrics = serve_metrics(stack, args.host, args.metrics_port)
-        bus = await stack.enter_async_context(Bus(args.nats_url, name="hookbus-journal-sink", **connection_args(args)))
+        bus = await stack.enter_async_context(command_bus(args, "hookbus-journal-sink"))
         sink = JournalSink(bus, resolve_workspace(args).path, group=args.group)
         parts = [component("journal_sink", "journal", str(sink.store.path))]
         await stack.enter_async_context(presence(bus, "hookbus journal-sink", parts))

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from bus._cli.mcp_install import configure_install
-from bus._cli.options import add_nats_url
+from bus._cli.options import add_nats_url, command_bus
 
 if TYPE_CHECKING:
     from bus.adapters._mcp._gate import Gate
@@ -157,14 +157,12 @@ def _proxy(args: argparse.Namespace, gate: Gate, session: str | None) -> McpProx
 async def _gate(args: argparse.Namespace) -> AsyncIterator[Gate]:
     """The bus as the agent's user; without one, the guards remembered for its servers."""
     from bus._cli.agent_hook import recalled, recalled_entry, remember
-    from bus._cli.options import connection_args
-    from bus._client import Bus
     from bus._core.errors import HookbusError
     from bus._transport.endpoints import resolve_servers
     from bus.adapters._mcp._gate import MATCHES, MCP_STAGES, OfflineGate, fail_closed_guards, fail_closed_matches
 
     servers = resolve_servers(args.nats_url)
-    bus = Bus(args.nats_url, name=f"hookbus-mcp-{args.name}", **connection_args(args))
+    bus = command_bus(args, f"hookbus-mcp-{args.name}")
     try:
         await bus.__aenter__()
     except HookbusError as exc:

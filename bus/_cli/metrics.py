@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 from contextlib import AsyncExitStack
 
-from bus._cli.common import add_metrics_port, add_nats_url, connection_args, serve_metrics, stop_on_signals
-from bus._cli.options import SERVICE_CONNECT_S
+from bus._cli.common import add_metrics_port, add_nats_url, serve_metrics, stop_on_signals
+from bus._cli.options import SERVICE_CONNECT_S, command_bus
 from bus._cli.parser import add_command
 from bus._core.errors import ConfigError
 
@@ -35,14 +35,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 async def run(args: argparse.Namespace) -> int:
-    from bus._client import Bus
     from subscribers.fleet_metrics.receiver import QUEUE, FleetReceiver
 
     if args.metrics_port < 0:
         raise ConfigError("hookbus metrics serves /metrics: give --metrics-port a port (0: any free one)")
     stop = stop_on_signals()
     async with AsyncExitStack() as stack:
-        bus = await stack.enter_async_context(Bus(args.nats_url, name="hookbus-metrics", **connection_args(args)))
+        bus = await stack.enter_async_context(command_bus(args, "hookbus-metrics"))
         receiver = await FleetReceiver(bus.port).start()
         stack.push_async_callback(receiver.stop)
         url = serve_metrics(stack, args.host, args.metrics_port)

@@ -6,7 +6,8 @@ import argparse
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 
-from bus._cli.common import add_nats_url, connection_args
+from bus._cli.common import add_nats_url
+from bus._cli.options import command_bus
 from bus._cli.workspace import add_workspace
 from bus._cli.workspace import resolve as resolve_workspace
 from bus._client import Bus
@@ -57,10 +58,9 @@ def add_options(parser: argparse.ArgumentParser, trust: bool = False) -> None:
 async def open_view(args: argparse.Namespace, name: str) -> AsyncIterator[tuple[Bus, View]]:
     trust_new = getattr(args, "trust_new", False)
     managed = getattr(args, "managed", [])
-    async with Bus(
-        args.nats_url,
-        name=name,
-        **connection_args(args),
+    async with command_bus(
+        args,
+        name,
         trust_new=trust_new,
         managed=managed,
         middleware=middleware_options(args),

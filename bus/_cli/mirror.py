@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import argparse
 
-from bus._cli.common import add_nats_url, connection_args
-from bus._client import Bus
+from bus._cli.common import add_nats_url
+from bus._cli.options import command_bus
 from bus._core.errors import ConfigError
 from bus._transport.kv_mirror import DOMAIN_ENV, MIRRORED, kv_domain, mirror_buckets
 
@@ -35,7 +35,7 @@ async def run(args: argparse.Namespace) -> int:
     source = args.source or kv_domain()
     if not source:
         raise ConfigError(f"name the hub's JetStream domain: --from DOMAIN or {DOMAIN_ENV}")
-    async with Bus(args.nats_url, name="hookbus-mirror", **connection_args(args)) as bus:
+    async with command_bus(args, "hookbus-mirror") as bus:
         made = await mirror_buckets(bus.port.nc, source)
     for name in MIRRORED:
         print(f"{name}: {'mirrored from ' + source if name in made else 'already a mirror'}")

@@ -15,8 +15,7 @@ from typing import Any
 
 import orjson
 
-from bus._cli.common import connection_args
-from bus._client import Bus
+from bus._cli.options import command_bus
 from bus._core.decisions import Decision
 from bus._journal.subjects import JOURNAL_PREFIX
 from bus._module import Module
@@ -38,10 +37,9 @@ async def run_live(
                 entry.pop(noise, None)
             entries.append(entry)
 
-    opts = connection_args(args)
-    async with Bus(args.nats_url, name="hookbus-test-module", managed=managed, **opts) as kernel:
+    async with command_bus(args, "hookbus-test-module", managed=managed) as kernel:
         await kernel.port.subscribe_raw(f"{JOURNAL_PREFIX}.>", keep)
-        async with Bus(args.nats_url, name=f"hookbus-test-module-{module.name}", **opts) as served:
+        async with command_bus(args, f"hookbus-test-module-{module.name}") as served:
             serving = asyncio.create_task(module.serve(bus=served))
             try:
                 on_stage = [decl.qualname for decl in module.declarations if decl.stage == stage]

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from bus._cli.parser import in_help_only
 from bus._core.errors import ConfigError
 from bus._core.json_types import json_object
 from bus._transport.endpoints import URL_ENV, Credentials
+
+if TYPE_CHECKING:
+    from bus._client import Bus
 
 #: How long a command that does one thing and exits retries a server that is not there (then it says so).
 ONE_SHOT_CONNECT_S: Final = 0.5
@@ -93,6 +96,13 @@ def credentials_of(args: argparse.Namespace) -> Credentials:
 def connection_args(args: argparse.Namespace) -> dict[str, Any]:
     """Keyword arguments of ``Bus`` from the connection flags: the connect budget and the credentials."""
     return {"connect_timeout": args.connect_timeout, "credentials": credentials_of(args)}
+
+
+def command_bus(args: argparse.Namespace, name: str, **options: Any) -> Bus:
+    """The Bus a command opens: at ``--nats-url`` with its connection flags, named ``name``; ``options``: the rest."""
+    from bus._client import Bus
+
+    return Bus(args.nats_url, name=name, **connection_args(args), **options)
 
 
 def parse_json_object(text: str, what: str) -> dict[str, Any]:

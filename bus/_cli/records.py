@@ -9,7 +9,8 @@ from typing import Any
 
 import msgspec
 
-from bus._cli.common import add_nats_url, connection_args, read_json_object
+from bus._cli.common import add_nats_url, read_json_object
+from bus._cli.options import command_bus
 from bus._core.errors import ConfigError, RecordError
 from bus._records.subjects import RECORDS_MODULE
 
@@ -62,10 +63,9 @@ def _action(
 async def run(args: argparse.Namespace) -> int:
     if args.action == "test" and args.name.endswith(".py"):
         return await _test_file(args)
-    from bus._client import Bus
     from bus._records.store import RecordStore
 
-    async with Bus(args.nats_url, name="hookbus-records", **connection_args(args)) as bus:
+    async with command_bus(args, "hookbus-records") as bus:
         store = RecordStore(bus.port, args.module)
         if args.action == "list":
             return await _list(store)

@@ -26,7 +26,8 @@ from typing import Any
 
 import orjson
 
-from bus._cli.common import add_nats_url, connection_args
+from bus._cli.common import add_nats_url
+from bus._cli.options import command_bus
 from bus._cli.parser import add_command
 from bus._cli.workspace import add_workspace, existing
 from bus._core.errors import ConfigError
@@ -65,7 +66,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 async def run(args: argparse.Namespace) -> int:
     from bus._cli.serve import load_module, split_target
-    from bus._client import Bus
     from subscribers.history._backtest import calls_of, replay, replay_rules, stage_source
     from subscribers.history._reader import recorded_events
     from subscribers.journal._store import DB_NAME, JournalStore, Query
@@ -92,7 +92,7 @@ async def run(args: argparse.Namespace) -> int:
             entries = [row.entry for _, row in store.query(Query(kind="middleware", point=stage, limit=MAX_ENTRIES))]
         finally:
             store.close()
-    async with Bus(args.nats_url, name="hookbus-replay", **connection_args(args)) as bus:
+    async with command_bus(args, "hookbus-replay") as bus:
         events = [event async for event in recorded_events(bus, since_s)]
     calls = calls_of(stage, events, entries)
     if rules is not None:

@@ -11,7 +11,8 @@ import argparse
 
 import orjson
 
-from bus._cli.common import add_nats_url, connection_args
+from bus._cli.common import add_nats_url
+from bus._cli.options import command_bus
 from bus._cli.parser import add_command
 from bus._cli.workspace import add_workspace
 from bus._core.errors import ConfigError
@@ -43,11 +44,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 async def run_push(args: argparse.Namespace) -> int:
-    from bus._client import Bus
     from bus._middleware.rules.publish import check, push
 
     checked = check(args.files)  # refused here, with file and line, before anything is written
-    async with Bus(args.nats_url, name="hookbus-rules", **connection_args(args)) as bus:
+    async with command_bus(args, "hookbus-rules") as bus:
         await push(bus.port, checked)
     for one in checked:
         names = ", ".join(f"{rule.qualname} ({rule.identity[:12]})" for rule in one.rules) or "no rules"

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import argparse
 
-from bus._cli.common import add_nats_url, connection_args, stop_on_signals
-from bus._cli.options import SERVICE_CONNECT_S
+from bus._cli.common import add_nats_url, stop_on_signals
+from bus._cli.options import SERVICE_CONNECT_S, command_bus
 from bus._cli.parser import add_command
 from bus._records.subjects import RECORDS_MODULE
 
@@ -40,7 +40,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 async def run(args: argparse.Namespace) -> int:
-    from bus._client import Bus
     from bus._core.errors import ConfigError
     from bus._records.sandbox import DEFAULT_IMPORTS
     from subscribers.records_runner.record_runner import RecordsRunner, RecordsRunnerSettings
@@ -55,7 +54,7 @@ async def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     stop = stop_on_signals()
-    bus = Bus(args.nats_url, name=f"hookbus-runner-{args.module}", **connection_args(args))
+    bus = command_bus(args, f"hookbus-runner-{args.module}")
     async with bus, RecordsRunner(bus, settings).running() as runner:
         print(
             f"hookbus runner: module {args.module} on {', '.join(bus.servers)}: "

@@ -22,8 +22,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Final
 
-from bus._cli.common import add_nats_url, connection_args, stop_on_signals
-from bus._cli.options import SERVICE_CONNECT_S
+from bus._cli.common import add_nats_url, stop_on_signals
+from bus._cli.options import SERVICE_CONNECT_S, command_bus
 from bus._cli.parser import add_command
 from bus._cli.workspace import bus_name
 from bus._client import Bus
@@ -112,7 +112,7 @@ async def run(args: argparse.Namespace) -> int:
     version.changed()
     reload = (lambda: load_module(path, name)) if args.dev else None
     module: Module | None = first
-    async with Bus(args.nats_url, name=f"hookbus-serve-{first.name}", **connection_args(args)) as bus:
+    async with command_bus(args, f"hookbus-serve-{first.name}") as bus:
         print(f"hookbus serve: {path} on {bus_name(bus.servers)}", flush=True)
         while module is not None:
             module = await _serve_until(bus, module, stop, version, reload)

@@ -19,7 +19,8 @@ import sys
 from datetime import UTC, datetime
 from typing import Final
 
-from bus._cli.common import add_nats_url, connection_args
+from bus._cli.common import add_nats_url
+from bus._cli.options import command_bus
 from bus._cli.parser import add_command
 from bus._cli.workspace import add_workspace, existing
 from bus._core.errors import ConfigError
@@ -51,11 +52,10 @@ async def run(args: argparse.Namespace) -> int:
         return report(args, words[1])
     if len(words) != 1:
         raise ConfigError("usage: hookbus shadow NAME [--off]")
-    from bus._client import Bus
     from bus._middleware.switches import describe
     from bus._switching import shadow_handler
 
-    async with Bus(args.nats_url, name="hookbus-shadow", **connection_args(args)) as bus:
+    async with command_bus(args, "hookbus-shadow") as bus:
         record = await shadow_handler(bus, words[0], not args.off)
     print(f"{words[0]}: {describe(record)}")
     return 0

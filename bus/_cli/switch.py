@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import argparse
 
-from bus._cli.common import add_nats_url, connection_args
-from bus._client import Bus
+from bus._cli.common import add_nats_url
+from bus._cli.options import command_bus
 from bus._middleware.switches import describe
 
 
@@ -48,7 +48,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 async def run(args: argparse.Namespace) -> int:
     from bus._switching import disable_handler, enable_handler, grant_handler, revoke_handler
 
-    async with Bus(args.nats_url, name=f"hookbus-{args.action}", **connection_args(args)) as bus:
+    async with command_bus(args, f"hookbus-{args.action}") as bus:
         if args.action == "enable":
             record = await enable_handler(bus, args.name)
         elif args.action == "disable":

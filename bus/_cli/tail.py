@@ -8,9 +8,9 @@ from typing import Any
 
 import orjson
 
-from bus._cli.common import add_nats_url, connection_args, hint_event, stop_on_signals
+from bus._cli.common import add_nats_url, hint_event, stop_on_signals
+from bus._cli.options import command_bus
 from bus._cli.tail_history import HistoryThenLive
-from bus._client import Bus
 from bus._core.envelope import Event
 from bus._core.errors import PayloadRefError
 from bus._runtime.visible import visible
@@ -91,7 +91,7 @@ async def run(args: argparse.Namespace) -> int:
             done.set()
 
     history = HistoryThenLive(show, args.pattern, args.since, args.session) if args.since or args.session else None
-    async with Bus(args.nats_url, name="hookbus-tail", **connection_args(args)) as bus:
+    async with command_bus(args, "hookbus-tail") as bus:
         await bus.subscribe(args.pattern, history.live if history else show, concurrency=1)
         await bus.flush()
         if history:

@@ -10,10 +10,10 @@ from typing import Any
 import msgspec
 import orjson
 
-from bus._cli.common import add_nats_url, connection_args, hint_event, read_json_object
+from bus._cli.common import add_nats_url, hint_event, read_json_object
+from bus._cli.options import command_bus
 from bus._cli.parser import also_after
 from bus._cli.workspace import add_workspace, bus_name, existing
-from bus._client import Bus
 from bus._core.errors import ConfigError, ConnectError, NoResponders, RequestTimeout
 from bus._core.schema import decode
 from bus._core.subjects import validate_subject
@@ -80,7 +80,7 @@ async def run(args: argparse.Namespace) -> int:
 
 async def _running_status(args: argparse.Namespace) -> tuple[list[dict[str, Any]] | None, str]:
     """The running engine's rows (None if none answered), and the bus asked."""
-    bus = Bus(args.nats_url, name="hookbus-triggers-cli", **connection_args(args))
+    bus = command_bus(args, "hookbus-triggers-cli")
     where = bus_name(bus.servers)
     try:
         async with bus:

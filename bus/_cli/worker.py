@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 from contextlib import AsyncExitStack
 
-from bus._cli.common import add_metrics_port, add_nats_url, connection_args, serve_metrics, stop_on_signals
-from bus._cli.options import SERVICE_CONNECT_S
+from bus._cli.common import add_metrics_port, add_nats_url, serve_metrics, stop_on_signals
+from bus._cli.options import SERVICE_CONNECT_S, command_bus
 from bus._cli.parser import add_command
 from bus._cli.worker_options import add_worker_options, worker_settings
 from bus._cli.workspace import add_workspace, existing
@@ -27,7 +27,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 async def run(args: argparse.Namespace) -> int:
-    from bus._client import Bus
     from bus._presence import component, presence
     from bus.adapters.claude_code.command_modules import ClaudeHooksServer, ClaudePluginsServer
     from subscribers.plugins.plugin_worker import PluginWorker
@@ -36,7 +35,7 @@ async def run(args: argparse.Namespace) -> int:
     settings = worker_settings(args)  # flags first: a bad flag is named before a missing workspace
     workspace = existing(args).path
     stop = stop_on_signals()
-    bus = Bus(args.nats_url, name="hookbus-worker", **connection_args(args))
+    bus = command_bus(args, "hookbus-worker")
     async with AsyncExitStack() as stack:
         worker = await stack.enter_async_context(ShellWorker(await stack.enter_async_context(bus), workspace, settings))
         plugins = await stack.enter_async_context(PluginWorker(bus, workspace, settings))

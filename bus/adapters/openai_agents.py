@@ -273,6 +273,11 @@ def _blocks_text(output: Any) -> str:
     return output_text(output)
 
 
+def _check_on_cancel(on_cancel: str) -> None:
+    if on_cancel not in ("reject", "raise"):
+        raise ValueError(f"on_cancel must be 'reject' or 'raise', not {on_cancel!r}")
+
+
 def _rejected(text: str, cancelled: bool, on_cancel: str) -> ToolGuardrailFunctionOutput:
     if cancelled and on_cancel == "raise":
         return ToolGuardrailFunctionOutput.raise_exception(output_info={"reason": text})
@@ -283,8 +288,7 @@ def tool_input_guardrail(
     bus: AnyBus, *, session_id: str | None = None, agent: str | None = None, on_cancel: str = "reject"
 ) -> ToolInputGuardrail[Any]:
     """A tool input guardrail asking ``tool.call`` (``on_cancel``: ``"reject"`` the content, or ``"raise"``)."""
-    if on_cancel not in ("reject", "raise"):
-        raise ValueError(f"on_cancel must be 'reject' or 'raise', not {on_cancel!r}")
+    _check_on_cancel(on_cancel)
 
     async def check(data: ToolInputGuardrailData) -> ToolGuardrailFunctionOutput:
         context = data.context
@@ -306,8 +310,7 @@ def tool_output_guardrail(
     bus: AnyBus, *, session_id: str | None = None, agent: str | None = None, on_cancel: str = "reject"
 ) -> ToolOutputGuardrail[Any]:
     """A tool output guardrail asking ``tool.result``: a cancel hides the output, a patch replaces it."""
-    if on_cancel not in ("reject", "raise"):
-        raise ValueError(f"on_cancel must be 'reject' or 'raise', not {on_cancel!r}")
+    _check_on_cancel(on_cancel)
 
     async def check(data: ToolOutputGuardrailData) -> ToolGuardrailFunctionOutput:
         context = data.context
