@@ -358,7 +358,6 @@ def test_the_hashed_form_is_encoded_in_sorted_key_order(deciders: str) -> None:
     """The chain hashes sorted-key JSON; ``hashed_json`` gives its keys in that order so that it is not sorted
     again: with no, some or every who-decided field set, its plain encoding is the sorted one, byte for byte."""
     from bus._journal.entries import DECIDER_FIELDS
-    from subscribers.journal._schema import SCHEMA_VERSION
     from subscribers.journal._chain import linked
     from subscribers.journal._store import hashed_json
 
