@@ -20,8 +20,9 @@ first's). Figures move with the machine's load: compare within one run.
 - chains: 1, 5, 20 handlers in one module and spread over as many modules:
   intercept p50/p99 over one raw nats-py request/reply.
 - decisions: decisions/s per kernel (and per module process) for one module,
-  a five-handler module and five modules, 50 in flight, over raw request/reply
-  to an echo in the same run (``bench/scale_decisions.py``).
+  a five-handler module, five modules, one rule and 100 rules in the kernel,
+  50 in flight, over raw request/reply to an echo in the same run
+  (``bench/scale_decisions.py``).
 - hooks, journal, fleet: hooks.json size against memory and dispatch cost,
   the journal sink's store rate against the offered rate, fleet-metrics
   series and scrape time against sessions (``bench/scale_curves.py``).
