@@ -18,7 +18,7 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import orjson
 
@@ -108,7 +108,7 @@ class JournalEntry:
 
     def subject(self, origin: str | None) -> str:
         """``hookbus.journal.<kind>.<origin>``: the origin is the publisher's NATS user (see journal_origin)."""
-        return f"{SUBJECT_PREFIX}.{self.kind}.{origin}" if origin else f"{SUBJECT_PREFIX}.{self.kind}"
+        return journal_subject(self.kind, origin)
 
     def encode(self) -> bytes:
         return orjson.dumps(self)  # orjson encodes dataclasses itself: as asdict(), several times faster
@@ -140,6 +140,7 @@ async def publish_entry(bus: Port, entry: JournalEntry) -> bool:
 
 #: What a hot path hands the publisher instead of entries: called at flush time, it builds them.
 EntryBuilder = Callable[[], list[JournalEntry]]
+T = TypeVar("T")
 #: The same for entries of one kind built straight as their JSON (:func:`entry_json`).
 EncodedBuilder = Callable[[], list[bytes]]
 
@@ -255,23 +256,12 @@ class JournalPublisher:
             if isinstance(item, tuple):
                 self._publish_encoded(*item)
                 continue
-            try:
-                entries = item()
-            except Exception as exc:
-                log.warning("journal entries not built: %r", exc)
-                continue
-            for entry in entries:
+            for entry in _built(item):
                 self._publish(entry)
 
     def _publish_encoded(self, kind: str, build: EncodedBuilder) -> None:
-        origin = self._bus.journal_origin
-        subject = f"{SUBJECT_PREFIX}.{kind}.{origin}" if origin else f"{SUBJECT_PREFIX}.{kind}"
-        try:
-            encoded = build()
-        except Exception as exc:
-            log.warning("journal entries not built: %r", exc)
-            return
-        for data in encoded:
+        subject = journal_subject(kind, self._bus.journal_origin)
+        for data in _built(build):
             self._push(subject, data)
 
     def _publish(self, entry: JournalEntry) -> None:
@@ -367,6 +357,20 @@ def decode_checked(data: bytes, subject: str | None = None) -> tuple[JournalEntr
     fields["duration_ms"] = entry.duration_ms
     fields["depth"] = entry.depth
     return JournalEntry(**fields), tuple(cut)
+
+
+def journal_subject(kind: str, origin: str | None) -> str:
+    """``hookbus.journal.<kind>.<origin>``: the origin is the publisher's NATS user (see journal_origin)."""
+    return f"{SUBJECT_PREFIX}.{kind}.{origin}" if origin else f"{SUBJECT_PREFIX}.{kind}"
+
+
+def _built(build: Callable[[], list[T]]) -> list[T]:
+    """What a queued builder returns, or nothing when it fails (logged: the journal never breaks a call)."""
+    try:
+        return build()
+    except Exception as exc:
+        log.warning("journal entries not built: %r", exc)
+        return []
 
 
 def subject_kind(subject: str) -> str | None:
