@@ -23,6 +23,7 @@ from bus import Bus, Cancel, Continue, Decision, MiddlewareOptions, Module, Patc
 from bus._core.declaration import declare
 from bus._middleware.handler.serving import ModuleServer
 from bus._middleware.registry import MODULES_BUCKET, Announcement, open_bucket, request_subject, version_of
+from bus._transport.publisher import ordered_flush
 from bus.testing import wait_for_chain
 from tests.conftest import unique
 
@@ -227,7 +228,7 @@ async def test_the_concurrency_cap_holds_at_every_depth(nats_url: str) -> None:
             for n in range(sent):
                 ctx = {"depth": n % 8, "id": str(n)}
                 await nc.publish(subject, orjson.dumps({"stage": "custom.capped", "payload": {}, "ctx": ctx}))
-            await nc.flush()
+            await ordered_flush(nc, 5)
             async with asyncio.timeout(10):  # every request taken in: running, or waiting in a queue
                 while running + len(server._waiting) + len(server._waiting_nested) < sent:
                     await asyncio.sleep(0.01)

@@ -11,6 +11,7 @@ import orjson
 from bus import Bus, Cancel, Module
 from bus._middleware.handler.serving import ModuleServer
 from bus._middleware.registry import request_subject
+from bus._transport.publisher import ordered_flush
 from tests.conftest import unique
 
 #: Requests kept in flight at once while one instance stops.
@@ -81,7 +82,7 @@ async def test_requests_queued_behind_a_busy_handler_are_answered_before_the_sto
             subject = request_subject(server.announcement)
             asks = [asyncio.ensure_future(nc.request(subject, request, timeout=10)) for _ in range(3)]
             await asyncio.wait_for(started.wait(), 10)
-            await nc.flush()  # all three reached the server, so they reach the module before its drain ends
+            await ordered_flush(nc, 5)  # all three reached the server, so they reach the module before its drain ends
             serving.cancel()  # stops while one runs and two wait for its slot
             await asyncio.gather(serving, return_exceptions=True)
             await module_bus.close()  # as Module.serve closes its own Bus once the server has stopped

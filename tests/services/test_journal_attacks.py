@@ -28,6 +28,7 @@ from prometheus_client import REGISTRY
 from bus import Bus, NatsServer
 from bus._core.errors import JournalError
 from bus._journal.entries import CAUSE_CAP, STREAM, TEXT_CAP, JournalEntry, decode_checked, ensure_journal_stream
+from bus._transport.publisher import ordered_flush
 from bus.testing import free_port
 from subscribers.journal._store import DB_NAME, JournalStore, Query, Received
 from subscribers.journal.sink import JournalSink
@@ -337,7 +338,7 @@ async def test_no_role_journals_as_another_and_what_it_journals_is_chained_as_it
                         entry = {**good(f"own-{role}-{kind}", **claims), "kind": kind}
                         await nc.publish(f"hookbus.journal.{kind}.{role}", orjson.dumps(entry))
                         expected.add((f"own-{role}-{kind}", kind, role))
-                    await nc.flush()
+                    await ordered_flush(nc, 5)  # nats-py's own flush may return before the server saw them
                 finally:
                     await nc.close()
 
